@@ -1,0 +1,23 @@
+"""Kiln: an ahead-of-time deep-learning compiler on Apache TVM.
+
+    import kiln
+    kiln.compile("model.onnx", "model.kiln", input_shapes=["input:1x3x224x224"])
+    m = kiln.load("model.kiln")
+    outs = m.run({"input": x})
+
+`kiln.load` and the runtime never import the compiler (nor TVM's compiler library)."""
+__version__ = "0.1.0"
+
+from .errors import (ArtifactError, CompileError, IncompatibleArtifactError, InputError, KilnError,  # noqa: E402
+                     ModelLoadError, OptionsError, ShapeError, TargetError, UnsupportedModelError)
+from .runtime import load  # noqa: E402
+
+
+def compile(model, output, **kwargs):  # noqa: A001 - mirrors the CLI verb
+    """Compile an ONNX model to a .kiln artifact; see kiln.compiler.compile_model."""
+    from .compiler import compile_model
+    return compile_model(model, output, **kwargs)
+
+
+__all__ = ["compile", "load", "KilnError", "ArtifactError", "CompileError", "IncompatibleArtifactError", "InputError",
+           "ModelLoadError", "OptionsError", "ShapeError", "TargetError", "UnsupportedModelError", "__version__"]

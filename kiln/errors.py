@@ -1,0 +1,54 @@
+"""Kiln's typed errors. Every error a user can cause is a KilnError: it says what went wrong,
+where (file, node, input) and what to do about it. The CLI turns them into exit code 2."""
+from __future__ import annotations
+
+
+class KilnError(Exception):
+    """Base of every error a user can cause. `where` and `fix` are folded into the message."""
+
+    def __init__(self, what: str, *, where: str | None = None, fix: str | None = None):
+        self.what, self.where, self.fix = what, where, fix
+        msg = what if where is None else f"{where}: {what}"
+        if fix:
+            msg += f" -> {fix}"
+        super().__init__(msg)
+
+
+class ModelLoadError(KilnError):
+    """The model file cannot be read or is not valid ONNX."""
+
+
+class UnsupportedModelError(KilnError):
+    """The model uses ops (or constructs) that Kiln cannot compile; lists every one of them."""
+
+    def __init__(self, what: str, *, ops: list[dict] | None = None, where: str | None = None, fix: str | None = None):
+        self.ops = ops or []
+        super().__init__(what, where=where, fix=fix)
+
+
+class ShapeError(KilnError):
+    """Input shapes are missing, symbolic, or do not match the model's declaration."""
+
+
+class TargetError(KilnError):
+    """A target string could not be parsed or is not supported."""
+
+
+class OptionsError(KilnError):
+    """A compile, run or CLI option is invalid."""
+
+
+class ArtifactError(KilnError):
+    """A .kiln artifact is unreadable, corrupt, or tampered with."""
+
+
+class IncompatibleArtifactError(ArtifactError):
+    """A valid artifact built for another format version, architecture or CPU."""
+
+
+class InputError(KilnError):
+    """Inputs given at run time do not match the artifact's signature."""
+
+
+class CompileError(KilnError):
+    """TVM failed while compiling a model Kiln accepted; carries TVM's message."""

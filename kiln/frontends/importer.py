@@ -1,0 +1,87 @@
+"""ONNX file -> Relax IRModule, the Kiln way: load, preflight every op, pin shapes, simplify at the
+ONNX level, rewrite ops TVM lacks, then TVM 0.27's own importer (wrapped, not forked)."""
+from __future__ import annotations
+
+import dataclasses
+import os
+import warnings
+
+import onnx
+from onnx import numpy_helper
+
+from ..errors import CompileError, KilnError, UnsupportedModelError
+from ..runtime.artifact import TensorSpec
+from . import preflight, simplify as simplify_mod
+from .decompose import REWRITES, decompose
+from .onnx_load import load_onnx
+from .shapes import graph_inputs, parse_input_shapes, pin_input_shapes
+
+
+@dataclasses.dataclass
+class ImportedModel:
+    mod: object  # tvm.IRModule
+    inputs: list[TensorSpec]
+    outputs: list[TensorSpec]
+    opsets: dict[str, int]
+    stats: dict[str, int]
+    onnx_model: onnx.ModelProto  # the simplified model TVM imported
+
+
+def prepare_onnx(model: onnx.ModelProto, input_shapes=None, where: str = "<model>") -> tuple[onnx.ModelProto, dict]:
+    """Preflight, pin, simplify, decompose: the ONNX-level half of the import."""
+    preflight.check_supported(model, where)
+    model_c = onnx.ModelProto()
+    model_c.CopyFrom(model)
+    pin_input_shapes(model_c, parse_input_shapes(input_shapes), where)
+    simple, stats = simplify_mod.simplify(model_c, where)
+    preflight.check_supported(simple, where, constant_ifs_folded=True)
+    if any(n.op_type in REWRITES for n in simple.graph.node):
+        consts = {i.name: numpy_helper.to_array(i) for i in simple.graph.initializer}
+        stats["decomposed"] = decompose(simple, simplify_mod._static_shapes(simple), consts, where)
+        simplify_mod._write_constants(simple.graph, consts)
+    return simple, stats
+
+
+def import_onnx(model: str | os.PathLike | onnx.ModelProto, input_shapes=None) -> ImportedModel:
+    where = "<model>" if isinstance(model, onnx.ModelProto) else str(model)
+    if not isinstance(model, onnx.ModelProto):
+        model = load_onnx(model)
+    simple, stats = prepare_onnx(model, input_shapes, where)
+    inputs = [TensorSpec(vi.name, tuple(d.dim_value for d in vi.type.tensor_type.shape.dim),
+                         _np_dtype(vi.type.tensor_type.elem_type, vi.name, where)) for vi in graph_inputs(simple)]
+    try:
+        from tvm.relax.frontend.onnx import from_onnx
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            mod = from_onnx(simple, shape_dict={i.name: list(i.shape) for i in inputs},
+                            dtype_dict={i.name: i.dtype for i in inputs}, keep_params_in_input=False)
+    except KilnError:
+        raise
+    except Exception as e:
+        msg = str(e).strip().splitlines()
+        raise CompileError(f"TVM's ONNX importer failed: {type(e).__name__}: {msg[-1] if msg else ''}", where=where,
+                           fix="rerun with --debug for the full trace; report the model if it runs in onnxruntime") from None
+    outputs = _output_specs(mod, [o.name for o in simple.graph.output], where)
+    return ImportedModel(mod, inputs, outputs, preflight.opsets(model), stats, simple)
+
+
+def _np_dtype(elem_type: int, name: str, where: str) -> str:
+    try:
+        return str(onnx.helper.tensor_dtype_to_np_dtype(elem_type))
+    except Exception:
+        raise UnsupportedModelError(f"input {name!r} has an unsupported element type {elem_type}", where=where) from None
+
+
+def _output_specs(mod, names: list[str], where: str) -> list[TensorSpec]:
+    from tvm import relax
+    ret = mod["main"].ret_ty
+    fields = list(ret.fields) if isinstance(ret, relax.TupleType) else [ret]
+    if len(fields) != len(names):
+        raise CompileError(f"the model declares {len(names)} outputs but converts to {len(fields)}", where=where)
+    specs = []
+    for name, f in zip(names, fields):
+        if not isinstance(f, relax.TensorType) or f.shape is None or not all(isinstance(v, int) or hasattr(v, "value") for v in f.shape.values):
+            raise UnsupportedModelError(f"output {name!r} has no static shape after pinning the inputs", where=where,
+                                        fix="pin every input with --input-shape; outputs whose size depends on data are not supported")
+        specs.append(TensorSpec(name, tuple(int(v) for v in f.shape.values), str(f.dtype)))
+    return specs

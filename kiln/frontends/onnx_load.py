@@ -1,0 +1,35 @@
+"""Read an ONNX file (with external weight files) into a ModelProto, or fail with ModelLoadError."""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import onnx
+
+from ..errors import ModelLoadError
+
+FIX = "check that the file is a complete .onnx model (re-export it, or re-download it)"
+
+
+def load_onnx(path: str | os.PathLike) -> onnx.ModelProto:
+    path = Path(path)
+    if not path.is_file():
+        raise ModelLoadError("no such model file", where=str(path), fix="give the path of an existing .onnx file")
+    try:
+        model = onnx.load(str(path), load_external_data=False)
+    except Exception as e:  # protobuf DecodeError and friends: truncated or not ONNX at all
+        raise ModelLoadError(f"not a readable ONNX model ({type(e).__name__}: {e})", where=str(path), fix=FIX) from None
+    if not model.graph.node and not model.graph.output:
+        raise ModelLoadError("the file holds no ONNX graph (empty or not an ONNX model)", where=str(path), fix=FIX)
+    try:
+        onnx.load_external_data_for_model(model, str(path.parent))
+    except (OSError, ValueError) as e:
+        raise ModelLoadError(f"cannot read the model's external weight data: {e}", where=str(path),
+                             fix="keep the external data files beside the .onnx file, with the names it references") from None
+    try:
+        if model.ByteSize() < 2**31 - 1:
+            onnx.checker.check_model(model)
+    except onnx.checker.ValidationError as e:
+        first = str(e).strip().splitlines()[0]
+        raise ModelLoadError(f"invalid ONNX model: {first}", where=str(path), fix=FIX) from None
+    return model

@@ -1,0 +1,81 @@
+"""Op-coverage preflight: scan the whole graph (subgraphs included) before converting anything and
+report every unsupported op at once, with domain, type, opset, count and the first node's name."""
+from __future__ import annotations
+
+import functools
+
+import onnx
+
+from ..errors import UnsupportedModelError
+
+DEFAULT_DOMAINS = ("", "ai.onnx")
+# Ops Kiln rewrites into supported ONNX ops itself before TVM sees the graph (see decompose/).
+KILN_REWRITTEN = frozenset({"LSTM", "GRU"})
+# Ops Kiln removes when their condition is known once shapes are pinned (see simplify.py).
+FOLDED_WHEN_CONSTANT = frozenset({"If"})
+# Microsoft contrib ops that TVM's importer converts.
+CONTRIB = {"com.microsoft": frozenset({"Attention", "SkipLayerNormalization", "EmbedLayerNormalization",
+                                       "BiasGelu", "FastGelu", "Gelu"})}
+
+
+@functools.lru_cache(maxsize=None)
+def tvm_converted_ops() -> frozenset[str]:
+    from tvm.relax.frontend.onnx import onnx_frontend
+    return frozenset(onnx_frontend._get_convert_map())
+
+
+def is_supported(domain: str, op_type: str, *, constant_ifs_folded: bool) -> bool:
+    if domain in DEFAULT_DOMAINS:
+        if op_type in FOLDED_WHEN_CONSTANT:
+            return not constant_ifs_folded  # an If still present after folding cannot be compiled
+        return op_type in tvm_converted_ops() or op_type in KILN_REWRITTEN
+    return op_type in CONTRIB.get(domain, ())
+
+
+def _walk(graph: onnx.GraphProto):
+    for node in graph.node:
+        yield node
+        for attr in node.attribute:
+            if attr.type == onnx.AttributeProto.GRAPH:
+                yield from _walk(attr.g)
+            elif attr.type == onnx.AttributeProto.GRAPHS:
+                for g in attr.graphs:
+                    yield from _walk(g)
+
+
+def op_histogram(model: onnx.ModelProto) -> dict[str, int]:
+    hist: dict[str, int] = {}
+    for node in _walk(model.graph):
+        key = node.op_type if node.domain in DEFAULT_DOMAINS else f"{node.domain}.{node.op_type}"
+        hist[key] = hist.get(key, 0) + 1
+    return dict(sorted(hist.items(), key=lambda kv: (-kv[1], kv[0])))
+
+
+def opsets(model: onnx.ModelProto) -> dict[str, int]:
+    return {(o.domain or "ai.onnx"): o.version for o in model.opset_import}
+
+
+def find_unsupported_ops(model: onnx.ModelProto, *, constant_ifs_folded: bool = False) -> list[dict]:
+    versions = opsets(model)
+    found: dict[tuple[str, str], dict] = {}
+    for node in _walk(model.graph):
+        if is_supported(node.domain, node.op_type, constant_ifs_folded=constant_ifs_folded):
+            continue
+        domain = node.domain or "ai.onnx"
+        entry = found.setdefault((domain, node.op_type), {
+            "domain": domain, "op_type": node.op_type, "opset": versions.get(domain),
+            "count": 0, "first_node": node.name or f"<unnamed {node.op_type} -> {list(node.output)}>"})
+        entry["count"] += 1
+    return list(found.values())
+
+
+def check_supported(model: onnx.ModelProto, where: str, *, constant_ifs_folded: bool = False) -> None:
+    bad = find_unsupported_ops(model, constant_ifs_folded=constant_ifs_folded)
+    if not bad:
+        return
+    listing = "; ".join(f"{b['domain']}::{b['op_type']} (opset {b['opset']}, {b['count']}x, first node {b['first_node']!r})" for b in bad)
+    fix = "remove or replace these ops before export"
+    if any(b["op_type"] == "If" for b in bad):
+        fix = ("an If whose condition depends on input data cannot be compiled ahead of time; pin the input "
+               "shapes so its condition becomes constant, or export the model without data-dependent control flow")
+    raise UnsupportedModelError(f"{len(bad)} unsupported op type(s): {listing}", ops=bad, where=where, fix=fix)

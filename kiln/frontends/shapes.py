@@ -1,0 +1,118 @@
+"""Input shapes: parse `NAME:1x3x224x224` once into InputShape, pin them into the graph, and make
+sure no input dimension is left symbolic."""
+from __future__ import annotations
+
+import dataclasses
+
+import onnx
+
+from ..errors import ShapeError
+
+FLAG = "--input-shape"
+
+
+@dataclasses.dataclass(frozen=True)
+class InputShape:
+    name: str
+    dims: tuple[int, ...]
+
+    @staticmethod
+    def parse(spec: str) -> InputShape:
+        name, sep, dims = spec.rpartition(":")
+        if not sep or not name:
+            raise ShapeError(f"bad input shape {spec!r}", fix=f"write it as NAME:DIMS, e.g. {FLAG} input:1x3x224x224")
+        try:
+            parsed = tuple(int(d) for d in dims.lower().split("x")) if dims.strip() else ()
+        except ValueError:
+            raise ShapeError(f"bad dimensions {dims!r} in {spec!r}",
+                             fix=f"dims are positive integers joined by 'x', e.g. {FLAG} {name}:1x3x224x224") from None
+        if any(d < 1 for d in parsed):
+            raise ShapeError(f"dimensions must be positive in {spec!r}", fix=f"e.g. {FLAG} {name}:1x3x224x224")
+        return InputShape(name, parsed)
+
+    def __str__(self) -> str:
+        return f"{self.name}:{'x'.join(map(str, self.dims))}"
+
+
+def parse_input_shapes(specs) -> dict[str, tuple[int, ...]]:
+    """Accepts ["a:1x3", ...], {"a": (1, 3)} or InputShape objects; returns {name: dims}."""
+    if not specs:
+        return {}
+    if isinstance(specs, dict):
+        return {k: tuple(int(d) for d in v) for k, v in specs.items()}
+    out = {}
+    for s in specs:
+        s = s if isinstance(s, InputShape) else InputShape.parse(s)
+        if s.name in out:
+            raise ShapeError(f"input {s.name!r} is given two shapes", fix=f"pass {FLAG} once per input")
+        out[s.name] = s.dims
+    return out
+
+
+def graph_inputs(model: onnx.ModelProto) -> list[onnx.ValueInfoProto]:
+    """The real inputs: graph inputs that are not initializers."""
+    inits = {i.name for i in model.graph.initializer}
+    return [i for i in model.graph.input if i.name not in inits]
+
+
+def declared_dims(vi: onnx.ValueInfoProto) -> list[int | str | None]:
+    if not vi.type.tensor_type.HasField("shape"):
+        return None
+    return [d.dim_value if d.HasField("dim_value") else (d.dim_param or None) for d in vi.type.tensor_type.shape.dim]
+
+
+def pin_input_shapes(model: onnx.ModelProto, shapes: dict[str, tuple[int, ...]], where: str) -> dict[str, tuple[int, ...]]:
+    """Write the pinned shapes into the graph's inputs (in place); return every input's static shape."""
+    inputs = graph_inputs(model)
+    names = [i.name for i in inputs]
+    unknown = [n for n in shapes if n not in names]
+    if unknown:
+        raise ShapeError(f"{FLAG} names unknown input(s) {unknown}", where=where, fix=f"the model's inputs are {names}")
+    result, unpinned = {}, []
+    for vi in inputs:
+        decl = declared_dims(vi)
+        if vi.name in shapes:
+            dims = shapes[vi.name]
+            if decl is not None:
+                if len(dims) != len(decl):
+                    raise ShapeError(f"input {vi.name!r} has rank {len(decl)} ({_fmt(decl)}), but {FLAG} gives rank {len(dims)} ({_fmt(dims)})",
+                                     where=where, fix=f"give {len(decl)} dims, e.g. {FLAG} {vi.name}:{_example(decl)}")
+                bad = [(i, d, p) for i, (d, p) in enumerate(zip(decl, dims)) if isinstance(d, int) and d > 0 and d != p]
+                if bad:
+                    i, d, p = bad[0]
+                    raise ShapeError(f"input {vi.name!r} dim {i} is fixed at {d} in the model, but {FLAG} gives {p}",
+                                     where=where, fix=f"keep the model's static dims, e.g. {FLAG} {vi.name}:{_example(decl, dims)}")
+            _write_dims(vi, dims)
+            result[vi.name] = tuple(dims)
+            continue
+        if decl is None:
+            unpinned.append((vi.name, "shape not declared", "?"))
+            continue
+        sym = [(i, d) for i, d in enumerate(decl) if not (isinstance(d, int) and d > 0)]
+        if sym:
+            unpinned.append((vi.name, ", ".join(f"dim {i} ({d or '?'})" for i, d in sym), _example(decl)))
+        else:
+            result[vi.name] = tuple(decl)
+    if unpinned:
+        lines = "; ".join(f"input {n!r}: {what}" for n, what, _ in unpinned)
+        flags = " ".join(f"{FLAG} {n}:{ex}" for n, _, ex in unpinned)
+        raise ShapeError(f"dynamic input dimensions must be pinned: {lines}", where=where,
+                         fix=f"pin them, e.g. {flags} (replace the 1s and ?s with your sizes)")
+    return result
+
+
+def _write_dims(vi: onnx.ValueInfoProto, dims) -> None:
+    shape = vi.type.tensor_type.shape
+    del shape.dim[:]
+    for d in dims:
+        shape.dim.add().dim_value = int(d)
+
+
+def _fmt(dims) -> str:
+    return "x".join(str(d) if d else "?" for d in dims)
+
+
+def _example(decl, given=None) -> str:
+    if given is not None and len(given) == len(decl):
+        return "x".join(str(d if isinstance(d, int) and d > 0 else g) for d, g in zip(decl, given))
+    return "x".join(str(d) if isinstance(d, int) and d > 0 else "1" for d in decl)

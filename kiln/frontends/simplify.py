@@ -1,0 +1,163 @@
+"""ONNX-level simplification once input shapes are pinned: resolve run-time shape arithmetic
+(Shape -> Gather -> Concat -> Reshape, computed pads), fold every deterministic node whose inputs
+are all constants, inline `If` nodes whose condition became constant, and drop stale shape
+annotations. TVM's importer needs these values as constants; real exporters compute them."""
+from __future__ import annotations
+
+import warnings
+
+import numpy as np
+import onnx
+from onnx import numpy_helper
+from onnx.reference import ReferenceEvaluator
+
+from ..errors import ModelLoadError
+
+NONDETERMINISTIC = frozenset({"RandomNormal", "RandomUniform", "RandomNormalLike", "RandomUniformLike",
+                              "Multinomial", "Bernoulli"})
+MAX_FOLD_ELEMENTS = 1 << 24  # do not materialize constants beyond 64 MB of fp32
+MAX_ROUNDS = 32
+
+
+def simplify(model: onnx.ModelProto, where: str) -> tuple[onnx.ModelProto, dict[str, int]]:
+    """Returns the simplified model (a new proto) and counts of what was done."""
+    m = onnx.ModelProto()
+    m.CopyFrom(model)
+    g = m.graph
+    del g.value_info[:]  # stale or wrong annotations from exporters: re-inferred below
+    for out in g.output:
+        out.type.tensor_type.ClearField("shape")
+    consts = {i.name: numpy_helper.to_array(i) for i in g.initializer}
+    opsets = {(o.domain or ""): o.version for o in m.opset_import}
+    stats = {"nodes_before": len(g.node), "folded": 0, "shapes_resolved": 0, "ifs_inlined": 0}
+    for _ in range(MAX_ROUNDS):
+        shapes = _static_shapes(m)
+        nodes, changed = [], False
+        for node in g.node:
+            done = _try_fold(node, consts, shapes, opsets, nodes, stats, where)
+            changed |= done
+            if not done:
+                nodes.append(node)
+        del g.node[:]
+        g.node.extend(nodes)
+        _write_constants(g, consts)
+        if not changed:
+            break
+    stats["nodes_after"] = len(g.node)
+    return m, stats
+
+
+def _try_fold(node, consts, shapes, opsets, out_nodes, stats, where) -> bool:
+    if node.domain not in ("", "ai.onnx"):
+        return False
+    op = node.op_type
+    if op == "Constant":
+        consts[node.output[0]] = _eval(node, consts, opsets, where)[0]
+        return True
+    if op in ("Shape", "Size") and node.input[0] in shapes:
+        shp = shapes[node.input[0]]
+        if op == "Size":
+            consts[node.output[0]] = np.array(int(np.prod(shp)), dtype=np.int64)
+        else:
+            a = {at.name: at.i for at in node.attribute}
+            r = len(shp)
+            start, end = a.get("start", 0), a.get("end", r)
+            consts[node.output[0]] = np.array(shp[slice(start, end)], dtype=np.int64)
+        stats["shapes_resolved"] += 1
+        return True
+    if op == "If" and node.input[0] in consts:
+        branch = "then_branch" if bool(np.asarray(consts[node.input[0]]).reshape(-1)[0]) else "else_branch"
+        sub = next(a.g for a in node.attribute if a.name == branch)
+        _inline(node, sub, consts, out_nodes)
+        stats["ifs_inlined"] += 1
+        return True
+    if op in NONDETERMINISTIC or any(a.type in (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS) for a in node.attribute):
+        return False
+    ins = [i for i in node.input if i]
+    if not ins or not all(i in consts for i in ins):
+        return False
+    if any(np.asarray(consts[i]).size > MAX_FOLD_ELEMENTS for i in ins):
+        return False
+    if any(o in shapes and int(np.prod(shapes[o])) > MAX_FOLD_ELEMENTS for o in node.output):
+        return False
+    for name, val in zip(node.output, _eval(node, consts, opsets, where)):
+        if name:
+            consts[name] = val
+    stats["folded"] += 1
+    return True
+
+
+def _eval(node, consts, opsets, where) -> list[np.ndarray]:
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            ev = ReferenceEvaluator(node, opsets=opsets)
+            feeds = {i: consts[i] for i in node.input if i}
+            return [np.asarray(v) for v in ev.run(None, feeds)]
+    except Exception as e:
+        raise ModelLoadError(f"node {node.name or node.op_type!r} ({node.op_type}) fails on its constant inputs: "
+                             f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}", where=where,
+                             fix="the model is inconsistent; re-export it") from None
+
+
+def _inline(node, sub: onnx.GraphProto, consts, out_nodes) -> None:
+    """Splice an If branch into the outer graph, renaming its locals to stay unique."""
+    prefix = f"{node.name or node.output[0]}/"
+    local = {i.name for i in sub.initializer} | {o for n in sub.node for o in n.output if o}
+    rename = {n: prefix + n for n in local}
+    for init in sub.initializer:
+        consts[rename[init.name]] = numpy_helper.to_array(init)
+    for n in sub.node:
+        c = onnx.NodeProto()
+        c.CopyFrom(n)
+        c.name = prefix + (n.name or n.op_type)
+        c.input[:] = [rename.get(i, i) for i in n.input]
+        c.output[:] = [rename.get(o, o) for o in n.output]
+        out_nodes.append(c)
+    for src, dst in zip(sub.output, node.output):
+        out_nodes.append(onnx.helper.make_node("Identity", [rename.get(src.name, src.name)], [dst], name=prefix + "out/" + dst))
+
+
+def _static_shapes(m: onnx.ModelProto) -> dict[str, tuple[int, ...]]:
+    try:
+        inferred = onnx.shape_inference.infer_shapes(m, strict_mode=False, data_prop=True)
+    except Exception:
+        return {}
+    out = {}
+    for vi in list(inferred.graph.value_info) + list(inferred.graph.input) + list(inferred.graph.output):
+        t = vi.type.tensor_type
+        if t.HasField("shape") and all(d.HasField("dim_value") for d in t.shape.dim):
+            out[vi.name] = tuple(d.dim_value for d in t.shape.dim)
+    return out
+
+
+def _write_constants(g: onnx.GraphProto, consts: dict[str, np.ndarray]) -> None:
+    """Keep as initializers exactly the constants still used; graph outputs that became constant
+    are fed through an Identity so the importer still sees a node producing them."""
+    used = {i for n in g.node for i in n.input} | _outer_refs(g)
+    produced = {o for n in g.node for o in n.output}
+    inputs = {i.name for i in g.input}
+    for out in g.output:
+        if out.name in consts and out.name not in produced:
+            src = out.name + "/const"
+            consts[src] = consts[out.name]
+            g.node.append(onnx.helper.make_node("Identity", [src], [out.name], name=src))
+            used.add(src)
+    keep = [numpy_helper.from_array(np.asarray(v), k) for k, v in consts.items() if k in used and k not in produced]
+    del g.initializer[:]
+    g.initializer.extend(keep)
+    kept = {i.name for i in keep}
+    # initializers that were also listed as graph inputs (old exporters) stay listed only if kept
+    real = [i for i in g.input if i.name not in {x for x in inputs if x in consts} or i.name in kept]
+    del g.input[:]
+    g.input.extend(real)
+
+
+def _outer_refs(g: onnx.GraphProto) -> set[str]:
+    """Names read by nodes inside subgraphs (they may refer to outer constants)."""
+    refs = set()
+    for n in g.node:
+        for a in n.attribute:
+            for sub in ([a.g] if a.type == onnx.AttributeProto.GRAPH else list(a.graphs)):
+                refs |= {i for sn in sub.node for i in sn.input} | _outer_refs(sub)
+    return refs

@@ -1,0 +1,125 @@
+"""The .kiln artifact: one zip holding manifest.json, the compiled library and the weights.
+Standard library + numpy only: the runtime reads it without TVM's compiler. Every member's sha256
+is in the manifest and is verified before any member is used."""
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import io
+import json
+import os
+import zipfile
+from pathlib import Path
+
+import numpy as np
+
+from .._io import atomic_open
+from ..errors import ArtifactError, IncompatibleArtifactError
+
+FORMAT_VERSION = 1
+MANIFEST = "manifest.json"
+LIBRARY = "model.so"
+WEIGHTS = "weights.bin"
+MAX_MEMBER_BYTES = 8 << 30
+WEIGHT_ALIGN = 64
+
+
+@dataclasses.dataclass(frozen=True)
+class TensorSpec:
+    name: str
+    shape: tuple[int, ...]
+    dtype: str
+
+    def to_json(self) -> dict:
+        return {"name": self.name, "shape": list(self.shape), "dtype": self.dtype}
+
+    @staticmethod
+    def from_json(d: dict) -> TensorSpec:
+        return TensorSpec(str(d["name"]), tuple(int(x) for x in d["shape"]), str(d["dtype"]))
+
+
+def sha256(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def pack_weights(arrays: list[np.ndarray]) -> tuple[bytes, list[dict]]:
+    """Concatenate arrays (each 64-byte aligned) into one blob; returns it and its index."""
+    buf, index = io.BytesIO(), []
+    for i, a in enumerate(arrays):
+        a = np.ascontiguousarray(a)
+        pad = (-buf.tell()) % WEIGHT_ALIGN
+        buf.write(b"\0" * pad)
+        index.append({"name": f"w{i}", "shape": list(a.shape), "dtype": str(a.dtype), "offset": buf.tell(), "nbytes": a.nbytes})
+        buf.write(a.tobytes())
+    return buf.getvalue(), index
+
+
+def unpack_weights(blob: bytes, index: list[dict], where: str) -> list[np.ndarray]:
+    out = []
+    for w in index:
+        dt = np.dtype(w["dtype"])
+        count = int(np.prod(w["shape"], dtype=np.int64))
+        if count * dt.itemsize != w["nbytes"] or w["offset"] + w["nbytes"] > len(blob):
+            raise ArtifactError(f"weight {w['name']} does not fit the weights member", where=where, fix="recompile the model")
+        out.append(np.frombuffer(blob, dtype=dt, count=count, offset=w["offset"]).reshape(w["shape"]))
+    return out
+
+
+def write_artifact(path: str | os.PathLike, manifest: dict, members: dict[str, bytes]) -> None:
+    """Write atomically: a reader never sees a half-written artifact."""
+    manifest = dict(manifest, format_version=FORMAT_VERSION,
+                    members={n: {"sha256": sha256(b), "size": len(b)} for n, b in members.items()})
+    with atomic_open(path, "wb") as f, zipfile.ZipFile(f, "w") as z:
+        z.writestr(MANIFEST, json.dumps(manifest, indent=2, sort_keys=True), compress_type=zipfile.ZIP_DEFLATED)
+        for name, data in members.items():
+            z.writestr(name, data, compress_type=zipfile.ZIP_DEFLATED if name == LIBRARY else zipfile.ZIP_STORED)
+
+
+def read_manifest(path: str | os.PathLike) -> dict:
+    return read_artifact(path, members=())[0]
+
+
+def read_artifact(path: str | os.PathLike, members=(LIBRARY, WEIGHTS)) -> tuple[dict, dict[str, bytes]]:
+    """Open, check the format version, and verify every requested member against its sha256."""
+    where = str(path)
+    fix = "recompile the model with `kiln compile`, or copy the artifact again"
+    if not Path(path).is_file():
+        raise ArtifactError("no such artifact", where=where, fix="give the path of a .kiln file")
+    try:
+        with zipfile.ZipFile(path) as z:
+            names = set(z.namelist())
+            if MANIFEST not in names:
+                raise ArtifactError("not a Kiln artifact (no manifest.json inside)", where=where, fix=fix)
+            for info in z.infolist():
+                if info.file_size > MAX_MEMBER_BYTES or info.filename.startswith(("/", "..")) or ".." in Path(info.filename).parts:
+                    raise ArtifactError(f"unsafe member {info.filename!r} ({info.file_size} bytes)", where=where, fix=fix)
+            manifest = json.loads(z.read(MANIFEST))
+            _check_manifest(manifest, where)
+            data = {}
+            for name in members:
+                if name not in manifest["members"] or name not in names:
+                    raise ArtifactError(f"member {name!r} is missing", where=where, fix=fix)
+                blob = z.read(name)
+                if sha256(blob) != manifest["members"][name]["sha256"]:
+                    raise ArtifactError(f"checksum mismatch in member {name!r}: the artifact is corrupt or was modified",
+                                        where=where, fix=fix)
+                data[name] = blob
+    except ArtifactError:
+        raise
+    except zipfile.BadZipFile as e:
+        raise ArtifactError(f"not a valid .kiln file (bad zip: {e})", where=where, fix=fix) from None
+    except Exception as e:  # zlib errors, bad CRC, JSON errors, truncated headers: all corruption
+        raise ArtifactError(f"corrupt artifact ({type(e).__name__}: {e})", where=where, fix=fix) from None
+    return manifest, data
+
+
+def _check_manifest(m: dict, where: str) -> None:
+    if not isinstance(m, dict):
+        raise ArtifactError("manifest.json is not an object", where=where, fix="recompile the model")
+    version = m.get("format_version")
+    if version != FORMAT_VERSION:
+        raise IncompatibleArtifactError(f"artifact format version {version!r}, this Kiln reads version {FORMAT_VERSION}",
+                                        where=where, fix="recompile the model with this Kiln version")
+    for key in ("members", "inputs", "outputs", "target", "arch", "cpu_features", "weights", "tvm_version"):
+        if key not in m:
+            raise ArtifactError(f"manifest.json lacks {key!r}", where=where, fix="recompile the model")

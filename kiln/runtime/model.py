@@ -1,0 +1,123 @@
+"""Load a .kiln artifact and run it. Checks, in order, before any model code is loaded: format
+version and every member's checksum, the architecture, the CPU features, the TVM runtime version.
+Then the library is loaded with TVM's runtime library only (TVM_USE_RUNTIME_LIB=1)."""
+from __future__ import annotations
+
+import os
+import sys
+import tempfile
+import threading
+from pathlib import Path
+
+import numpy as np
+
+from ..errors import IncompatibleArtifactError, InputError, OptionsError
+from . import artifact as art
+from .hostinfo import host_arch, missing_cpu_features, physical_cores
+
+_pool_lock = threading.Lock()
+_pool_threads: int | None = None
+
+
+def _import_tvm_runtime():
+    if "tvm" not in sys.modules:
+        os.environ.setdefault("TVM_USE_RUNTIME_LIB", "1")
+    import tvm
+    from tvm.runtime.vm import VirtualMachine
+    return tvm, VirtualMachine
+
+
+def _configure_threads(tvm, n: int) -> None:
+    global _pool_threads
+    if _pool_threads != n:
+        tvm.get_global_func("runtime.config_threadpool")(1, n)
+        _pool_threads = n
+
+
+def load(path: str | os.PathLike, num_threads: int | None = None) -> Model:
+    return Model(path, num_threads=num_threads)
+
+
+class Model:
+    """A loaded artifact. `run({name: array}) -> {output name: array}`. Calls are serialized by a
+    lock (TVM's VM is not thread-safe)."""
+
+    def __init__(self, path: str | os.PathLike, num_threads: int | None = None):
+        self.path = Path(path)
+        where = str(path)
+        if num_threads is not None and (not isinstance(num_threads, int) or num_threads < 1):
+            raise OptionsError(f"num_threads must be a positive integer, got {num_threads!r}", fix="e.g. num_threads=2")
+        self.num_threads = num_threads or physical_cores()
+        manifest, members = art.read_artifact(path)
+        self.manifest = manifest
+        if manifest["arch"] != host_arch():
+            raise IncompatibleArtifactError(f"artifact is built for {manifest['arch']}, this host is {host_arch()}", where=where,
+                                            fix=f"recompile for this host (kiln compile without --target), or run it on a {manifest['arch']} machine")
+        missing = missing_cpu_features(manifest["cpu_features"])
+        if missing:
+            raise IncompatibleArtifactError(f"artifact needs CPU features this host lacks: {', '.join(missing)} "
+                                            f"(built for target {manifest['target']!r})", where=where,
+                                            fix="recompile on this host, or with a --target whose -mcpu this host supports")
+        tvm, VirtualMachine = _import_tvm_runtime()
+        if _minor(tvm.__version__) != _minor(manifest["tvm_version"]):
+            raise IncompatibleArtifactError(f"artifact was built with TVM {manifest['tvm_version']}, this runtime has TVM "
+                                            f"{tvm.__version__}", where=where, fix="recompile it with this Kiln installation")
+        self.inputs = [art.TensorSpec.from_json(d) for d in manifest["inputs"]]
+        self.outputs = [art.TensorSpec.from_json(d) for d in manifest["outputs"]]
+        weights = art.unpack_weights(members[art.WEIGHTS], manifest["weights"], where)
+        with tempfile.TemporaryDirectory(prefix="kiln-load-") as tmp:
+            lib_path = Path(tmp) / art.LIBRARY
+            lib_path.write_bytes(members[art.LIBRARY])
+            lib = tvm.runtime.load_module(str(lib_path))  # dlopen'd: the file may go away after
+        self._tvm = tvm
+        self._dev = tvm.cpu()
+        self._vm = VirtualMachine(lib, self._dev)
+        self._main = self._vm[manifest.get("entry", "main")]
+        self._weights = [tvm.runtime.tensor(w, self._dev) for w in weights]
+        self._lock = threading.Lock()
+
+    def __repr__(self) -> str:
+        ins = ", ".join(f"{s.name}:{'x'.join(map(str, s.shape))}:{s.dtype}" for s in self.inputs)
+        return f"<kiln.Model {self.path.name} target={self.manifest['target']!r} inputs=[{ins}]>"
+
+    def validate(self, feed: dict) -> list[np.ndarray]:
+        if not isinstance(feed, dict):
+            raise InputError(f"inputs must be a dict of name -> array, got {type(feed).__name__}",
+                             fix=f"e.g. run({{{self.inputs[0].name!r}: x}})" if self.inputs else None)
+        names = [s.name for s in self.inputs]
+        missing = [n for n in names if n not in feed]
+        extra = [n for n in feed if n not in names]
+        if missing or extra:
+            what = "; ".join(p for p in (f"missing {missing}" if missing else "", f"unknown {extra}" if extra else "") if p)
+            raise InputError(f"wrong input names: {what}", where=str(self.path), fix=f"the model's inputs are {names}")
+        arrays = []
+        for spec in self.inputs:
+            x = feed[spec.name]
+            x = x if isinstance(x, np.ndarray) else np.asarray(x)
+            if x.dtype != np.dtype(spec.dtype):
+                raise InputError(f"input {spec.name!r} has dtype {x.dtype}, the model expects {spec.dtype}", where=str(self.path),
+                                 fix=f"cast it: x.astype({spec.dtype!r})")
+            if tuple(x.shape) != spec.shape:
+                raise InputError(f"input {spec.name!r} has shape {_fmt(x.shape)}, the model was compiled for {_fmt(spec.shape)}",
+                                 where=str(self.path), fix=f"reshape or resize it, or recompile with --input-shape {spec.name}:{_fmt(x.shape)}")
+            arrays.append(np.ascontiguousarray(x))
+        return arrays
+
+    def run(self, feed: dict) -> dict[str, np.ndarray]:
+        arrays = self.validate(feed)
+        tvm = self._tvm
+        with self._lock, _pool_lock:
+            _configure_threads(tvm, self.num_threads)
+            args = [tvm.runtime.tensor(a, self._dev) for a in arrays]
+            out = self._main(*args, *self._weights)
+            outs = [out] if len(self.outputs) == 1 and hasattr(out, "numpy") else list(out)
+            results = [o.numpy() for o in outs]
+        return {spec.name: r for spec, r in zip(self.outputs, results)}
+
+
+def _minor(version: str) -> str:
+    return ".".join(str(version).split(".")[:2])
+
+
+def _fmt(shape) -> str:
+    return "x".join(map(str, shape)) or "scalar"
