@@ -30,6 +30,8 @@ def load_onnx(path: str | os.PathLike) -> onnx.ModelProto:
         if model.ByteSize() < 2**31 - 1:
             onnx.checker.check_model(model)
     except onnx.checker.ValidationError as e:
+        if "of 'type' is required but missing" in str(e):
+            return model  # undeclared output shapes: onnxruntime runs such models, and so do we
         first = str(e).strip().splitlines()[0]
         raise ModelLoadError(f"invalid ONNX model: {first}", where=str(path), fix=FIX) from None
     return model

@@ -1,0 +1,92 @@
+"""The `kiln` command line, thin over the public API. Exit codes: 0 success, 2 user error (bad
+model, input, artifact or option: one line on stderr), 1 internal error. --debug shows tracebacks."""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import traceback
+
+from .errors import KilnError, OptionsError
+
+
+def _compile(a) -> int:
+    from .compiler import CompileOptions, compile_model
+    opts = CompileOptions.make(target=a.target, input_shapes=a.input_shape, opt_level=a.opt_level,
+                               disabled_passes=tuple(a.disable_pass))
+    r = compile_model(a.model, a.output, opts)
+    m = r.manifest
+    print(f"wrote {r.path} ({r.path.stat().st_size / 1e6:.2f} MB) for {m['target']} in {r.pass_seconds['total']:.1f} s")
+    return 0
+
+
+def _run(a) -> int:
+    import numpy as np
+
+    from ._io import atomic_open
+    from .runtime import load
+    try:
+        with np.load(a.inputs, allow_pickle=False) as z:
+            feed = {k: z[k] for k in z.files}
+    except (OSError, ValueError) as e:
+        raise OptionsError(f"cannot read inputs file: {e}", where=a.inputs, fix="give an .npz whose keys are the model's input names") from None
+    outs = load(a.model, num_threads=a.threads).run(feed)
+    with atomic_open(a.output, "wb") as f:
+        np.savez(f, **outs)
+    print(f"wrote {a.output}: " + ", ".join(f"{k} {'x'.join(map(str, v.shape))} {v.dtype}" for k, v in outs.items()))
+    return 0
+
+
+def _inspect(a) -> int:
+    from .describe import format_text, inspect_path
+    info = inspect_path(a.model)
+    print(json.dumps(info, indent=2) if a.json else format_text(info))
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="kiln", description="Ahead-of-time deep-learning compiler on Apache TVM.")
+    p.add_argument("--debug", action="store_true", help="show full tracebacks")
+    sub = p.add_subparsers(dest="cmd", required=True)
+    c = sub.add_parser("compile", help="compile an ONNX model to a .kiln artifact")
+    c.add_argument("model")
+    c.add_argument("-o", "--output", required=True)
+    c.add_argument("--target", default=None, help="default: the host CPU, detected")
+    c.add_argument("--input-shape", action="append", default=[], metavar="NAME:1x3x224x224")
+    c.add_argument("--opt-level", type=int, default=2)
+    c.add_argument("--disable-pass", action="append", default=[], metavar="NAME")
+    c.set_defaults(fn=_compile)
+    r = sub.add_parser("run", help="run an artifact on inputs from an .npz")
+    r.add_argument("model")
+    r.add_argument("--inputs", required=True, metavar="IN.npz")
+    r.add_argument("-o", "--output", required=True, metavar="OUT.npz")
+    r.add_argument("--threads", type=int, default=None)
+    r.set_defaults(fn=_run)
+    i = sub.add_parser("inspect", help="describe an .onnx model or a .kiln artifact")
+    i.add_argument("model")
+    i.add_argument("--json", action="store_true")
+    i.set_defaults(fn=_inspect)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return args.fn(args)
+    except KilnError as e:
+        if args.debug:
+            traceback.print_exc()
+        print(f"kiln {args.cmd}: error: {e}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print(f"kiln {args.cmd}: interrupted", file=sys.stderr)
+        return 130
+    except Exception as e:  # a bug in Kiln or TVM: say so, keep the trace behind --debug
+        if args.debug:
+            traceback.print_exc()
+        print(f"kiln {args.cmd}: internal error: {type(e).__name__}: {e} (rerun with --debug and report it)", file=sys.stderr)
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
