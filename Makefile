@@ -1,5 +1,5 @@
 # The two set-up commands (README): `make demo` and `make test`. Both create .venv on a fresh machine.
-PY ?= python3.11
+PY ?= $(shell command -v python3.11 || command -v python3)
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed

@@ -25,12 +25,13 @@ def _run(a) -> int:
 
     from ._io import atomic_open
     from .runtime import load
+    model = load(a.model, num_threads=a.threads)  # the artifact is checked before the inputs are read
     try:
         with np.load(a.inputs, allow_pickle=False) as z:
             feed = {k: z[k] for k in z.files}
     except (OSError, ValueError) as e:
         raise OptionsError(f"cannot read inputs file: {e}", where=a.inputs, fix="give an .npz whose keys are the model's input names") from None
-    outs = load(a.model, num_threads=a.threads).run(feed)
+    outs = model.run(feed)
     with atomic_open(a.output, "wb") as f:
         np.savez(f, **outs)
     print(f"wrote {a.output}: " + ", ".join(f"{k} {'x'.join(map(str, v.shape))} {v.dtype}" for k, v in outs.items()))

@@ -23,7 +23,7 @@ def load_onnx(path: str | os.PathLike) -> onnx.ModelProto:
         raise ModelLoadError("the file holds no ONNX graph (empty or not an ONNX model)", where=str(path), fix=FIX)
     try:
         onnx.load_external_data_for_model(model, str(path.parent))
-    except (OSError, ValueError) as e:
+    except (OSError, ValueError, onnx.checker.ValidationError) as e:
         raise ModelLoadError(f"cannot read the model's external weight data: {e}", where=str(path),
                              fix="keep the external data files beside the .onnx file, with the names it references") from None
     try:

@@ -107,7 +107,8 @@ def read_artifact(path: str | os.PathLike, members=(LIBRARY, WEIGHTS)) -> tuple[
     except ArtifactError:
         raise
     except zipfile.BadZipFile as e:
-        raise ArtifactError(f"not a valid .kiln file (bad zip: {e})", where=where, fix=fix) from None
+        what = f"corrupt artifact ({e})" if "CRC" in str(e) else f"not a valid .kiln file (bad zip: {e})"
+        raise ArtifactError(what, where=where, fix=fix) from None
     except Exception as e:  # zlib errors, bad CRC, JSON errors, truncated headers: all corruption
         raise ArtifactError(f"corrupt artifact ({type(e).__name__}: {e})", where=where, fix=fix) from None
     return manifest, data

@@ -52,9 +52,10 @@ def _setup(node, em: Emitter, shapes, consts, where, gates: int, default_acts: l
     return a, ins, x, ndir, direction, acts, T, B, H, W, R, Bias
 
 
-def _initial(em: Emitter, ins, idx, d, B, H, dtype) -> str:
+def _initial(em: Emitter, ins, idx, d, B, H, dtype, layout: int) -> str:
+    """Initial state of direction d: [dirs, B, H] (layout 0) or [B, dirs, H] (layout 1)."""
     if ins[idx]:
-        return em.reshape(em.take(ins[idx], d), [B, H])
+        return em.reshape(em.take(ins[idx], d, axis=1 if layout else 0), [B, H])
     return em.const(np.zeros((B, H), dtype), "zeros")
 
 
@@ -99,7 +100,8 @@ def decompose_lstm(node, em: Emitter, shapes, consts, where) -> None:
         f, g, hact = acts[3 * d: 3 * d + 3]
         xw = em.op("Add", [em.op("MatMul", [x, em.const(W[d].T.copy(), "Wt")]), em.const(Bias[d][:4 * H] + Bias[d][4 * H:], "b")])
         rt = em.const(R[d].T.copy(), "Rt")
-        h, c = _initial(em, ins, 5, d, B, H, W.dtype), _initial(em, ins, 6, d, B, H, W.dtype)
+        layout = a.get("layout", 0)
+        h, c = _initial(em, ins, 5, d, B, H, W.dtype, layout), _initial(em, ins, 6, d, B, H, W.dtype, layout)
         ys = {}
         for t in _steps(direction, d, T):
             gates = em.op("Add", [em.reshape(em.take(xw, t), [B, 4 * H]), em.op("MatMul", [h, rt])])
@@ -128,7 +130,7 @@ def decompose_gru(node, em: Emitter, shapes, consts, where) -> None:
         xw = em.op("Add", [em.op("MatMul", [x, em.const(W[d].T.copy(), "Wt")]), em.const(wb, "wb")])
         rt_zr, rt_h = em.const(R[d][:2 * H].T.copy(), "Rzr"), em.const(R[d][2 * H:].T.copy(), "Rh")
         rb_zr, rb_h = em.const(rb[:2 * H], "rbzr"), em.const(rb[2 * H:], "rbh")
-        h = _initial(em, ins, 5, d, B, H, W.dtype)
+        h = _initial(em, ins, 5, d, B, H, W.dtype, a.get("layout", 0))
         ys = {}
         for t in _steps(direction, d, T):
             xt = em.reshape(em.take(xw, t), [B, 3 * H])
