@@ -67,3 +67,63 @@ def test_python_dash_m_kiln(small_artifact):
     r = subprocess.run([sys.executable, "-m", "kiln", "run", str(small_artifact) + ".nope", "--inputs", "x.npz", "-o", "y.npz"],
                        capture_output=True, text=True, timeout=120)
     assert r.returncode == 2 and r.stderr.startswith("kiln run: error:") and "no such artifact" in r.stderr
+
+
+def _flip_weights_byte(src, dst):
+    import zipfile
+    data = bytearray(src.read_bytes())
+    with zipfile.ZipFile(src) as z:
+        info = z.getinfo("weights.bin")
+    data[info.header_offset + 30 + len(info.filename) + len(info.extra) + info.compress_size // 2] ^= 0xFF
+    dst.write_bytes(bytes(data))
+
+
+def _two_unsupported(path):
+    import onnx
+    from onnx import helper
+    g = helper.make_graph([helper.make_node("Det", ["x"], ["a"], name="d0"), helper.make_node("Relu", ["a"], ["y"], name="r0"),
+                           helper.make_node("Einsum", ["x"], ["z"], equation="ii->i", name="e0"),
+                           helper.make_node("StringNormalizer", ["x"], ["s"], name="s0")], "g",
+                          [helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [3, 3])],
+                          [helper.make_tensor_value_info(n, onnx.TensorProto.FLOAT, None) for n in "yzs"])
+    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]), path)
+
+
+@pytest.mark.parametrize("case", ["truncated", "unsupported", "unpinned", "name", "shape", "dtype", "flipped", "feature", "notzip"])
+def test_every_bad_input_exits_2(tmp_path, small_onnx_path, small_artifact, capsys, case):
+    out = str(tmp_path / "o")
+    if case in ("truncated", "unsupported", "unpinned"):
+        model = tmp_path / "m.onnx"
+        if case == "truncated":
+            model.write_bytes(small_onnx_path.read_bytes()[:-40])
+        elif case == "unsupported":
+            _two_unsupported(model)
+        else:
+            model = small_onnx_path
+        argv, expect = ["compile", str(model), "-o", out + ".kiln"], {
+            "truncated": "not a readable ONNX model", "unsupported": "Det", "unpinned": "dynamic input dimensions must be pinned"}[case]
+    elif case in ("name", "shape", "dtype"):
+        feed = {"name": {"x": np.zeros((1, 3, 8, 8), np.float32)}, "shape": {"input": np.zeros((2, 3, 8, 8), np.float32)},
+                "dtype": {"input": np.zeros((1, 3, 8, 8), np.int32)}}[case]
+        np.savez(tmp_path / "in.npz", **feed)
+        argv, expect = ["run", str(small_artifact), "--inputs", str(tmp_path / "in.npz"), "-o", out + ".npz"], {
+            "name": "wrong input names", "shape": "has shape 2x3x8x8", "dtype": "has dtype int32"}[case]
+    else:
+        art = tmp_path / "a.kiln"
+        if case == "flipped":
+            _flip_weights_byte(small_artifact, art)
+            expect = "corrupt"
+        elif case == "feature":
+            from tests_runtime_helpers import rewrite_manifest_features
+            rewrite_manifest_features(small_artifact, art)
+            expect = "CPU features this host lacks"
+        else:
+            art.write_bytes(b"\x7fELF" + bytes(200))
+            expect = "not a valid .kiln file"
+        argv = ["run", str(art), "--inputs", str(tmp_path / "in.npz"), "-o", out + ".npz"]
+    assert main(argv) == 2
+    err = _err(capsys)
+    assert expect in err
+    if case == "unsupported":
+        assert "2 unsupported op type(s)" in err and "StringNormalizer" in err and "first node 'd0'" in err
+    assert not any(p.name.startswith("o") for p in tmp_path.iterdir())  # nothing half-written

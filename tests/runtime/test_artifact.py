@@ -1,5 +1,4 @@
 """Artifact integrity: the runtime refuses anything it cannot trust, before loading code."""
-import json
 import shutil
 import zipfile
 
@@ -8,8 +7,8 @@ import pytest
 
 import kiln
 from kiln.runtime import artifact as art
-from kiln.runtime.hostinfo import LLVM_TO_CPUINFO, host_arch, host_cpu_flags
-from kiln.target import ISA_FEATURES
+from kiln.runtime.hostinfo import host_arch
+from tests_runtime_helpers import rewrite_manifest, rewrite_manifest_features
 
 
 def _member_data_offset(path, name) -> tuple[int, int]:
@@ -19,17 +18,6 @@ def _member_data_offset(path, name) -> tuple[int, int]:
         f.seek(info.header_offset + 26)
         n, m = int.from_bytes(f.read(2), "little"), int.from_bytes(f.read(2), "little")
     return info.header_offset + 30 + n + m, info.compress_size
-
-
-def _rewrite_manifest(src, dst, **changes):
-    with zipfile.ZipFile(src) as z:
-        members = {n: z.read(n) for n in z.namelist()}
-    man = json.loads(members[art.MANIFEST])
-    man.update(changes)
-    members[art.MANIFEST] = json.dumps(man).encode()
-    with zipfile.ZipFile(dst, "w") as z:
-        for n, d in members.items():
-            z.writestr(n, d)
 
 
 def test_manifest_contents(small_artifact):
@@ -74,10 +62,8 @@ def test_not_a_zip(tmp_path):
 
 
 def test_missing_cpu_feature_is_refused(tmp_path, small_artifact):
-    flags = host_cpu_flags()
-    lacking = next((f for f in ISA_FEATURES if LLVM_TO_CPUINFO.get(f, f) not in flags), "kiln-test-isa")
     p = tmp_path / "f.kiln"
-    _rewrite_manifest(small_artifact, p, cpu_features=art.read_manifest(small_artifact)["cpu_features"] + [lacking])
+    lacking = rewrite_manifest_features(small_artifact, p)
     with pytest.raises(kiln.IncompatibleArtifactError, match=f"CPU features this host lacks: {lacking}") as e:
         kiln.load(p)
     assert "recompile on this host" in str(e.value)
@@ -85,10 +71,10 @@ def test_missing_cpu_feature_is_refused(tmp_path, small_artifact):
 
 def test_wrong_arch_and_format_version(tmp_path, small_artifact):
     p = tmp_path / "a.kiln"
-    _rewrite_manifest(small_artifact, p, arch="riscv64")
+    rewrite_manifest(small_artifact, p, arch="riscv64")
     with pytest.raises(kiln.IncompatibleArtifactError, match="built for riscv64"):
         kiln.load(p)
-    _rewrite_manifest(small_artifact, p, format_version=99)
+    rewrite_manifest(small_artifact, p, format_version=99)
     with pytest.raises(kiln.IncompatibleArtifactError, match="format version 99"):
         kiln.load(p)
 
