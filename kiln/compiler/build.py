@@ -1,8 +1,9 @@
-"""ONNX model -> one .kiln artifact: import, run the pipeline, lift the weights, build with TVM,
-export the library, write the artifact atomically with its manifest."""
+"""ONNX model -> one .kiln artifact: import, optimize (the report), build with TVM, export the
+library, write the artifact (and the report) atomically."""
 from __future__ import annotations
 
 import dataclasses
+import json
 import os
 import shutil
 import tempfile
@@ -12,13 +13,14 @@ from pathlib import Path
 import onnx
 
 from .. import __version__
+from .._io import atomic_write_text
 from ..errors import CompileError, KilnError
 from ..frontends.importer import import_onnx
 from ..runtime import artifact as art
 from ..runtime.hostinfo import host_arch
+from .autolayout import choose_layout
+from .optimize import optimize
 from .options import CompileOptions
-from .passes import LiftWeights
-from .pipeline import pipeline_for
 
 CROSS_COMPILERS = {"aarch64": "aarch64-linux-gnu-g++"}
 
@@ -27,42 +29,64 @@ CROSS_COMPILERS = {"aarch64": "aarch64-linux-gnu-g++"}
 class CompileResult:
     path: Path
     manifest: dict
-    pass_seconds: dict[str, float]
+    report: dict
+
+    @property
+    def pass_seconds(self) -> dict:
+        return self.report["pass_seconds"]
 
 
-def compile_model(model: str | os.PathLike | onnx.ModelProto, output: str | os.PathLike,
-                  options: CompileOptions | None = None, **kwargs) -> CompileResult:
-    """Compile an ONNX model (path or proto) into the artifact `output`. kwargs build the options
-    (target=, input_shapes=, opt_level=, disabled_passes=) when `options` is not given."""
+def _where(model) -> str:
+    return "<model>" if isinstance(model, onnx.ModelProto) else str(model)
+
+
+def build_executable(mod, options: CompileOptions, where: str):
     import tvm
-
-    options = options or CompileOptions.make(**kwargs)
-    where = "<model>" if isinstance(model, onnx.ModelProto) else str(model)
-    t0 = time.perf_counter()
-    imported = import_onnx(model, options.shapes)
-    timings = {"import": time.perf_counter() - t0}
-    target = options.target.tvm()
-    specs = pipeline_for(options.target.kind, options.opt_level, options.disabled_passes)
-    mod = imported.mod
-    lift = LiftWeights()
     try:
-        with target, tvm.transform.PassContext(opt_level=3):
-            for spec in specs:
-                t = time.perf_counter()
-                mod = spec.make()(mod)
-                timings[spec.name] = time.perf_counter() - t
-            mod = lift(mod)
-            t = time.perf_counter()
-            exe = tvm.compile(mod, target=target)
-            timings["tvm.compile"] = time.perf_counter() - t
-        library = _export(exe, options.target.arch, where)
+        with options.target.tvm():
+            return tvm.compile(mod, target=options.target.tvm())
     except KilnError:
         raise
     except Exception as e:
         msg = str(e).strip().splitlines()
         raise CompileError(f"TVM failed to build the model: {type(e).__name__}: {msg[-1] if msg else ''}", where=where,
                            fix="rerun with --debug for the full trace") from None
-    weights_blob, weights_index = art.pack_weights(lift.weights)
+
+
+def analyze_model(model, options: CompileOptions | None = None, **kwargs) -> dict:
+    """The optimization report without building (what `kiln inspect --passes` prints)."""
+    options = options or CompileOptions.make(**kwargs)
+    t0 = time.perf_counter()
+    imported = import_onnx(model, options.shapes)
+    layout = options.layout if options.layout != "auto" else "NCHW"
+    report = optimize(imported.mod, options, layout=layout).report
+    report["pass_seconds"] = {"import": round(time.perf_counter() - t0, 4), **report["pass_seconds"]}
+    return report
+
+
+def compile_model(model: str | os.PathLike | onnx.ModelProto, output: str | os.PathLike,
+                  options: CompileOptions | None = None, report_path: str | os.PathLike | None = None, **kwargs) -> CompileResult:
+    """Compile an ONNX model (path or proto) into the artifact `output`. kwargs build the options
+    (target=, input_shapes=, opt_level=, disabled_passes=, layout=) when `options` is not given."""
+    import tvm
+
+    options = options or CompileOptions.make(**kwargs)
+    where = _where(model)
+    t0 = time.perf_counter()
+    imported = import_onnx(model, options.shapes)
+    import_s = time.perf_counter() - t0
+    layout, layout_ms = options.layout, None
+    if layout == "auto":
+        layout, layout_ms = choose_layout(imported.mod, options, where)
+    opt = optimize(imported.mod, options, layout=layout)
+    report = opt.report
+    t = time.perf_counter()
+    exe = build_executable(opt.mod, options, where)
+    library = _export(exe, options.target.arch, where)
+    report["pass_seconds"] = {"import": round(import_s, 4), **report["pass_seconds"], "tvm.compile": round(time.perf_counter() - t, 4)}
+    if layout_ms is not None:
+        report["layout_candidates_ms"] = layout_ms
+    weights_blob, weights_index = art.pack_weights(opt.weights)
     manifest = {
         "kiln_version": __version__,
         "tvm_version": tvm.__version__,
@@ -74,14 +98,17 @@ def compile_model(model: str | os.PathLike | onnx.ModelProto, output: str | os.P
         "outputs": [s.to_json() for s in imported.outputs],
         "weights": weights_index,
         "entry": "main",
-        "compile_options": options.to_json(),
+        "compile_options": dict(options.to_json(), layout_chosen=layout),
         "source": {"file": Path(where).name, "opsets": imported.opsets},
         "import_stats": imported.stats,
+        "kernels": report["kernels"],
         "created_unix": int(time.time()),
     }
     art.write_artifact(output, manifest, {art.LIBRARY: library, art.WEIGHTS: weights_blob})
-    timings["total"] = time.perf_counter() - t0
-    return CompileResult(Path(output), manifest, timings)
+    report["pass_seconds"]["total"] = round(time.perf_counter() - t0, 4)
+    if report_path is not None:
+        atomic_write_text(report_path, json.dumps(report, indent=2))
+    return CompileResult(Path(output), manifest, report)
 
 
 def _export(exe, arch: str, where: str) -> bytes:

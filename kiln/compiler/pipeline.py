@@ -1,6 +1,11 @@
-"""The compile pipeline as data: an ordered list of named passes per target kind. `--disable-pass`
-removes entries by name; `--opt-level` drops passes whose level is above it. Adding a pass is
-adding a row."""
+"""The compile pipeline as data: ordered rows of (name, factory, opt level, required) per target
+kind. `--disable-pass NAME` drops every row of that name; `--opt-level N` drops rows above N.
+Adding a pass is adding a row.
+
+  level 0  what the build needs: legalization to TIR
+  level 1  graph clean-up: constants, no-ops, BatchNorm folding, dead code, TVM's fusion
+  level 2  epilogue fusion and layout conversion (the default)
+"""
 from __future__ import annotations
 
 import dataclasses
@@ -9,40 +14,51 @@ from typing import Callable
 from tvm import relax
 
 from ..errors import OptionsError
+from . import passes as kp
 
 
 @dataclasses.dataclass(frozen=True)
 class PassSpec:
     name: str
-    make: Callable  # () -> tvm pass
-    opt_level: int  # runs when options.opt_level >= this
-    required: bool = False  # cannot be disabled: the build needs it
+    make: Callable  # (options) -> tvm pass
+    opt_level: int
+    required: bool = False
+    graph: bool = True  # Kiln's graph passes (before lowering); ops_after is measured after them
 
 
-# Relax-level passes, in order. Legalize/Annotate/FuseOps/FuseTIR are what TVM's own "zero"
-# pipeline runs; tvm.compile does not fuse on CPU by itself (facts.md).
 CPU_PIPELINE: list[PassSpec] = [
-    PassSpec("DecomposeOpsForInference", relax.transform.DecomposeOpsForInference, 0, required=True),
-    PassSpec("FoldConstant", relax.transform.FoldConstant, 1),
-    PassSpec("LegalizeOps", relax.transform.LegalizeOps, 0, required=True),
-    PassSpec("AnnotateTIROpPattern", relax.transform.AnnotateTIROpPattern, 0, required=True),
-    PassSpec("FoldConstantTIR", relax.transform.FoldConstant, 1),
-    PassSpec("FuseOps", relax.transform.FuseOps, 1),
-    PassSpec("FuseTIR", relax.transform.FuseTIR, 1),
-    PassSpec("DeadCodeElimination", relax.transform.DeadCodeElimination, 1),
+    PassSpec("FoldConstants", lambda o: kp.FoldConstants(), 1),
+    PassSpec("CanonicalizeClip", lambda o: kp.CanonicalizeClip(), 1),
+    PassSpec("RemoveNoOps", lambda o: kp.RemoveNoOps(), 1),
+    PassSpec("FoldBatchNorm", lambda o: kp.FoldBatchNorm(), 1),
+    PassSpec("ConvertLayout", lambda o: kp.ConvertLayout(o.layout), 2),
+    PassSpec("DeadCode", lambda o: kp.DeadCode(), 1),
+    PassSpec("DecomposeOpsForInference", lambda o: relax.transform.DecomposeOpsForInference(), 0, required=True),
+    PassSpec("FuseEpilogue", lambda o: kp.FuseEpilogue(), 2),
+    # lowering: TVM's passes (tvm.compile does not fuse on CPU by itself)
+    PassSpec("LegalizeOps", lambda o: relax.transform.LegalizeOps(), 0, required=True, graph=False),
+    PassSpec("AnnotateTIROpPattern", lambda o: relax.transform.AnnotateTIROpPattern(), 0, required=True, graph=False),
+    PassSpec("FoldConstantTIR", lambda o: relax.transform.FoldConstant(), 1, graph=False),
+    PassSpec("FuseOps", lambda o: relax.transform.FuseOps(), 1, graph=False),
+    PassSpec("FuseTIR", lambda o: relax.transform.FuseTIR(), 0, required=True, graph=False),
+    PassSpec("DeadCodeElimination", lambda o: relax.transform.DeadCodeElimination(["main"]), 0, required=True, graph=False),
 ]
 
 PIPELINES = {"llvm": CPU_PIPELINE}
 
 
+def pass_names(target_kind: str = "llvm") -> list[str]:
+    return list(dict.fromkeys(s.name for s in PIPELINES[target_kind]))
+
+
 def pipeline_for(target_kind: str, opt_level: int, disabled: tuple[str, ...] = ()) -> list[PassSpec]:
     specs = PIPELINES[target_kind]
-    names = [s.name for s in specs]
+    names = pass_names(target_kind)
     unknown = [d for d in disabled if d not in names]
     if unknown:
         raise OptionsError(f"unknown pass name(s) {unknown}", fix=f"passes are: {', '.join(names)}")
-    required = [d for d in disabled if next(s for s in specs if s.name == d).required]
+    required = sorted({d for d in disabled if any(s.name == d and s.required for s in specs)})
     if required:
         raise OptionsError(f"pass(es) {required} cannot be disabled: the build needs them",
-                           fix=f"optional passes are: {', '.join(s.name for s in specs if not s.required)}")
+                           fix=f"optional passes are: {', '.join(n for n in names if not any(s.name == n and s.required for s in specs))}")
     return [s for s in specs if s.name not in disabled and s.opt_level <= opt_level]

@@ -37,7 +37,7 @@ def prepare_onnx(model: onnx.ModelProto, input_shapes=None, where: str = "<model
     preflight.check_supported(simple, where, constant_ifs_folded=True)
     if any(n.op_type in REWRITES for n in simple.graph.node):
         consts = {i.name: numpy_helper.to_array(i) for i in simple.graph.initializer}
-        stats["decomposed"] = decompose(simple, simplify_mod._static_shapes(simple), consts, where)
+        stats["rewritten"] = decompose(simple, simplify_mod._static_shapes(simple), consts, where)
         simplify_mod._write_constants(simple.graph, consts)
     return simple, stats
 

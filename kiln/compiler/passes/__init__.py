@@ -1,4 +1,11 @@
-"""Kiln's own Relax passes, one per file."""
+"""Kiln's own Relax passes, one per file. Each records what it did in `.stats`."""
+from .canonicalize_clip import CanonicalizeClip
+from .convert_layout import ConvertLayout
+from .dead_code import DeadCode
+from .fold_batchnorm import FoldBatchNorm
+from .fold_constants import FoldConstants
+from .fuse_epilogue import FuseEpilogue
 from .lift_weights import LiftWeights
+from .remove_noops import RemoveNoOps
 
-__all__ = ["LiftWeights"]
+__all__ = ["CanonicalizeClip", "ConvertLayout", "DeadCode", "FoldBatchNorm", "FoldConstants", "FuseEpilogue", "LiftWeights", "RemoveNoOps"]

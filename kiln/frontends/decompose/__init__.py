@@ -7,6 +7,7 @@ import onnx
 from .emitter import Emitter
 from .rnn import decompose_gru, decompose_lstm
 
+# op type -> rewrite(node, emitter, shapes, consts, where); a rewrite may return False to keep the node
 REWRITES = {"LSTM": decompose_lstm, "GRU": decompose_gru}
 
 
@@ -19,7 +20,9 @@ def decompose(model: onnx.ModelProto, shapes: dict, consts: dict, where: str) ->
             out.append(node)
             continue
         em = Emitter(node.name or f"{node.op_type}_{count}", consts)
-        fn(node, em, shapes, consts, where)
+        if fn(node, em, shapes, consts, where) is False:
+            out.append(node)
+            continue
         out.extend(em.nodes)
         count += 1
     del g.node[:]

@@ -1,0 +1,82 @@
+"""Read-only measurements of a Relax module for the optimization report: op histograms, compiled
+kernels, tensor bytes before and after static memory planning."""
+from __future__ import annotations
+
+import numpy as np
+import tvm
+from tvm import relax
+
+
+def _calls(func) -> list[relax.Call]:
+    found = []
+    relax.analysis.post_order_visit(func.body, lambda e: found.append(e) if isinstance(e, relax.Call) else None)
+    return found
+
+
+def op_histogram(mod: tvm.IRModule, func: str = "main") -> dict[str, int]:
+    """High-level Relax ops executed by `func`, per call site: a call to a fused Relax function
+    counts the ops inside it (call_tir kernels count as call_tir)."""
+    hist: dict[str, int] = {}
+
+    def add(f, times: int = 1):
+        for call in _calls(f):
+            if isinstance(call.op, tvm.ir.Op):
+                name = call.op.name.removeprefix("relax.")
+                hist[name] = hist.get(name, 0) + times
+            elif isinstance(call.op, tvm.ir.GlobalVar) and isinstance(mod[call.op], relax.Function):
+                add(mod[call.op], times)
+    add(mod[func])
+    return dict(sorted(hist.items(), key=lambda kv: (-kv[1], kv[0])))
+
+
+def count_op(mod: tvm.IRModule, op_name: str) -> int:
+    return op_histogram(mod).get(op_name.removeprefix("relax."), 0)
+
+
+def kernels(mod: tvm.IRModule, func: str = "main") -> list[str]:
+    """The compiled kernels `func` calls, in call order (one entry per call_tir)."""
+    out = []
+    for call in _calls(mod[func]):
+        if isinstance(call.op, tvm.ir.Op) and call.op.name == "relax.call_tir":
+            out.append(str(call.args[0].name_hint))
+    return out
+
+
+def _nbytes(ty) -> int:
+    if isinstance(ty, relax.TensorType) and ty.shape is not None:
+        try:
+            return int(np.prod([int(v) for v in ty.shape.values])) * tvm.runtime.DataType(ty.dtype).bits // 8
+        except (TypeError, ValueError):
+            return 0
+    if isinstance(ty, relax.TupleType):
+        return sum(_nbytes(f) for f in ty.fields)
+    return 0
+
+
+def activation_bytes_naive(mod: tvm.IRModule, func: str = "main") -> int:
+    """Sum of every intermediate tensor `func` computes (each call_tir output), model outputs excluded."""
+    f = mod[func]
+    returned = set()
+    relax.analysis.post_order_visit(f.body.body, lambda e: returned.add(e) if isinstance(e, relax.Var) else None)
+    total = 0
+    for block in f.body.blocks:
+        for b in block.bindings:
+            v = b.value
+            if isinstance(v, relax.Call) and isinstance(v.op, tvm.ir.Op) and v.op.name == "relax.call_tir" and b.var not in returned:
+                total += _nbytes(b.var.ty)
+    return total
+
+
+def planned_storage(mod: tvm.IRModule, func: str = "main") -> tuple[int, int]:
+    """(bytes, buffers) of the storage TVM's StaticPlanBlockMemory allocates for `func`'s
+    intermediates, reusing buffers whose lifetimes do not overlap."""
+    seq = tvm.transform.Sequential([relax.transform.RewriteDataflowReshape(), relax.transform.ToNonDataflow(),
+                                    relax.transform.RemovePurityChecking(), relax.transform.CallTIRRewrite(),
+                                    relax.transform.StaticPlanBlockMemory()])
+    planned = seq(mod)
+    total = count = 0
+    for call in _calls(planned[func]):
+        if isinstance(call.op, tvm.ir.Op) and call.op.name == "relax.memory.alloc_storage":
+            total += int(call.args[0].values[0])
+            count += 1
+    return total, count

@@ -1,0 +1,57 @@
+"""Run the pipeline on an imported model and measure what it did: the optimization report."""
+from __future__ import annotations
+
+import dataclasses
+import time
+from collections import Counter
+
+import tvm
+
+from . import analysis
+from .options import CompileOptions
+from .passes import LiftWeights
+from .pipeline import pipeline_for
+
+COUNTERS = ("batchnorm_folded", "constants_folded", "noops_removed", "layout_transforms", "epilogues_fused", "dead_removed")
+
+
+@dataclasses.dataclass
+class Optimized:
+    mod: tvm.IRModule
+    weights: list
+    report: dict
+
+
+def optimize(mod: tvm.IRModule, options: CompileOptions, layout: str | None = None) -> Optimized:
+    """Pipeline + weight lifting. `layout` overrides options.layout (used by layout=auto)."""
+    if layout is not None:
+        options = dataclasses.replace(options, layout=layout)
+    report: dict = {"ops_before": analysis.op_histogram(mod), "batchnorm_total": analysis.count_op(mod, "nn.batch_norm"),
+                    **{k: 0 for k in COUNTERS}, "layout": options.layout, "pass_seconds": {}}
+    specs = pipeline_for(options.target.kind, options.opt_level, options.disabled_passes)
+    seconds: Counter = Counter()
+    with options.target.tvm(), tvm.transform.PassContext(opt_level=3):
+        for spec in specs:
+            if not spec.graph and "ops_after" not in report:
+                report["ops_after"] = analysis.op_histogram(mod)
+            p = spec.make(options)
+            t = time.perf_counter()
+            mod = p(mod)
+            seconds[spec.name] += time.perf_counter() - t
+            for k, v in getattr(p, "stats", {}).items():
+                report[k] = report.get(k, 0) + v
+        lift = LiftWeights()
+        t = time.perf_counter()
+        mod = lift(mod)
+        seconds["LiftWeights"] += time.perf_counter() - t
+    report.setdefault("ops_after", analysis.op_histogram(mod))
+    calls = analysis.kernels(mod)
+    report["kernels"] = len(calls)
+    report["fused_groups"] = [{"name": n, "calls": c} for n, c in Counter(calls).most_common() if n.startswith("fused_")]
+    report["weights_bytes"] = int(sum(w.nbytes for w in lift.weights))
+    report["activation_bytes_naive"] = analysis.activation_bytes_naive(mod)
+    t = time.perf_counter()
+    report["activation_bytes_planned"], report["buffers_planned"] = analysis.planned_storage(mod)
+    seconds["MemoryPlanAnalysis"] += time.perf_counter() - t
+    report["pass_seconds"] = {k: round(v, 4) for k, v in seconds.items()}
+    return Optimized(mod, lift.weights, report)
