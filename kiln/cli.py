@@ -10,11 +10,15 @@ import traceback
 from .errors import KilnError, OptionsError
 
 
+def _options(a):
+    from .compiler import CompileOptions
+    return CompileOptions.make(target=a.target, input_shapes=a.input_shape, opt_level=a.opt_level,
+                               disabled_passes=tuple(a.disable_pass), layout=a.layout)
+
+
 def _compile(a) -> int:
-    from .compiler import CompileOptions, compile_model
-    opts = CompileOptions.make(target=a.target, input_shapes=a.input_shape, opt_level=a.opt_level,
-                               disabled_passes=tuple(a.disable_pass))
-    r = compile_model(a.model, a.output, opts)
+    from .compiler import compile_model
+    r = compile_model(a.model, a.output, _options(a), report_path=a.report)
     m = r.manifest
     print(f"wrote {r.path} ({r.path.stat().st_size / 1e6:.2f} MB) for {m['target']} in {r.pass_seconds['total']:.1f} s")
     return 0
@@ -40,9 +44,23 @@ def _run(a) -> int:
 
 def _inspect(a) -> int:
     from .describe import format_text, inspect_path
+    if a.passes:
+        from .compiler.build import analyze_model
+        from .compiler.report import format_report
+        report = analyze_model(a.model, _options(a))
+        print(json.dumps(report, indent=2) if a.json else format_report(report))
+        return 0
     info = inspect_path(a.model)
     print(json.dumps(info, indent=2) if a.json else format_text(info))
     return 0
+
+
+def _pipeline_flags(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--target", default=None, help="default: the host CPU, detected")
+    p.add_argument("--input-shape", action="append", default=[], metavar="NAME:1x3x224x224")
+    p.add_argument("--opt-level", type=int, default=2, help="0: lowering only, 1: + graph clean-up, 2: + fusion (default)")
+    p.add_argument("--disable-pass", action="append", default=[], metavar="NAME", help="repeatable")
+    p.add_argument("--layout", default="NCHW", help="NCHW (default), NHWC, or auto (measure both on this host)")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -52,10 +70,8 @@ def build_parser() -> argparse.ArgumentParser:
     c = sub.add_parser("compile", help="compile an ONNX model to a .kiln artifact")
     c.add_argument("model")
     c.add_argument("-o", "--output", required=True)
-    c.add_argument("--target", default=None, help="default: the host CPU, detected")
-    c.add_argument("--input-shape", action="append", default=[], metavar="NAME:1x3x224x224")
-    c.add_argument("--opt-level", type=int, default=2)
-    c.add_argument("--disable-pass", action="append", default=[], metavar="NAME")
+    _pipeline_flags(c)
+    c.add_argument("--report", default=None, metavar="REPORT.json", help="write the optimization report")
     c.set_defaults(fn=_compile)
     r = sub.add_parser("run", help="run an artifact on inputs from an .npz")
     r.add_argument("model")
@@ -66,6 +82,8 @@ def build_parser() -> argparse.ArgumentParser:
     i = sub.add_parser("inspect", help="describe an .onnx model or a .kiln artifact")
     i.add_argument("model")
     i.add_argument("--json", action="store_true")
+    i.add_argument("--passes", action="store_true", help="run the pipeline (no build) and print the optimization report")
+    _pipeline_flags(i)
     i.set_defaults(fn=_inspect)
     return p
 

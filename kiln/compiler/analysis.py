@@ -67,6 +67,16 @@ def activation_bytes_naive(mod: tvm.IRModule, func: str = "main") -> int:
     return total
 
 
+def activation_bytes_unfused(mod: tvm.IRModule, func: str = "main") -> int:
+    """Sum of every op output in `func` as imported (before any pass): no fusion, no planning."""
+    total = 0
+    for block in mod[func].body.blocks:
+        for b in block.bindings:
+            if isinstance(b.value, relax.Call):
+                total += _nbytes(b.var.ty)
+    return total
+
+
 def planned_storage(mod: tvm.IRModule, func: str = "main") -> tuple[int, int]:
     """(bytes, buffers) of the storage TVM's StaticPlanBlockMemory allocates for `func`'s
     intermediates, reusing buffers whose lifetimes do not overlap."""

@@ -27,6 +27,7 @@ def optimize(mod: tvm.IRModule, options: CompileOptions, layout: str | None = No
     if layout is not None:
         options = dataclasses.replace(options, layout=layout)
     report: dict = {"ops_before": analysis.op_histogram(mod), "batchnorm_total": analysis.count_op(mod, "nn.batch_norm"),
+                    "activation_bytes_unfused": analysis.activation_bytes_unfused(mod),
                     **{k: 0 for k in COUNTERS}, "layout": options.layout, "pass_seconds": {}}
     specs = pipeline_for(options.target.kind, options.opt_level, options.disabled_passes)
     seconds: Counter = Counter()

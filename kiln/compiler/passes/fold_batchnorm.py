@@ -47,6 +47,8 @@ class FoldBatchNorm:
 
     def _rewrite(self, expr, m):
         bn = m[self.bn]
+        if bn.attrs.training:  # batch statistics at run time: nothing to fold
+            return expr
         prod = next(m[p] for p in self.producers if p in m)
         out_ty = prod.ty
         rank = len(out_ty.shape.values)
@@ -73,6 +75,7 @@ class FoldBatchNorm:
         return relax.op.add(new_prod, relax.const(shift.astype(str(out_ty.dtype)).reshape(bias_shape)))
 
     def transform_module(self, mod: tvm.IRModule, ctx) -> tvm.IRModule:
+        mod = tvm.IRModule(dict(mod.functions), attrs=mod.attrs)  # never mutate the caller's module
         for gv, func in list(mod.functions.items()):
             if isinstance(func, relax.Function) and "Primitive" not in (func.attrs or {}):
                 mod[gv] = rewrite_call(self.pattern, self._rewrite, func)

@@ -44,6 +44,6 @@ class LiftWeights:
         body = lifter.visit_expr(f.body)
         self.weights = lifter.values
         new = relax.Function(list(f.params) + lifter.params, body, f.ret_ty, f.is_pure, f.attrs, f.span)
-        mod = mod.clone() if hasattr(mod, "clone") else tvm.IRModule(dict(mod.functions), attrs=mod.attrs)
+        mod = tvm.IRModule(dict(mod.functions), attrs=mod.attrs)  # never mutate the caller's module
         mod[self.func_name] = new
         return mod

@@ -86,6 +86,7 @@ class RemoveNoOps:
 
     def transform_module(self, mod: tvm.IRModule, ctx) -> tvm.IRModule:
         remover = _NoOpRemover(mod)
+        mod = tvm.IRModule(dict(mod.functions), attrs=mod.attrs)  # never mutate the caller's module
         for gv, func in list(mod.functions.items()):
             if isinstance(func, relax.Function) and "Primitive" not in (func.attrs or {}):
                 mod[gv] = remover.visit_expr(func)

@@ -1,0 +1,37 @@
+"""The optimization report as a table (`kiln inspect --passes`); the JSON form is the dict itself."""
+from __future__ import annotations
+
+
+def _mb(n: int) -> str:
+    return f"{n / 1e6:.2f} MB"
+
+
+def _hist(h: dict) -> str:
+    return ", ".join(f"{k} {v}" for k, v in h.items()) or "-"
+
+
+def format_report(r: dict) -> str:
+    ratio = r["activation_bytes_naive"] / max(r["activation_bytes_planned"], 1)
+    rows = [
+        ("ops before", _hist(r["ops_before"])),
+        ("ops after", _hist(r["ops_after"])),
+        ("kernels", f"{r['kernels']} ({len(r['fused_groups'])} distinct fused groups, {r['epilogues_fused']} epilogues fused)"),
+        ("batchnorm folded", f"{r['batchnorm_folded']} / {r['batchnorm_total']}"),
+        ("constants folded", r["constants_folded"]),
+        ("no-ops removed", r["noops_removed"]),
+        ("clips canonicalized", r.get("clips_canonicalized", 0)),
+        ("layout", f"{r['layout']} ({r['layout_transforms']} layout transforms)"),
+        ("weights", _mb(r["weights_bytes"])),
+        ("activations unfused", _mb(r["activation_bytes_unfused"])),
+        ("activations naive", f"{_mb(r['activation_bytes_naive'])} (every kernel output, no reuse)"),
+        ("activations planned", f"{_mb(r['activation_bytes_planned'])} in {r['buffers_planned']} buffers ({ratio:.1f}x less)"),
+    ]
+    width = max(len(k) for k, _ in rows)
+    lines = [f"{k:<{width}}  {v}" for k, v in rows]
+    lines.append("fused groups:")
+    lines += [f"  {g['calls']:>3} x {g['name']}" for g in r["fused_groups"][:15]]
+    if len(r["fused_groups"]) > 15:
+        lines.append(f"  ... {len(r['fused_groups']) - 15} more")
+    lines.append("pass seconds:")
+    lines += [f"  {k:<26} {v:8.3f}" for k, v in r["pass_seconds"].items()]
+    return "\n".join(lines)

@@ -1,0 +1,39 @@
+"""Numerics of the zoo models against onnxruntime with every optional pass disabled in turn (the
+all-passes case at full size is tests/test_zoo.py). Small input sizes keep it fast; NHWC so that
+ConvertLayout has work to do."""
+import numpy as np
+import pytest
+
+import kiln
+from kiln import zoo
+from kiln.compiler.pipeline import CPU_PIPELINE
+from helpers import ort_run
+
+OPTIONAL = list(dict.fromkeys(s.name for s in CPU_PIPELINE if not s.required))
+SMALL = {
+    "resnet18": (lambda: zoo.resnet18(size=32, classes=10), "input:1x3x32x32"),
+    "mobilenet_v2": (lambda: zoo.mobilenet_v2(size=32, classes=10), "input:1x3x32x32"),
+    "transformer_encoder": (lambda: zoo.transformer_encoder(d_model=32, heads=2, layers=1, ffn=64), "input:1x8x32"),
+    "resnet50": (lambda: zoo.resnet50(size=32, classes=10), "input:1x3x32x32"),
+}
+
+
+def _check(tmp_path, name, disabled):
+    build, shape = SMALL[name]
+    model = build()
+    kiln.compile(model, tmp_path / "m.kiln", input_shapes=[shape], disabled_passes=disabled, layout="NHWC")
+    m = kiln.load(tmp_path / "m.kiln")
+    x = np.random.default_rng(3).standard_normal(m.inputs[0].shape).astype(np.float32)
+    np.testing.assert_allclose(m.run({"input": x})["output"], ort_run(model, {"input": x})[0], rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("name", ["resnet18", "mobilenet_v2", "transformer_encoder"])
+@pytest.mark.parametrize("disabled", [()] + [(p,) for p in OPTIONAL], ids=lambda d: "+".join(d) or "all_on")
+def test_each_pass_disabled_in_turn(tmp_path, name, disabled):
+    _check(tmp_path, name, disabled)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("disabled", [()] + [(p,) for p in OPTIONAL], ids=lambda d: "+".join(d) or "all_on")
+def test_resnet50_each_pass_disabled_in_turn(tmp_path, disabled):
+    _check(tmp_path, "resnet50", disabled)

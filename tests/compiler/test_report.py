@@ -1,0 +1,79 @@
+"""The optimization report: the ResNet-50 claims, the CLI outputs, and pipeline options."""
+import json
+import re
+
+import onnx
+import pytest
+
+import kiln
+from kiln import zoo
+from kiln.cli import main
+from kiln.compiler.build import analyze_model
+from kiln.compiler.pipeline import pass_names, pipeline_for
+
+KEYS = {"ops_before", "ops_after", "kernels", "fused_groups", "batchnorm_total", "batchnorm_folded", "constants_folded",
+        "noops_removed", "layout_transforms", "weights_bytes", "activation_bytes_naive", "activation_bytes_planned",
+        "buffers_planned", "pass_seconds"}
+
+
+@pytest.fixture(scope="module")
+def resnet50_report():
+    return analyze_model(zoo.resnet50(), input_shapes=["input:1x3x224x224"])
+
+
+def test_resnet50_claims(resnet50_report):
+    r = resnet50_report
+    assert KEYS <= set(r)
+    assert r["batchnorm_total"] == 53 and r["batchnorm_folded"] == 53
+    assert "nn.batch_norm" in r["ops_before"] and "nn.batch_norm" not in r["ops_after"]
+    # every conv + bias + ReLU (+ residual add) is one kernel: 53 conv kernels, nothing else but
+    # the stem pool, the global pool, the flatten and the classifier
+    convs = [g for g in r["fused_groups"] if "conv2d" in g["name"]]
+    assert sum(g["calls"] for g in convs) == 53
+    assert all(re.search(r"conv2d_relax_add(_relax_add)?(_relax_nn_relu)?\d*$", g["name"]) for g in convs), convs
+    assert sum(g["calls"] for g in convs if "relu" in g["name"]) == 49  # the 4 projection shortcuts have no ReLU
+    assert sum(g["calls"] for g in convs if "add_relax_add_relax_nn_relu" in g["name"]) == 16  # one residual per block
+    assert r["kernels"] == 57
+    assert r["activation_bytes_planned"] <= r["activation_bytes_naive"] / 4
+    assert r["activation_bytes_naive"] < r["activation_bytes_unfused"]
+    assert 100e6 < r["weights_bytes"] < 104e6  # 25.5 M fp32 parameters
+    assert r["pass_seconds"]["FoldBatchNorm"] > 0
+
+
+def test_compile_report_and_inspect_passes(tmp_path, capsys):
+    model = tmp_path / "r18.onnx"
+    onnx.save(zoo.resnet18(size=32, classes=10), model)
+    report = tmp_path / "report.json"
+    assert main(["compile", str(model), "-o", str(tmp_path / "m.kiln"), "--input-shape", "input:1x3x32x32", "--report", str(report)]) == 0
+    r = json.loads(report.read_text())
+    assert KEYS <= set(r) and r["batchnorm_folded"] == r["batchnorm_total"] == 20 and "tvm.compile" in r["pass_seconds"]
+    capsys.readouterr()
+    assert main(["inspect", "--passes", str(model), "--input-shape", "input:1x3x32x32"]) == 0
+    out = capsys.readouterr().out
+    assert re.search(r"batchnorm folded\s+20 / 20", out) and re.search(r"kernels\s+24 ", out)
+    assert main(["inspect", "--passes", str(model), "--input-shape", "input:1x3x32x32", "--disable-pass", "FoldBatchNorm", "--json"]) == 0
+    r2 = json.loads(capsys.readouterr().out)
+    assert r2["batchnorm_folded"] == 0 and r2["kernels"] > 24  # unfolded BN breaks epilogue fusion (41 measured)
+    assert main(["inspect", "--passes", str(model), "--input-shape", "input:1x3x32x32", "--opt-level", "0", "--json"]) == 0
+    r0 = json.loads(capsys.readouterr().out)
+    assert r0["kernels"] > 60 and r0["epilogues_fused"] == 0
+
+
+def test_pass_options_are_validated(small_conv_model, tmp_path):
+    with pytest.raises(kiln.OptionsError, match="passes are: FoldConstants, "):
+        kiln.compile(small_conv_model, tmp_path / "m.kiln", input_shapes=["input:1x3x8x8"], disabled_passes=["FoldBN"])
+    with pytest.raises(kiln.OptionsError, match="cannot be disabled"):
+        kiln.compile(small_conv_model, tmp_path / "m.kiln", input_shapes=["input:1x3x8x8"], disabled_passes=["LegalizeOps"])
+    with pytest.raises(kiln.OptionsError, match="use one of"):
+        kiln.compile(small_conv_model, tmp_path / "m.kiln", input_shapes=["input:1x3x8x8"], layout="NC")
+    with pytest.raises(kiln.OptionsError, match="opt level"):
+        kiln.compile(small_conv_model, tmp_path / "m.kiln", input_shapes=["input:1x3x8x8"], opt_level=7)
+
+
+def test_pipeline_is_a_list_per_target():
+    names = [s.name for s in pipeline_for("llvm", 2)]
+    assert names[:4] == ["FoldConstants", "CanonicalizeClip", "RemoveNoOps", "FoldBatchNorm"]
+    assert [s.name for s in pipeline_for("llvm", 0)] == [n for n in names if n in
+                                                         ("DecomposeOpsForInference", "LegalizeOps", "AnnotateTIROpPattern", "FuseTIR", "DeadCodeElimination")]
+    assert "FuseEpilogue" not in [s.name for s in pipeline_for("llvm", 2, ("FuseEpilogue",))]
+    assert set(pass_names()) >= set(names)
