@@ -2,6 +2,8 @@
 where (file, node, input) and what to do about it. The CLI turns them into exit code 2."""
 from __future__ import annotations
 
+import contextlib
+
 
 class KilnError(Exception):
     """Base of every error a user can cause. `where` and `fix` are folded into the message."""
@@ -52,3 +54,16 @@ class InputError(KilnError):
 
 class CompileError(KilnError):
     """TVM failed while compiling a model Kiln accepted; carries TVM's message."""
+
+
+@contextlib.contextmanager
+def tvm_errors(stage: str, where: str, fix: str = "rerun with --debug for the full trace"):
+    """Turn any non-Kiln exception raised by TVM inside the block into a CompileError that names
+    the stage and keeps TVM's last message line."""
+    try:
+        yield
+    except KilnError:
+        raise
+    except Exception as e:
+        msg = str(e).strip().splitlines()
+        raise CompileError(f"{stage} failed: {type(e).__name__}: {msg[-1] if msg else ''}", where=where, fix=fix) from None

@@ -14,7 +14,7 @@ import onnx
 
 from .. import __version__
 from .._io import atomic_write_text
-from ..errors import CompileError, KilnError
+from ..errors import CompileError, tvm_errors
 from ..frontends.importer import import_onnx
 from ..runtime import artifact as art
 from ..runtime.hostinfo import host_arch
@@ -42,15 +42,8 @@ def _where(model) -> str:
 
 def build_executable(mod, options: CompileOptions, where: str):
     import tvm
-    try:
-        with options.target.tvm():
-            return tvm.compile(mod, target=options.target.tvm())
-    except KilnError:
-        raise
-    except Exception as e:
-        msg = str(e).strip().splitlines()
-        raise CompileError(f"TVM failed to build the model: {type(e).__name__}: {msg[-1] if msg else ''}", where=where,
-                           fix="rerun with --debug for the full trace") from None
+    with tvm_errors("TVM's build", where), options.target.tvm():
+        return tvm.compile(mod, target=options.target.tvm())
 
 
 def analyze_model(model, options: CompileOptions | None = None, **kwargs) -> dict:
@@ -82,7 +75,8 @@ def compile_model(model: str | os.PathLike | onnx.ModelProto, output: str | os.P
     report = opt.report
     t = time.perf_counter()
     exe = build_executable(opt.mod, options, where)
-    library = _export(exe, options.target.arch, where)
+    with tvm_errors("Exporting the library", where):
+        library = _export(exe, options.target.arch, where)
     report["pass_seconds"] = {"import": round(import_s, 4), **report["pass_seconds"], "tvm.compile": round(time.perf_counter() - t, 4)}
     if layout_ms is not None:
         report["layout_candidates_ms"] = layout_ms

@@ -9,7 +9,7 @@ import warnings
 import onnx
 from onnx import numpy_helper
 
-from ..errors import CompileError, KilnError, UnsupportedModelError
+from ..errors import CompileError, UnsupportedModelError, tvm_errors
 from ..runtime.artifact import TensorSpec
 from . import preflight, simplify as simplify_mod
 from .decompose import REWRITES, decompose
@@ -49,18 +49,12 @@ def import_onnx(model: str | os.PathLike | onnx.ModelProto, input_shapes=None) -
     simple, stats = prepare_onnx(model, input_shapes, where)
     inputs = [TensorSpec(vi.name, tuple(d.dim_value for d in vi.type.tensor_type.shape.dim),
                          _np_dtype(vi.type.tensor_type.elem_type, vi.name, where)) for vi in graph_inputs(simple)]
-    try:
-        from tvm.relax.frontend.onnx import from_onnx
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            mod = from_onnx(simple, shape_dict={i.name: list(i.shape) for i in inputs},
-                            dtype_dict={i.name: i.dtype for i in inputs}, keep_params_in_input=False)
-    except KilnError:
-        raise
-    except Exception as e:
-        msg = str(e).strip().splitlines()
-        raise CompileError(f"TVM's ONNX importer failed: {type(e).__name__}: {msg[-1] if msg else ''}", where=where,
-                           fix="rerun with --debug for the full trace; report the model if it runs in onnxruntime") from None
+    from tvm.relax.frontend.onnx import from_onnx
+    with tvm_errors("TVM's ONNX importer", where, "rerun with --debug for the full trace; report the model if it runs in onnxruntime"), \
+            warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        mod = from_onnx(simple, shape_dict={i.name: list(i.shape) for i in inputs},
+                        dtype_dict={i.name: i.dtype for i in inputs}, keep_params_in_input=False)
     outputs = _output_specs(mod, [o.name for o in simple.graph.output], where)
     return ImportedModel(mod, inputs, outputs, preflight.opsets(model), stats, simple)
 
