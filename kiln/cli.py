@@ -42,6 +42,19 @@ def _run(a) -> int:
     return 0
 
 
+def _bench(a) -> int:
+    from ._io import atomic_write_text
+    from .runtime.bench import BenchOptions, bench, format_bench
+    r = bench(a.model, BenchOptions(threads=a.threads, warmup=a.warmup, repeat=a.repeat, seconds=a.seconds, onnx=a.onnx))
+    print(format_bench(r))
+    if a.json:
+        atomic_write_text(a.json, json.dumps(r, indent=2))
+    if a.plot:
+        from .runtime.plot import latency_histogram
+        latency_histogram(r, a.plot)
+    return 0
+
+
 def _inspect(a) -> int:
     from .describe import format_text, inspect_path
     if a.passes:
@@ -60,7 +73,7 @@ def _pipeline_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--input-shape", action="append", default=[], metavar="NAME:1x3x224x224")
     p.add_argument("--opt-level", type=int, default=2, help="0: lowering only, 1: + graph clean-up, 2: + fusion (default)")
     p.add_argument("--disable-pass", action="append", default=[], metavar="NAME", help="repeatable")
-    p.add_argument("--layout", default="NCHW", help="NCHW (default), NHWC, or auto (measure both on this host)")
+    p.add_argument("--layout", default="NCHW", help="NCHW (default), NHWC, NCHWc (channels blocked by the vector width), or auto (measure all on this host)")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -79,6 +92,17 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("-o", "--output", required=True, metavar="OUT.npz")
     r.add_argument("--threads", type=int, default=None)
     r.set_defaults(fn=_run)
+    b = sub.add_parser("bench", help="latency percentiles, QPS, cold start and peak RSS (optionally beside onnxruntime)")
+    b.add_argument("model")
+    b.add_argument("--onnx", default=None, metavar="MODEL.onnx", help="also run onnxruntime on the same input, alternating")
+    b.add_argument("--threads", type=int, default=None, help="default: physical cores")
+    b.add_argument("--warmup", type=int, default=5)
+    g = b.add_mutually_exclusive_group()
+    g.add_argument("--repeat", type=int, default=None, help="number of timed runs")
+    g.add_argument("--seconds", type=float, default=10.0, help="time budget for timed runs (default 10)")
+    b.add_argument("--json", default=None, metavar="OUT.json")
+    b.add_argument("--plot", default=None, metavar="OUT.png", help="latency histogram (needs matplotlib)")
+    b.set_defaults(fn=_bench)
     i = sub.add_parser("inspect", help="describe an .onnx model or a .kiln artifact")
     i.add_argument("model")
     i.add_argument("--json", action="store_true")

@@ -29,6 +29,20 @@ def op_histogram(mod: tvm.IRModule, func: str = "main") -> dict[str, int]:
     return dict(sorted(hist.items(), key=lambda kv: (-kv[1], kv[0])))
 
 
+def conv_layouts(mod: tvm.IRModule, func: str = "main") -> dict[str, int]:
+    """conv2d calls by data layout, fused groups included (e.g. {"NCHW16c": 19, "NCHW": 1})."""
+    hist: dict[str, int] = {}
+
+    def add(f):
+        for call in _calls(f):
+            if isinstance(call.op, tvm.ir.Op) and call.op.name == "relax.nn.conv2d":
+                hist[str(call.attrs.data_layout)] = hist.get(str(call.attrs.data_layout), 0) + 1
+            elif isinstance(call.op, tvm.ir.GlobalVar) and isinstance(mod[call.op], relax.Function):
+                add(mod[call.op])
+    add(mod[func])
+    return hist
+
+
 def count_op(mod: tvm.IRModule, op_name: str) -> int:
     return op_histogram(mod).get(op_name.removeprefix("relax."), 0)
 

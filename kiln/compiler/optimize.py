@@ -35,6 +35,7 @@ def optimize(mod: tvm.IRModule, options: CompileOptions, layout: str | None = No
         for spec in specs:
             if not spec.graph and "ops_after" not in report:
                 report["ops_after"] = analysis.op_histogram(mod)
+                report["conv_layouts"] = analysis.conv_layouts(mod)
             p = spec.make(options)
             t = time.perf_counter()
             mod = p(mod)

@@ -9,7 +9,7 @@ from ..frontends.shapes import parse_input_shapes
 from ..target import Target
 
 OPT_LEVELS = (0, 1, 2, 3)
-LAYOUTS = ("NCHW", "NHWC", "auto")
+LAYOUTS = ("NCHW", "NHWC", "NCHWc", "auto")
 
 
 @dataclasses.dataclass(frozen=True)

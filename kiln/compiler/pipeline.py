@@ -15,6 +15,8 @@ from tvm import relax
 
 from ..errors import OptionsError
 from . import passes as kp
+from .legalize import LEGALIZE
+from .passes.convert_layout import vector_block
 
 
 @dataclasses.dataclass(frozen=True)
@@ -31,12 +33,12 @@ CPU_PIPELINE: list[PassSpec] = [
     PassSpec("CanonicalizeClip", lambda o: kp.CanonicalizeClip(), 1),
     PassSpec("RemoveNoOps", lambda o: kp.RemoveNoOps(), 1),
     PassSpec("FoldBatchNorm", lambda o: kp.FoldBatchNorm(), 1),
-    PassSpec("ConvertLayout", lambda o: kp.ConvertLayout(o.layout), 2),
+    PassSpec("ConvertLayout", lambda o: kp.ConvertLayout(o.layout, vector_block(o.target.required_features())), 2),
     PassSpec("DeadCode", lambda o: kp.DeadCode(), 1),
     PassSpec("DecomposeOpsForInference", lambda o: relax.transform.DecomposeOpsForInference(), 0, required=True),
     PassSpec("FuseEpilogue", lambda o: kp.FuseEpilogue(), 2),
     # lowering: TVM's passes (tvm.compile does not fuse on CPU by itself)
-    PassSpec("LegalizeOps", lambda o: relax.transform.LegalizeOps(), 0, required=True, graph=False),
+    PassSpec("LegalizeOps", lambda o: relax.transform.LegalizeOps(customize_legalize_map=LEGALIZE), 0, required=True, graph=False),
     PassSpec("AnnotateTIROpPattern", lambda o: relax.transform.AnnotateTIROpPattern(), 0, required=True, graph=False),
     PassSpec("FoldConstantTIR", lambda o: relax.transform.FoldConstant(), 1, graph=False),
     PassSpec("FuseOps", lambda o: relax.transform.FuseOps(), 1, graph=False),

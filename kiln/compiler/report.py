@@ -20,7 +20,7 @@ def format_report(r: dict) -> str:
         ("constants folded", r["constants_folded"]),
         ("no-ops removed", r["noops_removed"]),
         ("clips canonicalized", r.get("clips_canonicalized", 0)),
-        ("layout", f"{r['layout']} ({r['layout_transforms']} layout transforms)"),
+        ("layout", f"{r['layout']} ({r['layout_transforms']} layout transforms; convs by layout: {_hist(r.get('conv_layouts', {}))})"),
         ("weights", _mb(r["weights_bytes"])),
         ("activations unfused", _mb(r["activation_bytes_unfused"])),
         ("activations naive", f"{_mb(r['activation_bytes_naive'])} (every kernel output, no reuse)"),

@@ -33,6 +33,20 @@ def test_each_pass_disabled_in_turn(tmp_path, name, disabled):
     _check(tmp_path, name, disabled)
 
 
+@pytest.mark.parametrize("name", ["resnet18", "mobilenet_v2"])
+def test_nchwc_layout(tmp_path, name):
+    build, shape = SMALL[name]
+    model = build()
+    r = kiln.compile(model, tmp_path / "m.kiln", input_shapes=[shape], layout="NCHWc")
+    layouts = r.report["conv_layouts"]
+    blocked = sum(v for k, v in layouts.items() if k.startswith("NCHW") and k.endswith("c"))
+    # ResNet-18: all but the 3-channel stem; MobileNetV2: depthwise and 24-channel convs stay NCHW
+    assert r.report["layout"] == "NCHWc" and blocked == {"resnet18": 19, "mobilenet_v2": 30}[name]
+    m = kiln.load(tmp_path / "m.kiln")
+    x = np.random.default_rng(3).standard_normal(m.inputs[0].shape).astype(np.float32)
+    np.testing.assert_allclose(m.run({"input": x})["output"], ort_run(model, {"input": x})[0], rtol=1e-4, atol=1e-4)
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("disabled", [()] + [(p,) for p in OPTIONAL], ids=lambda d: "+".join(d) or "all_on")
 def test_resnet50_each_pass_disabled_in_turn(tmp_path, disabled):

@@ -10,9 +10,22 @@ from tvm.ir.expr import GenericConst
 
 from ...errors import OptionsError
 
-LAYOUTS = ("NCHW", "NHWC")
-# conv2d is the anchor; pooling and elementwise ops follow the layout of their input
-DESIRED = {"NHWC": {"relax.nn.conv2d": ["NHWC", "OHWI"]}}
+LAYOUTS = ("NCHW", "NHWC", "NCHWc")
+
+
+def desired_layouts(layout: str, block: int) -> dict | None:
+    """conv2d is the anchor; pooling and elementwise ops follow the layout of their input. NCHWc
+    blocks channels by the vector width (convs whose channels do not divide stay NCHW)."""
+    if layout == "NHWC":
+        return {"relax.nn.conv2d": ["NHWC", "OHWI"]}
+    if layout == "NCHWc":
+        return {"relax.nn.conv2d": [f"NCHW{block}c", f"OIHW{block}i{block}o"]}
+    return None
+
+
+def vector_block(features: list[str]) -> int:
+    """float32 lanes of the widest vector unit the target has."""
+    return 16 if "avx512f" in features else 8 if "avx2" in features or "avx" in features else 4
 
 
 def count_layout_transforms(mod: tvm.IRModule) -> int:
@@ -32,16 +45,17 @@ def count_layout_transforms(mod: tvm.IRModule) -> int:
 
 @tvm.transform.module_pass(opt_level=2, name="ConvertLayout")
 class ConvertLayout:
-    def __init__(self, layout: str = "NCHW"):
+    def __init__(self, layout: str = "NCHW", block: int = 16):
         if layout not in LAYOUTS:
             raise OptionsError(f"unknown layout {layout!r}", fix=f"use one of {', '.join(LAYOUTS + ('auto',))}")
-        self.layout = layout
+        self.layout, self.block = layout, block
         self.stats = {"layout_transforms": 0}
 
     def transform_module(self, mod: tvm.IRModule, ctx) -> tvm.IRModule:
         before = count_layout_transforms(mod)
-        if self.layout in DESIRED:
-            mod = relax.transform.ConvertLayout(DESIRED[self.layout])(mod)
+        desired = desired_layouts(self.layout, self.block)
+        if desired:
+            mod = relax.transform.ConvertLayout(desired)(mod)
             mod = relax.transform.FoldConstant()(mod)  # weights re-laid out now, not at run time
         self.stats["layout_transforms"] = count_layout_transforms(mod) - before
         return mod

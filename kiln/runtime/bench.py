@@ -1,0 +1,100 @@
+"""`kiln bench`: latency percentiles, QPS, cold start and peak RSS of an artifact, optionally beside
+onnxruntime on the same input, alternating run by run so machine drift hits both equally.
+onnxruntime is imported only when asked for (it is never a runtime dependency)."""
+from __future__ import annotations
+
+import dataclasses
+import os
+import resource
+import statistics
+import time
+
+import numpy as np
+
+from ..errors import OptionsError
+from .model import load
+
+
+@dataclasses.dataclass(frozen=True)
+class BenchOptions:
+    threads: int | None = None
+    warmup: int = 5
+    repeat: int | None = None  # runs; if None, run for `seconds`
+    seconds: float = 10.0
+    onnx: str | None = None
+
+    def __post_init__(self):
+        if self.warmup < 0 or (self.repeat is not None and self.repeat < 1) or self.seconds <= 0:
+            raise OptionsError("warmup must be >= 0, repeat >= 1 and seconds > 0", fix="e.g. --warmup 5 --repeat 100")
+
+
+def percentiles(ms: list[float], prefix: str = "") -> dict:
+    a = np.asarray(ms)
+    return {f"{prefix}p50_ms": float(np.percentile(a, 50)), f"{prefix}p90_ms": float(np.percentile(a, 90)),
+            f"{prefix}p99_ms": float(np.percentile(a, 99)), f"{prefix}mean_ms": float(a.mean()),
+            f"{prefix}min_ms": float(a.min()), f"{prefix}qps": float(1e3 / a.mean())}
+
+
+def _peak_rss_mb() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0  # KiB on Linux
+
+
+def _ort_session(path: str, threads: int):
+    try:
+        import onnxruntime as ort
+    except ImportError:
+        raise OptionsError("--onnx needs onnxruntime, which is not installed", fix="pip install onnxruntime") from None
+    so = ort.SessionOptions()
+    so.intra_op_num_threads = threads
+    so.inter_op_num_threads = 1
+    so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+    return ort.InferenceSession(path, so, providers=["CPUExecutionProvider"])
+
+
+def bench(path: str | os.PathLike, opts: BenchOptions = BenchOptions(), feed: dict | None = None) -> dict:
+    t0 = time.perf_counter()
+    model = load(path, num_threads=opts.threads)
+    if feed is None:
+        rng = np.random.default_rng(0)
+        feed = {s.name: (rng.standard_normal(s.shape) if np.dtype(s.dtype).kind == "f" else rng.integers(0, 10, s.shape)).astype(s.dtype)
+                for s in model.inputs}
+    model.run(feed)
+    cold_ms = (time.perf_counter() - t0) * 1e3
+    rss_mb = _peak_rss_mb()  # before onnxruntime is loaded: Kiln's own footprint
+    sess = _ort_session(opts.onnx, model.num_threads) if opts.onnx else None
+    runners = [("", lambda: model.run(feed))]
+    if sess is not None:
+        runners.append(("ort_", lambda: sess.run(None, feed)))
+    for _ in range(opts.warmup):
+        for _, fn in runners:
+            fn()
+    times: dict[str, list[float]] = {p: [] for p, _ in runners}
+    start = time.perf_counter()
+    while (len(times[""]) < opts.repeat) if opts.repeat else (time.perf_counter() - start < opts.seconds or len(times[""]) < 3):
+        for prefix, fn in runners:
+            t = time.perf_counter()
+            fn()
+            times[prefix].append((time.perf_counter() - t) * 1e3)
+    result = {"artifact": str(path), "target": model.manifest["target"], "threads": model.num_threads, "runs": len(times[""]),
+              "warmup": opts.warmup, **percentiles(times[""]), "cold_start_ms": cold_ms, "peak_rss_mb": rss_mb,
+              "latencies_ms": times[""]}
+    if sess is not None:
+        result.update(percentiles(times["ort_"], "ort_"))
+        result["ratio_p50"] = result["p50_ms"] / result["ort_p50_ms"]
+        result["ort_latencies_ms"] = times["ort_"]
+        ref = sess.run(None, feed)
+        ours = model.run(feed)
+        result["max_abs_diff"] = float(max(np.abs(ours[o.name].astype(np.float64) - r).max() for o, r in zip(model.outputs, ref)))
+    return result
+
+
+def format_bench(r: dict) -> str:
+    lines = [f"{r['artifact']} on {r['target']}, {r['threads']} thread(s), {r['runs']} runs after {r['warmup']} warm-up",
+             f"  kiln         p50 {r['p50_ms']:9.3f} ms  p90 {r['p90_ms']:9.3f}  p99 {r['p99_ms']:9.3f}  mean {r['mean_ms']:9.3f}"
+             f"  min {r['min_ms']:9.3f}  {r['qps']:8.1f} QPS",
+             f"  cold start {r['cold_start_ms']:.1f} ms (load + first run), peak RSS {r['peak_rss_mb']:.1f} MB"]
+    if "ort_p50_ms" in r:
+        lines.insert(2, f"  onnxruntime  p50 {r['ort_p50_ms']:9.3f} ms  p90 {r['ort_p90_ms']:9.3f}  p99 {r['ort_p99_ms']:9.3f}"
+                        f"  mean {r['ort_mean_ms']:9.3f}  min {r['ort_min_ms']:9.3f}  {r['ort_qps']:8.1f} QPS")
+        lines.append(f"  kiln / onnxruntime p50 = {r['ratio_p50']:.2f}x   max abs diff {r['max_abs_diff']:.3g}")
+    return "\n".join(lines)

@@ -1,0 +1,37 @@
+"""Which default schedule rule a kernel gets: a table keyed by (target family, kernel kind).
+The kind comes from the kernel's blocks: its largest reduction block's name, or "injective"."""
+from __future__ import annotations
+
+from typing import Callable
+
+from tvm import s_tir
+
+from . import rules
+
+RULES: dict[tuple[str, str], Callable] = {
+    ("cpu", "conv2d"): rules.reduction_tiled,
+    ("cpu", "matmul"): rules.reduction_tiled,
+    ("cpu", "pool"): rules.reduction_tiled,
+    ("cpu", "injective"): rules.injective,
+}
+KIND_BY_BLOCK_PREFIX = (("conv2d", "conv2d"), ("depthwise", "conv2d"), ("matmul", "matmul"), ("T_matmul", "matmul"),
+                        ("dense", "matmul"), ("pool", "pool"), ("adaptive_pool", "pool"))
+
+
+def classify(sch: s_tir.Schedule):
+    """(kind, anchor block) of a kernel; kind None when no rule applies (left to TVM's default)."""
+    blocks = rules.blocks(sch)
+    red = [b for b in blocks if rules.COMM_REDUCE in rules.iter_types(sch, b)]
+    if not red:
+        return "injective", None
+    if len(red) > 1:
+        return None, None  # softmax, layernorm, ...: several reductions
+    name = sch.get(red[0]).name_hint
+    for prefix, kind in KIND_BY_BLOCK_PREFIX:
+        if name.startswith(prefix):
+            return kind, red[0]
+    return None, None
+
+
+def target_family(target) -> str:
+    return "cpu" if target.kind.name == "llvm" else target.kind.name

@@ -1,0 +1,119 @@
+"""Default schedules (no tuning) on tvm.s_tir, for one fused kernel at a time. Each rule takes a
+Schedule, the kernel's anchor block (its main reduction, or its output block for injective
+kernels) and the machine's vector lanes, and parallelizes over cores, vectorizes the innermost
+axis, and register-tiles reductions. A rule raises s_tir.ScheduleError when it does not apply."""
+from __future__ import annotations
+
+from tvm import s_tir
+
+DATA_PAR, COMM_REDUCE = 0, 2
+
+
+def iter_types(sch: s_tir.Schedule, block) -> list[int]:
+    return [int(iv.iter_type) for iv in sch.get(block).iter_vars]
+
+
+def extent(sch: s_tir.Schedule, loop) -> int:
+    return int(sch.get(loop).extent)
+
+
+def blocks(sch: s_tir.Schedule) -> list:
+    return list(sch.get_child_blocks(sch.get_sblock("root")))
+
+
+def inline_all_but(sch: s_tir.Schedule, keep: list) -> None:
+    """Inline every injective block except `keep` (producers into consumers, then epilogue chains
+    into the last block), repeating until nothing more inlines."""
+    keep_names = {sch.get(b).name_hint for b in keep}
+    changed = True
+    while changed:
+        changed = False
+        for b in blocks(sch):
+            if sch.get(b).name_hint in keep_names or COMM_REDUCE in iter_types(sch, b):
+                continue
+            if not sch.get_consumers(b):  # an output block
+                continue
+            try:
+                sch.compute_inline(b)
+                changed = True
+            except s_tir.ScheduleError:
+                pass
+
+
+def _divisor_at_most(n: int, cap: int) -> int:
+    return max(d for d in range(1, min(n, cap) + 1) if n % d == 0)
+
+
+def parallel_vectorize(sch: s_tir.Schedule, block, lanes: int, max_parallel_extent: int = 1 << 30) -> None:
+    """Fuse all loops of an injective block, vectorize by the lanes that divide, parallelize the rest."""
+    loops = sch.get_loops(block)
+    fused = sch.fuse(*loops) if len(loops) > 1 else loops[0]
+    total = extent(sch, fused)
+    vec = _divisor_at_most(total, lanes) if total % lanes == 0 or total < lanes else 1
+    if vec > 1:
+        outer, inner = sch.split(fused, [None, vec])
+        sch.vectorize(inner)
+        if extent(sch, outer) > 1:
+            sch.parallel(outer)
+    elif total > 1:
+        sch.parallel(fused)
+
+
+def injective(sch: s_tir.Schedule, anchor, lanes: int) -> None:
+    inline_all_but(sch, [])
+    for b in blocks(sch):
+        parallel_vectorize(sch, b, lanes)
+
+
+def reduction_tiled(sch: s_tir.Schedule, anchor, lanes: int) -> None:
+    """conv2d (any layout), matmul/dense, pooling: spatial loops outside, reductions inside a
+    register tile of (tile x lanes) accumulators, the epilogue computed per tile."""
+    inline_all_but(sch, [anchor])
+    consumers = sch.get_consumers(anchor)
+    types = iter_types(sch, anchor)
+    loops = sch.get_loops(anchor)
+    if len(loops) != len(types):
+        raise s_tir.ScheduleError("anchor loops and iterators do not match")
+    spatial = [lp for lp, t in zip(loops, types) if t == DATA_PAR]
+    reduce = [lp for lp, t in zip(loops, types) if t == COMM_REDUCE]
+    if not spatial or not reduce:
+        raise s_tir.ScheduleError("not a spatial + reduction block")
+    vec_loop = spatial[-1]
+    vec_ext = extent(sch, vec_loop)
+    vec = vec_ext if vec_ext <= lanes and lanes % vec_ext == 0 and vec_ext > 1 else _divisor_at_most(vec_ext, lanes)
+    if vec > 1 and vec != vec_ext:
+        vo, vec_loop = sch.split(vec_loop, [None, vec])
+        spatial = spatial[:-1] + [vo]
+    else:
+        spatial = spatial[:-1]
+    tile_inner = []
+    if spatial:
+        t_ext = extent(sch, spatial[-1])
+        t = _divisor_at_most(t_ext, 8)
+        if t > 1:
+            to, ti = sch.split(spatial[-1], [None, t])
+            spatial, tile_inner = spatial[:-1] + [to], [ti]
+    order = spatial + reduce + tile_inner + ([vec_loop] if vec > 1 else [])
+    sch.reorder(*order)
+    cache = sch.cache_write(anchor, 0, "local")
+    tile_loop = spatial[-1] if spatial else None
+    if tile_loop is not None:
+        sch.reverse_compute_at(cache, tile_loop, preserve_unit_loops=True)
+        for c in consumers:
+            try:
+                sch.reverse_compute_at(c, tile_loop, preserve_unit_loops=True)
+            except s_tir.ScheduleError:
+                pass
+    if vec > 1:
+        sch.vectorize(vec_loop)
+        for b in [cache] + list(consumers):
+            inner = sch.get_loops(b)[-1]
+            if extent(sch, inner) == vec:
+                sch.vectorize(inner)
+    for ti in tile_inner:
+        sch.unroll(ti)
+    outer = spatial[:-1] if len(spatial) > 1 else spatial
+    if outer:
+        par = sch.fuse(*outer) if len(outer) > 1 else outer[0]
+        sch.parallel(par)
+    sch.decompose_reduction(anchor, reduce[0])
