@@ -12,7 +12,8 @@ from .options import CompileOptions
 from .passes import LiftWeights
 from .pipeline import pipeline_for
 
-COUNTERS = ("batchnorm_folded", "constants_folded", "noops_removed", "layout_transforms", "epilogues_fused", "dead_removed")
+COUNTERS = ("batchnorm_folded", "constants_folded", "noops_removed", "layout_transforms", "epilogues_fused", "dead_removed",
+            "kernels_scheduled", "kernels_unscheduled")
 
 
 @dataclasses.dataclass

@@ -12,6 +12,8 @@ RULES: dict[tuple[str, str], Callable] = {
     ("cpu", "conv2d"): rules.reduction_tiled,
     ("cpu", "matmul"): rules.reduction_tiled,
     ("cpu", "pool"): rules.reduction_tiled,
+    ("cpu", "reduction"): rules.reduction_tiled,
+    ("cpu", "multi_reduction"): rules.rowwise,
     ("cpu", "injective"): rules.injective,
 }
 KIND_BY_BLOCK_PREFIX = (("conv2d", "conv2d"), ("depthwise", "conv2d"), ("matmul", "matmul"), ("T_matmul", "matmul"),
@@ -25,12 +27,12 @@ def classify(sch: s_tir.Schedule):
     if not red:
         return "injective", None
     if len(red) > 1:
-        return None, None  # softmax, layernorm, ...: several reductions
+        return "multi_reduction", None  # softmax, layer norm, ...
     name = sch.get(red[0]).name_hint
     for prefix, kind in KIND_BY_BLOCK_PREFIX:
         if name.startswith(prefix):
             return kind, red[0]
-    return None, None
+    return "reduction", red[0]
 
 
 def target_family(target) -> str:

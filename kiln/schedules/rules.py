@@ -117,3 +117,26 @@ def reduction_tiled(sch: s_tir.Schedule, anchor, lanes: int) -> None:
         par = sch.fuse(*outer) if len(outer) > 1 else outer[0]
         sch.parallel(par)
     sch.decompose_reduction(anchor, reduce[0])
+
+
+def rowwise(sch: s_tir.Schedule, anchor, lanes: int) -> None:
+    """Kernels with several reductions (softmax, layer norm): inline what inlines, then run each
+    remaining block's outer data-parallel loops in parallel and vectorize innermost spatial loops."""
+    inline_all_but(sch, [b for b in blocks(sch) if COMM_REDUCE in iter_types(sch, b)])
+    for b in blocks(sch):
+        types = iter_types(sch, b)
+        loops = sch.get_loops(b)
+        if len(loops) != len(types):
+            continue
+        lead = []
+        for lp, t in zip(loops, types):
+            if t != DATA_PAR:
+                break
+            lead.append(lp)
+        if len(lead) == len(loops) and len(lead) > 1 and extent(sch, lead[-1]) % lanes == 0:
+            _, inner = sch.split(lead[-1], [None, lanes])
+            sch.vectorize(inner)
+            lead = lead[:-1] + [sch.get_loops(b)[len(lead) - 1]]
+        outer = [lp for lp in lead[:-1] or lead if extent(sch, lp) > 1][:2]
+        if outer:
+            sch.parallel(sch.fuse(*outer) if len(outer) > 1 else outer[0])
