@@ -8,6 +8,10 @@
 `kiln.load` and the runtime never import the compiler (nor TVM's compiler library)."""
 __version__ = "0.1.0"
 
+from .runtime.hostinfo import raise_thread_pool_cap  # noqa: E402
+
+raise_thread_pool_cap()  # before anything starts TVM's thread pool
+
 from .errors import (ArtifactError, CompileError, IncompatibleArtifactError, InputError, KilnError,  # noqa: E402
                      ModelLoadError, OptionsError, ShapeError, TargetError, UnsupportedModelError)
 from .runtime import load  # noqa: E402

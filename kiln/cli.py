@@ -73,7 +73,7 @@ def _pipeline_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--input-shape", action="append", default=[], metavar="NAME:1x3x224x224")
     p.add_argument("--opt-level", type=int, default=2, help="0: lowering only, 1: + graph clean-up, 2: + fusion (default)")
     p.add_argument("--disable-pass", action="append", default=[], metavar="NAME", help="repeatable")
-    p.add_argument("--layout", default="NCHW", help="NCHW (default), NHWC, NCHWc (channels blocked by the vector width), or auto (measure all on this host)")
+    p.add_argument("--layout", default="NCHWc", help="NCHWc (default: channels blocked by the vector width), NCHW, NHWC, or auto (measure all on this host)")
 
 
 def build_parser() -> argparse.ArgumentParser:

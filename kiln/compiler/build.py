@@ -51,7 +51,7 @@ def analyze_model(model, options: CompileOptions | None = None, **kwargs) -> dic
     options = options or CompileOptions.make(**kwargs)
     t0 = time.perf_counter()
     imported = import_onnx(model, options.shapes)
-    layout = options.layout if options.layout != "auto" else "NCHW"
+    layout = options.layout if options.layout != "auto" else "NCHWc"
     report = optimize(imported.mod, options, layout=layout).report
     report["pass_seconds"] = {"import": round(time.perf_counter() - t0, 4), **report["pass_seconds"]}
     return report

@@ -18,10 +18,10 @@ class CompileOptions:
     input_shapes: tuple[tuple[str, tuple[int, ...]], ...] = ()
     opt_level: int = 2
     disabled_passes: tuple[str, ...] = ()
-    layout: str = "NCHW"
+    layout: str = "NCHWc"
 
     @staticmethod
-    def make(target=None, input_shapes=None, opt_level: int = 2, disabled_passes=(), layout: str = "NCHW") -> CompileOptions:
+    def make(target=None, input_shapes=None, opt_level: int = 2, disabled_passes=(), layout: str = "NCHWc") -> CompileOptions:
         if opt_level not in OPT_LEVELS:
             raise OptionsError(f"opt level {opt_level!r} is not valid", fix=f"use one of {list(OPT_LEVELS)}")
         if layout not in LAYOUTS:

@@ -17,6 +17,21 @@ LLVM_TO_CPUINFO = {
 ARCH_ALIASES = {"amd64": "x86_64", "x64": "x86_64", "arm64": "aarch64"}
 
 
+def available_cpus() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:
+        return os.cpu_count() or 1
+
+
+def raise_thread_pool_cap() -> None:
+    """TVM sizes its thread pool once, from TVM_NUM_THREADS, else from a guess that halves the
+    CPU count for hyper-threads (1 thread on a 2-vCPU machine with no SMT), and no API raises it
+    later; `runtime.config_threadpool` can only pick a count up to that cap. So the cap is set to
+    every CPU this process may use before TVM starts its pool (a user's own setting wins)."""
+    os.environ.setdefault("TVM_NUM_THREADS", str(available_cpus()))
+
+
 def host_arch() -> str:
     m = platform.machine().lower()
     return ARCH_ALIASES.get(m, m)

@@ -13,7 +13,7 @@ import numpy as np
 
 from ..errors import IncompatibleArtifactError, InputError, OptionsError
 from . import artifact as art
-from .hostinfo import host_arch, missing_cpu_features, physical_cores
+from .hostinfo import host_arch, missing_cpu_features, physical_cores, raise_thread_pool_cap
 
 _pool_lock = threading.Lock()
 _pool_threads: int | None = None
@@ -22,12 +22,15 @@ _pool_threads: int | None = None
 def _import_tvm_runtime():
     if "tvm" not in sys.modules:
         os.environ.setdefault("TVM_USE_RUNTIME_LIB", "1")
+    raise_thread_pool_cap()
     import tvm
     from tvm.runtime.vm import VirtualMachine
     return tvm, VirtualMachine
 
 
 def _configure_threads(tvm, n: int) -> None:
+    """Use n threads of TVM's pool (mode 1: all cores alike). More than the pool's cap
+    (TVM_NUM_THREADS) is not possible once the pool exists; NumThreads reports what we got."""
     global _pool_threads
     if _pool_threads != n:
         tvm.get_global_func("runtime.config_threadpool")(1, n)

@@ -6,7 +6,23 @@ from __future__ import annotations
 import tvm
 from tvm import s_tir, tirx
 
-from .registry import RULES, classify, target_family
+from .registry import FALLBACK, RULES, classify, target_family
+
+
+def _first_rule_that_applies(func, family: str, kind: str, anchor_hint, lanes: int):
+    """The kind's rule, then its fallbacks (FALLBACK), on a fresh schedule each time."""
+    for k in (kind, *FALLBACK.get(kind, ())):
+        rule = RULES.get((family, k))
+        if rule is None:
+            continue
+        sch = s_tir.Schedule(func)
+        _, anchor = classify(sch)
+        try:
+            rule(sch, anchor, lanes)
+            return sch
+        except Exception:  # a rule that does not fit this kernel: try the next, else leave it unscheduled
+            continue
+    return None
 
 
 @tvm.transform.module_pass(opt_level=2, name="DefaultSchedules")
@@ -24,12 +40,8 @@ class ApplyDefaultSchedules:
                 continue
             sch = s_tir.Schedule(func)
             kind, anchor = classify(sch)
-            rule = RULES.get((family, kind))
-            try:
-                if rule is None:
-                    raise s_tir.ScheduleError(f"no rule for {kind}")
-                rule(sch, anchor, self.lanes)
-            except (s_tir.ScheduleError, tvm.TVMError):
+            sch = _first_rule_that_applies(func, family, kind, anchor, self.lanes)
+            if sch is None:
                 self.stats["kernels_unscheduled"] += 1
                 continue
             out[gv] = sch.mod["main"].with_attr("tirx.is_scheduled", True)

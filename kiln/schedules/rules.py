@@ -140,3 +140,33 @@ def rowwise(sch: s_tir.Schedule, anchor, lanes: int) -> None:
         outer = [lp for lp in lead[:-1] or lead if extent(sch, lp) > 1][:2]
         if outer:
             sch.parallel(sch.fuse(*outer) if len(outer) > 1 else outer[0])
+
+
+def conv_nchw_oc_vectorized(sch: s_tir.Schedule, anchor, lanes: int) -> None:
+    """NCHW conv2d (e.g. a 3-channel stride-2 stem that cannot be channel-blocked): vectorize over
+    output channels, not width (a strided width gives gathers). The weights are re-laid out as
+    [O/lanes, I, KH, KW, lanes] in a cache stage so each vector load is contiguous; each input
+    pixel is broadcast into `tile` vector FMAs."""
+    types = iter_types(sch, anchor)
+    loops = sch.get_loops(anchor)
+    if types != [DATA_PAR] * 4 + [COMM_REDUCE] * 3 or extent(sch, loops[1]) % lanes != 0:
+        raise s_tir.ScheduleError("not an NCHW conv with output channels divisible by the lanes")
+    inline_all_but(sch, [anchor])
+    consumers = sch.get_consumers(anchor)
+    wcache = sch.cache_read(anchor, 1, "global")
+    sch.transform_layout(wcache, ("write", 0), lambda o, i, h, w: (o // lanes, i, h, w, o % lanes))
+    n, oc, oh, ow, ic, kh, kw = sch.get_loops(anchor)
+    oc_o, oc_i = sch.split(oc, [None, lanes])
+    t = _divisor_at_most(extent(sch, ow), 8)
+    ow_o, ow_i = sch.split(ow, [None, t])
+    sch.reorder(n, oc_o, oh, ow_o, ic, kh, kw, ow_i, oc_i)
+    cache = sch.cache_write(anchor, 0, "local")
+    sch.reverse_compute_at(cache, ow_o, preserve_unit_loops=True)
+    for c in consumers:
+        sch.reverse_compute_at(c, ow_o, preserve_unit_loops=True)
+    sch.vectorize(oc_i)
+    sch.unroll(ow_i)
+    sch.parallel(sch.fuse(n, oc_o, oh))
+    sch.decompose_reduction(anchor, ic)
+    wl = sch.get_loops(wcache)
+    sch.parallel(wl[0])

@@ -43,6 +43,15 @@ def count_layout_transforms(mod: tvm.IRModule) -> int:
     return n
 
 
+def _has_conv2d(mod: tvm.IRModule) -> bool:
+    found = []
+    for _, f in mod.functions.items():
+        if isinstance(f, relax.Function):
+            relax.analysis.post_order_visit(f.body, lambda e: found.append(1) if isinstance(e, relax.Call)
+                                            and isinstance(e.op, tvm.ir.Op) and e.op.name == "relax.nn.conv2d" else None)
+    return bool(found)
+
+
 @tvm.transform.module_pass(opt_level=2, name="ConvertLayout")
 class ConvertLayout:
     def __init__(self, layout: str = "NCHW", block: int = 16):
@@ -54,7 +63,7 @@ class ConvertLayout:
     def transform_module(self, mod: tvm.IRModule, ctx) -> tvm.IRModule:
         before = count_layout_transforms(mod)
         desired = desired_layouts(self.layout, self.block)
-        if desired:
+        if desired and _has_conv2d(mod):  # TVM's ConvertLayout breaks on some ops (stack) it has no reason to touch
             mod = relax.transform.ConvertLayout(desired)(mod)
             mod = relax.transform.FoldConstant()(mod)  # weights re-laid out now, not at run time
         self.stats["layout_transforms"] = count_layout_transforms(mod) - before

@@ -1,0 +1,58 @@
+"""The zoo against onnxruntime on this machine: every model compiled by Kiln (default options,
+no tuning), benchmarked with `kiln bench` semantics (same input, Kiln and onnxruntime alternating
+run by run, warm-up first) for 1 and 2 threads. Writes a markdown table and JSON. Run by hand:
+    .venv/bin/python benchmarks/run.py [--models a,b] [--threads 1,2] [--seconds 8] [--out benchmarks/results]"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import onnx
+
+import kiln
+from kiln import zoo
+from kiln._io import atomic_write_text
+from kiln.runtime.bench import BenchOptions, bench
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--models", default="resnet18,resnet50,mobilenet_v2,transformer_encoder")
+    ap.add_argument("--threads", default="1,2")
+    ap.add_argument("--seconds", type=float, default=8.0)
+    ap.add_argument("--out", default="benchmarks/results")
+    a = ap.parse_args(argv)
+    tmp = Path(tempfile.mkdtemp(prefix="kiln-bench-"))
+    rows = []
+    for name in a.models.split(","):
+        build, shape = zoo.MODELS[name]
+        onnx_path, art = tmp / f"{name}.onnx", tmp / f"{name}.kiln"
+        onnx.save(build(), onnx_path)
+        t = time.perf_counter()
+        r = kiln.compile(onnx_path, art, input_shapes=[shape])
+        compile_s = time.perf_counter() - t
+        for threads in (int(x) for x in a.threads.split(",")):
+            b = bench(art, BenchOptions(threads=threads, warmup=5, seconds=a.seconds, onnx=str(onnx_path)))
+            row = {"model": name, "threads": threads, "compile_s": round(compile_s, 1), "layout": r.report["layout"],
+                   **{k: round(v, 3) for k, v in b.items() if isinstance(v, float)}, "runs": b["runs"]}
+            rows.append(row)
+            print(json.dumps(row), file=sys.stderr, flush=True)
+    out = Path(a.out)
+    atomic_write_text(out.with_suffix(".json"), json.dumps(rows, indent=2))
+    lines = [f"Kiln {kiln.__version__} (untuned default schedules, layout NCHWc) vs onnxruntime, batch 1, same input, "
+             f"alternating, medians; `-mcpu={kiln.target.Target.parse(None).mcpu}`.", "",
+             "| model | threads | kiln p50 ms | kiln p99 ms | ort p50 ms | ort p99 ms | kiln/ort p50 | max abs diff |",
+             "|---|---|---|---|---|---|---|---|"]
+    lines += [f"| {r['model']} | {r['threads']} | {r['p50_ms']:.2f} | {r['p99_ms']:.2f} | {r['ort_p50_ms']:.2f} | "
+              f"{r['ort_p99_ms']:.2f} | {r['ratio_p50']:.2f}x | {r['max_abs_diff']:.1e} |" for r in rows]
+    atomic_write_text(out.with_suffix(".md"), "\n".join(lines) + "\n")
+    print("\n".join(lines))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

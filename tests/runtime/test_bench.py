@@ -1,0 +1,36 @@
+"""`kiln bench`: its numbers are real measurements of the artifact (and of onnxruntime when asked)."""
+import json
+
+import pytest
+
+from kiln.cli import main
+from kiln.runtime.bench import BenchOptions, bench, percentiles
+
+
+def test_percentiles():
+    p = percentiles([1.0, 2.0, 3.0, 4.0, 100.0])
+    assert p["p50_ms"] == 3.0 and p["min_ms"] == 1.0 and p["p99_ms"] > 90 and p["qps"] == pytest.approx(1e3 / 22.0)
+
+
+def test_bench_with_onnxruntime(small_artifact, small_onnx_path):
+    r = bench(small_artifact, BenchOptions(threads=1, warmup=2, repeat=20, onnx=str(small_onnx_path)))
+    assert r["runs"] == 20 and len(r["latencies_ms"]) == 20 == len(r["ort_latencies_ms"])
+    assert 0 < r["min_ms"] <= r["p50_ms"] <= r["p90_ms"] <= r["p99_ms"]
+    assert r["ratio_p50"] == pytest.approx(r["p50_ms"] / r["ort_p50_ms"])
+    assert r["cold_start_ms"] > r["min_ms"] and r["peak_rss_mb"] > 10
+    assert r["max_abs_diff"] < 1e-4  # the same input gave the same answer
+
+
+def test_bench_cli_json(tmp_path, small_artifact, small_onnx_path, capsys):
+    out = tmp_path / "b.json"
+    assert main(["bench", str(small_artifact), "--onnx", str(small_onnx_path), "--repeat", "5", "--warmup", "1",
+                 "--threads", "1", "--json", str(out)]) == 0
+    text = capsys.readouterr().out
+    assert "kiln / onnxruntime p50 =" in text and "cold start" in text
+    r = json.loads(out.read_text())
+    assert {"p50_ms", "p99_ms", "qps", "cold_start_ms", "peak_rss_mb", "ort_p50_ms", "ort_p99_ms", "ratio_p50"} <= set(r)
+
+
+def test_bench_bad_options(small_artifact, capsys):
+    assert main(["bench", str(small_artifact), "--repeat", "0"]) == 2
+    assert "repeat >= 1" in capsys.readouterr().err
