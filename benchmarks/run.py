@@ -38,7 +38,7 @@ def main(argv=None) -> int:
         for threads in (int(x) for x in a.threads.split(",")):
             b = bench(art, BenchOptions(threads=threads, warmup=5, seconds=a.seconds, onnx=str(onnx_path)))
             row = {"model": name, "threads": threads, "compile_s": round(compile_s, 1), "layout": r.report["layout"],
-                   **{k: round(v, 3) for k, v in b.items() if isinstance(v, float)}, "runs": b["runs"]}
+                   **{k: (v if k == "max_abs_diff" else round(v, 3)) for k, v in b.items() if isinstance(v, float)}, "runs": b["runs"]}
             rows.append(row)
             print(json.dumps(row), file=sys.stderr, flush=True)
     out = Path(a.out)
