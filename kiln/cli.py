@@ -13,7 +13,16 @@ from .errors import KilnError, OptionsError
 def _options(a):
     from .compiler import CompileOptions
     return CompileOptions.make(target=a.target, input_shapes=a.input_shape, opt_level=a.opt_level,
-                               disabled_passes=tuple(a.disable_pass), layout=a.layout)
+                               disabled_passes=tuple(a.disable_pass), layout=a.layout, tuning_db=getattr(a, "tuning_db", None))
+
+
+def _tune(a) -> int:
+    from .schedules.tuning import TuneOptions, parse_duration, tune
+    opts = TuneOptions(db_root=a.db, trials=a.trials, budget_s=parse_duration(a.budget) if a.budget else None)
+    r = tune(a.model, _options(a), opts, progress=lambda line: print(line, flush=True))
+    print(f"tuned {r['tasks']} tasks: {r['trials']} trials in {r['seconds']} s ({r['seconds_per_trial']} s/trial), "
+          f"{r['new_records']} new records, {r['records']} in {r['db']}")
+    return 0
 
 
 def _compile(a) -> int:
@@ -85,7 +94,16 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("-o", "--output", required=True)
     _pipeline_flags(c)
     c.add_argument("--report", default=None, metavar="REPORT.json", help="write the optimization report")
+    c.add_argument("--tuning-db", default=None, metavar="DIR", help="apply tuned records from this database (kiln tune --db)")
     c.set_defaults(fn=_compile)
+    t = sub.add_parser("tune", help="tune the model's kernels with MetaSchedule (resumable)")
+    t.add_argument("model")
+    _pipeline_flags(t)
+    g = t.add_mutually_exclusive_group(required=True)
+    g.add_argument("--trials", type=int, default=None)
+    g.add_argument("--budget", default=None, metavar="DURATION", help="wall-clock budget, e.g. 90s, 20m, 1.5h")
+    t.add_argument("--db", default="tuning_logs", metavar="DIR", help="database root (default tuning_logs/)")
+    t.set_defaults(fn=_tune)
     r = sub.add_parser("run", help="run an artifact on inputs from an .npz")
     r.add_argument("model")
     r.add_argument("--inputs", required=True, metavar="IN.npz")

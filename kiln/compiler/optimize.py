@@ -13,7 +13,7 @@ from .passes import LiftWeights
 from .pipeline import pipeline_for
 
 COUNTERS = ("batchnorm_folded", "constants_folded", "noops_removed", "layout_transforms", "epilogues_fused", "dead_removed",
-            "kernels_scheduled", "kernels_unscheduled")
+            "kernels_scheduled", "kernels_unscheduled", "tuned_kernels", "tuned_coverage")
 
 
 @dataclasses.dataclass

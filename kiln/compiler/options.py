@@ -19,16 +19,19 @@ class CompileOptions:
     opt_level: int = 2
     disabled_passes: tuple[str, ...] = ()
     layout: str = "NCHWc"
+    tuning_db: str | None = None  # the target's folder of a tuning database (see resolve_tuning_db)
 
     @staticmethod
-    def make(target=None, input_shapes=None, opt_level: int = 2, disabled_passes=(), layout: str = "NCHWc") -> CompileOptions:
+    def make(target=None, input_shapes=None, opt_level: int = 2, disabled_passes=(), layout: str = "NCHWc",
+             tuning_db=None) -> CompileOptions:
         if opt_level not in OPT_LEVELS:
             raise OptionsError(f"opt level {opt_level!r} is not valid", fix=f"use one of {list(OPT_LEVELS)}")
         if layout not in LAYOUTS:
             raise OptionsError(f"layout {layout!r} is not valid", fix=f"use one of {', '.join(LAYOUTS)}")
         shapes = parse_input_shapes(input_shapes)
-        return CompileOptions(Target.parse(target), tuple(sorted(shapes.items())), int(opt_level),
-                              tuple(dict.fromkeys(disabled_passes)), layout)
+        t = Target.parse(target)
+        return CompileOptions(t, tuple(sorted(shapes.items())), int(opt_level), tuple(dict.fromkeys(disabled_passes)), layout,
+                              resolve_tuning_db(tuning_db, t))
 
     @property
     def shapes(self) -> dict[str, tuple[int, ...]]:
@@ -36,4 +39,38 @@ class CompileOptions:
 
     def to_json(self) -> dict:
         return {"target": str(self.target), "input_shapes": {k: list(v) for k, v in self.input_shapes},
-                "opt_level": self.opt_level, "disabled_passes": list(self.disabled_passes), "layout": self.layout}
+                "opt_level": self.opt_level, "disabled_passes": list(self.disabled_passes), "layout": self.layout,
+                "tuning_db": self.tuning_db, "tuning_db_sha256": _db_digest(self.tuning_db)}
+
+
+def resolve_tuning_db(path, target: Target) -> str | None:
+    """A tuning database root (holding one folder per target key) or a target's folder itself.
+    None means no database. A root without this target's folder is an error naming the key."""
+    if path is None:
+        return None
+    from pathlib import Path
+
+    from ..schedules.database import FILES, target_key
+    p = Path(path)
+    if (p / FILES[0]).exists():
+        return str(p)
+    if (p / target_key(target) / FILES[0]).exists():
+        return str(p / target_key(target))
+    raise OptionsError(f"no tuning records for target {str(target)!r} in {p}", where=str(p),
+                       fix=f"run `kiln tune ... --db {p}` first (records live in {p}/{target_key(target)}/)")
+
+
+def _db_digest(path) -> str | None:
+    """Records change the output: the manifest and cache keys carry their digest."""
+    if path is None:
+        return None
+    import hashlib
+    from pathlib import Path
+
+    from ..schedules.database import FILES
+    h = hashlib.sha256()
+    for name in FILES:
+        f = Path(path) / name
+        if f.exists():
+            h.update(f.read_bytes())
+    return h.hexdigest()

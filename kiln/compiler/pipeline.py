@@ -15,7 +15,7 @@ from tvm import relax
 
 from ..errors import OptionsError
 from . import passes as kp
-from ..schedules import ApplyDefaultSchedules
+from ..schedules import ApplyDefaultSchedules, ApplyTuningDatabase
 from .legalize import LEGALIZE
 from .passes.convert_layout import vector_block
 
@@ -45,7 +45,8 @@ CPU_PIPELINE: list[PassSpec] = [
     PassSpec("FuseOps", lambda o: relax.transform.FuseOps(), 1, graph=False),
     PassSpec("FuseTIR", lambda o: relax.transform.FuseTIR(), 0, required=True, graph=False),
     PassSpec("DeadCodeElimination", lambda o: relax.transform.DeadCodeElimination(["main"]), 0, required=True, graph=False),
-    # kernels: Kiln's default schedules (kiln/schedules), chosen per kernel kind and target
+    # kernels: tuned records where the database has them, else Kiln's default schedules
+    PassSpec("ApplyTuningDatabase", lambda o: ApplyTuningDatabase(o.tuning_db), 0, graph=False),
     PassSpec("DefaultSchedules", lambda o: ApplyDefaultSchedules(o.target.tvm(), vector_block(o.target.required_features())), 2, graph=False),
 ]
 

@@ -1,0 +1,59 @@
+"""The tuning database: MetaSchedule's JSON database under `tuning_logs/<target key>/`. The key
+names the CPU and hashes the full target, so records are only reused where they are valid.
+MetaSchedule appends one JSON line per record; a kill mid-write can leave a torn last line,
+which `open_database` drops with a warning (rewriting the file atomically) instead of crashing."""
+from __future__ import annotations
+
+import hashlib
+import json
+import warnings
+from pathlib import Path
+
+from .._io import atomic_write_text
+
+FILES = ("database_workload.json", "database_tuning_record.json")
+
+
+def target_key(target) -> str:
+    """e.g. 'llvm-znver4-3f2a9c1e' (kind, CPU, hash of the whole target)."""
+    d = target.to_dict()
+    digest = hashlib.sha256(json.dumps(d, sort_keys=True).encode()).hexdigest()[:8]
+    return f"{d['kind']}-{d.get('mcpu') or d.get('mtriple', 'generic')}-{digest}"
+
+
+def db_dir_for(root: str | Path, target) -> Path:
+    return Path(root) / target_key(target)
+
+
+def repair(db_dir: Path) -> int:
+    """Drop lines that are not valid JSON (torn writes); returns how many were dropped."""
+    dropped = 0
+    for name in FILES:
+        p = db_dir / name
+        if not p.exists():
+            continue
+        good, bad = [], []
+        for i, line in enumerate(p.read_text().splitlines(), 1):
+            if not line.strip():
+                continue
+            try:
+                json.loads(line)
+                good.append(line)
+            except json.JSONDecodeError:
+                bad.append(i)
+        if bad:
+            warnings.warn(f"{p}: skipping {len(bad)} corrupt line(s) {bad[:5]} (an interrupted write)", stacklevel=2)
+            atomic_write_text(p, "".join(line + "\n" for line in good))
+            dropped += len(bad)
+    if (db_dir / FILES[1]).exists() and not (db_dir / FILES[0]).exists():
+        warnings.warn(f"{db_dir}: records without their workloads; starting the database afresh", stacklevel=2)
+        (db_dir / FILES[1]).unlink()
+    return dropped
+
+
+def open_database(db_dir: str | Path):
+    from tvm.s_tir import meta_schedule as ms
+    db_dir = Path(db_dir)
+    db_dir.mkdir(parents=True, exist_ok=True)
+    repair(db_dir)
+    return ms.database.JSONDatabase(work_dir=str(db_dir), module_equality="structural")

@@ -1,0 +1,152 @@
+"""`kiln tune`: MetaSchedule on Kiln's fused kernels, sized for a small machine.
+
+- search: evolutionary, a small population and few measured candidates per round, so a trial
+  costs ~1 s instead of MetaSchedule's defaults (tens of seconds per round on 2 cores);
+- builds in-process (MetaSchedule's LocalBuilder spends ~20 s per batch starting workers that
+  import every tensor intrinsic), measures in MetaSchedule's LocalRunner;
+- rounds: each round tunes up to `round_trials` more trials across tasks (MetaSchedule's
+  gradient task scheduler shares them by each task's weighted latency), and a wall-clock budget
+  is checked between rounds;
+- resumable: records go to the JSON database as they are measured; a killed run loses only the
+  candidates in flight, and a rerun skips what is already measured."""
+from __future__ import annotations
+
+import dataclasses
+import logging
+import os
+import tempfile
+import time
+import uuid
+from pathlib import Path
+from typing import Callable
+
+import tvm
+from tvm.s_tir import meta_schedule as ms
+from tvm.s_tir.meta_schedule.builder import BuilderResult, PyBuilder
+from tvm.ir.utils import derived_object
+
+from ..errors import OptionsError
+from .database import db_dir_for, open_database
+
+
+@dataclasses.dataclass(frozen=True)
+class TuneOptions:
+    db_root: str = "tuning_logs"
+    trials: int | None = None
+    budget_s: float | None = None
+    round_trials: int = 16
+    trials_per_iter: int = 8
+    population: int = 32
+    seed: int = 0
+
+    def __post_init__(self):
+        if (self.trials is None) == (self.budget_s is None):
+            raise OptionsError("give exactly one of --trials N and --budget DURATION", fix="e.g. --trials 64 or --budget 20m")
+        if self.trials is not None and self.trials < 1 or self.budget_s is not None and self.budget_s <= 0:
+            raise OptionsError("trials and budget must be positive", fix="e.g. --trials 64 or --budget 20m")
+
+
+def parse_duration(text: str) -> float:
+    """'90', '90s', '20m', '1.5h' -> seconds."""
+    units = {"s": 1, "m": 60, "h": 3600}
+    t = text.strip().lower()
+    try:
+        return float(t[:-1]) * units[t[-1]] if t and t[-1] in units else float(t)
+    except ValueError:
+        raise OptionsError(f"bad duration {text!r}", fix="write it like 90s, 20m or 1.5h") from None
+
+
+@derived_object
+class InProcessBuilder(PyBuilder):
+    def __init__(self, out_dir: str):
+        super().__init__()
+        self.out_dir = out_dir
+
+    def build(self, build_inputs):
+        from tvm.s_tir.transform import RemoveWeightLayoutRewriteBlock
+        results = []
+        for bi in build_inputs:
+            try:
+                mod = RemoveWeightLayoutRewriteBlock(skip_tensor_rewrite=True)(bi.mod)
+                lib = tvm.compile(mod, target=bi.target)
+                # one folder per artifact: MetaSchedule's runner deletes the artifact's folder when done
+                path = os.path.join(tempfile.mkdtemp(dir=self.out_dir), f"{uuid.uuid4().hex}.so")
+                lib.export_library(path)
+                results.append(BuilderResult(path, None))
+            except Exception as e:  # an invalid candidate: MetaSchedule records the failure and moves on
+                results.append(BuilderResult(None, f"{type(e).__name__}: {e}"))
+        return results
+
+
+def extract(mod: tvm.IRModule, target) -> list:
+    return [t for t in ms.relax_integration.extract_tasks(mod, target) if not t.mod.attrs.get("tirx.is_scheduled", False)]
+
+
+def _strategy(opts: TuneOptions):
+    return ms.search_strategy.EvolutionarySearch(population_size=opts.population, init_measured_ratio=0.2,
+                                                 init_min_unmeasured=opts.population // 2, genetic_num_iters=2,
+                                                 genetic_mutate_prob=0.85, genetic_max_fail_count=3)
+
+
+def _contexts(tasks, opts: TuneOptions, seed: int):
+    """One TuneContext (and search strategy) per task, without MetaSchedule's per-task log files
+    (its logging set-up breaks on the second use in one process); Kiln prints its own progress."""
+    ctxs = [ms.TuneContext(mod=t.dispatched[0], target=t.target, space_generator="post-order-apply", search_strategy=_strategy(opts),
+                           task_name=t.task_name, logger=_QUIET, rand_state=seed + i, num_threads=max(1, os.cpu_count() or 1))
+            for i, t in enumerate(tasks)]
+    return ctxs, [float(t.weight) for t in tasks]
+
+
+_QUIET = logging.getLogger("kiln.tune.meta_schedule")
+_QUIET.setLevel(logging.WARNING)
+
+
+def tune_module(mod: tvm.IRModule, target, db_dir: Path, opts: TuneOptions,
+                progress: Callable[[str], None] = print) -> dict:
+    logging.getLogger("tvm.s_tir.meta_schedule").setLevel(logging.WARNING)  # Kiln prints its own progress
+    tasks = extract(mod, target)
+    if not tasks:
+        raise OptionsError("the model has no kernels to tune")
+    start = time.perf_counter()
+    db_path = Path(db_dir)
+    before = len(open_database(db_path).get_all_tuning_records())
+    total = opts.trials
+    done_trials, rounds = 0, 0
+    with tempfile.TemporaryDirectory(prefix="kiln-tune-", ignore_cleanup_errors=True) as tmp:
+        builder = InProcessBuilder(tmp)
+        while True:
+            elapsed = time.perf_counter() - start
+            if total is not None and done_trials >= total or opts.budget_s is not None and elapsed >= opts.budget_s:
+                break
+            n = opts.round_trials if total is None else min(opts.round_trials, total - done_trials)
+            db = open_database(db_path)
+            ctxs, weights = _contexts(tasks, opts, opts.seed + rounds)
+            have = len(db.get_all_tuning_records())
+            ms.tune.tune_tasks(tasks=ctxs, task_weights=weights, work_dir=str(db_path), max_trials_global=have + n,
+                               max_trials_per_task=None, num_trials_per_iter=opts.trials_per_iter, builder=builder,
+                               runner=ms.runner.LocalRunner(timeout_sec=30), database=db, cost_model="xgb")
+            measured = len(open_database(db_path).get_all_tuning_records()) - have
+            rounds += 1
+            done_trials += max(measured, 1)  # a round that finds nothing new still counts, so we terminate
+            elapsed = time.perf_counter() - start
+            per_trial = elapsed / max(done_trials, 1)
+            left = f"{max(0.0, opts.budget_s - elapsed):.0f}s left" if opts.budget_s else f"{max(0, total - done_trials)} trials left"
+            progress(f"round {rounds}: {len(tasks)} tasks, {done_trials} trials, {per_trial:.2f} s/trial, "
+                     f"{elapsed:.0f}s elapsed, {left}")
+            if measured == 0:
+                break
+    records = len(open_database(db_path).get_all_tuning_records())
+    return {"tasks": len(tasks), "trials": done_trials, "new_records": records - before, "records": records,
+            "seconds": round(time.perf_counter() - start, 1), "seconds_per_trial": round((time.perf_counter() - start) / max(done_trials, 1), 2),
+            "db": str(db_path)}
+
+
+def tune(model, compile_options, opts: TuneOptions, progress: Callable[[str], None] = print) -> dict:
+    """Import and optimize the model as `kiln compile` would, then tune its kernels."""
+    from ..compiler.optimize import optimize
+    from ..frontends.importer import import_onnx
+    co = dataclasses.replace(compile_options, disabled_passes=tuple(dict.fromkeys(compile_options.disabled_passes + ("DefaultSchedules",))))
+    imported = import_onnx(model, co.shapes)
+    layout = co.layout if co.layout != "auto" else "NCHWc"
+    mod = optimize(imported.mod, co, layout=layout).mod
+    return tune_module(mod, co.target.tvm(), db_dir_for(opts.db_root, co.target), opts, progress)

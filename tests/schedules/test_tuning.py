@@ -1,0 +1,90 @@
+"""Tuning: a tiny model for a few trials, resuming, surviving a kill, a corrupt line, applying."""
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import numpy as np
+import onnx
+import pytest
+from onnx import helper
+
+import kiln
+from helpers import make_model, ort_run, rand
+from kiln.compiler import CompileOptions
+from kiln.schedules.database import FILES, open_database, target_key
+from kiln.schedules.tuning import TuneOptions, parse_duration, tune
+
+
+@pytest.fixture(scope="module")
+def tiny():
+    x = rand(1, 16, 8, 8)
+    nodes = [helper.make_node("Conv", ["input", "w"], ["c"], pads=[1, 1, 1, 1]), helper.make_node("Relu", ["c"], ["output"])]
+    return make_model(nodes, {"input": x}, ["output"], {"w": rand(16, 16, 3, 3, seed=1) * 0.2})
+
+
+def _records(db):
+    return len(open_database(db).get_all_tuning_records())
+
+
+def test_tune_resume_and_apply(tmp_path, tiny):
+    co = CompileOptions.make()
+    lines = []
+    r = tune(tiny, co, TuneOptions(db_root=str(tmp_path), trials=4), progress=lines.append)
+    db = tmp_path / target_key(co.target)
+    assert r["db"] == str(db) and r["new_records"] >= 4 and all((db / f).exists() for f in FILES)
+    assert lines and "trials" in lines[-1] and "s/trial" in lines[-1]
+    first = _records(db)
+    r2 = tune(tiny, co, TuneOptions(db_root=str(tmp_path), trials=4), progress=lines.append)
+    assert _records(db) == first + r2["new_records"] and r2["new_records"] >= 1  # continues, keeps the old records
+    out = kiln.compile(tiny, tmp_path / "t.kiln", tuning_db=str(tmp_path))
+    assert out.report["tuned_kernels"] >= 1 and out.report["tuned_coverage"] > 0.5
+    assert out.manifest["compile_options"]["tuning_db_sha256"]
+    x = rand(1, 16, 8, 8, seed=3)
+    np.testing.assert_allclose(kiln.load(tmp_path / "t.kiln").run({"input": x})["output"], ort_run(tiny, {"input": x})[0],
+                               rtol=1e-4, atol=1e-4)
+
+
+def test_killed_tuning_leaves_a_database_that_loads_and_resumes(tmp_path, tiny):
+    model = tmp_path / "tiny.onnx"
+    onnx.save(tiny, model)
+    cmd = [sys.executable, "-m", "kiln", "tune", str(model), "--trials", "200", "--db", str(tmp_path / "db")]
+    p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
+    deadline = time.time() + 120
+    line = ""
+    while time.time() < deadline and "round 1" not in line:
+        line = p.stdout.readline()
+        if not line and p.poll() is not None:
+            break
+    time.sleep(1.5)
+    assert p.poll() is None, "tuning ended before it could be killed"
+    os.killpg(p.pid, signal.SIGKILL)
+    p.wait(timeout=30)
+    db = tmp_path / "db" / target_key(CompileOptions.make().target)
+    n = _records(db)
+    assert n >= 1
+    r = tune(tiny, CompileOptions.make(), TuneOptions(db_root=str(tmp_path / "db"), trials=2), progress=lambda s: None)
+    assert _records(db) == n + r["new_records"]
+
+
+def test_corrupt_line_is_skipped_with_a_warning(tmp_path, tiny):
+    co = CompileOptions.make()
+    tune(tiny, co, TuneOptions(db_root=str(tmp_path), trials=2), progress=lambda s: None)
+    db = tmp_path / target_key(co.target)
+    n = _records(db)
+    with open(db / FILES[1], "a") as f:
+        f.write('[0, {"torn": ')  # what a kill mid-write leaves
+    with pytest.warns(UserWarning, match="skipping 1 corrupt line"):
+        assert len(open_database(db).get_all_tuning_records()) == n
+
+
+def test_options_and_errors(tmp_path, tiny):
+    assert parse_duration("20m") == 1200 and parse_duration("1.5h") == 5400 and parse_duration("90") == 90
+    with pytest.raises(kiln.OptionsError, match="bad duration"):
+        parse_duration("soon")
+    with pytest.raises(kiln.OptionsError, match="exactly one of"):
+        TuneOptions(trials=4, budget_s=10)
+    with pytest.raises(kiln.OptionsError, match="no tuning records for target") as e:
+        kiln.compile(tiny, tmp_path / "x.kiln", tuning_db=str(tmp_path))
+    assert "kiln tune" in str(e.value)
