@@ -78,7 +78,8 @@ def test_pipeline_is_a_list_per_target():
     names = [s.name for s in pipeline_for("llvm", 2)]
     assert names[:4] == ["FoldConstants", "CanonicalizeClip", "RemoveNoOps", "FoldBatchNorm"]
     assert [s.name for s in pipeline_for("llvm", 0)] == [n for n in names if n in
-                                                         ("DecomposeOpsForInference", "LegalizeOps", "AnnotateTIROpPattern", "FuseTIR", "DeadCodeElimination")]
+                                                         ("DecomposeOpsForInference", "LegalizeOps", "AnnotateTIROpPattern", "FuseTIR", "DeadCodeElimination",
+                                                                   "ApplyTuningDatabase")]
     assert "FuseEpilogue" not in [s.name for s in pipeline_for("llvm", 2, ("FuseEpilogue",))]
     assert set(pass_names()) >= set(names)
 
