@@ -122,7 +122,8 @@ def tune_module(mod: tvm.IRModule, target, db_dir: Path, opts: TuneOptions,
             db = open_database(db_path)
             ctxs, weights = _contexts(tasks, opts, opts.seed + rounds)
             have = len(db.get_all_tuning_records())
-            ms.tune.tune_tasks(tasks=ctxs, task_weights=weights, work_dir=str(db_path), max_trials_global=have + n,
+            # max_trials_global counts this call's trials (a fresh task scheduler each round)
+            ms.tune.tune_tasks(tasks=ctxs, task_weights=weights, work_dir=str(db_path), max_trials_global=n,
                                max_trials_per_task=None, num_trials_per_iter=opts.trials_per_iter, builder=builder,
                                runner=ms.runner.LocalRunner(timeout_sec=30), database=db, cost_model="xgb")
             measured = len(open_database(db_path).get_all_tuning_records()) - have
