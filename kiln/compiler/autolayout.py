@@ -7,14 +7,9 @@ import time
 
 import numpy as np
 
-from .passes.convert_layout import LAYOUTS
+from .passes.convert_layout import LAYOUTS, has_conv2d
 
 MAX_SECONDS_PER_CANDIDATE = 3.0
-
-
-def _has_conv(mod) -> bool:
-    from .analysis import op_histogram
-    return op_histogram(mod).get("nn.conv2d", 0) > 0
 
 
 def time_executable(exe, weights, input_specs, max_seconds: float = MAX_SECONDS_PER_CANDIDATE, max_runs: int = 7) -> float:
@@ -37,7 +32,7 @@ def time_executable(exe, weights, input_specs, max_seconds: float = MAX_SECONDS_
 def choose_layout(mod, options, where: str) -> tuple[str, dict[str, float]]:
     from .build import build_executable
     from .optimize import optimize
-    if not _has_conv(mod):
+    if not has_conv2d(mod):
         return "NCHW", {}
     f = mod["main"]
     specs = [([int(v) for v in p.ty.shape.values], str(p.ty.dtype)) for p in f.params]

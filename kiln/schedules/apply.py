@@ -9,20 +9,24 @@ from tvm import s_tir, tirx
 from .registry import FALLBACK, RULES, classify, target_family
 
 
-def _first_rule_that_applies(func, family: str, kind: str, anchor_hint, lanes: int):
-    """The kind's rule, then its fallbacks (FALLBACK), on a fresh schedule each time."""
+def _first_rule_that_applies(func, family: str, lanes: int):
+    """(kind, schedule) from the kind's rule, then its fallbacks (FALLBACK), each on a fresh
+    schedule; (kind, None) when none applies."""
+    first = s_tir.Schedule(func)
+    kind, anchor = classify(first)
+    anchor_name = first.get(anchor).name_hint if anchor is not None else None
     for k in (kind, *FALLBACK.get(kind, ())):
         rule = RULES.get((family, k))
         if rule is None:
             continue
-        sch = s_tir.Schedule(func)
-        _, anchor = classify(sch)
+        sch = s_tir.Schedule(func)  # a failed rule may leave its schedule half-transformed
+        anchor = sch.get_sblock(anchor_name) if anchor_name else None
         try:
             rule(sch, anchor, lanes)
-            return sch
+            return kind, sch
         except Exception:  # a rule that does not fit this kernel: try the next, else leave it unscheduled
             continue
-    return None
+    return kind, None
 
 
 @tvm.transform.module_pass(opt_level=2, name="DefaultSchedules")
@@ -38,9 +42,7 @@ class ApplyDefaultSchedules:
         for gv, func in mod.functions.items():
             if not isinstance(func, tirx.PrimFunc) or func.attrs is not None and "tirx.is_scheduled" in func.attrs:
                 continue
-            sch = s_tir.Schedule(func)
-            kind, anchor = classify(sch)
-            sch = _first_rule_that_applies(func, family, kind, anchor, self.lanes)
+            kind, sch = _first_rule_that_applies(func, family, self.lanes)
             if sch is None:
                 self.stats["kernels_unscheduled"] += 1
                 continue

@@ -109,7 +109,8 @@ def tune_module(mod: tvm.IRModule, target, db_dir: Path, opts: TuneOptions,
         raise OptionsError("the model has no kernels to tune")
     start = time.perf_counter()
     db_path = Path(db_dir)
-    before = len(open_database(db_path).get_all_tuning_records())
+    db = open_database(db_path)  # opened (and repaired) once; every round commits to it
+    before = have = len(db.get_all_tuning_records())
     total = opts.trials
     done_trials, rounds = 0, 0
     with tempfile.TemporaryDirectory(prefix="kiln-tune-", ignore_cleanup_errors=True) as tmp:
@@ -119,14 +120,13 @@ def tune_module(mod: tvm.IRModule, target, db_dir: Path, opts: TuneOptions,
             if total is not None and done_trials >= total or opts.budget_s is not None and elapsed >= opts.budget_s:
                 break
             n = opts.round_trials if total is None else min(opts.round_trials, total - done_trials)
-            db = open_database(db_path)
             ctxs, weights = _contexts(tasks, opts, opts.seed + rounds)
-            have = len(db.get_all_tuning_records())
             # max_trials_global counts this call's trials (a fresh task scheduler each round)
             ms.tune.tune_tasks(tasks=ctxs, task_weights=weights, work_dir=str(db_path), max_trials_global=n,
                                max_trials_per_task=None, num_trials_per_iter=opts.trials_per_iter, builder=builder,
                                runner=ms.runner.LocalRunner(timeout_sec=30), database=db, cost_model="xgb")
-            measured = len(open_database(db_path).get_all_tuning_records()) - have
+            now = len(db.get_all_tuning_records())
+            measured, have = now - have, now
             rounds += 1
             done_trials += max(measured, 1)  # a round that finds nothing new still counts, so we terminate
             elapsed = time.perf_counter() - start
@@ -136,7 +136,7 @@ def tune_module(mod: tvm.IRModule, target, db_dir: Path, opts: TuneOptions,
                      f"{elapsed:.0f}s elapsed, {left}")
             if measured == 0:
                 break
-    records = len(open_database(db_path).get_all_tuning_records())
+    records = have
     return {"tasks": len(tasks), "trials": done_trials, "new_records": records - before, "records": records,
             "seconds": round(time.perf_counter() - start, 1), "seconds_per_trial": round((time.perf_counter() - start) / max(done_trials, 1), 2),
             "db": str(db_path)}

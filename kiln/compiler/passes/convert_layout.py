@@ -43,7 +43,7 @@ def count_layout_transforms(mod: tvm.IRModule) -> int:
     return n
 
 
-def _has_conv2d(mod: tvm.IRModule) -> bool:
+def has_conv2d(mod: tvm.IRModule) -> bool:
     found = []
     for _, f in mod.functions.items():
         if isinstance(f, relax.Function):
@@ -63,7 +63,7 @@ class ConvertLayout:
     def transform_module(self, mod: tvm.IRModule, ctx) -> tvm.IRModule:
         before = count_layout_transforms(mod)
         desired = desired_layouts(self.layout, self.block)
-        if desired and _has_conv2d(mod):  # TVM's ConvertLayout breaks on some ops (stack) it has no reason to touch
+        if desired and has_conv2d(mod):  # TVM's ConvertLayout breaks on some ops (stack) it has no reason to touch
             mod = relax.transform.ConvertLayout(desired)(mod)
             mod = relax.transform.FoldConstant()(mod)  # weights re-laid out now, not at run time
         self.stats["layout_transforms"] = count_layout_transforms(mod) - before

@@ -4,12 +4,9 @@ from __future__ import annotations
 import tvm
 from tvm import relax
 
+from ..analysis import _calls
+
 
 def count_calls(mod: tvm.IRModule) -> int:
-    n = 0
-    for _, f in mod.functions.items():
-        if isinstance(f, relax.Function):
-            calls = []
-            relax.analysis.post_order_visit(f.body, lambda e: calls.append(1) if isinstance(e, relax.Call) and isinstance(e.op, tvm.ir.Op) else None)
-            n += len(calls)
-    return n
+    """Op calls (not calls to functions) in every Relax function of the module."""
+    return sum(isinstance(c.op, tvm.ir.Op) for _, f in mod.functions.items() if isinstance(f, relax.Function) for c in _calls(f))
