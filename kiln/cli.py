@@ -13,7 +13,8 @@ from .errors import KilnError, OptionsError
 def _options(a):
     from .compiler import CompileOptions
     return CompileOptions.make(target=a.target, input_shapes=a.input_shape, opt_level=a.opt_level,
-                               disabled_passes=tuple(a.disable_pass), layout=a.layout, tuning_db=getattr(a, "tuning_db", None))
+                               disabled_passes=tuple(a.disable_pass), layout=a.layout, tuning_db=getattr(a, "tuning_db", None),
+                               shape_buckets=getattr(a, "shape_buckets", None), bucket_policy=getattr(a, "bucket_policy", "pad"))
 
 
 def _tune(a) -> int:
@@ -64,6 +65,23 @@ def _bench(a) -> int:
     return 0
 
 
+def _serve(a) -> int:
+    from .serve import ServeOptions
+    try:
+        import aiohttp  # noqa: F401
+    except ImportError:
+        raise OptionsError("kiln serve needs aiohttp, which is not installed", fix="pip install 'kiln[serve]' (or pip install aiohttp)") from None
+    opts = ServeOptions.make(([a.model] if a.model else []) + a.models, split=a.split, name=a.name, host=a.host, port=a.port,
+                             max_batch=a.max_batch, max_wait_ms=a.max_wait_ms, queue=a.queue, timeout_ms=a.timeout_ms,
+                             workers=a.workers, threads=a.threads, max_body_mb=a.max_body_mb, warmup=not a.no_warmup)
+    if a.workers > 1:
+        from .serve.workers import run_workers
+        return run_workers(a.argv[a.argv.index("serve") + 1:], a.workers, a.port, a.threads)
+    from .serve.app import serve
+    serve(opts, reuse_port=a.reuse_port)
+    return 0
+
+
 def _inspect(a) -> int:
     from .describe import format_text, inspect_path
     if a.passes:
@@ -95,6 +113,10 @@ def build_parser() -> argparse.ArgumentParser:
     _pipeline_flags(c)
     c.add_argument("--report", default=None, metavar="REPORT.json", help="write the optimization report")
     c.add_argument("--tuning-db", default=None, metavar="DIR", help="apply tuned records from this database (kiln tune --db)")
+    c.add_argument("--shape-buckets", action="append", default=None, metavar="NAME:1x3x224x224,4x3x224x224",
+                   help="one function per bucket (repeat per input; bucket i takes each input's i-th shape)")
+    c.add_argument("--bucket-policy", default="pad", choices=["pad", "error"],
+                   help="inputs between buckets: zero-pad to the next bucket and crop outputs (default), or refuse")
     c.set_defaults(fn=_compile)
     t = sub.add_parser("tune", help="tune the model's kernels with MetaSchedule (resumable)")
     t.add_argument("model")
@@ -121,6 +143,23 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--json", default=None, metavar="OUT.json")
     b.add_argument("--plot", default=None, metavar="OUT.png", help="latency histogram (needs matplotlib)")
     b.set_defaults(fn=_bench)
+    s = sub.add_parser("serve", help="HTTP inference server with dynamic batching (POST /v1/models/<name>:predict)")
+    s.add_argument("model", nargs="?", default=None, metavar="MODEL.kiln")
+    s.add_argument("--model", dest="models", action="append", default=[], metavar="VERSION=MODEL.kiln", help="repeatable: versions side by side")
+    s.add_argument("--split", action="append", default=[], metavar="VERSION=FRACTION", help="canary traffic share, e.g. v2=0.05")
+    s.add_argument("--name", default=None, help="served model name (default: the first artifact's file stem)")
+    s.add_argument("--host", default="127.0.0.1")
+    s.add_argument("--port", type=int, default=8080, help="0: any free port")
+    s.add_argument("--max-batch", type=int, default=8, help="most requests per batch (capped by the largest batch bucket)")
+    s.add_argument("--max-wait-ms", type=float, default=5.0, help="how long the first request of a batch waits for more")
+    s.add_argument("--queue", type=int, default=64, help="bounded queue per version; full -> 503 with Retry-After")
+    s.add_argument("--timeout-ms", type=float, default=1000.0, help="per request; late -> 504")
+    s.add_argument("--workers", type=int, default=1, help="server processes sharing the port")
+    s.add_argument("--threads", type=int, default=None, help="TVM threads per worker (default: cores / workers)")
+    s.add_argument("--max-body-mb", type=float, default=64.0, help="larger bodies -> 413")
+    s.add_argument("--no-warmup", action="store_true", help="do not run each bucket once before reporting ready")
+    s.add_argument("--reuse-port", action="store_true", help=argparse.SUPPRESS)
+    s.set_defaults(fn=_serve)
     i = sub.add_parser("inspect", help="describe an .onnx model or a .kiln artifact")
     i.add_argument("model")
     i.add_argument("--json", action="store_true")
@@ -131,7 +170,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
     args = build_parser().parse_args(argv)
+    args.argv = argv
     try:
         return args.fn(args)
     except KilnError as e:

@@ -52,6 +52,8 @@ def format_text(info: dict) -> str:
         for kind in ("inputs", "outputs"):
             for t in m[kind]:
                 lines.append(f"  {kind[:-1]:7}  {t['name']}: {'x'.join(map(str, t['shape']))} {t['dtype']}")
+        if len(m.get("buckets", [])) > 1:
+            lines.append(f"  buckets  {', '.join(b['name'] for b in m['buckets'])} (policy {m.get('bucket_policy', 'pad')})")
         wbytes = sum(w["nbytes"] for w in m["weights"])
         lines.append(f"  weights  {len(m['weights'])} tensors, {wbytes / 1e6:.2f} MB")
         for name, meta in m["members"].items():

@@ -16,6 +16,7 @@ from .. import __version__
 from .._io import atomic_write_text
 from ..errors import CompileError, tvm_errors
 from ..frontends.importer import import_onnx
+from ..frontends.onnx_load import load_onnx
 from ..runtime import artifact as art
 from ..runtime.hostinfo import host_arch
 from .autolayout import choose_layout
@@ -60,27 +61,45 @@ def analyze_model(model, options: CompileOptions | None = None, **kwargs) -> dic
 def compile_model(model: str | os.PathLike | onnx.ModelProto, output: str | os.PathLike,
                   options: CompileOptions | None = None, report_path: str | os.PathLike | None = None, **kwargs) -> CompileResult:
     """Compile an ONNX model (path or proto) into the artifact `output`. kwargs build the options
-    (target=, input_shapes=, opt_level=, disabled_passes=, layout=) when `options` is not given."""
+    (target=, input_shapes=, opt_level=, disabled_passes=, layout=, shape_buckets=, bucket_policy=)
+    when `options` is not given. With shape buckets, each bucket is its own function (its own
+    library and memory plan) in the one artifact; identical weights are stored once."""
     import tvm
 
     options = options or CompileOptions.make(**kwargs)
     where = _where(model)
     t0 = time.perf_counter()
-    imported = import_onnx(model, options.shapes)
-    import_s = time.perf_counter() - t0
+    if not isinstance(model, onnx.ModelProto):
+        model = load_onnx(model)
     layout, layout_ms = options.layout, None
-    if layout == "auto":
-        layout, layout_ms = choose_layout(imported.mod, options, where)
-    opt = optimize(imported.mod, options, layout=layout)
-    report = opt.report
-    t = time.perf_counter()
-    exe = build_executable(opt.mod, options, where)
-    with tvm_errors("Exporting the library", where):
-        library = _export(exe, options.target.arch, where)
-    report["pass_seconds"] = {"import": round(import_s, 4), **report["pass_seconds"], "tvm.compile": round(time.perf_counter() - t, 4)}
+    weights = _WeightPool()
+    buckets, reports, first = [], [], None
+    for i, shapes in enumerate(options.bucket_shapes()):
+        t = time.perf_counter()
+        imported = import_onnx(model, shapes, where)
+        import_s = time.perf_counter() - t
+        if layout == "auto":
+            layout, layout_ms = choose_layout(imported.mod, options, where)
+        opt = optimize(imported.mod, options, layout=layout)
+        report = opt.report
+        t = time.perf_counter()
+        exe = build_executable(opt.mod, options, where)
+        with tvm_errors("Exporting the library", where):
+            library = _export(exe, options.target.arch, where)
+        report["pass_seconds"] = {"import": round(import_s, 4), **report["pass_seconds"], "tvm.compile": round(time.perf_counter() - t, 4)}
+        name = art.LIBRARY if i == 0 else f"model.b{i}.so"
+        buckets.append({"name": "+".join(f"{s.name}:{'x'.join(map(str, s.shape))}" for s in imported.inputs),
+                        "inputs": [s.to_json() for s in imported.inputs], "outputs": [s.to_json() for s in imported.outputs],
+                        "library": name, "weights": weights.add_all(opt.weights), "kernels": report["kernels"],
+                        "_blob": library})
+        reports.append(report)
+        first = first or imported
+    report = reports[0] if len(reports) == 1 else dict(reports[0], buckets=[{"name": b["name"], **r} for b, r in zip(buckets, reports)])
     if layout_ms is not None:
         report["layout_candidates_ms"] = layout_ms
-    weights_blob, weights_index = art.pack_weights(opt.weights)
+    weights_blob, weights_index = art.pack_weights(weights.arrays)
+    members = {b["library"]: b.pop("_blob") for b in buckets}
+    members[art.WEIGHTS] = weights_blob
     manifest = {
         "kiln_version": __version__,
         "tvm_version": tvm.__version__,
@@ -88,21 +107,43 @@ def compile_model(model: str | os.PathLike | onnx.ModelProto, output: str | os.P
         "target_dict": options.target.to_dict(),
         "arch": options.target.arch,
         "cpu_features": options.target.required_features(),
-        "inputs": [s.to_json() for s in imported.inputs],
-        "outputs": [s.to_json() for s in imported.outputs],
+        "inputs": buckets[0]["inputs"],
+        "outputs": buckets[0]["outputs"],
         "weights": weights_index,
+        "buckets": buckets,
+        "bucket_policy": options.bucket_policy,
         "entry": "main",
         "compile_options": dict(options.to_json(), layout_chosen=layout),
-        "source": {"file": Path(where).name, "opsets": imported.opsets},
-        "import_stats": imported.stats,
+        "source": {"file": Path(where).name, "opsets": first.opsets},
+        "import_stats": first.stats,
         "kernels": report["kernels"],
         "created_unix": int(time.time()),
     }
-    art.write_artifact(output, manifest, {art.LIBRARY: library, art.WEIGHTS: weights_blob})
+    art.write_artifact(output, manifest, members)
     report["pass_seconds"]["total"] = round(time.perf_counter() - t0, 4)
     if report_path is not None:
         atomic_write_text(report_path, json.dumps(report, indent=2))
     return CompileResult(Path(output), manifest, report)
+
+
+class _WeightPool:
+    """Weights of all buckets, each distinct array stored once (buckets of one model share them)."""
+
+    def __init__(self):
+        self.arrays, self._index = [], {}
+
+    def add_all(self, arrays) -> list[int]:
+        import hashlib
+        import numpy as np
+        ids = []
+        for a in arrays:
+            a = np.ascontiguousarray(a)
+            key = (str(a.dtype), a.shape, hashlib.sha256(a.tobytes()).digest())
+            if key not in self._index:
+                self._index[key] = len(self.arrays)
+                self.arrays.append(a)
+            ids.append(self._index[key])
+        return ids
 
 
 def _export(exe, arch: str, where: str) -> bytes:

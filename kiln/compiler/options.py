@@ -5,7 +5,7 @@ from __future__ import annotations
 import dataclasses
 
 from ..errors import OptionsError
-from ..frontends.shapes import parse_input_shapes
+from ..frontends.shapes import BUCKET_POLICIES, BUCKETS_FLAG, parse_input_shapes, parse_shape_buckets
 from ..target import Target
 
 OPT_LEVELS = (0, 1, 2, 3)
@@ -20,25 +20,40 @@ class CompileOptions:
     disabled_passes: tuple[str, ...] = ()
     layout: str = "NCHWc"
     tuning_db: str | None = None  # the target's folder of a tuning database (see resolve_tuning_db)
+    # one function per bucket: ((input, dims), ...) per bucket, smallest first; () = one shape
+    shape_buckets: tuple[tuple[tuple[str, tuple[int, ...]], ...], ...] = ()
+    bucket_policy: str = "pad"  # the runtime's default for inputs between buckets: pad | error
 
     @staticmethod
     def make(target=None, input_shapes=None, opt_level: int = 2, disabled_passes=(), layout: str = "NCHWc",
-             tuning_db=None) -> CompileOptions:
+             tuning_db=None, shape_buckets=None, bucket_policy: str = "pad") -> CompileOptions:
         if opt_level not in OPT_LEVELS:
             raise OptionsError(f"opt level {opt_level!r} is not valid", fix=f"use one of {list(OPT_LEVELS)}")
         if layout not in LAYOUTS:
             raise OptionsError(f"layout {layout!r} is not valid", fix=f"use one of {', '.join(LAYOUTS)}")
+        if bucket_policy not in BUCKET_POLICIES:
+            raise OptionsError(f"bucket policy {bucket_policy!r} is not valid", fix=f"use one of {', '.join(BUCKET_POLICIES)}")
         shapes = parse_input_shapes(input_shapes)
+        buckets = parse_shape_buckets(shape_buckets)
+        both = sorted({n for b in buckets for n in b} & set(shapes))
+        if both:
+            raise OptionsError(f"input(s) {both} given both --input-shape and {BUCKETS_FLAG}",
+                               fix=f"bucketed inputs take their shapes from {BUCKETS_FLAG} only")
         t = Target.parse(target)
         return CompileOptions(t, tuple(sorted(shapes.items())), int(opt_level), tuple(dict.fromkeys(disabled_passes)), layout,
-                              resolve_tuning_db(tuning_db, t))
+                              resolve_tuning_db(tuning_db, t), tuple(tuple(sorted(b.items())) for b in buckets), bucket_policy)
 
     @property
     def shapes(self) -> dict[str, tuple[int, ...]]:
         return dict(self.input_shapes)
 
+    def bucket_shapes(self) -> list[dict[str, tuple[int, ...]]]:
+        """The input shapes of each function to build: one per bucket, or just the pinned shapes."""
+        return [dict(self.input_shapes, **dict(b)) for b in self.shape_buckets] or [self.shapes]
+
     def to_json(self) -> dict:
         return {"target": str(self.target), "input_shapes": {k: list(v) for k, v in self.input_shapes},
+                "shape_buckets": [{k: list(v) for k, v in b} for b in self.shape_buckets], "bucket_policy": self.bucket_policy,
                 "opt_level": self.opt_level, "disabled_passes": list(self.disabled_passes), "layout": self.layout,
                 "tuning_db": self.tuning_db, "tuning_db_sha256": _db_digest(self.tuning_db)}
 

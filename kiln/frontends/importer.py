@@ -42,8 +42,8 @@ def prepare_onnx(model: onnx.ModelProto, input_shapes=None, where: str = "<model
     return simple, stats
 
 
-def import_onnx(model: str | os.PathLike | onnx.ModelProto, input_shapes=None) -> ImportedModel:
-    where = "<model>" if isinstance(model, onnx.ModelProto) else str(model)
+def import_onnx(model: str | os.PathLike | onnx.ModelProto, input_shapes=None, where: str | None = None) -> ImportedModel:
+    where = where or ("<model>" if isinstance(model, onnx.ModelProto) else str(model))
     if not isinstance(model, onnx.ModelProto):
         model = load_onnx(model)
     simple, stats = prepare_onnx(model, input_shapes, where)

@@ -116,3 +116,47 @@ def _example(decl, given=None) -> str:
     if given is not None and len(given) == len(decl):
         return "x".join(str(d if isinstance(d, int) and d > 0 else g) for d, g in zip(decl, given))
     return "x".join(str(d) if isinstance(d, int) and d > 0 else "1" for d in decl)
+
+
+BUCKETS_FLAG = "--shape-buckets"
+BUCKET_POLICIES = ("pad", "error")
+
+
+def parse_shape_buckets(specs) -> tuple[dict[str, tuple[int, ...]], ...]:
+    """`input:1x3x224x224,1x3x256x256` (one spec per input, joined by ';' or given as a list)
+    -> one {input: dims} per bucket. Every spec lists the same number of shapes: bucket i takes
+    the i-th shape of each. Also accepts that result back (a list of dicts)."""
+    if not specs:
+        return ()
+    if isinstance(specs, str):
+        specs = [s for s in specs.split(";") if s.strip()]
+    specs = list(specs)
+    if all(isinstance(s, dict) for s in specs):
+        return tuple({k: tuple(int(d) for d in v) for k, v in s.items()} for s in specs)
+    per_input: dict[str, list[tuple[int, ...]]] = {}
+    for spec in specs:
+        name, sep, shapes = str(spec).rpartition(":")
+        if not sep or not name or not shapes.strip():
+            raise ShapeError(f"bad shape buckets {spec!r}", fix=f"write NAME:SHAPE,SHAPE,..., e.g. {BUCKETS_FLAG} input:1x3x224x224,4x3x224x224")
+        if name in per_input:
+            raise ShapeError(f"input {name!r} is given buckets twice", fix=f"list all of its shapes in one {BUCKETS_FLAG} NAME:S1,S2,...")
+        dims = [InputShape.parse(f"{name}:{s.strip()}").dims for s in shapes.split(",")]
+        if len(set(dims)) != len(dims):
+            raise ShapeError(f"input {name!r} lists a bucket shape twice in {spec!r}", fix="give each bucket once")
+        if len({len(d) for d in dims}) != 1:
+            raise ShapeError(f"input {name!r}: bucket shapes of different ranks in {spec!r}", fix="every bucket keeps the input's rank")
+        per_input[name] = dims
+    counts = {n: len(v) for n, v in per_input.items()}
+    if len(set(counts.values())) != 1:
+        raise ShapeError(f"inputs list different numbers of buckets: {counts}", fix="give every bucketed input the same number of shapes (bucket i takes the i-th of each)")
+    n = next(iter(counts.values()))
+    buckets = tuple({name: dims[i] for name, dims in per_input.items()} for i in range(n))
+    # smallest first: the runtime picks the first bucket that holds the input
+    return tuple(sorted(buckets, key=lambda b: (sum(_numel(d) for d in b.values()), sorted(b.items()))))
+
+
+def _numel(dims) -> int:
+    n = 1
+    for d in dims:
+        n *= d
+    return n

@@ -72,15 +72,16 @@ def write_artifact(path: str | os.PathLike, manifest: dict, members: dict[str, b
     with atomic_open(path, "wb") as f, zipfile.ZipFile(f, "w") as z:
         z.writestr(MANIFEST, json.dumps(manifest, indent=2, sort_keys=True), compress_type=zipfile.ZIP_DEFLATED)
         for name, data in members.items():
-            z.writestr(name, data, compress_type=zipfile.ZIP_DEFLATED if name == LIBRARY else zipfile.ZIP_STORED)
+            z.writestr(name, data, compress_type=zipfile.ZIP_DEFLATED if name.endswith(".so") else zipfile.ZIP_STORED)
 
 
 def read_manifest(path: str | os.PathLike) -> dict:
     return read_artifact(path, members=())[0]
 
 
-def read_artifact(path: str | os.PathLike, members=(LIBRARY, WEIGHTS)) -> tuple[dict, dict[str, bytes]]:
-    """Open, check the format version, and verify every requested member against its sha256."""
+def read_artifact(path: str | os.PathLike, members=None) -> tuple[dict, dict[str, bytes]]:
+    """Open, check the format version, and verify every requested member (default: all the
+    manifest lists) against its sha256."""
     where = str(path)
     fix = "recompile the model with `kiln compile`, or copy the artifact again"
     if not Path(path).is_file():
@@ -96,7 +97,7 @@ def read_artifact(path: str | os.PathLike, members=(LIBRARY, WEIGHTS)) -> tuple[
             manifest = json.loads(z.read(MANIFEST))
             _check_manifest(manifest, where)
             data = {}
-            for name in members:
+            for name in (manifest["members"] if members is None else members):
                 if name not in manifest["members"] or name not in names:
                     raise ArtifactError(f"member {name!r} is missing", where=where, fix=fix)
                 blob = z.read(name)
@@ -124,3 +125,5 @@ def _check_manifest(m: dict, where: str) -> None:
     for key in ("members", "inputs", "outputs", "target", "arch", "cpu_features", "weights", "tvm_version"):
         if key not in m:
             raise ArtifactError(f"manifest.json lacks {key!r}", where=where, fix="recompile the model")
+    if not isinstance(m["members"], dict) or not isinstance(m["weights"], list):
+        raise ArtifactError("manifest.json is malformed (members/weights)", where=where, fix="recompile the model")

@@ -13,6 +13,7 @@ import numpy as np
 
 from ..errors import IncompatibleArtifactError, InputError, OptionsError
 from . import artifact as art
+from . import buckets as bk
 from .hostinfo import host_arch, missing_cpu_features, physical_cores, raise_thread_pool_cap
 
 _pool_lock = threading.Lock()
@@ -37,19 +38,25 @@ def _configure_threads(tvm, n: int) -> None:
         _pool_threads = n
 
 
-def load(path: str | os.PathLike, num_threads: int | None = None) -> Model:
-    return Model(path, num_threads=num_threads)
+def load(path: str | os.PathLike, num_threads: int | None = None, warmup: bool = False, bucket_policy: str | None = None) -> Model:
+    """Load an artifact. warmup=True runs every shape bucket once on zeros before returning, so the
+    first real request is not slow. bucket_policy overrides the artifact's (pad | error)."""
+    return Model(path, num_threads=num_threads, warmup=warmup, bucket_policy=bucket_policy)
 
 
 class Model:
     """A loaded artifact. `run({name: array}) -> {output name: array}`. Calls are serialized by a
-    lock (TVM's VM is not thread-safe)."""
+    lock (TVM's VM is not thread-safe). With shape buckets, `run` picks the bucket (see
+    kiln.runtime.buckets); `inputs`/`outputs` are the first (smallest) bucket's."""
 
-    def __init__(self, path: str | os.PathLike, num_threads: int | None = None):
+    def __init__(self, path: str | os.PathLike, num_threads: int | None = None, warmup: bool = False,
+                 bucket_policy: str | None = None):
         self.path = Path(path)
         where = str(path)
         if num_threads is not None and (not isinstance(num_threads, int) or num_threads < 1):
             raise OptionsError(f"num_threads must be a positive integer, got {num_threads!r}", fix="e.g. num_threads=2")
+        if bucket_policy is not None and bucket_policy not in bk.POLICIES:
+            raise OptionsError(f"bucket policy {bucket_policy!r} is not valid", fix=f"use one of {', '.join(bk.POLICIES)}")
         self.num_threads = num_threads or physical_cores()
         manifest, members = art.read_artifact(path)
         self.manifest = manifest
@@ -65,19 +72,34 @@ class Model:
         if _minor(tvm.__version__) != _minor(manifest["tvm_version"]):
             raise IncompatibleArtifactError(f"artifact was built with TVM {manifest['tvm_version']}, this runtime has TVM "
                                             f"{tvm.__version__}", where=where, fix="recompile it with this Kiln installation")
-        self.inputs = [art.TensorSpec.from_json(d) for d in manifest["inputs"]]
-        self.outputs = [art.TensorSpec.from_json(d) for d in manifest["outputs"]]
-        weights = art.unpack_weights(members[art.WEIGHTS], manifest["weights"], where)
-        with tempfile.TemporaryDirectory(prefix="kiln-load-") as tmp:
-            lib_path = Path(tmp) / art.LIBRARY
-            lib_path.write_bytes(members[art.LIBRARY])
-            lib = tvm.runtime.load_module(str(lib_path))  # dlopen'd: the file may go away after
+        self.bucket_policy = bucket_policy or manifest.get("bucket_policy", "pad")
         self._tvm = tvm
         self._dev = tvm.cpu()
-        self._vm = VirtualMachine(lib, self._dev)
-        self._main = self._vm[manifest.get("entry", "main")]
-        self._weights = [tvm.runtime.tensor(w, self._dev) for w in weights]
+        weights = [tvm.runtime.tensor(w, self._dev) for w in art.unpack_weights(members[art.WEIGHTS], manifest["weights"], where)]
+        self.buckets, self._fns = [], []
+        with tempfile.TemporaryDirectory(prefix="kiln-load-") as tmp:
+            for b in _bucket_entries(manifest, where):
+                lib_path = Path(tmp) / b["library"]
+                lib_path.write_bytes(members[b["library"]])
+                lib = tvm.runtime.load_module(str(lib_path))  # dlopen'd: the file may go away after
+                self.buckets.append(bk.Bucket(b["name"], tuple(map(art.TensorSpec.from_json, b["inputs"])),
+                                              tuple(map(art.TensorSpec.from_json, b["outputs"]))))
+                self._fns.append((VirtualMachine(lib, self._dev), [weights[i] for i in b["weights"]]))
+        self.inputs, self.outputs = list(self.buckets[0].inputs), list(self.buckets[0].outputs)
         self._lock = threading.Lock()
+        self.warmup_ms: list[float] = []
+        if warmup:
+            self.warm_up()
+
+    def warm_up(self) -> list[float]:
+        """Run every bucket once on zeros; returns (and keeps) each run's milliseconds."""
+        import time
+        self.warmup_ms = []
+        for i, b in enumerate(self.buckets):
+            t = time.perf_counter()
+            self._run_bucket(i, [np.zeros(s.shape, s.dtype) for s in b.inputs])
+            self.warmup_ms.append(round((time.perf_counter() - t) * 1e3, 3))
+        return self.warmup_ms
 
     def __repr__(self) -> str:
         ins = ", ".join(f"{s.name}:{'x'.join(map(str, s.shape))}:{s.dtype}" for s in self.inputs)
@@ -100,22 +122,43 @@ class Model:
             if x.dtype != np.dtype(spec.dtype):
                 raise InputError(f"input {spec.name!r} has dtype {x.dtype}, the model expects {spec.dtype}", where=str(self.path),
                                  fix=f"cast it: x.astype({spec.dtype!r})")
-            if tuple(x.shape) != spec.shape:
-                raise InputError(f"input {spec.name!r} has shape {_fmt(x.shape)}, the model was compiled for {_fmt(spec.shape)}",
-                                 where=str(self.path), fix=f"reshape or resize it, or recompile with --input-shape {spec.name}:{_fmt(x.shape)}")
+            if x.ndim != len(spec.shape):
+                raise InputError(f"input {spec.name!r} has rank {x.ndim} ({_fmt(x.shape)}), the model expects rank {len(spec.shape)} "
+                                 f"({_fmt(spec.shape)})", where=str(self.path), fix=f"reshape it to {_fmt(spec.shape)}")
             arrays.append(np.ascontiguousarray(x))
         return arrays
 
+    def select(self, arrays: list[np.ndarray]) -> int:
+        """The bucket that runs these (validated) inputs."""
+        return bk.choose(self.buckets, {s.name: a.shape for s, a in zip(self.inputs, arrays)}, self.bucket_policy, str(self.path))
+
     def run(self, feed: dict) -> dict[str, np.ndarray]:
         arrays = self.validate(feed)
+        i = self.select(arrays)
+        arrays, padded = bk.pad(arrays, self.buckets[i])
+        results = bk.crop(self._run_bucket(i, arrays), padded)
+        return {spec.name: r for spec, r in zip(self.buckets[i].outputs, results)}
+
+    def _run_bucket(self, i: int, arrays: list[np.ndarray]) -> list[np.ndarray]:
         tvm = self._tvm
+        vm, weights = self._fns[i]
         with self._lock, _pool_lock:
             _configure_threads(tvm, self.num_threads)
             args = [tvm.runtime.tensor(a, self._dev) for a in arrays]
-            out = self._main(*args, *self._weights)
-            outs = [out] if len(self.outputs) == 1 and hasattr(out, "numpy") else list(out)
-            results = [o.numpy() for o in outs]
-        return {spec.name: r for spec, r in zip(self.outputs, results)}
+            out = vm["main"](*args, *weights)
+            outs = [out] if hasattr(out, "numpy") else list(out)
+            return [o.numpy() for o in outs]
+
+
+def _bucket_entries(manifest: dict, where: str) -> list[dict]:
+    """The manifest's buckets; an artifact without them has one (its top-level inputs, library, weights)."""
+    entries = manifest.get("buckets") or [{"name": "default", "inputs": manifest["inputs"], "outputs": manifest["outputs"],
+                                           "library": art.LIBRARY, "weights": list(range(len(manifest["weights"])))}]
+    for b in entries:
+        if not isinstance(b, dict) or b.get("library") not in manifest["members"] or \
+                any(not isinstance(w, int) or not 0 <= w < len(manifest["weights"]) for w in b.get("weights", [None])):
+            raise art.ArtifactError("manifest.json has a malformed bucket entry", where=where, fix="recompile the model")
+    return entries
 
 
 def _minor(version: str) -> str:

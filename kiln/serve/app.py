@@ -1,0 +1,187 @@
+"""`kiln serve`: an aiohttp server around one or more loaded artifacts (model versions).
+
+aiohttp: a maintained asyncio HTTP stack in one package, with its own server (no ASGI glue), so
+the event loop, the batcher and the graceful shutdown live in one place we control.
+
+The server binds first and answers /healthz with 503 until every version is loaded and warmed
+up; on SIGTERM/SIGINT it refuses new requests (503), finishes those in flight, and exits."""
+from __future__ import annotations
+
+import asyncio
+import random
+import signal
+import time
+
+from aiohttp import web
+
+from ..errors import KilnError
+from ..runtime.model import Model
+from . import codec
+from .batcher import Batcher, QueueFull
+from .metrics import Metrics
+from .options import ServeOptions
+
+
+def _error(status: int, message: str, **headers) -> web.Response:
+    return web.json_response({"error": message, "status": status}, status=status, headers=headers or None)
+
+
+class Server:
+    def __init__(self, opts: ServeOptions):
+        self.opts = opts
+        self.metrics = Metrics()
+        self.models: dict[str, Model] = {}
+        self.batchers: dict[str, Batcher] = {}
+        self.ready = False
+        self.draining = False
+        self.load_error: str | None = None
+        self.inflight = 0
+        self._rng = random.Random(opts.seed)
+        self._versions = [v for v, _ in opts.models]
+        self._weights = [opts.weights()[v] for v in self._versions]
+        self.app = web.Application(client_max_size=int(opts.max_body_mb * 2**20))
+        self.app.add_routes([web.get("/healthz", self.healthz), web.get("/metrics", self.metrics_page),
+                             web.get("/v1/models", self.list_models), web.post("/v1/models/{tail:.+}", self.predict)])
+        self._runner: web.AppRunner | None = None
+        self.port: int | None = None
+
+    # life cycle -------------------------------------------------------------------------------
+    async def start(self, reuse_port: bool = False) -> int:
+        self._runner = web.AppRunner(self.app, access_log=None, handle_signals=False)
+        await self._runner.setup()
+        site = web.TCPSite(self._runner, self.opts.host, self.opts.port, reuse_port=reuse_port or None)
+        await site.start()
+        self.port = self._runner.addresses[0][1]
+        asyncio.get_running_loop().create_task(self._load())
+        return self.port
+
+    async def _load(self) -> None:
+        loop = asyncio.get_running_loop()
+        try:
+            for version, path in self.opts.models:
+                m = await loop.run_in_executor(None, lambda p=path: Model(p, num_threads=self.opts.threads, warmup=self.opts.warmup))
+                self.models[version] = m
+                b = Batcher(m, version, self.metrics, self.opts.max_batch, self.opts.max_wait_ms, self.opts.queue)
+                b.start()
+                self.batchers[version] = b
+            self.ready = True
+        except KilnError as e:
+            self.load_error = str(e)
+        except Exception as e:  # keep serving /healthz with the reason
+            self.load_error = f"{type(e).__name__}: {e}"
+
+    async def drain(self, grace_s: float | None = None) -> None:
+        """Refuse new requests, wait for those in flight, then close."""
+        self.draining = True
+        deadline = time.monotonic() + (grace_s if grace_s is not None else self.opts.timeout_ms / 1e3 + 5)
+        while self.inflight and time.monotonic() < deadline:
+            await asyncio.sleep(0.01)
+        for b in self.batchers.values():
+            await b.stop()
+        if self._runner:
+            await self._runner.cleanup()
+
+    # handlers ---------------------------------------------------------------------------------
+    async def healthz(self, request: web.Request) -> web.Response:
+        if self.load_error:
+            return web.json_response({"status": "failed", "error": self.load_error}, status=503)
+        if self.draining:
+            return web.json_response({"status": "draining"}, status=503)
+        if not self.ready:
+            return web.json_response({"status": "warming up"}, status=503, headers={"Retry-After": "1"})
+        return web.json_response({"status": "ready", "model": self.opts.served_name, "versions": self._versions})
+
+    async def metrics_page(self, request: web.Request) -> web.Response:
+        return web.Response(text=self.metrics.render(self.opts.served_name), content_type="text/plain",
+                            headers={"X-Prometheus-Format": "0.0.4"})
+
+    async def list_models(self, request: web.Request) -> web.Response:
+        share = self.opts.weights()
+        return web.json_response({"model": self.opts.served_name, "ready": self.ready, "versions": [
+            {"version": v, "artifact": p, "share": share[v], "buckets": [b.name for b in self.models[v].buckets] if v in self.models else None}
+            for v, p in self.opts.models]})
+
+    def _route(self, tail: str) -> tuple[str | None, str | None]:
+        """'name:predict' or 'name/versions/V:predict' -> (name, version or None)."""
+        path, sep, verb = tail.rpartition(":")
+        if not sep or verb != "predict":
+            return None, None
+        name, _, rest = path.partition("/versions/")
+        return name, (rest or None)
+
+    async def predict(self, request: web.Request) -> web.Response:
+        t0 = time.perf_counter()
+        version, status = "-", 500
+        self.inflight += 1
+        try:
+            response, version = await self._predict(request)
+            status = response.status
+            return response
+        finally:
+            self.inflight -= 1
+            self.metrics.request(version, status, time.perf_counter() - t0)
+
+    async def _predict(self, request: web.Request) -> tuple[web.Response, str]:
+        name, version = self._route(request.match_info["tail"])
+        if name is None:
+            return _error(404, f"unknown path {request.path}; POST /v1/models/{self.opts.served_name}:predict"), "-"
+        if name != self.opts.served_name:
+            return _error(404, f"no model {name!r}; this server serves {self.opts.served_name!r}"), "-"
+        if version is not None and version not in self._versions:
+            return _error(404, f"no version {version!r}; the versions are {self._versions}"), "-"
+        if self.draining:
+            return _error(503, "the server is shutting down", **{"Retry-After": "1"}), "-"
+        if not self.ready:
+            return _error(503, self.load_error or "the model is still loading", **{"Retry-After": "1"}), "-"
+        version = version or self._rng.choices(self._versions, self._weights)[0]
+        model = self.models[version]
+        limit = int(self.opts.max_body_mb * 2**20)
+        if request.content_length is not None and request.content_length > limit:
+            return _error(413, f"body of {request.content_length} bytes exceeds the limit of {limit} (--max-body-mb)"), version
+        try:
+            body = await request.read()
+        except web.HTTPRequestEntityTooLarge:
+            return _error(413, f"body exceeds the limit of {limit} bytes (--max-body-mb)"), version
+        as_npz = codec.is_npz(request.content_type)
+        try:
+            feed = codec.decode(body, request.content_type, model.inputs)
+            arrays = model.validate(feed)
+            model.select(arrays)  # a shape no bucket holds is the client's error, before it queues
+        except KilnError as e:
+            return _error(400, str(e)), version
+        try:
+            fut = self.batchers[version].submit(arrays)
+        except QueueFull:
+            return _error(503, f"queue full ({self.opts.queue} waiting); retry later", **{"Retry-After": "1"}), version
+        try:
+            outs = await asyncio.wait_for(asyncio.shield(fut), self.opts.timeout_ms / 1e3)
+        except (asyncio.TimeoutError, TimeoutError):
+            fut.cancel()
+            return _error(504, f"no result within {self.opts.timeout_ms:g} ms (--timeout-ms)"), version
+        except KilnError as e:
+            return _error(400, str(e)), version
+        except Exception as e:
+            return _error(500, f"internal error: {type(e).__name__}: {e}"), version
+        data, ctype = codec.encode({s.name: o for s, o in zip(model.outputs, outs)}, as_npz)
+        return web.Response(body=data, content_type=ctype, headers={"X-Kiln-Model-Version": version}), version
+
+
+async def _main(opts: ServeOptions, reuse_port: bool, announce) -> None:
+    server = Server(opts)
+    port = await server.start(reuse_port)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    announce(f"kiln serve: {opts.served_name} ({', '.join(f'{v}={p}' for v, p in opts.models)}) on http://{opts.host}:{port}"
+             f"  POST /v1/models/{opts.served_name}:predict")
+    await stop.wait()
+    announce("kiln serve: shutting down (finishing requests in flight)")
+    await server.drain()
+
+
+def serve(opts: ServeOptions, reuse_port: bool = False, announce=lambda s: print(s, flush=True)) -> None:
+    asyncio.run(_main(opts, reuse_port, announce))
+
+
+__all__ = ["Server", "serve"]
