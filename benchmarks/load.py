@@ -108,7 +108,7 @@ def closed_loop(server: Server, path: str, body: bytes, clients: int, requests: 
     return {"clients": clients, "requests": len(results), "ok": len(ok), "rps": round(len(ok) / wall, 1), **pct(ok)}
 
 
-def overload(server: Server, path: str, body: bytes, rate: float, requests: int, seconds: float, clients: int = 64) -> dict:
+def overload(server: Server, path: str, body: bytes, rate: float, requests: int, seconds: float, clients: int) -> dict:
     """Open loop: request i is due at i/rate; `clients` threads send them (a late one goes at once)."""
     results, lock, rss = [], threading.Lock(), {}
     next_i = [0]
@@ -147,15 +147,17 @@ def overload(server: Server, path: str, body: bytes, rate: float, requests: int,
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--model", default="mobilenet_v2")
-    ap.add_argument("--shape", default="1x3x224x224", help="one sample's shape (batch 1)")
+    ap.add_argument("--model", default="transformer_encoder")
+    ap.add_argument("--shape", default="1x16x128", help="one sample's shape (batch 1)")
     ap.add_argument("--buckets", default="1,2,4,8")
     ap.add_argument("--levels", default="1,2,4,8,16")
-    ap.add_argument("--requests", type=int, default=400, help="per concurrency level")
+    ap.add_argument("--requests", type=int, default=1500, help="per concurrency level")
     ap.add_argument("--seconds", type=float, default=20.0, help="per concurrency level")
     ap.add_argument("--max-wait-ms", default="5")
     ap.add_argument("--overload-requests", type=int, default=10_000)
     ap.add_argument("--overload-seconds", type=float, default=300.0)
+    ap.add_argument("--threads", default=None, help="server's TVM threads (default: kiln serve's own default)")
+    ap.add_argument("--overload-clients", type=int, default=64)
     ap.add_argument("--out", default="benchmarks/load")
     a = ap.parse_args(argv)
     tmp = Path(tempfile.mkdtemp(prefix="kiln-load-"))
@@ -163,7 +165,7 @@ def main(argv=None) -> int:
     name = default_shape.split(":")[0]
     dims = [int(d) for d in a.shape.split("x")]
     onnx_path = tmp / f"{a.model}.onnx"
-    onnx.save(build(), onnx_path)
+    onnx.save(build(batch=None), onnx_path)  # symbolic batch: the buckets pin it
     single, batched = tmp / "single.kiln", tmp / "batched.kiln"
     kiln.compile(onnx_path, single, input_shapes=[f"{name}:{a.shape}"])
     kiln.compile(onnx_path, batched, shape_buckets=f"{name}:" + ",".join("x".join(map(str, [int(b)] + dims[1:])) for b in a.buckets.split(",")))
@@ -171,9 +173,12 @@ def main(argv=None) -> int:
     np.savez(buf, **{name: np.random.default_rng(0).standard_normal(dims).astype(np.float32)})
     body = buf.getvalue()
     rows = {"model": a.model, "shape": a.shape, "buckets": a.buckets, "closed_loop": [], "overload": None}
+    top = a.buckets.split(",")[-1]
+    threads = ["--threads", a.threads] if a.threads else []
     for label, art, extra in (("batch-1", single, ["--max-batch", "1", "--max-wait-ms", "0"]),
-                              ("dynamic batching", batched, ["--max-batch", a.buckets.split(",")[-1], "--max-wait-ms", a.max_wait_ms])):
-        srv = Server(art, "--queue", "256", *extra)
+                              ("dynamic batching", batched, ["--max-batch", top, "--max-wait-ms", a.max_wait_ms]),
+                              ("dynamic batching, no wait", batched, ["--max-batch", top, "--max-wait-ms", "0"])):
+        srv = Server(art, "--queue", "256", *extra, *threads)
         path = f"/v1/models/{art.stem}:predict"
         try:
             for c in (int(x) for x in a.levels.split(",")):
@@ -182,11 +187,11 @@ def main(argv=None) -> int:
                 print(json.dumps(r), flush=True)
         finally:
             srv.stop()
-    capacity = max(r["rps"] for r in rows["closed_loop"] if r["server"] == "dynamic batching")
-    srv = Server(batched, "--queue", "32", "--max-batch", a.buckets.split(",")[-1], "--max-wait-ms", a.max_wait_ms, "--timeout-ms", "2000")
+    capacity = max(r["rps"] for r in rows["closed_loop"] if r["server"].startswith("dynamic batching"))
+    srv = Server(batched, "--queue", "32", "--max-batch", a.buckets.split(",")[-1], "--max-wait-ms", a.max_wait_ms, "--timeout-ms", "2000", *threads)
     try:
         rows["overload"] = {"capacity_rps": capacity, **overload(srv, f"/v1/models/{batched.stem}:predict", body, 2 * capacity,
-                                                                 a.overload_requests, a.overload_seconds)}
+                                                                 a.overload_requests, a.overload_seconds, a.overload_clients)}
         print(json.dumps(rows["overload"]), flush=True)
     finally:
         srv.stop()

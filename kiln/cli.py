@@ -39,7 +39,7 @@ def _run(a) -> int:
 
     from ._io import atomic_open
     from .runtime import load
-    model = load(a.model, num_threads=a.threads)  # the artifact is checked before the inputs are read
+    model = load(a.model, num_threads=a.threads, trusted_keys=a.trusted_key or None)  # checked before the inputs are read
     try:
         with np.load(a.inputs, allow_pickle=False) as z:
             feed = {k: z[k] for k in z.files}
@@ -55,7 +55,8 @@ def _run(a) -> int:
 def _bench(a) -> int:
     from ._io import atomic_write_text
     from .runtime.bench import BenchOptions, bench, format_bench
-    r = bench(a.model, BenchOptions(threads=a.threads, warmup=a.warmup, repeat=a.repeat, seconds=a.seconds, onnx=a.onnx))
+    r = bench(a.model, BenchOptions(threads=a.threads, warmup=a.warmup, repeat=a.repeat, seconds=a.seconds, onnx=a.onnx,
+                                    trusted_keys=tuple(a.trusted_key) or None))
     print(format_bench(r))
     if a.json:
         atomic_write_text(a.json, json.dumps(r, indent=2))
@@ -73,12 +74,27 @@ def _serve(a) -> int:
         raise OptionsError("kiln serve needs aiohttp, which is not installed", fix="pip install 'kiln[serve]' (or pip install aiohttp)") from None
     opts = ServeOptions.make(([a.model] if a.model else []) + a.models, split=a.split, name=a.name, host=a.host, port=a.port,
                              max_batch=a.max_batch, max_wait_ms=a.max_wait_ms, queue=a.queue, timeout_ms=a.timeout_ms,
-                             workers=a.workers, threads=a.threads, max_body_mb=a.max_body_mb, warmup=not a.no_warmup)
+                             workers=a.workers, threads=a.threads, max_body_mb=a.max_body_mb, warmup=not a.no_warmup,
+                             trusted_keys=tuple(a.trusted_key) or None)
     if a.workers > 1:
         from .serve.workers import run_workers
         return run_workers(a.argv[a.argv.index("serve") + 1:], a.workers, a.port, a.threads)
     from .serve.app import serve
     serve(opts, reuse_port=a.reuse_port)
+    return 0
+
+
+def _keygen(a) -> int:
+    from .sign import keygen
+    kid = keygen(a.private, a.public)
+    print(f"wrote {a.private} (private, mode 600: keep it secret) and {a.public} (public: give it to loaders); key id {kid}")
+    return 0
+
+
+def _sign(a) -> int:
+    from .sign import sign
+    kid = sign(a.model, a.key)
+    print(f"signed {a.model} with key {kid}")
     return 0
 
 
@@ -131,6 +147,8 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--inputs", required=True, metavar="IN.npz")
     r.add_argument("-o", "--output", required=True, metavar="OUT.npz")
     r.add_argument("--threads", type=int, default=None)
+    r.add_argument("--trusted-key", action="append", default=[], metavar="PUBLIC.pem",
+                   help="refuse the artifact unless one of these keys signed it (repeatable)")
     r.set_defaults(fn=_run)
     b = sub.add_parser("bench", help="latency percentiles, QPS, cold start and peak RSS (optionally beside onnxruntime)")
     b.add_argument("model")
@@ -142,6 +160,8 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--seconds", type=float, default=10.0, help="time budget for timed runs (default 10)")
     b.add_argument("--json", default=None, metavar="OUT.json")
     b.add_argument("--plot", default=None, metavar="OUT.png", help="latency histogram (needs matplotlib)")
+    b.add_argument("--trusted-key", action="append", default=[], metavar="PUBLIC.pem",
+                   help="refuse the artifact unless one of these keys signed it (repeatable)")
     b.set_defaults(fn=_bench)
     s = sub.add_parser("serve", help="HTTP inference server with dynamic batching (POST /v1/models/<name>:predict)")
     s.add_argument("model", nargs="?", default=None, metavar="MODEL.kiln")
@@ -155,11 +175,21 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--queue", type=int, default=64, help="bounded queue per version; full -> 503 with Retry-After")
     s.add_argument("--timeout-ms", type=float, default=1000.0, help="per request; late -> 504")
     s.add_argument("--workers", type=int, default=1, help="server processes sharing the port")
-    s.add_argument("--threads", type=int, default=None, help="TVM threads per worker (default: cores / workers)")
+    s.add_argument("--threads", type=int, default=None, help="TVM threads per worker (default: (cores - 1) / workers, at least 1)")
     s.add_argument("--max-body-mb", type=float, default=64.0, help="larger bodies -> 413")
     s.add_argument("--no-warmup", action="store_true", help="do not run each bucket once before reporting ready")
     s.add_argument("--reuse-port", action="store_true", help=argparse.SUPPRESS)
+    s.add_argument("--trusted-key", action="append", default=[], metavar="PUBLIC.pem",
+                   help="refuse the artifact unless one of these keys signed it (repeatable)")
     s.set_defaults(fn=_serve)
+    k = sub.add_parser("keygen", help="make an Ed25519 key pair for signing artifacts")
+    k.add_argument("private", metavar="PRIVATE")
+    k.add_argument("public", metavar="PUBLIC")
+    k.set_defaults(fn=_keygen)
+    g = sub.add_parser("sign", help="sign an artifact's manifest (kiln run/bench/serve --trusted-key check it)")
+    g.add_argument("model", metavar="MODEL.kiln")
+    g.add_argument("--key", required=True, metavar="PRIVATE")
+    g.set_defaults(fn=_sign)
     i = sub.add_parser("inspect", help="describe an .onnx model or a .kiln artifact")
     i.add_argument("model")
     i.add_argument("--json", action="store_true")

@@ -14,13 +14,16 @@ from pathlib import Path
 import numpy as np
 
 from .._io import atomic_open
-from ..errors import ArtifactError, IncompatibleArtifactError
+from ..errors import ArtifactError, IncompatibleArtifactError, KilnError
 
 FORMAT_VERSION = 1
 MANIFEST = "manifest.json"
 LIBRARY = "model.so"
 WEIGHTS = "weights.bin"
 MAX_MEMBER_BYTES = 8 << 30
+MAX_MANIFEST_BYTES = 16 << 20
+MAX_MEMBERS = 256
+SIGNATURE = "signature.json"
 WEIGHT_ALIGN = 64
 
 
@@ -79,9 +82,11 @@ def read_manifest(path: str | os.PathLike) -> dict:
     return read_artifact(path, members=())[0]
 
 
-def read_artifact(path: str | os.PathLike, members=None) -> tuple[dict, dict[str, bytes]]:
-    """Open, check the format version, and verify every requested member (default: all the
-    manifest lists) against its sha256."""
+def read_artifact(path: str | os.PathLike, members=None, trusted_keys=None) -> tuple[dict, dict[str, bytes]]:
+    """Open, check the layout (no paths that leave the folder, no links, size limits), verify the
+    manifest's signature when trusted keys are given, check the format version, and verify every
+    requested member (default: all the manifest lists) against its sha256. Nothing is extracted
+    to disk here, and nothing is executed."""
     where = str(path)
     fix = "recompile the model with `kiln compile`, or copy the artifact again"
     if not Path(path).is_file():
@@ -91,11 +96,16 @@ def read_artifact(path: str | os.PathLike, members=None) -> tuple[dict, dict[str
             names = set(z.namelist())
             if MANIFEST not in names:
                 raise ArtifactError("not a Kiln artifact (no manifest.json inside)", where=where, fix=fix)
-            for info in z.infolist():
-                if info.file_size > MAX_MEMBER_BYTES or info.filename.startswith(("/", "..")) or ".." in Path(info.filename).parts:
-                    raise ArtifactError(f"unsafe member {info.filename!r} ({info.file_size} bytes)", where=where, fix=fix)
-            manifest = json.loads(z.read(MANIFEST))
+            _check_layout(z.infolist(), where, fix)
+            manifest_bytes = z.read(MANIFEST)
+            if trusted_keys is not None:
+                from .signing import verify
+                verify(manifest_bytes, z.read(SIGNATURE) if SIGNATURE in names else None, trusted_keys, where)
+            manifest = json.loads(manifest_bytes)
             _check_manifest(manifest, where)
+            unlisted = sorted(names - set(manifest["members"]) - {MANIFEST, SIGNATURE})
+            if unlisted:
+                raise ArtifactError(f"artifact holds members its manifest does not list: {unlisted[:5]}", where=where, fix=fix)
             data = {}
             for name in (manifest["members"] if members is None else members):
                 if name not in manifest["members"] or name not in names:
@@ -105,7 +115,7 @@ def read_artifact(path: str | os.PathLike, members=None) -> tuple[dict, dict[str
                     raise ArtifactError(f"checksum mismatch in member {name!r}: the artifact is corrupt or was modified",
                                         where=where, fix=fix)
                 data[name] = blob
-    except ArtifactError:
+    except KilnError:
         raise
     except zipfile.BadZipFile as e:
         what = f"corrupt artifact ({e})" if "CRC" in str(e) else f"not a valid .kiln file (bad zip: {e})"
@@ -113,6 +123,27 @@ def read_artifact(path: str | os.PathLike, members=None) -> tuple[dict, dict[str
     except Exception as e:  # zlib errors, bad CRC, JSON errors, truncated headers: all corruption
         raise ArtifactError(f"corrupt artifact ({type(e).__name__}: {e})", where=where, fix=fix) from None
     return manifest, data
+
+
+def _check_layout(infos, where: str, fix: str) -> None:
+    """Zip-slip, links, absurd sizes: refused before anything is read."""
+    if len(infos) > MAX_MEMBERS:
+        raise ArtifactError(f"artifact has {len(infos)} members (at most {MAX_MEMBERS})", where=where, fix=fix)
+    seen = set()
+    for info in infos:
+        name = info.filename
+        mode = (info.external_attr >> 16) & 0o170000
+        if name.startswith(("/", "\\")) or ".." in Path(name).parts or "\\" in name or ":" in name or "/" in name.rstrip("/"):
+            raise ArtifactError(f"unsafe member path {name!r} (only plain file names are allowed)", where=where, fix=fix)
+        if mode == 0o120000 or info.is_dir():
+            raise ArtifactError(f"member {name!r} is a {'symlink' if mode == 0o120000 else 'folder'}; artifacts hold plain files only",
+                                where=where, fix=fix)
+        limit = MAX_MANIFEST_BYTES if name == MANIFEST else MAX_MEMBER_BYTES
+        if info.file_size > limit or info.file_size < 0:
+            raise ArtifactError(f"member {name!r} is {info.file_size} bytes (at most {limit})", where=where, fix=fix)
+        if name in seen:
+            raise ArtifactError(f"member {name!r} appears twice", where=where, fix=fix)
+        seen.add(name)
 
 
 def _check_manifest(m: dict, where: str) -> None:

@@ -28,6 +28,7 @@ class BenchOptions:
     repeat: int | None = None  # runs; if None, run for `seconds`
     seconds: float = 10.0
     onnx: str | None = None
+    trusted_keys: tuple | None = None
 
     def __post_init__(self):
         if self.warmup < 0 or (self.repeat is not None and self.repeat < 1) or self.seconds <= 0:
@@ -57,11 +58,11 @@ def _ort_session(path: str, threads: int):
     return ort.InferenceSession(path, so, providers=["CPUExecutionProvider"])
 
 
-def _first_run_after_warmup(path, threads, feed) -> tuple[float, float]:
+def _first_run_after_warmup(path, threads, feed, trusted_keys) -> tuple[float, float]:
     """A second load with warmup=True (every bucket run once at load time): the first real run's
     latency then, and what the warm-up cost at load."""
     t = time.perf_counter()
-    m = load(path, num_threads=threads, warmup=True)
+    m = load(path, num_threads=threads, warmup=True, trusted_keys=trusted_keys)
     warmup_ms = (time.perf_counter() - t) * 1e3
     t = time.perf_counter()
     m.run(feed)
@@ -70,7 +71,7 @@ def _first_run_after_warmup(path, threads, feed) -> tuple[float, float]:
 
 def bench(path: str | os.PathLike, opts: BenchOptions = BenchOptions(), feed: dict | None = None) -> dict:
     t0 = time.perf_counter()
-    model = load(path, num_threads=opts.threads)
+    model = load(path, num_threads=opts.threads, trusted_keys=opts.trusted_keys)
     if feed is None:
         rng = np.random.default_rng(0)
         feed = {s.name: (rng.standard_normal(s.shape) if np.dtype(s.dtype).kind == "f" else rng.integers(0, 10, s.shape)).astype(s.dtype)
@@ -79,7 +80,7 @@ def bench(path: str | os.PathLike, opts: BenchOptions = BenchOptions(), feed: di
     model.run(feed)
     first_ms = (time.perf_counter() - t1) * 1e3
     cold_ms = (time.perf_counter() - t0) * 1e3
-    first_warm_ms, warmup_ms = _first_run_after_warmup(path, opts.threads, feed)
+    first_warm_ms, warmup_ms = _first_run_after_warmup(path, opts.threads, feed, opts.trusted_keys)
     rss_mb = _peak_rss_mb()  # before onnxruntime is loaded: Kiln's own footprint
     sess = _ort_session(opts.onnx, model.num_threads) if opts.onnx else None
     runners = [("", lambda: model.run(feed))]

@@ -38,10 +38,13 @@ def _configure_threads(tvm, n: int) -> None:
         _pool_threads = n
 
 
-def load(path: str | os.PathLike, num_threads: int | None = None, warmup: bool = False, bucket_policy: str | None = None) -> Model:
+def load(path: str | os.PathLike, num_threads: int | None = None, warmup: bool = False, bucket_policy: str | None = None,
+         trusted_keys=None) -> Model:
     """Load an artifact. warmup=True runs every shape bucket once on zeros before returning, so the
-    first real request is not slow. bucket_policy overrides the artifact's (pad | error)."""
-    return Model(path, num_threads=num_threads, warmup=warmup, bucket_policy=bucket_policy)
+    first real request is not slow. bucket_policy overrides the artifact's (pad | error).
+    trusted_keys (Ed25519 public keys: PEM paths or bytes): refuse the artifact unless one of them
+    signed it (`kiln sign`); checked before any of its code is loaded."""
+    return Model(path, num_threads=num_threads, warmup=warmup, bucket_policy=bucket_policy, trusted_keys=trusted_keys)
 
 
 class Model:
@@ -50,7 +53,7 @@ class Model:
     kiln.runtime.buckets); `inputs`/`outputs` are the first (smallest) bucket's."""
 
     def __init__(self, path: str | os.PathLike, num_threads: int | None = None, warmup: bool = False,
-                 bucket_policy: str | None = None):
+                 bucket_policy: str | None = None, trusted_keys=None):
         self.path = Path(path)
         where = str(path)
         if num_threads is not None and (not isinstance(num_threads, int) or num_threads < 1):
@@ -58,7 +61,9 @@ class Model:
         if bucket_policy is not None and bucket_policy not in bk.POLICIES:
             raise OptionsError(f"bucket policy {bucket_policy!r} is not valid", fix=f"use one of {', '.join(bk.POLICIES)}")
         self.num_threads = num_threads or physical_cores()
-        manifest, members = art.read_artifact(path)
+        if trusted_keys is not None and (isinstance(trusted_keys, (str, bytes, os.PathLike)) or not list(trusted_keys)):
+            raise OptionsError("trusted_keys must be a non-empty list of public keys", fix="e.g. trusted_keys=['kiln.pub']")
+        manifest, members = art.read_artifact(path, trusted_keys=None if trusted_keys is None else list(trusted_keys))
         self.manifest = manifest
         if manifest["arch"] != host_arch():
             raise IncompatibleArtifactError(f"artifact is built for {manifest['arch']}, this host is {host_arch()}", where=where,

@@ -55,6 +55,9 @@ class Batcher:
     def depth(self) -> int:
         return self.queue.qsize() + (self._held is not None)
 
+    def full(self) -> bool:
+        return self.queue.full()
+
     def start(self) -> None:
         self._task = asyncio.get_running_loop().create_task(self._loop())
 

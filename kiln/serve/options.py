@@ -23,6 +23,7 @@ class ServeOptions:
     max_body_mb: float = 64.0
     warmup: bool = True
     seed: int = 0
+    trusted_keys: tuple | None = None  # refuse artifacts not signed by one of these (PEM paths)
 
     @staticmethod
     def make(models, split=(), **kw) -> ServeOptions:

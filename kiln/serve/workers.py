@@ -3,18 +3,18 @@ connections), each with cores/N threads. The parent forwards SIGTERM/SIGINT and 
 Processes, not threads: one TVM runtime per process runs one model call at a time."""
 from __future__ import annotations
 
-import os
 import signal
 import subprocess
 import sys
 
 from ..errors import OptionsError
+from ..runtime.hostinfo import physical_cores
 
 
 def run_workers(argv: list[str], workers: int, port: int, threads: int | None) -> int:
     if port == 0:
         raise OptionsError("--workers needs a fixed --port (workers share it)", fix="e.g. --port 8080")
-    per = threads or max(1, (os.cpu_count() or 1) // workers)
+    per = threads or max(1, (physical_cores() - 1) // workers)  # one core left for the event loops
     cmd = [sys.executable, "-m", "kiln", "serve", *argv, "--workers", "1", "--reuse-port", "--threads", str(per)]
     procs = [subprocess.Popen(cmd) for _ in range(workers)]
 
