@@ -13,7 +13,7 @@ from .runtime.hostinfo import raise_thread_pool_cap  # noqa: E402
 raise_thread_pool_cap()  # before anything starts TVM's thread pool
 
 from .errors import (ArtifactError, CompileError, IncompatibleArtifactError, InputError, KilnError,  # noqa: E402
-                     ModelLoadError, OptionsError, ShapeError, TargetError, UnsupportedModelError)
+                     ModelLoadError, OptionsError, ResourceError, ShapeError, TargetError, UnsupportedModelError)
 from .runtime import load  # noqa: E402
 
 
@@ -24,4 +24,4 @@ def compile(model, output, **kwargs):  # noqa: A001 - mirrors the CLI verb
 
 
 __all__ = ["compile", "load", "KilnError", "ArtifactError", "CompileError", "IncompatibleArtifactError", "InputError",
-           "ModelLoadError", "OptionsError", "ShapeError", "TargetError", "UnsupportedModelError", "__version__"]
+           "ModelLoadError", "OptionsError", "ResourceError", "ShapeError", "TargetError", "UnsupportedModelError", "__version__"]

@@ -14,7 +14,8 @@ def _options(a):
     from .compiler import CompileOptions
     return CompileOptions.make(target=a.target, input_shapes=a.input_shape, opt_level=a.opt_level,
                                disabled_passes=tuple(a.disable_pass), layout=a.layout, tuning_db=getattr(a, "tuning_db", None),
-                               shape_buckets=getattr(a, "shape_buckets", None), bucket_policy=getattr(a, "bucket_policy", "pad"))
+                               shape_buckets=getattr(a, "shape_buckets", None), bucket_policy=getattr(a, "bucket_policy", "pad"),
+                               max_memory=getattr(a, "max_memory", None))
 
 
 def _tune(a) -> int:
@@ -131,6 +132,8 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--tuning-db", default=None, metavar="DIR", help="apply tuned records from this database (kiln tune --db)")
     c.add_argument("--shape-buckets", action="append", default=None, metavar="NAME:1x3x224x224,4x3x224x224",
                    help="one function per bucket (repeat per input; bucket i takes each input's i-th shape)")
+    c.add_argument("--max-memory", default=None, metavar="SIZE", help="refuse models whose planned memory (activations + weights) "
+                   "exceeds it, e.g. 512M, 2G (checked before building)")
     c.add_argument("--bucket-policy", default="pad", choices=["pad", "error"],
                    help="inputs between buckets: zero-pad to the next bucket and crop outputs (default), or refuse")
     c.set_defaults(fn=_compile)

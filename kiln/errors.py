@@ -52,6 +52,10 @@ class InputError(KilnError):
     """Inputs given at run time do not match the artifact's signature."""
 
 
+class ResourceError(KilnError):
+    """A model needs more memory than allowed (--max-memory, or the host's RAM for one tensor)."""
+
+
 class CompileError(KilnError):
     """TVM failed while compiling a model Kiln accepted; carries TVM's message."""
 

@@ -104,3 +104,14 @@ def planned_storage(mod: tvm.IRModule, func: str = "main") -> tuple[int, int]:
             total += int(call.args[0].values[0])
             count += 1
     return total, count
+
+
+def largest_tensor(mod: tvm.IRModule, func: str = "main") -> tuple[str, int]:
+    """The biggest tensor `func` binds or takes (name, bytes): the check for absurd shapes."""
+    best = ("", 0)
+    for p in mod[func].params:
+        best = max(best, (str(p.name), _nbytes(p.ty)), key=lambda t: t[1])
+    for block in mod[func].body.blocks:
+        for b in block.bindings:
+            best = max(best, (str(b.var.name), _nbytes(b.var.ty)), key=lambda t: t[1])
+    return best

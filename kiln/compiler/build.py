@@ -20,6 +20,7 @@ from ..frontends.onnx_load import load_onnx
 from ..runtime import artifact as art
 from ..runtime.hostinfo import host_arch
 from .autolayout import choose_layout
+from .limits import check_planned_memory, check_tensor_sizes, io_bytes
 from .optimize import optimize
 from .options import CompileOptions
 
@@ -52,6 +53,7 @@ def analyze_model(model, options: CompileOptions | None = None, **kwargs) -> dic
     options = options or CompileOptions.make(**kwargs)
     t0 = time.perf_counter()
     imported = import_onnx(model, options.shapes)
+    check_tensor_sizes(imported.mod, options.max_memory, _where(model))
     layout = options.layout if options.layout != "auto" else "NCHWc"
     report = optimize(imported.mod, options, layout=layout).report
     report["pass_seconds"] = {"import": round(time.perf_counter() - t0, 4), **report["pass_seconds"]}
@@ -78,10 +80,12 @@ def compile_model(model: str | os.PathLike | onnx.ModelProto, output: str | os.P
         t = time.perf_counter()
         imported = import_onnx(model, shapes, where)
         import_s = time.perf_counter() - t
+        check_tensor_sizes(imported.mod, options.max_memory, where)
         if layout == "auto":
             layout, layout_ms = choose_layout(imported.mod, options, where)
         opt = optimize(imported.mod, options, layout=layout)
         report = opt.report
+        check_planned_memory(report, io_bytes(imported.inputs + imported.outputs), options.max_memory, where)  # before building
         t = time.perf_counter()
         exe = build_executable(opt.mod, options, where)
         with tvm_errors("Exporting the library", where):

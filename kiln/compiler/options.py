@@ -23,10 +23,11 @@ class CompileOptions:
     # one function per bucket: ((input, dims), ...) per bucket, smallest first; () = one shape
     shape_buckets: tuple[tuple[tuple[str, tuple[int, ...]], ...], ...] = ()
     bucket_policy: str = "pad"  # the runtime's default for inputs between buckets: pad | error
+    max_memory: int | None = None  # bytes: refuse (before building) a model whose planned memory exceeds it
 
     @staticmethod
     def make(target=None, input_shapes=None, opt_level: int = 2, disabled_passes=(), layout: str = "NCHWc",
-             tuning_db=None, shape_buckets=None, bucket_policy: str = "pad") -> CompileOptions:
+             tuning_db=None, shape_buckets=None, bucket_policy: str = "pad", max_memory=None) -> CompileOptions:
         if opt_level not in OPT_LEVELS:
             raise OptionsError(f"opt level {opt_level!r} is not valid", fix=f"use one of {list(OPT_LEVELS)}")
         if layout not in LAYOUTS:
@@ -41,7 +42,8 @@ class CompileOptions:
                                fix=f"bucketed inputs take their shapes from {BUCKETS_FLAG} only")
         t = Target.parse(target)
         return CompileOptions(t, tuple(sorted(shapes.items())), int(opt_level), tuple(dict.fromkeys(disabled_passes)), layout,
-                              resolve_tuning_db(tuning_db, t), tuple(tuple(sorted(b.items())) for b in buckets), bucket_policy)
+                              resolve_tuning_db(tuning_db, t), tuple(tuple(sorted(b.items())) for b in buckets), bucket_policy,
+                              parse_size(max_memory))
 
     @property
     def shapes(self) -> dict[str, tuple[int, ...]]:
@@ -54,8 +56,29 @@ class CompileOptions:
     def to_json(self) -> dict:
         return {"target": str(self.target), "input_shapes": {k: list(v) for k, v in self.input_shapes},
                 "shape_buckets": [{k: list(v) for k, v in b} for b in self.shape_buckets], "bucket_policy": self.bucket_policy,
+                "max_memory": self.max_memory,
                 "opt_level": self.opt_level, "disabled_passes": list(self.disabled_passes), "layout": self.layout,
                 "tuning_db": self.tuning_db, "tuning_db_sha256": _db_digest(self.tuning_db)}
+
+
+SIZE_UNITS = {"": 1, "b": 1, "k": 2**10, "kb": 2**10, "m": 2**20, "mb": 2**20, "g": 2**30, "gb": 2**30, "t": 2**40, "tb": 2**40}
+
+
+def parse_size(text) -> int | None:
+    """'512M', '2G', '1.5GB', 1048576 -> bytes (binary units)."""
+    if text is None or isinstance(text, int) and not isinstance(text, bool):
+        if text is not None and text <= 0:
+            raise OptionsError(f"memory size must be positive, got {text}", fix="e.g. --max-memory 2G")
+        return text
+    t = str(text).strip().lower()
+    num = t.rstrip("kmgtb")
+    try:
+        value = float(num) * SIZE_UNITS[t[len(num):]]
+    except (ValueError, KeyError):
+        raise OptionsError(f"bad memory size {text!r}", fix="write it like 512M, 2G or 1.5GB") from None
+    if value <= 0:
+        raise OptionsError(f"memory size must be positive, got {text!r}", fix="e.g. --max-memory 2G")
+    return int(value)
 
 
 def resolve_tuning_db(path, target: Target) -> str | None:

@@ -149,10 +149,16 @@ class Model:
         vm, weights = self._fns[i]
         with self._lock, _pool_lock:
             _configure_threads(tvm, self.num_threads)
-            args = [tvm.runtime.tensor(a, self._dev) for a in arrays]
-            out = vm["main"](*args, *weights)
-            outs = [out] if hasattr(out, "numpy") else list(out)
-            return [o.numpy() for o in outs]
+            try:
+                args = [tvm.runtime.tensor(a, self._dev) for a in arrays]
+                out = vm["main"](*args, *weights)
+                outs = [out] if hasattr(out, "numpy") else list(out)
+                return [o.numpy() for o in outs]
+            except Exception as e:  # the library disagrees with its manifest (edited, or a mismatched build)
+                msg = str(e).strip().splitlines()
+                raise art.ArtifactError(f"the model's code rejected bucket {self.buckets[i].name!r}: {type(e).__name__}: "
+                                        f"{msg[-1] if msg else ''}", where=str(self.path),
+                                        fix="the artifact is inconsistent (its manifest does not match its library); recompile it") from None
 
 
 def _bucket_entries(manifest: dict, where: str) -> list[dict]:
