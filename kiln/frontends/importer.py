@@ -13,7 +13,7 @@ from ..errors import CompileError, UnsupportedModelError, tvm_errors
 from ..runtime.artifact import TensorSpec
 from . import preflight, simplify as simplify_mod
 from .decompose import REWRITES, decompose
-from .onnx_load import load_onnx
+from .onnx_load import check_onnx, load_onnx, to_array
 from .shapes import graph_inputs, parse_input_shapes, pin_input_shapes
 
 
@@ -36,7 +36,7 @@ def prepare_onnx(model: onnx.ModelProto, input_shapes=None, where: str = "<model
     simple, stats = simplify_mod.simplify(model_c, where)
     preflight.check_supported(simple, where, constant_ifs_folded=True)
     if any(n.op_type in REWRITES for n in simple.graph.node):
-        consts = {i.name: numpy_helper.to_array(i) for i in simple.graph.initializer}
+        consts = {i.name: to_array(i, where) for i in simple.graph.initializer}
         stats["rewritten"] = decompose(simple, simplify_mod._static_shapes(simple), consts, where)
         simplify_mod._write_constants(simple.graph, consts)
     return simple, stats
@@ -45,7 +45,9 @@ def prepare_onnx(model: onnx.ModelProto, input_shapes=None, where: str = "<model
 def import_onnx(model: str | os.PathLike | onnx.ModelProto, input_shapes=None, where: str | None = None) -> ImportedModel:
     where = where or ("<model>" if isinstance(model, onnx.ModelProto) else str(model))
     if not isinstance(model, onnx.ModelProto):
-        model = load_onnx(model)
+        model = load_onnx(model)  # checks it
+    elif where == "<model>":
+        check_onnx(model, where)  # a proto from the caller (compile_model checks files itself)
     simple, stats = prepare_onnx(model, input_shapes, where)
     inputs = [TensorSpec(vi.name, tuple(d.dim_value for d in vi.type.tensor_type.shape.dim),
                          _np_dtype(vi.type.tensor_type.elem_type, vi.name, where)) for vi in graph_inputs(simple)]

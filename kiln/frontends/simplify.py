@@ -11,6 +11,7 @@ import onnx
 from onnx import numpy_helper
 from onnx.reference import ReferenceEvaluator
 
+from .onnx_load import to_array
 from ..errors import ModelLoadError
 
 NONDETERMINISTIC = frozenset({"RandomNormal", "RandomUniform", "RandomNormalLike", "RandomUniformLike",
@@ -27,7 +28,7 @@ def simplify(model: onnx.ModelProto, where: str) -> tuple[onnx.ModelProto, dict[
     del g.value_info[:]  # stale or wrong annotations from exporters: re-inferred below
     for out in g.output:
         out.type.tensor_type.ClearField("shape")
-    consts = {i.name: numpy_helper.to_array(i) for i in g.initializer}
+    consts = {i.name: to_array(i, where) for i in g.initializer}
     opsets = {(o.domain or ""): o.version for o in m.opset_import}
     stats = {"nodes_before": len(g.node), "folded": 0, "shapes_resolved": 0, "ifs_inlined": 0}
     for _ in range(MAX_ROUNDS):
@@ -106,7 +107,7 @@ def _inline(node, sub: onnx.GraphProto, consts, out_nodes) -> None:
     local = {i.name for i in sub.initializer} | {o for n in sub.node for o in n.output if o}
     rename = {n: prefix + n for n in local}
     for init in sub.initializer:
-        consts[rename[init.name]] = numpy_helper.to_array(init)
+        consts[rename[init.name]] = to_array(init, "<subgraph>")
     for n in sub.node:
         c = onnx.NodeProto()
         c.CopyFrom(n)

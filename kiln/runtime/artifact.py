@@ -147,6 +147,8 @@ def _check_layout(infos, where: str, fix: str) -> None:
 
 
 def _check_manifest(m: dict, where: str) -> None:
+    """The manifest's schema, checked field by field: everything the loader reads has the right type
+    and range, so a damaged or hostile manifest ends here, in an ArtifactError."""
     if not isinstance(m, dict):
         raise ArtifactError("manifest.json is not an object", where=where, fix="recompile the model")
     version = m.get("format_version")
@@ -156,5 +158,55 @@ def _check_manifest(m: dict, where: str) -> None:
     for key in ("members", "inputs", "outputs", "target", "arch", "cpu_features", "weights", "tvm_version"):
         if key not in m:
             raise ArtifactError(f"manifest.json lacks {key!r}", where=where, fix="recompile the model")
-    if not isinstance(m["members"], dict) or not isinstance(m["weights"], list):
-        raise ArtifactError("manifest.json is malformed (members/weights)", where=where, fix="recompile the model")
+    problems = _schema_problems(m)
+    if problems:
+        raise ArtifactError(f"manifest.json is malformed: {'; '.join(problems[:3])}", where=where, fix="recompile the model")
+
+
+def _is_int(v, lo=0) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool) and lo <= v < 2**62
+
+
+def _is_dtype(v) -> bool:
+    try:
+        return isinstance(v, str) and np.dtype(v).kind in "biuf"
+    except TypeError:
+        return False
+
+
+def _tensor_problems(key: str, specs, weight: bool = False) -> list[str]:
+    if not isinstance(specs, list) or not specs and not weight:
+        return [f"{key} is not a non-empty list"]
+    for i, t in enumerate(specs):
+        if not isinstance(t, dict) or not isinstance(t.get("name"), str) or not _is_dtype(t.get("dtype")) or \
+                not isinstance(t.get("shape"), list) or not all(_is_int(d) for d in t["shape"]) or len(t["shape"]) > 16:
+            return [f"{key}[{i}] is not a tensor spec (name, shape, numeric dtype)"]
+        if weight and not (_is_int(t.get("offset")) and _is_int(t.get("nbytes"))):
+            return [f"{key}[{i}] has no valid offset/nbytes"]
+    return []
+
+
+def _schema_problems(m: dict) -> list[str]:
+    out = []
+    if not isinstance(m["members"], dict) or not all(isinstance(v, dict) and isinstance(v.get("sha256"), str) and _is_int(v.get("size"))
+                                                     for v in m["members"].values()):
+        out.append("members is not a map of name -> {sha256, size}")
+    for key in ("target", "arch", "tvm_version"):
+        if not isinstance(m[key], str):
+            out.append(f"{key} is not a string")
+    if not isinstance(m["cpu_features"], list) or not all(isinstance(f, str) for f in m["cpu_features"]):
+        out.append("cpu_features is not a list of strings")
+    out += _tensor_problems("inputs", m["inputs"]) + _tensor_problems("outputs", m["outputs"]) + _tensor_problems("weights", m["weights"], True)
+    if m.get("bucket_policy", "pad") not in ("pad", "error"):
+        out.append("bucket_policy is not pad or error")
+    buckets = m.get("buckets", [])
+    if not isinstance(buckets, list):
+        out.append("buckets is not a list")
+        buckets = []
+    for i, b in enumerate(buckets):
+        if not isinstance(b, dict) or not isinstance(b.get("name"), str) or not isinstance(b.get("library"), str) or \
+                not isinstance(b.get("weights"), list) or not all(_is_int(w) and w < len(m["weights"]) for w in b["weights"]):
+            out.append(f"buckets[{i}] is malformed")
+            continue
+        out += _tensor_problems(f"buckets[{i}].inputs", b.get("inputs")) + _tensor_problems(f"buckets[{i}].outputs", b.get("outputs"))
+    return out

@@ -165,10 +165,10 @@ def _bucket_entries(manifest: dict, where: str) -> list[dict]:
     """The manifest's buckets; an artifact without them has one (its top-level inputs, library, weights)."""
     entries = manifest.get("buckets") or [{"name": "default", "inputs": manifest["inputs"], "outputs": manifest["outputs"],
                                            "library": art.LIBRARY, "weights": list(range(len(manifest["weights"])))}]
-    for b in entries:
-        if not isinstance(b, dict) or b.get("library") not in manifest["members"] or \
-                any(not isinstance(w, int) or not 0 <= w < len(manifest["weights"]) for w in b.get("weights", [None])):
-            raise art.ArtifactError("manifest.json has a malformed bucket entry", where=where, fix="recompile the model")
+    for b in entries:  # types were checked with the manifest; here: the library is one of the members
+        if b["library"] not in manifest["members"] or b["library"] in (art.MANIFEST, art.WEIGHTS, art.SIGNATURE):
+            raise art.ArtifactError(f"manifest.json has a malformed bucket entry (library {b['library']!r})", where=where,
+                                    fix="recompile the model")
     return entries
 
 

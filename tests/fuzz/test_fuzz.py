@@ -1,0 +1,41 @@
+"""A bounded fuzz run of both front doors (ONNX models, .kiln artifacts): every case must end in
+success or a KilnError; no other exception, no crash, no hang. Longer runs: python -m fuzz.run."""
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+
+from fuzz.executor import Executor  # noqa: E402
+from fuzz.run import campaign, seed_artifact  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def executor():
+    ex = Executor(timeout_s=60)
+    yield ex
+    ex.close()
+
+
+def test_fuzz_onnx_front_door(executor):
+    totals = campaign("model", 80, seed=11, executor=executor, raise_on_finding=True)
+    assert totals["cases"] >= 80 and not totals["findings"]
+    assert totals["outcomes"]["ok"] > 0 and totals["outcomes"]["kiln_error"] > 0  # both ends were reached
+    assert len(totals["kinds"]) >= 10  # many distinct error paths, not one early exit
+
+
+def test_fuzz_artifact_reader(executor):
+    totals = campaign("artifact", 150, seed=12, executor=executor, blob=seed_artifact(), raise_on_finding=True)
+    assert totals["cases"] >= 150 and not totals["findings"]
+    assert totals["outcomes"]["kiln_error"] > 0
+
+
+def test_the_harness_reports_crashes_and_hangs():
+    ex = Executor(timeout_s=2)
+    try:
+        assert ex.run("selftest-crash", b"")["outcome"] == "crash"
+        assert ex.run("selftest-hang", b"")["outcome"] == "hang"
+        assert ex.run("artifact", b"not a zip")["outcome"] == "kiln_error"  # a fresh worker after each
+    finally:
+        ex.close()
