@@ -144,7 +144,10 @@ def m_const_value(m, data):
     if not m.graph.initializer:
         return "noop"
     init = m.graph.initializer[data.draw(st.integers(0, len(m.graph.initializer) - 1))]
-    a = numpy_helper.to_array(init)
+    try:
+        a = numpy_helper.to_array(init)
+    except ValueError:  # an earlier mutation already broke its dims
+        return "noop"
     if a.dtype.kind in "iu":
         new = np.array(data.draw(st.lists(st.sampled_from([-3, -1, 0, 1, 2, 5, 1000, 2**40]), min_size=a.size, max_size=a.size)),
                        a.dtype).reshape(a.shape)

@@ -72,7 +72,7 @@ def _serve(a) -> int:
     try:
         import aiohttp  # noqa: F401
     except ImportError:
-        raise OptionsError("kiln serve needs aiohttp, which is not installed", fix="pip install 'kiln[serve]' (or pip install aiohttp)") from None
+        raise OptionsError("kiln serve needs aiohttp, which is not installed", where="kiln serve", fix="pip install 'kiln[serve]' (or pip install aiohttp)") from None
     opts = ServeOptions.make(([a.model] if a.model else []) + a.models, split=a.split, name=a.name, host=a.host, port=a.port,
                              max_batch=a.max_batch, max_wait_ms=a.max_wait_ms, queue=a.queue, timeout_ms=a.timeout_ms,
                              workers=a.workers, threads=a.threads, max_body_mb=a.max_body_mb, warmup=not a.no_warmup,

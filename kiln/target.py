@@ -128,5 +128,5 @@ def _host_triple() -> str:
 
 
 def _bad(spec: str, why: str) -> TargetError:
-    return TargetError(f"cannot parse target {spec!r}: {why}",
+    return TargetError(f"cannot parse target {spec!r}: {why}", where="--target",
                        fix="use one of: " + " | ".join(ACCEPTED_FORMS))

@@ -29,17 +29,17 @@ class CompileOptions:
     def make(target=None, input_shapes=None, opt_level: int = 2, disabled_passes=(), layout: str = "NCHWc",
              tuning_db=None, shape_buckets=None, bucket_policy: str = "pad", max_memory=None) -> CompileOptions:
         if opt_level not in OPT_LEVELS:
-            raise OptionsError(f"opt level {opt_level!r} is not valid", fix=f"use one of {list(OPT_LEVELS)}")
+            raise OptionsError(f"opt level {opt_level!r} is not valid", where="--opt-level", fix=f"use one of {list(OPT_LEVELS)}")
         if layout not in LAYOUTS:
-            raise OptionsError(f"layout {layout!r} is not valid", fix=f"use one of {', '.join(LAYOUTS)}")
+            raise OptionsError(f"layout {layout!r} is not valid", where="--layout", fix=f"use one of {', '.join(LAYOUTS)}")
         if bucket_policy not in BUCKET_POLICIES:
-            raise OptionsError(f"bucket policy {bucket_policy!r} is not valid", fix=f"use one of {', '.join(BUCKET_POLICIES)}")
+            raise OptionsError(f"bucket policy {bucket_policy!r} is not valid", where="--bucket-policy", fix=f"use one of {', '.join(BUCKET_POLICIES)}")
         shapes = parse_input_shapes(input_shapes)
         buckets = parse_shape_buckets(shape_buckets)
         both = sorted({n for b in buckets for n in b} & set(shapes))
         if both:
             raise OptionsError(f"input(s) {both} given both --input-shape and {BUCKETS_FLAG}",
-                               fix=f"bucketed inputs take their shapes from {BUCKETS_FLAG} only")
+                               where="--input-shape / --shape-buckets", fix=f"bucketed inputs take their shapes from {BUCKETS_FLAG} only")
         t = Target.parse(target)
         return CompileOptions(t, tuple(sorted(shapes.items())), int(opt_level), tuple(dict.fromkeys(disabled_passes)), layout,
                               resolve_tuning_db(tuning_db, t), tuple(tuple(sorted(b.items())) for b in buckets), bucket_policy,
@@ -68,16 +68,16 @@ def parse_size(text) -> int | None:
     """'512M', '2G', '1.5GB', 1048576 -> bytes (binary units)."""
     if text is None or isinstance(text, int) and not isinstance(text, bool):
         if text is not None and text <= 0:
-            raise OptionsError(f"memory size must be positive, got {text}", fix="e.g. --max-memory 2G")
+            raise OptionsError(f"memory size must be positive, got {text}", where="--max-memory", fix="e.g. --max-memory 2G")
         return text
     t = str(text).strip().lower()
     num = t.rstrip("kmgtb")
     try:
         value = float(num) * SIZE_UNITS[t[len(num):]]
     except (ValueError, KeyError):
-        raise OptionsError(f"bad memory size {text!r}", fix="write it like 512M, 2G or 1.5GB") from None
+        raise OptionsError(f"bad memory size {text!r}", where="--max-memory", fix="write it like 512M, 2G or 1.5GB") from None
     if value <= 0:
-        raise OptionsError(f"memory size must be positive, got {text!r}", fix="e.g. --max-memory 2G")
+        raise OptionsError(f"memory size must be positive, got {text!r}", where="--max-memory", fix="e.g. --max-memory 2G")
     return int(value)
 
 

@@ -62,9 +62,9 @@ def pipeline_for(target_kind: str, opt_level: int, disabled: tuple[str, ...] = (
     names = pass_names(target_kind)
     unknown = [d for d in disabled if d not in names]
     if unknown:
-        raise OptionsError(f"unknown pass name(s) {unknown}", fix=f"passes are: {', '.join(names)}")
+        raise OptionsError(f"unknown pass name(s) {unknown}", where="--disable-pass", fix=f"passes are: {', '.join(names)}")
     required = sorted({d for d in disabled if any(s.name == d and s.required for s in specs)})
     if required:
         raise OptionsError(f"pass(es) {required} cannot be disabled: the build needs them",
-                           fix=f"optional passes are: {', '.join(n for n in names if not any(s.name == n and s.required for s in specs))}")
+                           where="--disable-pass", fix=f"optional passes are: {', '.join(n for n in names if not any(s.name == n and s.required for s in specs))}")
     return [s for s in specs if s.name not in disabled and s.opt_level <= opt_level]

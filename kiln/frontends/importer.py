@@ -65,7 +65,8 @@ def _np_dtype(elem_type: int, name: str, where: str) -> str:
     try:
         return str(onnx.helper.tensor_dtype_to_np_dtype(elem_type))
     except Exception:
-        raise UnsupportedModelError(f"input {name!r} has an unsupported element type {elem_type}", where=where) from None
+        raise UnsupportedModelError(f"input {name!r} has an unsupported element type {elem_type}", where=where,
+                                    fix="inputs must be numeric tensors (float, int or bool); cast at the model's boundary") from None
 
 
 def _output_specs(mod, names: list[str], where: str) -> list[TensorSpec]:
@@ -73,7 +74,8 @@ def _output_specs(mod, names: list[str], where: str) -> list[TensorSpec]:
     ret = mod["main"].ret_ty
     fields = list(ret.fields) if isinstance(ret, relax.TupleType) else [ret]
     if len(fields) != len(names):
-        raise CompileError(f"the model declares {len(names)} outputs but converts to {len(fields)}", where=where)
+        raise CompileError(f"the model declares {len(names)} outputs but converts to {len(fields)}", where=where,
+                           fix="check that every graph output is produced by a node; report the model if it runs in onnxruntime")
     specs = []
     for name, f in zip(names, fields):
         if not isinstance(f, relax.TensorType) or f.shape is None or not all(isinstance(v, int) or hasattr(v, "value") for v in f.shape.values):

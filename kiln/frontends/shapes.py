@@ -20,14 +20,14 @@ class InputShape:
     def parse(spec: str) -> InputShape:
         name, sep, dims = spec.rpartition(":")
         if not sep or not name:
-            raise ShapeError(f"bad input shape {spec!r}", fix=f"write it as NAME:DIMS, e.g. {FLAG} input:1x3x224x224")
+            raise ShapeError(f"bad input shape {spec!r}", where=FLAG, fix=f"write it as NAME:DIMS, e.g. {FLAG} input:1x3x224x224")
         try:
             parsed = tuple(int(d) for d in dims.lower().split("x")) if dims.strip() else ()
         except ValueError:
             raise ShapeError(f"bad dimensions {dims!r} in {spec!r}",
-                             fix=f"dims are positive integers joined by 'x', e.g. {FLAG} {name}:1x3x224x224") from None
+                             where=FLAG, fix=f"dims are positive integers joined by 'x', e.g. {FLAG} {name}:1x3x224x224") from None
         if any(d < 1 for d in parsed):
-            raise ShapeError(f"dimensions must be positive in {spec!r}", fix=f"e.g. {FLAG} {name}:1x3x224x224")
+            raise ShapeError(f"dimensions must be positive in {spec!r}", where=FLAG, fix=f"e.g. {FLAG} {name}:1x3x224x224")
         return InputShape(name, parsed)
 
     def __str__(self) -> str:
@@ -44,7 +44,7 @@ def parse_input_shapes(specs) -> dict[str, tuple[int, ...]]:
     for s in specs:
         s = s if isinstance(s, InputShape) else InputShape.parse(s)
         if s.name in out:
-            raise ShapeError(f"input {s.name!r} is given two shapes", fix=f"pass {FLAG} once per input")
+            raise ShapeError(f"input {s.name!r} is given two shapes", where=FLAG, fix=f"pass {FLAG} once per input")
         out[s.name] = s.dims
     return out
 
@@ -137,18 +137,18 @@ def parse_shape_buckets(specs) -> tuple[dict[str, tuple[int, ...]], ...]:
     for spec in specs:
         name, sep, shapes = str(spec).rpartition(":")
         if not sep or not name or not shapes.strip():
-            raise ShapeError(f"bad shape buckets {spec!r}", fix=f"write NAME:SHAPE,SHAPE,..., e.g. {BUCKETS_FLAG} input:1x3x224x224,4x3x224x224")
+            raise ShapeError(f"bad shape buckets {spec!r}", where=BUCKETS_FLAG, fix=f"write NAME:SHAPE,SHAPE,..., e.g. {BUCKETS_FLAG} input:1x3x224x224,4x3x224x224")
         if name in per_input:
-            raise ShapeError(f"input {name!r} is given buckets twice", fix=f"list all of its shapes in one {BUCKETS_FLAG} NAME:S1,S2,...")
+            raise ShapeError(f"input {name!r} is given buckets twice", where=BUCKETS_FLAG, fix=f"list all of its shapes in one {BUCKETS_FLAG} NAME:S1,S2,...")
         dims = [InputShape.parse(f"{name}:{s.strip()}").dims for s in shapes.split(",")]
         if len(set(dims)) != len(dims):
-            raise ShapeError(f"input {name!r} lists a bucket shape twice in {spec!r}", fix="give each bucket once")
+            raise ShapeError(f"input {name!r} lists a bucket shape twice in {spec!r}", where=BUCKETS_FLAG, fix="give each bucket once")
         if len({len(d) for d in dims}) != 1:
-            raise ShapeError(f"input {name!r}: bucket shapes of different ranks in {spec!r}", fix="every bucket keeps the input's rank")
+            raise ShapeError(f"input {name!r}: bucket shapes of different ranks in {spec!r}", where=BUCKETS_FLAG, fix="every bucket keeps the input's rank")
         per_input[name] = dims
     counts = {n: len(v) for n, v in per_input.items()}
     if len(set(counts.values())) != 1:
-        raise ShapeError(f"inputs list different numbers of buckets: {counts}", fix="give every bucketed input the same number of shapes (bucket i takes the i-th of each)")
+        raise ShapeError(f"inputs list different numbers of buckets: {counts}", where=BUCKETS_FLAG, fix="give every bucketed input the same number of shapes (bucket i takes the i-th of each)")
     n = next(iter(counts.values()))
     buckets = tuple({name: dims[i] for name, dims in per_input.items()} for i in range(n))
     # smallest first: the runtime picks the first bucket that holds the input

@@ -32,7 +32,7 @@ class BenchOptions:
 
     def __post_init__(self):
         if self.warmup < 0 or (self.repeat is not None and self.repeat < 1) or self.seconds <= 0:
-            raise OptionsError("warmup must be >= 0, repeat >= 1 and seconds > 0", fix="e.g. --warmup 5 --repeat 100")
+            raise OptionsError("warmup must be >= 0, repeat >= 1 and seconds > 0", where="kiln bench", fix="e.g. --warmup 5 --repeat 100")
 
 
 def percentiles(ms: list[float], prefix: str = "") -> dict:
@@ -50,7 +50,7 @@ def _ort_session(path: str, threads: int):
     try:
         import onnxruntime as ort
     except ImportError:
-        raise OptionsError("--onnx needs onnxruntime, which is not installed", fix="pip install onnxruntime") from None
+        raise OptionsError("--onnx needs onnxruntime, which is not installed", where="--onnx", fix="pip install onnxruntime") from None
     so = ort.SessionOptions()
     so.intra_op_num_threads = threads
     so.inter_op_num_threads = 1

@@ -57,12 +57,12 @@ class Model:
         self.path = Path(path)
         where = str(path)
         if num_threads is not None and (not isinstance(num_threads, int) or num_threads < 1):
-            raise OptionsError(f"num_threads must be a positive integer, got {num_threads!r}", fix="e.g. num_threads=2")
+            raise OptionsError(f"num_threads must be a positive integer, got {num_threads!r}", where="num_threads", fix="e.g. num_threads=2")
         if bucket_policy is not None and bucket_policy not in bk.POLICIES:
-            raise OptionsError(f"bucket policy {bucket_policy!r} is not valid", fix=f"use one of {', '.join(bk.POLICIES)}")
+            raise OptionsError(f"bucket policy {bucket_policy!r} is not valid", where="bucket_policy", fix=f"use one of {', '.join(bk.POLICIES)}")
         self.num_threads = num_threads or physical_cores()
         if trusted_keys is not None and (isinstance(trusted_keys, (str, bytes, os.PathLike)) or not list(trusted_keys)):
-            raise OptionsError("trusted_keys must be a non-empty list of public keys", fix="e.g. trusted_keys=['kiln.pub']")
+            raise OptionsError("trusted_keys must be a non-empty list of public keys", where="trusted_keys", fix="e.g. trusted_keys=['kiln.pub']")
         manifest, members = art.read_artifact(path, trusted_keys=None if trusted_keys is None else list(trusted_keys))
         self.manifest = manifest
         if manifest["arch"] != host_arch():
@@ -113,7 +113,7 @@ class Model:
     def validate(self, feed: dict) -> list[np.ndarray]:
         if not isinstance(feed, dict):
             raise InputError(f"inputs must be a dict of name -> array, got {type(feed).__name__}",
-                             fix=f"e.g. run({{{self.inputs[0].name!r}: x}})" if self.inputs else None)
+                             where=str(self.path), fix=f"e.g. run({{{self.inputs[0].name!r}: x}})" if self.inputs else "pass a dict")
         names = [s.name for s in self.inputs]
         missing = [n for n in names if n not in feed]
         extra = [n for n in feed if n not in names]

@@ -10,7 +10,7 @@ def latency_histogram(result: dict, path: str) -> None:
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
     except ImportError:
-        raise OptionsError("--plot needs matplotlib, which is not installed", fix="pip install 'kiln[bench]'") from None
+        raise OptionsError("--plot needs matplotlib, which is not installed", where="--plot", fix="pip install 'kiln[bench]'") from None
     from .._io import atomic_open
     fig, ax = plt.subplots(figsize=(7, 4))
     series = [("kiln", result["latencies_ms"])] + ([("onnxruntime", result["ort_latencies_ms"])] if "ort_latencies_ms" in result else [])

@@ -24,7 +24,7 @@ def _crypto():
         from cryptography.hazmat.primitives import serialization
         from cryptography.hazmat.primitives.asymmetric import ed25519
     except ImportError:
-        raise OptionsError("signatures need the 'cryptography' package, which is not installed", fix="pip install cryptography") from None
+        raise OptionsError("signatures need the 'cryptography' package, which is not installed", where="artifact signatures", fix="pip install cryptography") from None
     return serialization, ed25519
 
 

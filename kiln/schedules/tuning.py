@@ -41,9 +41,9 @@ class TuneOptions:
 
     def __post_init__(self):
         if (self.trials is None) == (self.budget_s is None):
-            raise OptionsError("give exactly one of --trials N and --budget DURATION", fix="e.g. --trials 64 or --budget 20m")
+            raise OptionsError("give exactly one of --trials N and --budget DURATION", where="--trials / --budget", fix="e.g. --trials 64 or --budget 20m")
         if self.trials is not None and self.trials < 1 or self.budget_s is not None and self.budget_s <= 0:
-            raise OptionsError("trials and budget must be positive", fix="e.g. --trials 64 or --budget 20m")
+            raise OptionsError("trials and budget must be positive", where="--trials / --budget", fix="e.g. --trials 64 or --budget 20m")
 
 
 def parse_duration(text: str) -> float:
@@ -53,7 +53,7 @@ def parse_duration(text: str) -> float:
     try:
         return float(t[:-1]) * units[t[-1]] if t and t[-1] in units else float(t)
     except ValueError:
-        raise OptionsError(f"bad duration {text!r}", fix="write it like 90s, 20m or 1.5h") from None
+        raise OptionsError(f"bad duration {text!r}", where="--budget", fix="write it like 90s, 20m or 1.5h") from None
 
 
 @derived_object
@@ -106,7 +106,8 @@ def tune_module(mod: tvm.IRModule, target, db_dir: Path, opts: TuneOptions,
     logging.getLogger("tvm.s_tir.meta_schedule").setLevel(logging.WARNING)  # Kiln prints its own progress
     tasks = extract(mod, target)
     if not tasks:
-        raise OptionsError("the model has no kernels to tune")
+        raise OptionsError("the model has no kernels to tune", where="kiln tune",
+                           fix="every kernel already has a fixed schedule (or the model computes nothing); compile it directly")
     start = time.perf_counter()
     db_path = Path(db_dir)
     db = open_database(db_path)  # opened (and repaired) once; every round commits to it

@@ -17,7 +17,7 @@ DEFAULT_MODEL = "mobilenet_v2"
 def build(name: str, **kwargs):
     from ..errors import OptionsError
     if name not in MODELS:
-        raise OptionsError(f"unknown zoo model {name!r}", fix=f"choose one of {sorted(MODELS)}")
+        raise OptionsError(f"unknown zoo model {name!r}", where="zoo", fix=f"choose one of {sorted(MODELS)}")
     return MODELS[name][0](**kwargs)
 
 

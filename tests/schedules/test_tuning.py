@@ -89,3 +89,34 @@ def test_options_and_errors(tmp_path, tiny):
     with pytest.raises(kiln.OptionsError, match="no tuning records for target") as e:
         kiln.compile(tiny, tmp_path / "x.kiln", tuning_db=str(tmp_path))
     assert "kiln tune" in str(e.value)
+
+
+@pytest.mark.slow
+def test_twenty_random_kills_leave_a_readable_database(tmp_path, tiny):
+    """SIGKILL at random moments (start-up, search, measurement, database writes), 20 times over one
+    database: after every kill it loads, and no record that was in it is ever lost."""
+    import random
+    import warnings
+    model = tmp_path / "tiny.onnx"
+    onnx.save(tiny, model)
+    db = tmp_path / "db" / target_key(CompileOptions.make().target)
+    rng = random.Random(20)
+    counts, unreadable, repaired = [], 0, 0
+    for _ in range(int(os.environ.get("KILN_KILLS", 20))):
+        cmd = [sys.executable, "-m", "kiln", "tune", str(model), "--trials", "500", "--db", str(tmp_path / "db")]
+        p = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+        time.sleep(rng.uniform(1.0, 9.0))
+        os.killpg(p.pid, signal.SIGKILL)
+        p.wait(timeout=30)
+        try:
+            with warnings.catch_warnings(record=True) as w:
+                warnings.simplefilter("always")
+                n = _records(db) if (db / FILES[0]).exists() else 0
+            repaired += any("corrupt line" in str(x.message) for x in w)
+        except Exception:
+            unreadable += 1
+            continue
+        counts.append(n)
+    print(f"kills: {len(counts) + unreadable}, unreadable: {unreadable}, repaired torn lines: {repaired}, records: {counts}")
+    assert unreadable == 0
+    assert counts == sorted(counts) and counts[-1] > 0  # records only ever grow

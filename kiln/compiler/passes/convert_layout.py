@@ -56,7 +56,7 @@ def has_conv2d(mod: tvm.IRModule) -> bool:
 class ConvertLayout:
     def __init__(self, layout: str = "NCHW", block: int = 16):
         if layout not in LAYOUTS:
-            raise OptionsError(f"unknown layout {layout!r}", fix=f"use one of {', '.join(LAYOUTS + ('auto',))}")
+            raise OptionsError(f"unknown layout {layout!r}", where="--layout", fix=f"use one of {', '.join(LAYOUTS + ('auto',))}")
         self.layout, self.block = layout, block
         self.stats = {"layout_transforms": 0}
 

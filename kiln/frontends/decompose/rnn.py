@@ -48,7 +48,8 @@ def _setup(node, em: Emitter, shapes, consts, where, gates: int, default_acts: l
     W, R = consts[ins[1]], consts[ins[2]]
     Bias = consts[ins[3]] if ins[3] in consts else np.zeros((ndir, 2 * gates * H), W.dtype)
     if ins[3] and ins[3] not in consts:
-        raise UnsupportedModelError(f"{node.op_type} with non-constant B is not supported", where=where_n)
+        raise UnsupportedModelError(f"{node.op_type} with non-constant B is not supported", where=where_n,
+                                    fix="export the model with its recurrent bias as an initializer (constant)")
     return a, ins, x, ndir, direction, acts, T, B, H, W, R, Bias
 
 
