@@ -15,7 +15,7 @@ import hypothesis
 from hypothesis import HealthCheck, given, settings
 
 from .executor import Executor
-from .mutators import broken_artifacts, broken_models
+from .mutators import broken_artifacts, broken_models, set_seed_artifact
 from .seeds import SEEDS
 
 ACCEPTABLE = ("ok", "kiln_error")
@@ -32,7 +32,9 @@ def campaign(kind: str, n: int, seed: int, executor: Executor, blob: bytes | Non
     """Run n cases; returns totals. With raise_on_finding, hypothesis gets an AssertionError for a
     finding (and shrinks it): what the test suite wants."""
     totals = {"cases": 0, "outcomes": collections.Counter(), "kinds": collections.Counter(), "findings": []}
-    strategy = broken_models() if kind == "model" else broken_artifacts(blob)
+    if kind == "artifact":
+        set_seed_artifact(blob)
+    strategy = broken_models() if kind == "model" else broken_artifacts()
 
     @settings(max_examples=n, deadline=None, database=None, derandomize=False, suppress_health_check=list(HealthCheck),
               print_blob=False)
@@ -76,6 +78,8 @@ def main(argv=None) -> int:
                             "distinct_error_paths": len(r["kinds"]), "findings": r["findings"][:20],
                             "error_paths": dict(r["kinds"].most_common(40))}
             print(json.dumps({kind: {k: v for k, v in report[kind].items() if k not in ("findings", "error_paths")}}), flush=True)
+            for f in r["findings"][:5]:
+                print(json.dumps(f)[:1500], flush=True)
     finally:
         ex.close()
     from kiln._io import atomic_write_text

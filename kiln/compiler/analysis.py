@@ -2,7 +2,8 @@
 kernels, tensor bytes before and after static memory planning."""
 from __future__ import annotations
 
-import numpy as np
+import math
+
 import tvm
 from tvm import relax
 
@@ -59,7 +60,7 @@ def kernels(mod: tvm.IRModule, func: str = "main") -> list[str]:
 def _nbytes(ty) -> int:
     if isinstance(ty, relax.TensorType) and ty.shape is not None:
         try:
-            return int(np.prod([int(v) for v in ty.shape.values])) * tvm.runtime.DataType(ty.dtype).bits // 8
+            return math.prod(int(v) for v in ty.shape.values) * tvm.runtime.DataType(ty.dtype).bits // 8  # Python ints: no overflow
         except (TypeError, ValueError):
             return 0
     if isinstance(ty, relax.TupleType):

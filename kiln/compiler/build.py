@@ -55,7 +55,7 @@ def analyze_model(model, options: CompileOptions | None = None, **kwargs) -> dic
     imported = import_onnx(model, options.shapes)
     check_tensor_sizes(imported.mod, options.max_memory, _where(model))
     layout = options.layout if options.layout != "auto" else "NCHWc"
-    report = optimize(imported.mod, options, layout=layout).report
+    report = optimize(imported.mod, options, layout=layout, where=_where(model)).report
     report["pass_seconds"] = {"import": round(time.perf_counter() - t0, 4), **report["pass_seconds"]}
     return report
 
@@ -83,7 +83,7 @@ def compile_model(model: str | os.PathLike | onnx.ModelProto, output: str | os.P
         check_tensor_sizes(imported.mod, options.max_memory, where)
         if layout == "auto":
             layout, layout_ms = choose_layout(imported.mod, options, where)
-        opt = optimize(imported.mod, options, layout=layout)
+        opt = optimize(imported.mod, options, layout=layout, where=where)
         report = opt.report
         check_planned_memory(report, io_bytes(imported.inputs + imported.outputs), options.max_memory, where)  # before building
         t = time.perf_counter()

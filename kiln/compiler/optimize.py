@@ -7,6 +7,7 @@ from collections import Counter
 
 import tvm
 
+from ..errors import tvm_errors
 from . import analysis
 from .options import CompileOptions
 from .passes import LiftWeights
@@ -23,8 +24,16 @@ class Optimized:
     report: dict
 
 
-def optimize(mod: tvm.IRModule, options: CompileOptions, layout: str | None = None) -> Optimized:
-    """Pipeline + weight lifting. `layout` overrides options.layout (used by layout=auto)."""
+def optimize(mod: tvm.IRModule, options: CompileOptions, layout: str | None = None, where: str = "<model>") -> Optimized:
+    """Pipeline + weight lifting. `layout` overrides options.layout (used by layout=auto). A TVM
+    failure inside (a model TVM's passes reject, e.g. convolution parameters with no valid output)
+    is a CompileError naming the pass."""
+    with tvm_errors("Kiln's optimization pipeline", where, "the model's parameters are inconsistent (check it in onnxruntime); "
+                                                             "rerun with --debug for the full trace"):
+        return _optimize(mod, options, layout)
+
+
+def _optimize(mod: tvm.IRModule, options: CompileOptions, layout: str | None) -> Optimized:
     if layout is not None:
         options = dataclasses.replace(options, layout=layout)
     report: dict = {"ops_before": analysis.op_histogram(mod), "batchnorm_total": analysis.count_op(mod, "nn.batch_norm"),

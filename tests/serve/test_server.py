@@ -222,3 +222,31 @@ def test_healthz_reports_a_model_that_fails_to_load(tmp_path):
     finally:
         p.send_signal(signal.SIGTERM)
         p.wait(30)
+
+
+def test_workers_share_one_port_and_stop_together(served):
+    import socket
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    p = subprocess.Popen([sys.executable, "-m", "kiln", "serve", str(served[0]), "--port", str(port), "--workers", "2"],
+                         stdout=subprocess.PIPE, text=True)
+    try:
+        announced = [p.stdout.readline(), p.stdout.readline()]
+        assert all(f":{port}" in line for line in announced), announced
+        url = f"http://127.0.0.1:{port}"
+        deadline = time.time() + 60
+        while time.time() < deadline:
+            try:
+                if urllib.request.urlopen(url + "/healthz", timeout=5).status == 200:
+                    break
+            except (urllib.error.URLError, ConnectionError):
+                time.sleep(0.1)
+        body = json.dumps({"inputs": {"input": rand(1, 3, 16, 16).tolist()}}).encode()
+        for _ in range(10):
+            r = urllib.request.urlopen(urllib.request.Request(url + "/v1/models/net1:predict", data=body,
+                                                              headers={"Content-Type": "application/json"}), timeout=30)
+            assert r.status == 200
+    finally:
+        p.send_signal(signal.SIGTERM)
+        assert p.wait(30) == 0
