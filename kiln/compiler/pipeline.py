@@ -35,6 +35,7 @@ CPU_PIPELINE: list[PassSpec] = [
     PassSpec("RemoveNoOps", lambda o: kp.RemoveNoOps(), 1),
     PassSpec("FoldBatchNorm", lambda o: kp.FoldBatchNorm(), 1),
     PassSpec("ConvertLayout", lambda o: kp.ConvertLayout(o.layout, vector_block(o.target.required_features())), 2),
+    PassSpec("PropagateBlockedLayout", lambda o: kp.PropagateBlockedLayout(o.layout, vector_block(o.target.required_features())), 2),
     PassSpec("DeadCode", lambda o: kp.DeadCode(), 1),
     PassSpec("DecomposeOpsForInference", lambda o: relax.transform.DecomposeOpsForInference(), 0, required=True),
     PassSpec("FuseEpilogue", lambda o: kp.FuseEpilogue(), 2),

@@ -10,7 +10,8 @@ from . import rules
 
 RULES: dict[tuple[str, str], Callable] = {
     ("cpu", "conv2d"): rules.reduction_tiled,
-    ("cpu", "conv2d_nchw"): rules.conv_nchw_oc_vectorized,
+    ("cpu", "conv2d_nchw"): rules.conv_nchw_pointwise,
+    ("cpu", "conv2d_nchw_oc"): rules.conv_nchw_oc_vectorized,
     ("cpu", "matmul"): rules.reduction_tiled,
     ("cpu", "pool"): rules.reduction_tiled,
     ("cpu", "reduction"): rules.reduction_tiled,
@@ -18,7 +19,7 @@ RULES: dict[tuple[str, str], Callable] = {
     ("cpu", "injective"): rules.injective,
 }
 # when a kind's rule does not apply (e.g. output channels not divisible by the lanes), try these
-FALLBACK = {"conv2d_nchw": ("conv2d",)}
+FALLBACK = {"conv2d_nchw": ("conv2d_nchw_oc", "conv2d")}
 KIND_BY_BLOCK_PREFIX = (("conv2d_nchw", "conv2d_nchw"), ("conv2d", "conv2d"), ("depthwise", "conv2d"), ("matmul", "matmul"), ("T_matmul", "matmul"),
                         ("dense", "matmul"), ("pool", "pool"), ("adaptive_pool", "pool"))
 

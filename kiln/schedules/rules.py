@@ -170,3 +170,42 @@ def conv_nchw_oc_vectorized(sch: s_tir.Schedule, anchor, lanes: int) -> None:
     sch.decompose_reduction(anchor, ic)
     wl = sch.get_loops(wcache)
     sch.parallel(wl[0])
+
+
+def conv_nchw_pointwise(sch: s_tir.Schedule, anchor, lanes: int) -> None:
+    """NCHW 1x1 conv2d (channel counts that cannot be blocked, e.g. 24): a matmul of [OC, IC] by
+    [IC, H*W]. The conv and its epilogue iterate over flat pixels p = h*W + w (block layouts
+    transformed, so each tile's region is exact; fusing the h and w loops instead makes TVM
+    over-approximate the write-back region and copy stale values). Vectorize over pixels,
+    register-tile 8 output channels x `lanes` pixels, reduce over input channels inside the tile."""
+    types = iter_types(sch, anchor)
+    loops = sch.get_loops(anchor)
+    if types != [DATA_PAR] * 4 + [COMM_REDUCE] * 3 or extent(sch, loops[5]) != 1 or extent(sch, loops[6]) != 1:
+        raise s_tir.ScheduleError("not a 1x1 NCHW conv")
+    h, w = extent(sch, loops[2]), extent(sch, loops[3])
+    if (h * w) % lanes or extent(sch, loops[1]) % 8:
+        raise s_tir.ScheduleError("pixels not divisible by the lanes, or output channels by 8")
+    inline_all_but(sch, [anchor])
+    consumers = sch.get_consumers(anchor)
+    if any(len(sch.get_loops(c)) != 4 for c in consumers):
+        raise s_tir.ScheduleError("an epilogue that is not NCHW elementwise")
+    sch.transform_layout(anchor, ("write", 0), lambda n, c, y, x: (n, c, y * w + x))
+    sch.transform_block_layout(anchor, lambda n, c, y, x, rc, ry, rx: (n, c, y * w + x, rc, ry, rx))
+    for c in consumers:
+        sch.transform_block_layout(c, lambda n, ch, y, x: (n, ch, y * w + x))
+    n, oc, p, ic, kh, kw = sch.get_loops(anchor)
+    p_o, p_i = sch.split(p, [None, lanes])
+    oc_o, oc_i = sch.split(oc, [None, 8])
+    sch.reorder(n, oc_o, p_o, ic, kh, kw, oc_i, p_i)
+    cache = sch.cache_write(anchor, 0, "local")
+    sch.reverse_compute_at(cache, p_o, preserve_unit_loops=True)
+    for c in consumers:
+        sch.reverse_compute_at(c, p_o, preserve_unit_loops=True)
+    sch.vectorize(p_i)
+    for b in [cache, *consumers]:
+        inner = sch.get_loops(b)[-1]
+        if extent(sch, inner) == lanes:
+            sch.vectorize(inner)
+    sch.unroll(oc_i)
+    sch.parallel(sch.fuse(n, oc_o))
+    sch.decompose_reduction(anchor, ic)

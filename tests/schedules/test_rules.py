@@ -58,7 +58,13 @@ def _workloads():
     x, w, b = rnd(1, 16, 9, 9), rnd(32, 16, 3, 3, seed=1), rnd(1, 32, 1, 1, seed=2)
     conv = lambda bb: relax.op.nn.relu(bb.emit(relax.op.add(bb.emit(relax.op.nn.conv2d(cx, cw, padding=[1, 1])), cb)))  # noqa: E731
     cx, cw, cb = _var("x", (1, 16, 9, 9)), _var("w", (32, 16, 3, 3)), _var("b", (1, 32, 1, 1))
-    yield "conv2d_nchw", "conv2d_nchw", conv, [cx, cw, cb], [x, w, b], np.maximum(_conv_nchw_ref(x, w, 1) + b, 0)
+    yield "conv2d_nchw", "conv2d_nchw:conv2d_nchw_oc", conv, [cx, cw, cb], [x, w, b], np.maximum(_conv_nchw_ref(x, w, 1) + b, 0)
+
+    # 1x1 conv with channels that cannot be blocked by 16 (MobileNetV2's 24), bias, clip: the pointwise rule
+    x1, w1, b1 = rnd(1, 24, 8, 14), rnd(48, 24, 1, 1, seed=4), rnd(1, 48, 1, 1, seed=5)
+    px, pw, pb = _var("x", (1, 24, 8, 14)), _var("w", (48, 24, 1, 1)), _var("b", (1, 48, 1, 1))
+    pointwise = lambda bb: relax.op.clip(bb.emit(relax.op.add(bb.emit(relax.op.nn.conv2d(px, pw)), pb)), 0.0, 6.0)  # noqa: E731
+    yield "conv2d_1x1_nchw", "conv2d_nchw", pointwise, [px, pw, pb], [x1, w1, b1], np.clip(_conv_nchw_ref(x1, w1, 0) + b1, 0, 6)
 
     xc = x.reshape(1, 1, 16, 9, 9).transpose(0, 1, 3, 4, 2)  # NCHW16c
     wc = w.reshape(2, 16, 1, 16, 3, 3).transpose(0, 2, 4, 5, 3, 1)  # OIHW16i16o
@@ -91,11 +97,12 @@ def _workloads():
 @pytest.mark.parametrize("case", list(_workloads()), ids=lambda c: c[0])
 def test_rule_on_workload(case):
     name, kind, body, params, inputs, ref = case
+    kind, _, rule = kind.partition(":")  # the kind the registry picks, and the rule under test (default: the kind's own)
     func = _kernel(body, params)
     sch = s_tir.Schedule(func)
     got_kind, anchor = classify(sch)
     assert got_kind == kind
-    RULES[("cpu", kind)](sch, anchor, 16)
+    RULES[("cpu", rule or kind)](sch, anchor, 16)
     scheduled = sch.mod["main"]
     assert not tvm_ffi.structural_equal(scheduled, func)  # the rule did something
     np.testing.assert_allclose(_run(scheduled, inputs), ref, rtol=1e-4, atol=1e-4)

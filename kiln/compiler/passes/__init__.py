@@ -6,6 +6,7 @@ from .fold_batchnorm import FoldBatchNorm
 from .fold_constants import FoldConstants
 from .fuse_epilogue import FuseEpilogue
 from .lift_weights import LiftWeights
+from .propagate_blocked_layout import PropagateBlockedLayout
 from .remove_noops import RemoveNoOps
 
-__all__ = ["CanonicalizeClip", "ConvertLayout", "DeadCode", "FoldBatchNorm", "FoldConstants", "FuseEpilogue", "LiftWeights", "RemoveNoOps"]
+__all__ = ["CanonicalizeClip", "ConvertLayout", "DeadCode", "FoldBatchNorm", "FoldConstants", "FuseEpilogue", "LiftWeights", "PropagateBlockedLayout", "RemoveNoOps"]

@@ -1,0 +1,148 @@
+"""PropagateBlockedLayout: after ConvertLayout, move NCHW{c}c -> NCHW transforms downstream
+through what TVM's ConvertLayout leaves in NCHW, until they meet the NCHW -> NCHW{c}c transform
+of the next blocked conv and both cancel.
+
+TVM's ConvertLayout keeps depthwise convolutions in NCHW (their [C, 1, KH, KW] weight cannot take
+the OIHW{c}i{c}o layout), so every MobileNet block pays two layout transforms and runs its
+depthwise conv, bias and clip on an unblocked tensor. Rules, applied to a call whose input is
+`unblock(x)` (a transform from NCHW{c}c to NCHW):
+  - elementwise unary op f (clip, relu, ...):        f(unblock(x))        -> unblock(f(x))
+  - add/multiply by a per-channel or scalar constant:  unblock(x) + b       -> unblock(x + block(b))
+  - add/multiply of two unblocked tensors:             unblock(x) + unblock(y) -> unblock(x + y)
+  - depthwise conv2d (groups = channels, constant weight): conv(unblock(x), w) -> unblock(conv_c(x, block(w)))
+  - block(unblock(x)) -> x
+The unblocked values no one uses any more are removed, and transforms of one tensor that
+ConvertLayout repeats per consumer are merged (common subexpressions). `stats["transforms_moved"]`
+counts the rewrites."""
+from __future__ import annotations
+
+import numpy as np
+import tvm
+from tvm import relax
+from tvm.ir.expr import GenericConst
+
+UNARY = ("relax.clip", "relax.nn.relu", "relax.sigmoid", "relax.nn.silu", "relax.tanh", "relax.nn.gelu")
+BINARY = ("relax.add", "relax.multiply")
+
+
+def _shape(e) -> tuple | None:
+    ty = e.ty
+    if isinstance(ty, relax.TensorType) and ty.shape is not None:
+        try:
+            return tuple(int(v) for v in ty.shape.values)
+        except TypeError:
+            return None
+    return None
+
+
+def _block_map(c: int):
+    return lambda n, ch, h, w: (n, ch // c, h, w, ch % c)
+
+
+def _unblock_map(c: int):
+    return lambda n, cb, h, w, b: (n, cb * c + b, h, w)
+
+
+@relax.expr_functor.mutator
+class _Propagate(relax.PyExprMutator):
+    def __init__(self, mod, block: int):
+        super().__init__(mod)
+        self.c = block
+        self.moved = 0
+
+    def _op(self, e) -> str | None:
+        return e.op.name if isinstance(e, relax.Call) and isinstance(e.op, tvm.ir.Op) else None
+
+    def _unblocked_source(self, e):
+        """x when e is bound to unblock(x) (5-D NCHW{c}c -> 4-D NCHW), else None."""
+        if not isinstance(e, relax.Var):
+            return None
+        v = self.lookup_binding(e)
+        if self._op(v) != "relax.layout_transform":
+            return None
+        src, dst = _shape(v.args[0]), _shape(v)
+        if src is None or dst is None or len(src) != 5 or len(dst) != 4 or src[4] != self.c or dst[1] != src[1] * self.c:
+            return None
+        return v.args[0]
+
+    def _unblock(self, x_c):
+        self.moved += 1
+        return relax.op.layout_transform(self.builder_.emit(x_c), index_map=_unblock_map(self.c))
+
+    def _blocked_const(self, e, channels: int):
+        """A scalar or per-channel ([1, C, 1, 1] / [C, 1, 1]) constant in the blocked layout."""
+        if not isinstance(e, GenericConst):
+            return None
+        a = e.value.numpy()
+        if a.size == 1:
+            return e
+        if a.size != channels or a.shape not in ((1, channels, 1, 1), (channels, 1, 1)):
+            return None
+        return relax.const(np.ascontiguousarray(a.reshape(1, channels // self.c, self.c)[:, :, None, None, :]), str(a.dtype))
+
+    def visit_call_(self, call):
+        call = super().visit_call_(call)
+        name = self._op(call)
+        if name is None or not call.args:
+            return call
+        if name == "relax.layout_transform":  # block(unblock(x)) -> x
+            x = self._unblocked_source(call.args[0])
+            out = _shape(call)
+            if x is not None and out is not None and out == _shape(x):
+                self.moved += 1
+                return x
+            return call
+        x = self._unblocked_source(call.args[0])
+        if x is None:
+            return call
+        channels = _shape(call.args[0])[1]
+        if name in UNARY:
+            return self._unblock(relax.Call(call.op, [x, *call.args[1:]], call.attrs))
+        if name in BINARY and len(call.args) == 2:
+            y = self._unblocked_source(call.args[1])
+            other = y if y is not None and _shape(y) == _shape(x) else self._blocked_const(call.args[1], channels)
+            if other is not None:
+                return self._unblock(relax.Call(call.op, [x, other], call.attrs))
+            return call
+        if name == "relax.nn.conv2d":
+            return self._depthwise(call, x, channels)
+        return call
+
+    def _depthwise(self, call, x, channels: int):
+        a = call.attrs
+        w = call.args[1]
+        if int(a.groups) != channels or str(a.data_layout) != "NCHW" or not isinstance(w, GenericConst):
+            return call
+        wa = w.value.numpy()
+        if wa.shape[:2] != (channels, 1) or _shape(call)[1] != channels:
+            return call  # a channel multiplier other than 1
+        kh, kw = wa.shape[2:]
+        w_c = wa.reshape(channels // self.c, self.c, kh, kw).transpose(0, 2, 3, 1).reshape(channels // self.c, 1, kh, kw, 1, self.c)
+        out_dtype = str(a.out_dtype) if str(a.out_dtype) not in ("", "void", "None") else None
+        conv = relax.op.nn.conv2d(x, relax.const(np.ascontiguousarray(w_c), str(wa.dtype)), strides=[int(s) for s in a.strides],
+                                  padding=[int(p) for p in a.padding], dilation=[int(d) for d in a.dilation], groups=channels,
+                                  data_layout=f"NCHW{self.c}c", kernel_layout=f"OIHW1i{self.c}o", out_layout=f"NCHW{self.c}c",
+                                  out_dtype=out_dtype)
+        return self._unblock(conv)
+
+
+@tvm.transform.module_pass(opt_level=2, name="PropagateBlockedLayout")
+class PropagateBlockedLayout:
+    def __init__(self, layout: str, block: int):
+        self.layout, self.block = layout, block
+        self.stats = {"transforms_moved": 0}
+
+    def transform_module(self, mod: tvm.IRModule, ctx) -> tvm.IRModule:
+        if self.layout != "NCHWc":
+            return mod
+        m = _Propagate(mod, self.block)
+        mod = tvm.IRModule(dict(mod.functions), attrs=mod.attrs)  # never mutate the caller's module
+        for gv, f in list(mod.functions.items()):
+            if isinstance(f, relax.Function) and "Primitive" not in (f.attrs or {}):
+                mod[gv] = m.visit_expr(f)
+        self.stats["transforms_moved"] = m.moved
+        mod = relax.transform.EliminateCommonSubexpr()(mod)  # ConvertLayout blocks a tensor once per consumer
+        return relax.transform.DeadCodeElimination(["main"])(mod)
+
+
+__all__ = ["PropagateBlockedLayout"]

@@ -1,0 +1,58 @@
+"""PropagateBlockedLayout: MobileNet blocks run their depthwise conv, bias and clip in NCHW16c,
+with the layout transforms TVM's ConvertLayout leaves around them cancelled."""
+import numpy as np
+import pytest
+import tvm
+from helpers import check_against_ort, make_model, rand
+from onnx import helper
+
+from kiln.compiler import CompileOptions, analysis
+from kiln.compiler.passes.convert_layout import count_layout_transforms
+from kiln.compiler.pipeline import pipeline_for
+from kiln.frontends import import_onnx
+
+
+def mobilenet_block(stride=1, multiplier=1, c=32):
+    """1x1 expand -> ReLU6 -> 3x3 depthwise -> bias -> ReLU6 -> 1x1 project (+ residual)."""
+    nodes = [helper.make_node("Conv", ["x", "w1", "b1"], ["e"]),
+             helper.make_node("Clip", ["e", "lo", "hi"], ["e6"]),
+             helper.make_node("Conv", ["e6", "wd", "bd"], ["d"], group=c, pads=[1, 1, 1, 1], strides=[stride, stride]),
+             helper.make_node("Clip", ["d", "lo", "hi"], ["d6"]),
+             helper.make_node("Conv", ["d6", "w2", "b2"], ["p"])]
+    if stride == 1 and multiplier == 1:
+        nodes.append(helper.make_node("Add", ["p", "x"], ["y"]))
+    else:
+        nodes.append(helper.make_node("Relu", ["p"], ["y"]))
+    inits = {"w1": rand(c, 16, 1, 1, seed=1) * 0.3, "b1": rand(c, seed=2), "wd": rand(c * multiplier, 1, 3, 3, seed=3) * 0.3,
+             "bd": rand(c * multiplier, seed=4), "w2": rand(16, c * multiplier, 1, 1, seed=5) * 0.3, "b2": rand(16, seed=6),
+             "lo": np.array(0, np.float32), "hi": np.array(6, np.float32)}
+    return make_model(nodes, {"x": rand(1, 16, 14, 14)}, ["y"], inits)
+
+
+def _graph_passes(model, disabled=()):
+    co = CompileOptions.make(disabled_passes=disabled)
+    mod = import_onnx(model, {}).mod
+    stats = {}
+    with co.target.tvm(), tvm.transform.PassContext(opt_level=3):
+        for spec in pipeline_for("llvm", 2, co.disabled_passes):
+            if not spec.graph:
+                break
+            p = spec.make(co)
+            mod = p(mod)
+            stats.update(getattr(p, "stats", {}))
+    return mod, stats
+
+
+def test_depthwise_runs_blocked_and_transforms_cancel():
+    mod, stats = _graph_passes(mobilenet_block())
+    assert stats["transforms_moved"] > 0
+    assert analysis.conv_layouts(mod) == {"NCHW16c": 3}  # the depthwise conv too (fused groups included)
+    assert count_layout_transforms(mod) == 2  # into the block at the input, out at the output
+    before, _ = _graph_passes(mobilenet_block(), disabled=("PropagateBlockedLayout",))
+    assert count_layout_transforms(before) > 2
+
+
+@pytest.mark.parametrize("stride, multiplier", [(1, 1), (2, 1), (1, 2)])
+def test_mobilenet_block_matches_onnxruntime(tmp_path, stride, multiplier):
+    model = mobilenet_block(stride, multiplier)
+    check_against_ort(model, {"x": rand(1, 16, 14, 14, seed=9)}, tmp_path, rtol=1e-4, atol=1e-4)
