@@ -15,6 +15,7 @@ def atomic_open(path: str | os.PathLike, mode: str = "wb") -> Iterator[IO]:
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
+        os.fchmod(fd, _mode_for(path))  # mkstemp makes 0600; keep the mode a plain write would give
         with os.fdopen(fd, mode) as f:
             yield f
             f.flush()
@@ -24,6 +25,15 @@ def atomic_open(path: str | os.PathLike, mode: str = "wb") -> Iterator[IO]:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(tmp)
         raise
+
+
+def _mode_for(path: Path) -> int:
+    try:
+        return path.stat().st_mode & 0o7777  # replacing a file keeps its mode
+    except FileNotFoundError:
+        umask = os.umask(0)
+        os.umask(umask)
+        return 0o666 & ~umask
 
 
 def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> None:

@@ -24,6 +24,10 @@ def _tune(a) -> int:
     r = tune(a.model, _options(a), opts, progress=lambda line: print(line, flush=True))
     print(f"tuned {r['tasks']} tasks: {r['trials']} trials in {r['seconds']} s ({r['seconds_per_trial']} s/trial), "
           f"{r['new_records']} new records, {r['records']} in {r['db']}")
+    if a.compact:
+        from .schedules.database import compact
+        before, after = compact(r["db"])
+        print(f"compacted {r['db']}: {before} records -> {after} (the best of each workload)")
     return 0
 
 
@@ -129,7 +133,9 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("-o", "--output", required=True)
     _pipeline_flags(c)
     c.add_argument("--report", default=None, metavar="REPORT.json", help="write the optimization report")
-    c.add_argument("--tuning-db", default=None, metavar="DIR", help="apply tuned records from this database (kiln tune --db)")
+    c.add_argument("--tuning-db", default=None, metavar="DIR",
+                   help="apply tuned records from this database (kiln tune --db); default: the records Kiln ships in "
+                        "tuning_logs/ for this exact target, if any; 'none': default schedules only")
     c.add_argument("--shape-buckets", action="append", default=None, metavar="NAME:1x3x224x224,4x3x224x224",
                    help="one function per bucket (repeat per input; bucket i takes each input's i-th shape)")
     c.add_argument("--max-memory", default=None, metavar="SIZE", help="refuse models whose planned memory (activations + weights) "
@@ -144,6 +150,7 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--trials", type=int, default=None)
     g.add_argument("--budget", default=None, metavar="DURATION", help="wall-clock budget, e.g. 90s, 20m, 1.5h")
     t.add_argument("--db", default="tuning_logs", metavar="DIR", help="database root (default tuning_logs/)")
+    t.add_argument("--compact", action="store_true", help="afterwards keep only the best record of each workload (for shipping)")
     t.set_defaults(fn=_tune)
     r = sub.add_parser("run", help="run an artifact on inputs from an .npz")
     r.add_argument("model")

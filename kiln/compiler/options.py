@@ -3,6 +3,7 @@ into the artifact's manifest (`to_json`)."""
 from __future__ import annotations
 
 import dataclasses
+from pathlib import Path
 
 from ..errors import OptionsError
 from ..frontends.shapes import BUCKET_POLICIES, BUCKETS_FLAG, parse_input_shapes, parse_shape_buckets
@@ -81,21 +82,27 @@ def parse_size(text) -> int | None:
     return int(value)
 
 
+SHIPPED_TUNING_LOGS = Path(__file__).resolve().parents[2] / "tuning_logs"  # records Kiln ships, per target key
+
+
 def resolve_tuning_db(path, target: Target) -> str | None:
     """A tuning database root (holding one folder per target key) or a target's folder itself.
-    None means no database. A root without this target's folder is an error naming the key."""
-    if path is None:
-        return None
-    from pathlib import Path
-
+    None (the default): the records Kiln ships in tuning_logs/ for exactly this target, if any, so
+    a compile on a machine whose records ship gets tuned kernels with no tuning run; "none": no
+    database. A root without this target's folder is an error naming the key."""
     from ..schedules.database import FILES, target_key
+    if path is None:
+        shipped = SHIPPED_TUNING_LOGS / target_key(target)
+        return str(shipped) if (shipped / FILES[0]).exists() and (shipped / FILES[1]).exists() else None
+    if str(path).lower() == "none":
+        return None
     p = Path(path)
     if (p / FILES[0]).exists():
         return str(p)
     if (p / target_key(target) / FILES[0]).exists():
         return str(p / target_key(target))
     raise OptionsError(f"no tuning records for target {str(target)!r} in {p}", where=str(p),
-                       fix=f"run `kiln tune ... --db {p}` first (records live in {p}/{target_key(target)}/)")
+                       fix=f"run `kiln tune ... --db {p}` first (records live in {p}/{target_key(target)}/), or pass --tuning-db none")
 
 
 def _db_digest(path) -> str | None:
@@ -103,7 +110,6 @@ def _db_digest(path) -> str | None:
     if path is None:
         return None
     import hashlib
-    from pathlib import Path
 
     from ..schedules.database import FILES
     h = hashlib.sha256()

@@ -68,8 +68,8 @@ class ApplyTuningDatabase:
         from tvm import relax
 
         from ..compiler.analysis import kernels
-        from .database import open_database
-        with open_database(self.db_dir):
+        from .database import database_for_compile
+        with database_for_compile(self.db_dir):
             mod = relax.transform.MetaScheduleApplyDatabase(enable_warning=False)(mod)
         total = tuned = 0.0
         for name in kernels(mod):

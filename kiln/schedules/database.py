@@ -4,6 +4,7 @@ MetaSchedule appends one JSON line per record; a kill mid-write can leave a torn
 which `open_database` drops with a warning (rewriting the file atomically) instead of crashing."""
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import warnings
@@ -51,9 +52,46 @@ def repair(db_dir: Path) -> int:
     return dropped
 
 
+@functools.lru_cache(maxsize=4)
+def _read_only_database(db_dir: str, stamp: tuple):
+    from tvm.s_tir import meta_schedule as ms
+    return ms.database.JSONDatabase(work_dir=db_dir, module_equality="structural")
+
+
+def database_for_compile(db_dir: str | Path):
+    """The database a compile applies, loaded once per process while its files are unchanged
+    (parsing thousands of records per compile would dominate small compiles)."""
+    db_dir = Path(db_dir)
+    repair(db_dir)
+    stamp = tuple((db_dir / f).stat().st_mtime_ns if (db_dir / f).exists() else 0 for f in FILES)
+    return _read_only_database(str(db_dir), stamp)
+
+
 def open_database(db_dir: str | Path):
     from tvm.s_tir import meta_schedule as ms
     db_dir = Path(db_dir)
     db_dir.mkdir(parents=True, exist_ok=True)
     repair(db_dir)
     return ms.database.JSONDatabase(work_dir=str(db_dir), module_equality="structural")
+
+
+def compact(db_dir: str | Path) -> tuple[int, int]:
+    """Keep only the best measured record of each workload (what a compile applies; MetaSchedule's
+    own pruning), rewriting the database atomically: what ships in tuning_logs/. Returns
+    (records before, records after)."""
+    import tempfile
+
+    from tvm.s_tir import meta_schedule as ms
+
+    from .._io import atomic_write_bytes
+    db_dir = Path(db_dir)
+    db = open_database(db_dir)
+    before = len(db.get_all_tuning_records())
+    with tempfile.TemporaryDirectory(prefix="kiln-compact-") as tmp:
+        out = ms.database.JSONDatabase(work_dir=tmp, module_equality="structural")
+        db.dump_pruned(out)
+        after = len(out.get_all_tuning_records())
+        data = {name: (Path(tmp) / name).read_bytes() for name in FILES}
+    for name in FILES:  # workloads first: records never point at a workload that is not there
+        atomic_write_bytes(db_dir / name, data[name])
+    return before, after

@@ -97,6 +97,28 @@ def _contexts(tasks, opts: TuneOptions, seed: int):
     return ctxs, [float(t.weight) for t in tasks]
 
 
+def latency_shares(tasks) -> list[float]:
+    """Each task's share of the model's estimated latency: its FLOPs times how often it runs."""
+    from tvm import s_tir
+    est = []
+    for t in tasks:
+        try:
+            flops = float(s_tir.analysis.estimate_tir_flops(tvm.IRModule({"main": t.dispatched[0]["main"]})))
+        except Exception:
+            flops = 1.0
+        est.append(max(flops, 1.0) * float(t.weight))
+    total = sum(est)
+    return [e / total for e in est]
+
+
+def pick_tasks(shares: list[float], trials_done: list[int], k: int) -> list[int]:
+    """The k tasks to tune this round: the budget is shared by estimated latency, so a task's
+    priority is its share over the trials it already had (every task gets its first trials
+    before any gets its second helping of the same size)."""
+    order = sorted(range(len(shares)), key=lambda i: (trials_done[i] > 0, -shares[i] / (1 + trials_done[i])))
+    return sorted(order[:k])
+
+
 _QUIET = logging.getLogger("kiln.tune.meta_schedule")
 _QUIET.setLevel(logging.WARNING)
 
@@ -114,6 +136,7 @@ def tune_module(mod: tvm.IRModule, target, db_dir: Path, opts: TuneOptions,
     before = have = len(db.get_all_tuning_records())
     total = opts.trials
     done_trials, rounds = 0, 0
+    shares, per_task, empty = latency_shares(tasks), [0] * len(tasks), 0
     with tempfile.TemporaryDirectory(prefix="kiln-tune-", ignore_cleanup_errors=True) as tmp:
         builder = InProcessBuilder(tmp)
         while True:
@@ -121,8 +144,13 @@ def tune_module(mod: tvm.IRModule, target, db_dir: Path, opts: TuneOptions,
             if total is not None and done_trials >= total or opts.budget_s is not None and elapsed >= opts.budget_s:
                 break
             n = opts.round_trials if total is None else min(opts.round_trials, total - done_trials)
-            ctxs, weights = _contexts(tasks, opts, opts.seed + rounds)
-            # max_trials_global counts this call's trials (a fresh task scheduler each round)
+            # each round tunes the tasks with the most estimated latency per trial so far: a fresh
+            # MetaSchedule task scheduler per round would otherwise start at task 0 every time
+            chosen = pick_tasks(shares, per_task, max(1, n // opts.trials_per_iter))
+            ctxs, weights = _contexts([tasks[i] for i in chosen], opts, opts.seed + rounds)
+            for i in chosen:
+                per_task[i] += opts.trials_per_iter
+            # max_trials_global counts this call's trials
             ms.tune.tune_tasks(tasks=ctxs, task_weights=weights, work_dir=str(db_path), max_trials_global=n,
                                max_trials_per_task=None, num_trials_per_iter=opts.trials_per_iter, builder=builder,
                                runner=ms.runner.LocalRunner(timeout_sec=30), database=db, cost_model="xgb")
@@ -133,9 +161,11 @@ def tune_module(mod: tvm.IRModule, target, db_dir: Path, opts: TuneOptions,
             elapsed = time.perf_counter() - start
             per_trial = elapsed / max(done_trials, 1)
             left = f"{max(0.0, opts.budget_s - elapsed):.0f}s left" if opts.budget_s else f"{max(0, total - done_trials)} trials left"
-            progress(f"round {rounds}: {len(tasks)} tasks, {done_trials} trials, {per_trial:.2f} s/trial, "
+            covered = sum(1 for c in per_task if c)
+            progress(f"round {rounds}: {covered}/{len(tasks)} tasks tuned, {done_trials} trials, {per_trial:.2f} s/trial, "
                      f"{elapsed:.0f}s elapsed, {left}")
-            if measured == 0:
+            empty = 0 if measured else empty + 1
+            if empty >= -(-len(tasks) // max(1, n // opts.trials_per_iter)):  # a whole rotation found nothing new
                 break
     records = have
     return {"tasks": len(tasks), "trials": done_trials, "new_records": records - before, "records": records,
@@ -147,7 +177,9 @@ def tune(model, compile_options, opts: TuneOptions, progress: Callable[[str], No
     """Import and optimize the model as `kiln compile` would, then tune its kernels."""
     from ..compiler.optimize import optimize
     from ..frontends.importer import import_onnx
-    co = dataclasses.replace(compile_options, disabled_passes=tuple(dict.fromkeys(compile_options.disabled_passes + ("DefaultSchedules",))))
+    # every kernel untuned (no database applied, no default schedules): what MetaSchedule searches from
+    co = dataclasses.replace(compile_options, tuning_db=None,
+                             disabled_passes=tuple(dict.fromkeys(compile_options.disabled_passes + ("DefaultSchedules",))))
     imported = import_onnx(model, co.shapes)
     layout = co.layout if co.layout != "auto" else "NCHWc"
     mod = optimize(imported.mod, co, layout=layout).mod

@@ -133,3 +133,46 @@ def test_twenty_random_kills_leave_a_readable_database(tmp_path, tiny):
     print(f"kills: {kills}, unreadable: {unreadable}, torn lines repaired: {repaired}, records after each kill: {counts[1:]}")
     assert unreadable == 0
     assert counts == sorted(counts) and counts[-1] > 0  # records only ever grow
+
+
+def test_shipped_records_apply_by_default_and_none_disables(tmp_path, tiny, monkeypatch):
+    from kiln.compiler import options as opts
+    tune(tiny, CompileOptions.make(), TuneOptions(db_root=str(tmp_path / "shipped"), trials=2), progress=lambda s: None)
+    monkeypatch.setattr(opts, "SHIPPED_TUNING_LOGS", tmp_path / "shipped")
+    r = kiln.compile(tiny, tmp_path / "a.kiln")  # no --tuning-db: the shipped records for this target
+    assert r.report["tuned_kernels"] >= 1 and r.manifest["compile_options"]["tuning_db"].startswith(str(tmp_path / "shipped"))
+    r = kiln.compile(tiny, tmp_path / "b.kiln", tuning_db="none")
+    assert r.report.get("tuned_kernels", 0) == 0 and r.manifest["compile_options"]["tuning_db"] is None
+    monkeypatch.setattr(opts, "SHIPPED_TUNING_LOGS", tmp_path / "nothing")  # another machine: no records for its key
+    assert kiln.compile(tiny, tmp_path / "c.kiln").manifest["compile_options"]["tuning_db"] is None
+
+
+def test_compact_keeps_the_best_record_per_workload(tmp_path, tiny):
+    from kiln.schedules.database import compact
+    co = CompileOptions.make()
+    tune(tiny, co, TuneOptions(db_root=str(tmp_path), trials=8), progress=lambda s: None)
+    db = tmp_path / target_key(co.target)
+    full = kiln.compile(tiny, tmp_path / "full.kiln", tuning_db=str(tmp_path))
+    before, after = compact(db)
+    assert before >= 8 and 1 <= after <= 3 and _records(db) == after  # one per task
+    small = kiln.compile(tiny, tmp_path / "small.kiln", tuning_db=str(tmp_path))
+    assert small.report["tuned_kernels"] == full.report["tuned_kernels"] >= 1
+    x = rand(1, 16, 8, 8, seed=4)
+    np.testing.assert_allclose(kiln.load(tmp_path / "small.kiln").run({"input": x})["output"], ort_run(tiny, {"input": x})[0],
+                               rtol=1e-4, atol=1e-4)
+
+
+def test_rounds_cover_every_task_then_follow_estimated_latency():
+    from kiln.schedules.tuning import pick_tasks
+    shares, done = [0.6, 0.3, 0.05, 0.05], [0, 0, 0, 0]
+    seen = []
+    for _ in range(2):  # two tasks per round: every task once before any twice
+        chosen = pick_tasks(shares, done, 2)
+        seen += chosen
+        for i in chosen:
+            done[i] += 8
+    assert sorted(seen) == [0, 1, 2, 3]
+    for _ in range(6):
+        for i in pick_tasks(shares, done, 1):
+            done[i] += 8
+    assert done[0] > done[1] > done[2] and done[2] == done[3] == 8  # then by share of the latency
