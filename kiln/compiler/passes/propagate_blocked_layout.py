@@ -19,20 +19,15 @@ from __future__ import annotations
 import numpy as np
 import tvm
 from tvm import relax
+
+from .counting import static_shape
 from tvm.ir.expr import GenericConst
 
 UNARY = ("relax.clip", "relax.nn.relu", "relax.sigmoid", "relax.nn.silu", "relax.tanh", "relax.nn.gelu")
 BINARY = ("relax.add", "relax.multiply")
 
 
-def _shape(e) -> tuple | None:
-    ty = e.ty
-    if isinstance(ty, relax.TensorType) and ty.shape is not None:
-        try:
-            return tuple(int(v) for v in ty.shape.values)
-        except TypeError:
-            return None
-    return None
+_shape = static_shape
 
 
 def _block_map(c: int):

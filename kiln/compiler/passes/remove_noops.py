@@ -7,15 +7,10 @@ from __future__ import annotations
 import tvm
 from tvm import relax
 
+from .counting import static_shape
 
-def _shape(e) -> tuple | None:
-    ty = e.ty
-    if isinstance(ty, relax.TensorType) and ty.shape is not None:
-        try:
-            return tuple(int(v) for v in ty.shape.values)
-        except TypeError:
-            return None
-    return None
+
+_shape = static_shape
 
 
 def _ints(arr) -> list[int]:
