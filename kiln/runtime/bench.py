@@ -80,8 +80,8 @@ def bench(path: str | os.PathLike, opts: BenchOptions = BenchOptions(), feed: di
     model.run(feed)
     first_ms = (time.perf_counter() - t1) * 1e3
     cold_ms = (time.perf_counter() - t0) * 1e3
+    rss_mb = _peak_rss_mb()  # before onnxruntime and the second load below: one model's footprint
     first_warm_ms, warmup_ms = _first_run_after_warmup(path, opts.threads, feed, opts.trusted_keys)
-    rss_mb = _peak_rss_mb()  # before onnxruntime is loaded: Kiln's own footprint
     sess = _ort_session(opts.onnx, model.num_threads) if opts.onnx else None
     runners = [("", lambda: model.run(feed))]
     if sess is not None:

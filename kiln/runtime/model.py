@@ -89,7 +89,8 @@ class Model:
                 lib = tvm.runtime.load_module(str(lib_path))  # dlopen'd: the file may go away after
                 self.buckets.append(bk.Bucket(b["name"], tuple(map(art.TensorSpec.from_json, b["inputs"])),
                                               tuple(map(art.TensorSpec.from_json, b["outputs"]))))
-                self._fns.append((VirtualMachine(lib, self._dev), [weights[i] for i in b["weights"]]))
+                vm = VirtualMachine(lib, self._dev)
+                self._fns.append((vm, vm[manifest.get("entry", "main")], [weights[i] for i in b["weights"]]))
         self.inputs, self.outputs = list(self.buckets[0].inputs), list(self.buckets[0].outputs)
         self._lock = threading.Lock()
         self.warmup_ms: list[float] = []
@@ -146,12 +147,12 @@ class Model:
 
     def _run_bucket(self, i: int, arrays: list[np.ndarray]) -> list[np.ndarray]:
         tvm = self._tvm
-        vm, weights = self._fns[i]
+        _vm, entry, weights = self._fns[i]  # the VM is kept alive beside its entry function
         with self._lock, _pool_lock:
             _configure_threads(tvm, self.num_threads)
             try:
                 args = [tvm.runtime.tensor(a, self._dev) for a in arrays]
-                out = vm["main"](*args, *weights)
+                out = entry(*args, *weights)
                 outs = [out] if hasattr(out, "numpy") else list(out)
                 return [o.numpy() for o in outs]
             except Exception as e:  # the library disagrees with its manifest (edited, or a mismatched build)
