@@ -32,7 +32,7 @@ import psutil
 
 import kiln
 from kiln import zoo
-from kiln._io import atomic_write_text
+from report import save, table
 
 
 class Server:
@@ -195,18 +195,15 @@ def main(argv=None) -> int:
         print(json.dumps(rows["overload"]), flush=True)
     finally:
         srv.stop()
-    out = Path(a.out)
-    atomic_write_text(out.with_suffix(".json"), json.dumps(rows, indent=2))
     lines = [f"`kiln serve` on loopback, {a.model} {a.shape}, batch buckets {a.buckets}, max wait {a.max_wait_ms} ms "
-             f"(`benchmarks/load.py`, client in the same 2-core machine).", "",
-             "| server | clients | requests | req/s | p50 ms | p95 ms | p99 ms |", "|---|---|---|---|---|---|---|"]
-    lines += [f"| {r['server']} | {r['clients']} | {r['ok']} | {r['rps']} | {r['p50_ms']} | {r['p95_ms']} | {r['p99_ms']} |" for r in rows["closed_loop"]]
+             f"(`benchmarks/load.py`, client in the same 2-core machine).", ""]
+    lines += table(["server", "clients", "requests", "req/s", "p50 ms", "p95 ms", "p99 ms"],
+                   [[r["server"], r["clients"], r["ok"], r["rps"], r["p50_ms"], r["p95_ms"], r["p99_ms"]] for r in rows["closed_loop"]])
     o = rows["overload"]
     lines += ["", f"Overload: {o['offered_rps']} req/s offered (2x the measured capacity {o['capacity_rps']}), {o['requests']} requests: "
                   f"status counts {o['codes']}, accepted {o['accepted_rps']} req/s, accepted p50/p99 {o['p50_ms']}/{o['p99_ms']} ms, "
                   f"server RSS {o['rss_mb']} MB (after n requests)."]
-    atomic_write_text(out.with_suffix(".md"), "\n".join(lines) + "\n")
-    print("\n".join(lines))
+    save(a.out, rows, lines)
     return 0
 
 

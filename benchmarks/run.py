@@ -15,8 +15,8 @@ import onnx
 
 import kiln
 from kiln import zoo
-from kiln._io import atomic_write_text
 from kiln.runtime.bench import BenchOptions, bench
+from report import save, table
 
 
 def main(argv=None) -> int:
@@ -41,16 +41,12 @@ def main(argv=None) -> int:
                    **{k: (v if k == "max_abs_diff" else round(v, 3)) for k, v in b.items() if isinstance(v, float)}, "runs": b["runs"]}
             rows.append(row)
             print(json.dumps(row), file=sys.stderr, flush=True)
-    out = Path(a.out)
-    atomic_write_text(out.with_suffix(".json"), json.dumps(rows, indent=2))
     lines = [f"Kiln {kiln.__version__} (untuned default schedules, layout NCHWc) vs onnxruntime, batch 1, same input, "
-             f"alternating, medians; `-mcpu={kiln.target.Target.parse(None).mcpu}`.", "",
-             "| model | threads | kiln p50 ms | kiln p99 ms | ort p50 ms | ort p99 ms | kiln/ort p50 | max abs diff |",
-             "|---|---|---|---|---|---|---|---|"]
-    lines += [f"| {r['model']} | {r['threads']} | {r['p50_ms']:.2f} | {r['p99_ms']:.2f} | {r['ort_p50_ms']:.2f} | "
-              f"{r['ort_p99_ms']:.2f} | {r['ratio_p50']:.2f}x | {r['max_abs_diff']:.1e} |" for r in rows]
-    atomic_write_text(out.with_suffix(".md"), "\n".join(lines) + "\n")
-    print("\n".join(lines))
+             f"alternating, medians; `-mcpu={kiln.target.Target.parse(None).mcpu}`.", ""]
+    lines += table(["model", "threads", "kiln p50 ms", "kiln p99 ms", "ort p50 ms", "ort p99 ms", "kiln/ort p50", "max abs diff"],
+                   [[r["model"], r["threads"], f"{r['p50_ms']:.2f}", f"{r['p99_ms']:.2f}", f"{r['ort_p50_ms']:.2f}", f"{r['ort_p99_ms']:.2f}",
+                     f"{r['ratio_p50']:.2f}x", f"{r['max_abs_diff']:.1e}"] for r in rows])
+    save(a.out, rows, lines)
     return 0
 
 

@@ -15,8 +15,8 @@ import onnx
 
 import kiln
 from kiln import zoo
-from kiln._io import atomic_write_text
 from kiln.runtime.bench import BenchOptions, bench
+from report import save, table
 
 
 def main(argv=None) -> int:
@@ -43,15 +43,12 @@ def main(argv=None) -> int:
                    "max_abs_diff": b["max_abs_diff"]}
             rows.append(row)
             print(json.dumps(row), file=sys.stderr, flush=True)
-    out = Path(a.out)
-    atomic_write_text(out.with_suffix(".json"), json.dumps(rows, indent=2))
     lines = [f"Kiln {kiln.__version__}, {a.threads} threads, batch 1: default schedules vs the records in tuning_logs/, each beside "
-             "onnxruntime in the same run (`benchmarks/tuned.py`).", "",
-             "| model | schedules | tuned coverage | kiln p50 ms | ort p50 ms | kiln/ort p50 | max abs diff |", "|---|---|---|---|---|---|---|"]
-    lines += [f"| {r['model']} | {r['schedules']} | {r['tuned_coverage']:.0%} | {r['p50_ms']:.2f} | {r['ort_p50_ms']:.2f} | "
-              f"{r['ratio_p50']:.2f}x | {r['max_abs_diff']:.1e} |" for r in rows]
-    atomic_write_text(out.with_suffix(".md"), "\n".join(lines) + "\n")
-    print("\n".join(lines))
+             "onnxruntime in the same run (`benchmarks/tuned.py`).", ""]
+    lines += table(["model", "schedules", "tuned coverage", "kiln p50 ms", "ort p50 ms", "kiln/ort p50", "max abs diff"],
+                   [[r["model"], r["schedules"], f"{r['tuned_coverage']:.0%}", f"{r['p50_ms']:.2f}", f"{r['ort_p50_ms']:.2f}",
+                     f"{r['ratio_p50']:.2f}x", f"{r['max_abs_diff']:.1e}"] for r in rows])
+    save(a.out, rows, lines)
     return 0
 
 

@@ -8,6 +8,7 @@ import sys
 import traceback
 
 from .errors import KilnError, OptionsError
+from .runtime.artifact import BUCKET_POLICIES
 
 
 def _options(a):
@@ -140,7 +141,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="one function per bucket (repeat per input; bucket i takes each input's i-th shape)")
     c.add_argument("--max-memory", default=None, metavar="SIZE", help="refuse models whose planned memory (activations + weights) "
                    "exceeds it, e.g. 512M, 2G (checked before building)")
-    c.add_argument("--bucket-policy", default="pad", choices=["pad", "error"],
+    c.add_argument("--bucket-policy", default="pad", choices=BUCKET_POLICIES,
                    help="inputs between buckets: zero-pad to the next bucket and crop outputs (default), or refuse")
     c.set_defaults(fn=_compile)
     t = sub.add_parser("tune", help="tune the model's kernels with MetaSchedule (resumable)")

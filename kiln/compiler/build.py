@@ -16,7 +16,7 @@ from .. import __version__
 from .._io import atomic_write_text
 from ..errors import CompileError, tvm_errors
 from ..frontends.importer import import_onnx
-from ..frontends.onnx_load import load_onnx
+from ..frontends.onnx_load import check_onnx, load_onnx
 from ..runtime import artifact as art
 from ..runtime.hostinfo import host_arch
 from .autolayout import choose_layout
@@ -72,13 +72,15 @@ def compile_model(model: str | os.PathLike | onnx.ModelProto, output: str | os.P
     where = _where(model)
     t0 = time.perf_counter()
     if not isinstance(model, onnx.ModelProto):
-        model = load_onnx(model)
+        model = load_onnx(model)  # read and checked once for every bucket
+    else:
+        check_onnx(model, where)
     layout, layout_ms = options.layout, None
     weights = _WeightPool()
     buckets, reports, first = [], [], None
     for i, shapes in enumerate(options.bucket_shapes()):
         t = time.perf_counter()
-        imported = import_onnx(model, shapes, where)
+        imported = import_onnx(model, shapes, where, checked=True)
         import_s = time.perf_counter() - t
         check_tensor_sizes(imported.mod, options.max_memory, where)
         if layout == "auto":

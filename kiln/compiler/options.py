@@ -6,7 +6,8 @@ import dataclasses
 from pathlib import Path
 
 from ..errors import OptionsError
-from ..frontends.shapes import BUCKET_POLICIES, BUCKETS_FLAG, parse_input_shapes, parse_shape_buckets
+from ..frontends.shapes import BUCKETS_FLAG, parse_input_shapes, parse_shape_buckets
+from ..runtime.artifact import BUCKET_POLICIES
 from ..target import Target
 
 OPT_LEVELS = (0, 1, 2, 3)

@@ -42,12 +42,15 @@ def prepare_onnx(model: onnx.ModelProto, input_shapes=None, where: str = "<model
     return simple, stats
 
 
-def import_onnx(model: str | os.PathLike | onnx.ModelProto, input_shapes=None, where: str | None = None) -> ImportedModel:
+def import_onnx(model: str | os.PathLike | onnx.ModelProto, input_shapes=None, where: str | None = None,
+                checked: bool = False) -> ImportedModel:
+    """checked=True: the caller already ran ONNX's checker on this proto (compile_model does, once
+    for all its buckets)."""
     where = where or ("<model>" if isinstance(model, onnx.ModelProto) else str(model))
     if not isinstance(model, onnx.ModelProto):
         model = load_onnx(model)  # checks it
-    elif where == "<model>":
-        check_onnx(model, where)  # a proto from the caller (compile_model checks files itself)
+    elif not checked:
+        check_onnx(model, where)
     simple, stats = prepare_onnx(model, input_shapes, where)
     inputs = [TensorSpec(vi.name, tuple(d.dim_value for d in vi.type.tensor_type.shape.dim),
                          _np_dtype(vi.type.tensor_type.elem_type, vi.name, where)) for vi in graph_inputs(simple)]

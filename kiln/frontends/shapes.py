@@ -119,7 +119,6 @@ def _example(decl, given=None) -> str:
 
 
 BUCKETS_FLAG = "--shape-buckets"
-BUCKET_POLICIES = ("pad", "error")
 
 
 def parse_shape_buckets(specs) -> tuple[dict[str, tuple[int, ...]], ...]:

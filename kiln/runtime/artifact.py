@@ -24,6 +24,7 @@ MAX_MEMBER_BYTES = 8 << 30
 MAX_MANIFEST_BYTES = 16 << 20
 MAX_MEMBERS = 256
 SIGNATURE = "signature.json"
+BUCKET_POLICIES = ("pad", "error")  # inputs between shape buckets: zero-pad to the next bucket, or refuse
 WEIGHT_ALIGN = 64
 
 
@@ -197,8 +198,8 @@ def _schema_problems(m: dict) -> list[str]:
     if not isinstance(m["cpu_features"], list) or not all(isinstance(f, str) for f in m["cpu_features"]):
         out.append("cpu_features is not a list of strings")
     out += _tensor_problems("inputs", m["inputs"]) + _tensor_problems("outputs", m["outputs"]) + _tensor_problems("weights", m["weights"], True)
-    if m.get("bucket_policy", "pad") not in ("pad", "error"):
-        out.append("bucket_policy is not pad or error")
+    if m.get("bucket_policy", "pad") not in BUCKET_POLICIES:
+        out.append(f"bucket_policy is not {' or '.join(BUCKET_POLICIES)}")
     buckets = m.get("buckets", [])
     if not isinstance(buckets, list):
         out.append("buckets is not a list")

@@ -12,9 +12,7 @@ import dataclasses
 import numpy as np
 
 from ..errors import InputError
-from .artifact import TensorSpec
-
-POLICIES = ("pad", "error")
+from .artifact import BUCKET_POLICIES as POLICIES, TensorSpec
 
 
 @dataclasses.dataclass(frozen=True)

@@ -74,7 +74,7 @@ class ApplyTuningDatabase:
         total = tuned = 0.0
         for name in kernels(mod):
             f = mod[name]
-            flops = _flops(f)
+            flops = estimated_flops(f)
             total += flops
             if f.attrs is not None and "tirx.is_scheduled" in f.attrs:
                 tuned += flops
@@ -83,7 +83,8 @@ class ApplyTuningDatabase:
         return mod
 
 
-def _flops(func) -> float:
+def estimated_flops(func) -> float:
+    """TVM's FLOP estimate of one PrimFunc, 0 when it cannot tell."""
     try:
         return float(s_tir.analysis.estimate_tir_flops(tvm.IRModule({"main": func})))
     except Exception:

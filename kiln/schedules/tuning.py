@@ -99,14 +99,8 @@ def _contexts(tasks, opts: TuneOptions, seed: int):
 
 def latency_shares(tasks) -> list[float]:
     """Each task's share of the model's estimated latency: its FLOPs times how often it runs."""
-    from tvm import s_tir
-    est = []
-    for t in tasks:
-        try:
-            flops = float(s_tir.analysis.estimate_tir_flops(tvm.IRModule({"main": t.dispatched[0]["main"]})))
-        except Exception:
-            flops = 1.0
-        est.append(max(flops, 1.0) * float(t.weight))
+    from .apply import estimated_flops
+    est = [max(estimated_flops(t.dispatched[0]["main"]), 1.0) * float(t.weight) for t in tasks]
     total = sum(est)
     return [e / total for e in est]
 

@@ -61,9 +61,10 @@ class ServeOptions:
         for name, lo in (("max_batch", 1), ("queue", 1), ("workers", 1), ("port", 0)):
             if int(kw.get(name, 1)) < lo:
                 raise OptionsError(f"--{name.replace('_', '-')} must be at least {lo}", where=f"--{name.replace('_', '-')}", fix=f"e.g. --{name.replace('_', '-')} {max(lo, 1)}")
-        for name in ("max_wait_ms", "timeout_ms", "max_body_mb"):
-            if name in kw and float(kw[name]) <= 0 and name != "max_wait_ms" or float(kw.get(name, 1)) < 0:
-                raise OptionsError(f"--{name.replace('_', '-')} must be positive", where=f"--{name.replace('_', '-')}", fix=f"e.g. --{name.replace('_', '-')} 5")
+        for name, zero_ok in (("max_wait_ms", True), ("timeout_ms", False), ("max_body_mb", False)):
+            value, flag = float(kw.get(name, 1)), f"--{name.replace('_', '-')}"
+            if value < 0 or value == 0 and not zero_ok:
+                raise OptionsError(f"{flag} must be positive", where=flag, fix=f"e.g. {flag} 5")
         return ServeOptions(tuple(parsed), split=tuple(shares), **{k: v for k, v in kw.items() if v is not None})
 
     @property

@@ -19,19 +19,12 @@ from __future__ import annotations
 import numpy as np
 import tvm
 from tvm import relax
+from tvm.ir.expr import GenericConst
 
 from .counting import static_shape
-from tvm.ir.expr import GenericConst
 
 UNARY = ("relax.clip", "relax.nn.relu", "relax.sigmoid", "relax.nn.silu", "relax.tanh", "relax.nn.gelu")
 BINARY = ("relax.add", "relax.multiply")
-
-
-_shape = static_shape
-
-
-def _block_map(c: int):
-    return lambda n, ch, h, w: (n, ch // c, h, w, ch % c)
 
 
 def _unblock_map(c: int):
@@ -55,7 +48,7 @@ class _Propagate(relax.PyExprMutator):
         v = self.lookup_binding(e)
         if self._op(v) != "relax.layout_transform":
             return None
-        src, dst = _shape(v.args[0]), _shape(v)
+        src, dst = static_shape(v.args[0]), static_shape(v)
         if src is None or dst is None or len(src) != 5 or len(dst) != 4 or src[4] != self.c or dst[1] != src[1] * self.c:
             return None
         return v.args[0]
@@ -82,20 +75,20 @@ class _Propagate(relax.PyExprMutator):
             return call
         if name == "relax.layout_transform":  # block(unblock(x)) -> x
             x = self._unblocked_source(call.args[0])
-            out = _shape(call)
-            if x is not None and out is not None and out == _shape(x):
+            out = static_shape(call)
+            if x is not None and out is not None and out == static_shape(x):
                 self.moved += 1
                 return x
             return call
         x = self._unblocked_source(call.args[0])
         if x is None:
             return call
-        channels = _shape(call.args[0])[1]
+        channels = static_shape(call.args[0])[1]
         if name in UNARY:
             return self._unblock(relax.Call(call.op, [x, *call.args[1:]], call.attrs))
         if name in BINARY and len(call.args) == 2:
             y = self._unblocked_source(call.args[1])
-            other = y if y is not None and _shape(y) == _shape(x) else self._blocked_const(call.args[1], channels)
+            other = y if y is not None and static_shape(y) == static_shape(x) else self._blocked_const(call.args[1], channels)
             if other is not None:
                 return self._unblock(relax.Call(call.op, [x, other], call.attrs))
             return call
@@ -109,7 +102,7 @@ class _Propagate(relax.PyExprMutator):
         if int(a.groups) != channels or str(a.data_layout) != "NCHW" or not isinstance(w, GenericConst):
             return call
         wa = w.value.numpy()
-        if wa.shape[:2] != (channels, 1) or _shape(call)[1] != channels:
+        if wa.shape[:2] != (channels, 1) or static_shape(call)[1] != channels:
             return call  # a channel multiplier other than 1
         kh, kw = wa.shape[2:]
         w_c = wa.reshape(channels // self.c, self.c, kh, kw).transpose(0, 2, 3, 1).reshape(channels // self.c, 1, kh, kw, 1, self.c)

@@ -10,9 +10,6 @@ from tvm import relax
 from .counting import static_shape
 
 
-_shape = static_shape
-
-
 def _ints(arr) -> list[int]:
     return [int(v) for v in arr]
 
@@ -35,7 +32,7 @@ class _NoOpRemover(relax.PyExprMutator):
         if not isinstance(call.op, tvm.ir.Op) or not call.args:
             return call
         name, x = call.op.name, call.args[0]
-        same_shape = _shape(x) is not None and _shape(x) == _shape(call)
+        same_shape = static_shape(x) is not None and static_shape(x) == static_shape(call)
         if name == "relax.astype" and isinstance(x.ty, relax.TensorType) and x.ty.dtype == call.attrs.dtype:
             return self._drop(x)
         if name in ("relax.reshape", "relax.broadcast_to") and same_shape:
@@ -57,7 +54,7 @@ class _NoOpRemover(relax.PyExprMutator):
                     return prod.args[0]
                 return relax.op.permute_dims(prod.args[0], composed)
         if name == "relax.squeeze" and prod is not None and prod.op.name == "relax.expand_dims" and call.attrs.axis is not None \
-                and _shape(prod.args[0]) == _shape(call):
+                and static_shape(prod.args[0]) == static_shape(call):
             self.removed += 2
             return prod.args[0]
         return call
