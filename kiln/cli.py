@@ -16,7 +16,10 @@ def _options(a):
     return CompileOptions.make(target=a.target, input_shapes=a.input_shape, opt_level=a.opt_level,
                                disabled_passes=tuple(a.disable_pass), layout=a.layout, tuning_db=getattr(a, "tuning_db", None),
                                shape_buckets=getattr(a, "shape_buckets", None), bucket_policy=getattr(a, "bucket_policy", "pad"),
-                               max_memory=getattr(a, "max_memory", None))
+                               max_memory=getattr(a, "max_memory", None), quantize=getattr(a, "quantize", None),
+                               calibration=getattr(a, "calibration", None), calib_method=getattr(a, "calib_method", "minmax"),
+                               calib_samples=getattr(a, "calib_samples", None), min_agreement=getattr(a, "min_agreement", None),
+                               keep_float=tuple(getattr(a, "keep_float", ()) or ()), precision=getattr(a, "precision", "fp32"))
 
 
 def _tune(a) -> int:
@@ -37,6 +40,10 @@ def _compile(a) -> int:
     r = compile_model(a.model, a.output, _options(a), report_path=a.report)
     m = r.manifest
     print(f"wrote {r.path} ({r.path.stat().st_size / 1e6:.2f} MB) for {m['target']} in {r.pass_seconds['total']:.1f} s")
+    q = r.report.get("quantization")
+    if q:
+        from .compiler.report import format_quantization
+        print(format_quantization(q))
     return 0
 
 
@@ -141,6 +148,16 @@ def build_parser() -> argparse.ArgumentParser:
                    help="one function per bucket (repeat per input; bucket i takes each input's i-th shape)")
     c.add_argument("--max-memory", default=None, metavar="SIZE", help="refuse models whose planned memory (activations + weights) "
                    "exceeds it, e.g. 512M, 2G (checked before building)")
+    c.add_argument("--quantize", default=None, metavar="int8", help="post-training static quantization (needs --calibration)")
+    c.add_argument("--calibration", default=None, metavar="DATA.npz|DIR",
+                   help="arrays keyed by input name, samples stacked on the batch axis (16x3x224x224 = 16 samples of 1x3x224x224)")
+    c.add_argument("--calib-method", default="minmax", metavar="minmax|percentile|entropy")
+    c.add_argument("--calib-samples", type=int, default=None, metavar="N",
+                   help="calibrate on the first N samples, check accuracy on the rest (default: hold out a quarter)")
+    c.add_argument("--min-agreement", type=float, default=None, metavar="X",
+                   help="fail unless top-1 agreement with the float model (cosine for non-classifiers) is at least X")
+    c.add_argument("--keep-float", action="append", default=[], metavar="LAYER", help="repeatable: keep this layer (ONNX node name) float")
+    c.add_argument("--precision", default="fp32", metavar="fp32|fp16|bf16", help="mixed precision with fp32 accumulation")
     c.add_argument("--bucket-policy", default="pad", choices=BUCKET_POLICIES,
                    help="inputs between buckets: zero-pad to the next bucket and crop outputs (default), or refuse")
     c.set_defaults(fn=_compile)

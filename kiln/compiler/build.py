@@ -85,7 +85,11 @@ def compile_model(model: str | os.PathLike | onnx.ModelProto, output: str | os.P
         check_tensor_sizes(imported.mod, options.max_memory, where)
         if layout == "auto":
             layout, layout_ms = choose_layout(imported.mod, options, where)
-        opt = optimize(imported.mod, options, layout=layout, where=where)
+        if options.quantize:
+            from .quantize.flow import quantize_optimize
+            opt, _ = quantize_optimize(imported, options, layout, where)
+        else:
+            opt = optimize(imported.mod, options, layout=layout, where=where)
         report = opt.report
         check_planned_memory(report, io_bytes(imported.inputs + imported.outputs), options.max_memory, where)  # before building
         t = time.perf_counter()
@@ -123,6 +127,7 @@ def compile_model(model: str | os.PathLike | onnx.ModelProto, output: str | os.P
         "source": {"file": Path(where).name, "opsets": first.opsets},
         "import_stats": first.stats,
         "kernels": report["kernels"],
+        "quantization": _quant_summary(report.get("quantization")),
         "created_unix": int(time.time()),
     }
     art.write_artifact(output, manifest, members)
@@ -130,6 +135,16 @@ def compile_model(model: str | os.PathLike | onnx.ModelProto, output: str | os.P
     if report_path is not None:
         atomic_write_text(report_path, json.dumps(report, indent=2))
     return CompileResult(Path(output), manifest, report)
+
+
+def _quant_summary(q: dict | None) -> dict | None:
+    """What the manifest says of a quantized compile (the report has the full accuracy check)."""
+    if q is None:
+        return None
+    acc = q["accuracy"]
+    return {"mode": q["mode"], "calib_method": q["calib_method"], "calib_samples": q["calib_samples"],
+            "calibration_sha256": q["calibration_sha256"], "int8_layers": len(q["int8_layers"]), "float_layers": q["float_layers"],
+            "accuracy": {"samples": acc["samples"], "held_out": acc["held_out"], "outputs": acc["outputs"]}}
 
 
 class _WeightPool:

@@ -1,4 +1,5 @@
-"""Kiln's legalizations that TVM's defaults lack: conv2d in a blocked NCHW{n}c layout lowers to
+"""Kiln's legalizations that TVM's defaults lack: uint8 x int8 conv2d in NCHW{c}c to Kiln's VNNI-shaped
+compute (weights packed by a constant-folded kernel); conv2d in a blocked NCHW{n}c layout lowers to
 topi's conv2d_NCHWc (TVM's default legalization skips blocked layouts and the build fails), and
 depthwise conv2d in NCHW{n}c (PropagateBlockedLayout makes them) to Kiln's own compute.
 Everything else falls through to TVM's registered legalizer."""
@@ -24,10 +25,52 @@ def depthwise_conv2d_nchwc(data, kernel, strides, padding, dilation, out_dtype):
         axis=[ry, rx]), name="depthwise_conv2d_NCHWc")
 
 
+VNNI_BLOCK = 16  # output channels per 512-bit int32 accumulator
+
+
+def pack_int8_kernel(kernel):
+    """[O/16, I/c, KH, KW, c(i), 16(o)] -> [O/16, I/c, KH, KW, c/4, 16(o), 4(i)]: each 16x4 tile is
+    one VNNI operand (4 input channels of 16 output channels, contiguous)."""
+    ob, ib, kh, kw, ci, co = kernel.shape
+    return te.compute((ob, ib, kh, kw, ci // 4, co, 4), lambda o, i, h, w, a, oc, b: kernel[o, i, h, w, a * 4 + b, oc],
+                      name="int8_kernel_pack")
+
+
+def conv2d_nchwc_int8(data, packed, strides, padding, dilation):
+    """uint8 data [N, C/c, H, W, c] x int8 packed weights -> int32 [N, O/16, OH, OW, 16]; the
+    innermost (16 outputs x 4 inputs) is what the VNNI schedule tensorizes."""
+    n, cb, h, w, c = data.shape
+    ob, _, kh, kw, c4, oc, _ = packed.shape
+    (sh, sw), (dh, dw) = strides, dilation
+    pt, pl, pb, pr = padding
+    if any(padding):
+        data = topi.nn.pad(data, [0, 0, pt, pl, 0], [0, 0, pb, pr, 0], pad_value=tvm.tirx.const(0, data.dtype), name="int8_pad")
+    oh = (h + pt + pb - dh * (kh - 1) - 1) // sh + 1
+    ow = (w + pl + pr - dw * (kw - 1) - 1) // sw + 1
+    ic = te.reduce_axis((0, cb), name="ic")
+    ry, rx = te.reduce_axis((0, kh), name="ry"), te.reduce_axis((0, kw), name="rx")
+    i4o, i4i = te.reduce_axis((0, c4), name="i4o"), te.reduce_axis((0, 4), name="i4i")
+    return te.compute((n, ob, oh, ow, oc), lambda b, o, y, x, k: te.sum(
+        data[b, ic, y * sh + ry * dh, x * sw + rx * dw, i4o * 4 + i4i].astype("int32") * packed[o, ic, ry, rx, i4o, k, i4i].astype("int32"),
+        axis=[ic, ry, rx, i4o, i4i]), name="conv2d_NCHWc_int8")
+
+
+def _int8_vnni_layout(call) -> bool:
+    a = call.attrs
+    x, w = call.args[0].ty, call.args[1].ty
+    return (str(x.dtype) == "uint8" and str(w.dtype) == "int8" and int(a.groups) == 1 and len(x.shape) == 5
+            and int(x.shape[4]) % 4 == 0 and len(w.shape) == 6 and int(w.shape[5]) == VNNI_BLOCK
+            and str(a.kernel_layout).startswith("OIHW") and str(a.out_layout) == str(a.data_layout))
+
+
 def _conv2d(bb, call):
     a = call.attrs
     out_dtype = str(a.out_dtype) if str(a.out_dtype) not in ("", "void", "None") else str(call.ty.dtype)
     blocked = a.data_layout not in ("NCHW", "NHWC")
+    if blocked and out_dtype == "int32" and _int8_vnni_layout(call):
+        packed = bb.emit_te(pack_int8_kernel, call.args[1], primfunc_name_hint="int8_kernel_pack")
+        return bb.call_te(conv2d_nchwc_int8, call.args[0], packed, [int(x) for x in a.strides], [int(x) for x in a.padding],
+                          [int(x) for x in a.dilation], primfunc_name_hint="conv2d_NCHWc_int8")
     if blocked and int(a.groups) != 1 and str(a.kernel_layout).startswith("OIHW1i"):
         return bb.call_te(depthwise_conv2d_nchwc, call.args[0], call.args[1], [int(x) for x in a.strides], [int(x) for x in a.padding],
                           [int(x) for x in a.dilation], out_dtype, primfunc_name_hint="depthwise_conv2d_NCHWc")

@@ -24,34 +24,51 @@ class Optimized:
     report: dict
 
 
-def optimize(mod: tvm.IRModule, options: CompileOptions, layout: str | None = None, where: str = "<model>") -> Optimized:
+PARTS = ("all", "pre", "post")
+SPLIT = "Quantize"  # part="pre" runs the rows before it, part="post" the rest (calibration runs in between)
+
+
+def optimize(mod: tvm.IRModule, options: CompileOptions, layout: str | None = None, where: str = "<model>",
+             part: str = "all", quantize=None) -> Optimized:
     """Pipeline + weight lifting. `layout` overrides options.layout (used by layout=auto). A TVM
     failure inside (a model TVM's passes reject, e.g. convolution parameters with no valid output)
-    is a CompileError naming the pass."""
+    is a CompileError naming the pass. part="pre" stops before the Quantize row (no lowering, no
+    lifting: the graph calibration taps); `quantize` is the pass the Quantize row runs."""
     with tvm_errors("Kiln's optimization pipeline", where, "the model's parameters are inconsistent (check it in onnxruntime); "
                                                              "rerun with --debug for the full trace"):
-        return _optimize(mod, options, layout)
+        return _optimize(mod, options, layout, part, quantize)
 
 
-def _optimize(mod: tvm.IRModule, options: CompileOptions, layout: str | None) -> Optimized:
+def _rows(specs, part: str):
+    names = [s.name for s in specs]
+    cut = names.index(SPLIT) if SPLIT in names else next(i for i, s in enumerate(specs) if not s.graph)
+    return specs[:cut] if part == "pre" else specs[cut:] if part == "post" else specs
+
+
+def _optimize(mod: tvm.IRModule, options: CompileOptions, layout: str | None, part: str = "all", quantize=None) -> Optimized:
     if layout is not None:
         options = dataclasses.replace(options, layout=layout)
     report: dict = {"ops_before": analysis.op_histogram(mod), "batchnorm_total": analysis.count_op(mod, "nn.batch_norm"),
                     "activation_bytes_unfused": analysis.activation_bytes_unfused(mod),
                     **{k: 0 for k in COUNTERS}, "layout": options.layout, "pass_seconds": {}}
-    specs = pipeline_for(options.target.kind, options.opt_level, options.disabled_passes)
+    specs = _rows(pipeline_for(options.target.kind, options.opt_level, options.disabled_passes), part)
     seconds: Counter = Counter()
     with options.target.tvm(), tvm.transform.PassContext(opt_level=3):
         for spec in specs:
             if not spec.graph and "ops_after" not in report:
                 report["ops_after"] = analysis.op_histogram(mod)
                 report["conv_layouts"] = analysis.conv_layouts(mod)
-            p = spec.make(options)
+            p = quantize if spec.name == SPLIT else spec.make(options)
+            if p is None:
+                continue
             t = time.perf_counter()
             mod = p(mod)
             seconds[spec.name] += time.perf_counter() - t
             for k, v in getattr(p, "stats", {}).items():
                 report[k] = report.get(k, 0) + v
+        if part == "pre":
+            report["pass_seconds"] = {k: round(v, 4) for k, v in seconds.items()}
+            return Optimized(mod, [], report)
         lift = LiftWeights()
         t = time.perf_counter()
         mod = lift(mod)

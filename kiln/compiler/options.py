@@ -11,6 +11,8 @@ from ..runtime.artifact import BUCKET_POLICIES
 from ..target import Target
 
 OPT_LEVELS = (0, 1, 2, 3)
+QUANTIZE = ("int8",)
+PRECISIONS = ("fp32", "fp16", "bf16")
 LAYOUTS = ("NCHW", "NHWC", "NCHWc", "auto")
 
 
@@ -26,10 +28,18 @@ class CompileOptions:
     shape_buckets: tuple[tuple[tuple[str, tuple[int, ...]], ...], ...] = ()
     bucket_policy: str = "pad"  # the runtime's default for inputs between buckets: pad | error
     max_memory: int | None = None  # bytes: refuse (before building) a model whose planned memory exceeds it
+    quantize: str | None = None  # "int8": post-training static quantization (needs calibration)
+    calibration: str | None = None  # .npz or folder of .npz, samples stacked on the batch axis
+    calib_method: str = "minmax"
+    calib_samples: int | None = None  # the first N calibrate, the rest are held out for the accuracy check
+    min_agreement: float | None = None  # fail the compile below this top-1 agreement (cosine for non-classifiers)
+    keep_float: tuple[str, ...] = ()  # layer (ONNX node) names that stay float
+    precision: str = "fp32"  # fp16 | bf16: mixed precision, fp32 accumulation
 
     @staticmethod
     def make(target=None, input_shapes=None, opt_level: int = 2, disabled_passes=(), layout: str = "NCHWc",
-             tuning_db=None, shape_buckets=None, bucket_policy: str = "pad", max_memory=None) -> CompileOptions:
+             tuning_db=None, shape_buckets=None, bucket_policy: str = "pad", max_memory=None, quantize=None, calibration=None,
+             calib_method: str = "minmax", calib_samples=None, min_agreement=None, keep_float=(), precision: str = "fp32") -> CompileOptions:
         if opt_level not in OPT_LEVELS:
             raise OptionsError(f"opt level {opt_level!r} is not valid", where="--opt-level", fix=f"use one of {list(OPT_LEVELS)}")
         if layout not in LAYOUTS:
@@ -42,10 +52,13 @@ class CompileOptions:
         if both:
             raise OptionsError(f"input(s) {both} given both --input-shape and {BUCKETS_FLAG}",
                                where="--input-shape / --shape-buckets", fix=f"bucketed inputs take their shapes from {BUCKETS_FLAG} only")
+        _check_quantize(quantize, calibration, calib_method, calib_samples, min_agreement, precision, buckets)
         t = Target.parse(target)
         return CompileOptions(t, tuple(sorted(shapes.items())), int(opt_level), tuple(dict.fromkeys(disabled_passes)), layout,
                               resolve_tuning_db(tuning_db, t), tuple(tuple(sorted(b.items())) for b in buckets), bucket_policy,
-                              parse_size(max_memory))
+                              parse_size(max_memory), quantize, str(calibration) if calibration is not None else None, calib_method,
+                              int(calib_samples) if calib_samples is not None else None,
+                              float(min_agreement) if min_agreement is not None else None, tuple(dict.fromkeys(keep_float)), precision)
 
     @property
     def shapes(self) -> dict[str, tuple[int, ...]]:
@@ -60,7 +73,51 @@ class CompileOptions:
                 "shape_buckets": [{k: list(v) for k, v in b} for b in self.shape_buckets], "bucket_policy": self.bucket_policy,
                 "max_memory": self.max_memory,
                 "opt_level": self.opt_level, "disabled_passes": list(self.disabled_passes), "layout": self.layout,
-                "tuning_db": self.tuning_db, "tuning_db_sha256": _db_digest(self.tuning_db)}
+                "tuning_db": self.tuning_db, "tuning_db_sha256": _db_digest(self.tuning_db),
+                "quantize": self.quantize, "calibration_sha256": _calibration_digest(self.calibration), "calib_method": self.calib_method,
+                "calib_samples": self.calib_samples, "min_agreement": self.min_agreement, "keep_float": list(self.keep_float),
+                "precision": self.precision}
+
+
+def _check_quantize(quantize, calibration, method, samples, min_agreement, precision, buckets) -> None:
+    from .quantize.calibration import CALIB_METHODS
+    if quantize is not None and quantize not in QUANTIZE:
+        raise OptionsError(f"quantization {quantize!r} is not supported", where="--quantize", fix=f"use one of {', '.join(QUANTIZE)}")
+    if precision not in PRECISIONS:
+        raise OptionsError(f"precision {precision!r} is not valid", where="--precision", fix=f"use one of {', '.join(PRECISIONS)}")
+    if method not in CALIB_METHODS:
+        raise OptionsError(f"calibration method {method!r} is not valid", where="--calib-method", fix=f"use one of {', '.join(CALIB_METHODS)}")
+    if quantize is None:
+        if calibration is not None or min_agreement is not None:
+            raise OptionsError("--calibration and --min-agreement only apply to a quantized compile", where="--quantize",
+                               fix="add --quantize int8")
+        return
+    if calibration is None:
+        raise OptionsError("--quantize int8 needs calibration data", where="--calibration",
+                           fix="give --calibration DATA.npz (arrays keyed by input name, samples stacked on the batch axis) or a folder of them")
+    if precision != "fp32":
+        raise OptionsError(f"--quantize int8 and --precision {precision} cannot be combined", where="--precision",
+                           fix="choose one: int8 layers with float32 elsewhere, or mixed precision")
+    if buckets:
+        raise OptionsError("--quantize with --shape-buckets is not supported yet", where="--shape-buckets",
+                           fix="compile one quantized artifact per shape")
+    if samples is not None and int(samples) < 1:
+        raise OptionsError(f"--calib-samples must be at least 1, got {samples}", where="--calib-samples", fix="e.g. --calib-samples 64")
+    if min_agreement is not None and not 0.0 <= float(min_agreement) <= 1.0:
+        raise OptionsError(f"--min-agreement must be in [0, 1], got {min_agreement}", where="--min-agreement", fix="e.g. --min-agreement 0.99")
+
+
+def _calibration_digest(path) -> str | None:
+    """Calibration data changes the output: its digest goes into the manifest and cache keys."""
+    if path is None:
+        return None
+    import hashlib
+    p = Path(path)
+    files = sorted(p.glob("*.npz")) if p.is_dir() else [p] if p.exists() else []
+    h = hashlib.sha256()
+    for f in files:
+        h.update(f.read_bytes())
+    return h.hexdigest()
 
 
 SIZE_UNITS = {"": 1, "b": 1, "k": 2**10, "kb": 2**10, "m": 2**20, "mb": 2**20, "g": 2**30, "gb": 2**30, "t": 2**40, "tb": 2**40}

@@ -35,3 +35,18 @@ def format_report(r: dict) -> str:
     lines.append("pass seconds:")
     lines += [f"  {k:<26} {v:8.3f}" for k, v in r["pass_seconds"].items()]
     return "\n".join(lines)
+
+
+def format_quantization(q: dict) -> str:
+    """What `kiln compile --quantize` prints: layers in int8 and float (with why), and the accuracy check."""
+    acc = q["accuracy"]
+    lines = [f"int8: {len(q['int8_layers'])} layers quantized ({q['calib_method']} calibration on {q['calib_samples']} samples); "
+             f"{len(q['float_layers'])} kept float:"]
+    lines += [f"  {name}: {why}" for name, why in q["float_layers"].items()]
+    held = "held-out" if acc["held_out"] else "calibration (no held-out samples)"
+    lines.append(f"accuracy vs the float model on {acc['samples']} {held} samples:")
+    for name, o in acc["outputs"].items():
+        top1 = f", top-1 agreement {o['top1_agreement']:.4f}" if "top1_agreement" in o else ""
+        lines.append(f"  {name}: max abs error {o['max_abs_error']:.4g}, mean {o['mean_abs_error']:.4g}, cosine {o['cosine']:.6f}{top1}")
+    lines.append("  largest layer errors: " + (", ".join(f"{w['layer']} {w['relative_error']:.3g}" for w in acc["worst_layers"]) or "-"))
+    return "\n".join(lines)

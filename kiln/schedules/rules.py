@@ -209,3 +209,48 @@ def conv_nchw_pointwise(sch: s_tir.Schedule, anchor, lanes: int) -> None:
     sch.unroll(oc_i)
     sch.parallel(sch.fuse(n, oc_o))
     sch.decompose_reduction(anchor, ic)
+
+
+def target_has(feature: str) -> bool:
+    """Whether the current target (the `with target:` the pipeline runs in) enables an LLVM feature."""
+    import tvm
+    from tvm.target import codegen
+    t = tvm.target.Target.current(allow_none=True)
+    return t is not None and t.kind.name == "llvm" and feature in set(codegen.llvm_get_cpu_features(t))
+
+
+def conv2d_int8_vnni(sch: s_tir.Schedule, anchor, lanes: int) -> None:
+    """uint8 x int8 NCHWc conv2d (legalize.conv2d_nchwc_int8): each (16 outputs x 4 inputs) step is
+    one vpdpbusd; a row of up to 8 output pixels x 16 channels accumulates in registers over all
+    input channels and taps, then the epilogue (requantization) runs on the tile. The input
+    prologue (zero-point padding, quantization) is computed per output row."""
+    from .intrinsics import VNNI_16x4
+    if not target_has("avx512vnni"):
+        raise s_tir.ScheduleError("the target has no AVX-512 VNNI")
+    if len(sch.get_loops(anchor)) != 10:
+        raise s_tir.ScheduleError("not an int8 NCHWc conv")
+    prologue = [b for b in sch.get_producers(anchor)]
+    inline_all_but(sch, [anchor, *prologue])
+    consumers = sch.get_consumers(anchor)
+    n, o, y, x, k, ic, ry, rx, i4o, i4i = sch.get_loops(anchor)
+    t = _divisor_at_most(extent(sch, x), 8)
+    xo, xi = sch.split(x, [None, t])
+    sch.reorder(n, o, y, xo, ic, ry, rx, i4o, xi, k, i4i)
+    cache = sch.cache_write(anchor, 0, "global")  # the intrinsic's buffers are global scope
+    sch.reverse_compute_at(cache, xo, preserve_unit_loops=True)
+    for c in consumers:
+        sch.reverse_compute_at(c, xo, preserve_unit_loops=True)
+    for p in prologue:
+        sch.compute_at(p, y, preserve_unit_loops=True)
+    sch.parallel(sch.fuse(n, o, y))
+    init = sch.decompose_reduction(anchor, ic)
+    sch.unroll(xi)
+    sch.tensorize(k, VNNI_16x4)
+    for b in (init, cache, *consumers):
+        inner = sch.get_loops(b)[-1]
+        if extent(sch, inner) == 16:
+            sch.vectorize(inner)
+    for p in prologue:
+        inner = sch.get_loops(p)[-1]
+        if extent(sch, inner) in (4, 8, 16, 32, 64):
+            sch.vectorize(inner)

@@ -10,6 +10,7 @@ depthwise conv, bias and clip on an unblocked tensor. Rules, applied to a call w
   - add/multiply by a per-channel or scalar constant:  unblock(x) + b       -> unblock(x + block(b))
   - add/multiply of two unblocked tensors:             unblock(x) + unblock(y) -> unblock(x + y)
   - depthwise conv2d (groups = channels, constant weight): conv(unblock(x), w) -> unblock(conv_c(x, block(w)))
+  - spatial constant pad:                              pad(unblock(x))      -> unblock(pad_c(x))
   - block(unblock(x)) -> x
 The unblocked values no one uses any more are removed, and transforms of one tensor that
 ConvertLayout repeats per consumer are merged (common subexpressions). `stats["transforms_moved"]`
@@ -23,7 +24,7 @@ from tvm.ir.expr import GenericConst
 
 from .counting import static_shape
 
-UNARY = ("relax.clip", "relax.nn.relu", "relax.sigmoid", "relax.nn.silu", "relax.tanh", "relax.nn.gelu")
+UNARY = ("relax.clip", "relax.nn.relu", "relax.sigmoid", "relax.nn.silu", "relax.tanh", "relax.nn.gelu", "relax.astype", "relax.round")
 BINARY = ("relax.add", "relax.multiply")
 
 
@@ -94,7 +95,16 @@ class _Propagate(relax.PyExprMutator):
             return call
         if name == "relax.nn.conv2d":
             return self._depthwise(call, x, channels)
+        if name == "relax.nn.pad":
+            return self._pad(call, x)
         return call
+
+    def _pad(self, call, x):
+        """Spatial constant padding (an int8 input's zero-point padding) in the blocked layout."""
+        w = [int(v) for v in call.attrs.pad_width]
+        if len(w) != 8 or any(w[:4]) or str(call.attrs.pad_mode) != "constant":
+            return call
+        return self._unblock(relax.op.nn.pad(x, w + [0, 0], pad_value=float(call.attrs.pad_value)))
 
     def _depthwise(self, call, x, channels: int):
         a = call.attrs

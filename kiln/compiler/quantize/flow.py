@@ -1,0 +1,109 @@
+"""Post-training static quantization inside a compile: graph passes up to the Quantize row, a
+float build with every layer's input and output tapped, calibration on the first samples, the
+QuantizeGraph rewrite, then the rest of the pipeline; and the accuracy check on held-out samples
+(the float build against an int8 build with each int8 layer's output tapped)."""
+from __future__ import annotations
+
+import dataclasses
+import time
+
+
+from ...errors import tvm_errors
+from ..optimize import COUNTERS, Optimized, optimize
+from ..options import CompileOptions
+from .accuracy import check_agreement, compare
+from .calibration import RangeCollector, load_calibration
+from .rewrite import CalibrationTaps, QuantizeGraph
+
+
+@dataclasses.dataclass
+class _Tapped:
+    """An in-process build of a tapped module: run(feed) -> (outputs, {tap name: array})."""
+    vm: object
+    weights: list
+    inputs: list
+    tap_names: list[str]
+
+    def run(self, feed: dict):
+        import tvm
+        dev = tvm.cpu()
+        out = self.vm["main"](*[tvm.runtime.tensor(feed[i.name], dev) for i in self.inputs],
+                              *[tvm.runtime.tensor(w, dev) for w in self.weights])
+        main, taps = out[0], out[1]
+        outs = [main] if hasattr(main, "numpy") else list(main)
+        return [o.numpy() for o in outs], {n: t.numpy() for n, t in zip(self.tap_names, taps)}
+
+
+def _build_tapped(mod, tap_names, imported, options, layout, where) -> _Tapped:
+    import tvm
+    from tvm import relax
+
+    from ..build import build_executable
+    opt = optimize(mod, options, layout=layout, where=where, part="post")
+    exe = build_executable(opt.mod, options, where)
+    with tvm_errors("Running the model for calibration", where):
+        vm = relax.VirtualMachine(exe, tvm.cpu())
+    return _Tapped(vm, opt.weights, imported.inputs, tap_names)
+
+
+def quantize_optimize(imported, options: CompileOptions, layout: str, where: str) -> tuple[Optimized, dict]:
+    """(the optimized int8 module, the quantization report)."""
+    t0 = time.perf_counter()
+    pre = optimize(imported.mod, options, layout=layout, where=where, part="pre")
+    data = load_calibration(options.calibration, imported.inputs)
+    calib, held = data.split(options.calib_samples)
+    taps = CalibrationTaps(pre.mod, imported.onnx_model, options.keep_float)
+    tapped = taps.run(pre.mod)
+    float_model = _build_tapped(tapped, [n for n, _ in taps.taps], imported, options, layout, where)
+    collector = RangeCollector(options.calib_method)
+    with tvm_errors("Running the model for calibration", where):
+        for i in range(len(calib)):
+            for name, a in float_model.run(calib.feed(i))[1].items():
+                collector.observe(name, a)
+        if collector.needs_histogram:
+            for i in range(len(calib)):
+                for name, a in float_model.run(calib.feed(i))[1].items():
+                    collector.observe_histogram(name, a)
+    ranges = {k: v for k, v in collector.ranges().items() if not k.endswith(":out")}
+    calibrate_s = time.perf_counter() - t0
+
+    rewrite = QuantizeGraph(pre.mod, ranges, imported.onnx_model, options.keep_float)
+    opt = optimize(rewrite.run(pre.mod), options, layout=layout, where=where, part="post")
+    _merge_reports(pre.report, opt.report)
+
+    t1 = time.perf_counter()
+    check = QuantizeGraph(pre.mod, ranges, imported.onnx_model, options.keep_float, taps=True)
+    checked = check.run(pre.mod)
+    quant_model = _build_tapped(checked, [n for n, _ in check.taps], imported, options, layout, where)
+    evaluate = held if held is not None else calib
+    fl, ql, fo, qo = [], [], [], []
+    with tvm_errors("Running the model for the accuracy check", where):
+        for i in range(len(evaluate)):
+            outs, t = float_model.run(evaluate.feed(i))
+            fo.append(outs)
+            fl.append({n.removesuffix(":out"): a for n, a in t.items() if n.endswith(":out")})
+            outs, t = quant_model.run(evaluate.feed(i))
+            qo.append(outs)
+            ql.append(t)
+    accuracy = compare([o.name for o in imported.outputs], fo, qo, rewrite.quantized, fl, ql)
+    accuracy["held_out"] = held is not None
+    report = {
+        "mode": "int8", "calib_method": options.calib_method, "calib_samples": len(calib),
+        "calibration": calib.source, "calibration_sha256": calib.digest,
+        "int8_layers": rewrite.quantized,
+        "float_layers": {l.name: l.reason or "no calibration range" for l in rewrite.layers if l.name not in rewrite.quantized},
+        "accuracy": accuracy,
+        "seconds": {"calibrate": round(calibrate_s, 3), "accuracy_check": round(time.perf_counter() - t1, 3)},
+    }
+    opt.report["quantization"] = report
+    check_agreement(accuracy, options.min_agreement, where)
+    return opt, report
+
+
+def _merge_reports(pre: dict, post: dict) -> None:
+    """The pre part saw the imported graph: its op histogram and counters belong in the report."""
+    for k in ("ops_before", "batchnorm_total", "activation_bytes_unfused"):
+        post[k] = pre[k]
+    for k in COUNTERS:
+        post[k] = post.get(k, 0) + pre.get(k, 0)
+    post["pass_seconds"] = {**pre["pass_seconds"], **post["pass_seconds"]}

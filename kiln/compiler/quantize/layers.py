@@ -1,0 +1,130 @@
+"""Which ops of a float model quantize, named after their ONNX nodes, and a visitor that walks them
+in one fixed order (calibration taps, the rewrite and the accuracy taps all see the same layers).
+
+A layer is a conv2d (groups 1, NCHW/OIHW) or a matmul by a constant 2-D weight, in float32. The
+int8 kernels (VNNI) need channels in blocks of 16; other layers stay float with a reason."""
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import tvm
+from tvm import relax
+from tvm.ir.expr import GenericConst
+
+OPS = {"relax.nn.conv2d": "Conv", "relax.matmul": "MatMul"}
+CHANNEL_BLOCK = 16
+
+
+@dataclasses.dataclass(frozen=True)
+class Layer:
+    index: int
+    name: str
+    op: str  # "conv2d" | "matmul"
+    reason: str | None  # why it stays float; None when it quantizes
+
+
+def _onnx_names(onnx_model) -> dict[str, list[str]]:
+    """ONNX node names (or output names) of Conv and MatMul/Gemm-by-initializer nodes, in graph
+    order: the importer emits their Relax calls in the same order."""
+    out = {"Conv": [], "MatMul": []}
+    if onnx_model is None:
+        return out
+    inits = {i.name for i in onnx_model.graph.initializer}
+    for n in onnx_model.graph.node:
+        name = n.name or n.output[0]
+        if n.op_type == "Conv":
+            out["Conv"].append(name)
+        elif n.op_type in ("MatMul", "Gemm") and len(n.input) > 1 and n.input[1] in inits:
+            out["MatMul"].append(name)
+    return out
+
+
+def candidate(call) -> str | None:
+    """The layer kind of a call ('conv2d'/'matmul') or None when it is not a layer at all."""
+    if not isinstance(call, relax.Call) or not isinstance(call.op, tvm.ir.Op) or call.op.name not in OPS:
+        return None
+    if call.op.name == "relax.matmul":
+        w = call.args[1]
+        if not isinstance(w, GenericConst) or len(w.value.shape) != 2:
+            return None  # activation x activation (attention) is not a weight layer
+    return call.op.name.removeprefix("relax.nn.").removeprefix("relax.")
+
+
+def why_float(call) -> str | None:
+    x, w = call.args[0], call.args[1]
+    if str(x.ty.dtype) != "float32":
+        return f"input is {x.ty.dtype}, not float32"
+    if not isinstance(w, GenericConst):
+        return "weight is not a constant"
+    if call.op.name == "relax.nn.conv2d":
+        a = call.attrs
+        if a.data_layout != "NCHW" or a.kernel_layout != "OIHW":
+            return f"layout {a.data_layout}/{a.kernel_layout} (quantization runs on NCHW/OIHW)"
+        if int(a.groups) != 1:
+            return "grouped/depthwise conv: memory-bound, no int8 kernel (stays float)"
+        o, i = int(w.value.shape[0]), int(w.value.shape[1])
+        if i % CHANNEL_BLOCK or o % CHANNEL_BLOCK:
+            return f"channels {i}->{o} not multiples of {CHANNEL_BLOCK}: no int8 dot-product kernel (e.g. the stem conv)"
+    else:
+        k, n = (int(s) for s in w.value.shape)
+        if k % 4 or n % CHANNEL_BLOCK:
+            return f"matmul {k}x{n}: K not a multiple of 4 or N of {CHANNEL_BLOCK}"
+    return None
+
+
+class LayerMutator(relax.PyExprMutator):
+    """(Subclasses need the @relax.expr_functor.mutator decorator too.) Visits main's layers in binding order; subclasses override on_layer(call, layer) and return
+    the expression that replaces the call. Taps: emit_tap(expr) makes a value an extra output."""
+
+    def __init__(self, mod, onnx_model=None, keep_float=()):
+        super().__init__(mod)
+        self.names = _onnx_names(onnx_model)
+        self.keep_float = set(keep_float)
+        self.layers: list[Layer] = []
+        self.taps: list[tuple[str, relax.Var]] = []
+        self._seen = {"Conv": 0, "MatMul": 0}
+
+    def visit_call_(self, call):
+        call = super().visit_call_(call)
+        kind = candidate(call)
+        if kind is None:
+            return call
+        onnx_kind = OPS[call.op.name]
+        k = self._seen[onnx_kind]
+        self._seen[onnx_kind] += 1
+        names = self.names[onnx_kind]
+        name = names[k] if k < len(names) else f"{kind}_{k}"
+        reason = "kept float (--keep-float)" if name in self.keep_float else why_float(call)
+        layer = Layer(len(self.layers), name, kind, reason)
+        self.layers.append(layer)
+        return self.on_layer(call, layer)
+
+    def on_layer(self, call, layer: Layer):
+        return call
+
+    def emit_tap(self, name: str, expr) -> relax.Var:
+        v = self.builder_.emit_output(expr)
+        self.taps.append((name, v))
+        return v
+
+    def run(self, mod: tvm.IRModule) -> tvm.IRModule:
+        """The module with main rewritten; taps, if any, are appended to main's outputs as
+        (original outputs, (tap, ...))."""
+        main = self.visit_expr(mod["main"])
+        if self.taps:
+            main = _with_taps(main, [v for _, v in self.taps])
+        out = tvm.IRModule(dict(mod.functions), attrs=mod.attrs)
+        out["main"] = main
+        return relax.transform.Normalize()(out)
+
+
+def _with_taps(func: relax.Function, taps: list) -> relax.Function:
+    body = func.body
+    new_body = relax.SeqExpr(body.blocks, relax.Tuple([body.body, relax.Tuple(taps)]))
+    ret = relax.TupleType([body.body.ty, relax.TupleType([v.ty for v in taps])])
+    return relax.Function(func.params, new_body, ret, func.is_pure, func.attrs)
+
+
+def weight_array(call) -> np.ndarray:
+    return call.args[1].value.numpy()
