@@ -30,6 +30,7 @@ class PassSpec:
 
 
 CPU_PIPELINE: list[PassSpec] = [
+    PassSpec("LowerQDQ", lambda o: kp.LowerQDQ(), 1),  # before FoldConstants would fold the int8 weights' dequantize
     PassSpec("FoldConstants", lambda o: kp.FoldConstants(), 1),
     PassSpec("CanonicalizeClip", lambda o: kp.CanonicalizeClip(), 1),
     PassSpec("RemoveNoOps", lambda o: kp.RemoveNoOps(), 1),

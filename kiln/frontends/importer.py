@@ -12,7 +12,7 @@ from onnx import numpy_helper
 from ..errors import CompileError, UnsupportedModelError, tvm_errors
 from ..runtime.artifact import TensorSpec
 from . import preflight, simplify as simplify_mod
-from .decompose import REWRITES, decompose
+from .decompose import decompose, rewrite_for
 from .onnx_load import check_onnx, load_onnx, to_array
 from .shapes import graph_inputs, parse_input_shapes, pin_input_shapes
 
@@ -35,7 +35,7 @@ def prepare_onnx(model: onnx.ModelProto, input_shapes=None, where: str = "<model
     pin_input_shapes(model_c, parse_input_shapes(input_shapes), where)
     simple, stats = simplify_mod.simplify(model_c, where)
     preflight.check_supported(simple, where, constant_ifs_folded=True)
-    if any(n.op_type in REWRITES for n in simple.graph.node):
+    if any(rewrite_for(n) for n in simple.graph.node):
         consts = {i.name: to_array(i, where) for i in simple.graph.initializer}
         stats["rewritten"] = decompose(simple, simplify_mod._static_shapes(simple), consts, where)
         simplify_mod._write_constants(simple.graph, consts)

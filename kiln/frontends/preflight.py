@@ -7,10 +7,11 @@ import functools
 import onnx
 
 from ..errors import UnsupportedModelError
+from .decompose import DOMAIN_REWRITES, REWRITES
 
 DEFAULT_DOMAINS = ("", "ai.onnx")
 # Ops Kiln rewrites into supported ONNX ops itself before TVM sees the graph (see decompose/).
-KILN_REWRITTEN = frozenset({"LSTM", "GRU"})
+KILN_REWRITTEN = frozenset(REWRITES)
 # Ops Kiln removes when their condition is known once shapes are pinned (see simplify.py).
 FOLDED_WHEN_CONSTANT = frozenset({"If"})
 # Microsoft contrib ops that TVM's importer converts.
@@ -29,7 +30,7 @@ def is_supported(domain: str, op_type: str, *, constant_ifs_folded: bool) -> boo
         if op_type in FOLDED_WHEN_CONSTANT:
             return not constant_ifs_folded  # an If still present after folding cannot be compiled
         return op_type in tvm_converted_ops() or op_type in KILN_REWRITTEN
-    return op_type in CONTRIB.get(domain, ())
+    return op_type in CONTRIB.get(domain, ()) or op_type in DOMAIN_REWRITES.get(domain, {})
 
 
 def _walk(graph: onnx.GraphProto):

@@ -72,6 +72,8 @@ def _try_fold(node, consts, shapes, opsets, out_nodes, stats, where) -> bool:
         _inline(node, sub, consts, out_nodes)
         stats["ifs_inlined"] += 1
         return True
+    if op == "DequantizeLinear" and node.input[0] in consts and np.asarray(consts[node.input[0]]).dtype.kind in "iu":
+        return False  # quantized weights stay integer: the compiler's LowerQDQ pass turns DQ -> Conv into an integer conv
     if op in NONDETERMINISTIC or any(a.type in (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS) for a in node.attribute):
         return False
     ins = [i for i in node.input if i]

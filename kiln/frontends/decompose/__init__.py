@@ -5,17 +5,26 @@ from __future__ import annotations
 import onnx
 
 from .emitter import Emitter
+from .quant import CONTRIB_REWRITES, REWRITES as QUANT_REWRITES
 from .rnn import decompose_gru, decompose_lstm
 
 # op type -> rewrite(node, emitter, shapes, consts, where); a rewrite may return False to keep the node
-REWRITES = {"LSTM": decompose_lstm, "GRU": decompose_gru}
+REWRITES = {"LSTM": decompose_lstm, "GRU": decompose_gru, **QUANT_REWRITES}
+# contrib domains: domain -> {op type -> rewrite}
+DOMAIN_REWRITES = CONTRIB_REWRITES
+
+
+def rewrite_for(node):
+    if node.domain in ("", "ai.onnx"):
+        return REWRITES.get(node.op_type)
+    return DOMAIN_REWRITES.get(node.domain, {}).get(node.op_type)
 
 
 def decompose(model: onnx.ModelProto, shapes: dict, consts: dict, where: str) -> int:
     """Rewrite every node in REWRITES in place; returns how many were rewritten."""
     g, out, count = model.graph, [], 0
     for node in g.node:
-        fn = REWRITES.get(node.op_type) if node.domain in ("", "ai.onnx") else None
+        fn = rewrite_for(node)
         if fn is None:
             out.append(node)
             continue
@@ -30,4 +39,4 @@ def decompose(model: onnx.ModelProto, shapes: dict, consts: dict, where: str) ->
     return count
 
 
-__all__ = ["decompose", "REWRITES", "Emitter"]
+__all__ = ["decompose", "rewrite_for", "REWRITES", "DOMAIN_REWRITES", "Emitter"]

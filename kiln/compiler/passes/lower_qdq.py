@@ -1,0 +1,91 @@
+"""LowerQDQ: run an already-quantized (QDQ) model's convolutions and matmuls in integers.
+
+TVM imports ONNX QDQ models as float ops between quantize/dequantize (fake quantization). This
+pass rewrites conv2d(dequantize(xq), dequantize(Wq)) and matmul(dequantize(xq), dequantize(Wq))
+with constant, symmetric (zero point 0) int8 weights into uint8 x int8 -> int32 ops and a float
+epilogue:  y = float(acc) * sx*sw - zx*sx*sw*sum(Wq)  (the same form as Kiln's own quantizer, so
+the same VNNI kernels run). int8 activations are shifted to uint8 (+128, zero point +128); a
+convolution over an input with a nonzero zero point pads with it explicitly."""
+from __future__ import annotations
+
+import numpy as np
+import tvm
+from tvm import relax
+from tvm.ir.expr import GenericConst
+
+
+def _const(e) -> np.ndarray | None:
+    return e.value.numpy() if isinstance(e, GenericConst) else None
+
+
+@relax.expr_functor.mutator
+class _Lower(relax.PyExprMutator):
+    def __init__(self, mod):
+        super().__init__(mod)
+        self.lowered = 0
+
+    def _dequantize(self, e):
+        v = self.lookup_binding(e) if isinstance(e, relax.Var) else e
+        if isinstance(v, relax.Call) and isinstance(v.op, tvm.ir.Op) and v.op.name == "relax.dequantize":
+            return v
+        return None
+
+    def visit_call_(self, call):
+        call = super().visit_call_(call)
+        if not isinstance(call.op, tvm.ir.Op) or call.op.name not in ("relax.nn.conv2d", "relax.matmul"):
+            return call
+        dx, dw = self._dequantize(call.args[0]), self._dequantize(call.args[1])
+        if dx is None or dw is None:
+            return call
+        sx, zx, wq, sw, zw = _const(dx.args[1]), _const(dx.args[2]), _const(dw.args[0]), _const(dw.args[1]), _const(dw.args[2])
+        xdt = str(dx.args[0].ty.dtype)
+        if any(a is None for a in (sx, zx, wq, sw, zw)) or sx.size != 1 or zx.size != 1 or wq.dtype != np.int8 or np.any(zw != 0) \
+                or xdt not in ("uint8", "int8"):
+            return call
+        conv = call.op.name == "relax.nn.conv2d"
+        if conv and (int(call.attrs.groups) != 1 or call.attrs.data_layout != "NCHW" or call.attrs.kernel_layout != "OIHW"):
+            return call
+        if not conv and wq.ndim != 2:
+            return call
+        axis = 0 if conv else 1
+        if sw.size != 1 and int(dw.attrs.axis) % wq.ndim != axis:
+            return call
+        bb, op = self.builder_, relax.op
+        xq, zp = dx.args[0], int(zx.reshape(-1)[0])
+        if xdt == "int8":
+            xq = bb.emit(op.astype(op.add(op.astype(xq, "int32"), relax.const(np.int32(128))), "uint8"))
+            zp += 128
+        sw = np.broadcast_to(sw.reshape(-1).astype(np.float32), (wq.shape[axis],))
+        m = (np.float32(sx.reshape(-1)[0]) * sw).astype(np.float32)
+        if conv:
+            a = call.attrs
+            padding = [int(p) for p in a.padding]
+            if zp and any(padding):
+                xq = bb.emit(op.nn.pad(xq, [0, 0, 0, 0, padding[0], padding[2], padding[1], padding[3]], pad_value=float(zp)))
+                padding = [0, 0, 0, 0]
+            acc = op.nn.conv2d(xq, relax.const(wq), [int(s) for s in a.strides], padding, [int(d) for d in a.dilation], 1,
+                               "NCHW", "OIHW", None, "int32")
+            shape, wsum = (1, -1, 1, 1), wq.astype(np.int64).sum(axis=(1, 2, 3))
+        else:
+            acc = op.matmul(xq, relax.const(wq), "int32")
+            shape, wsum = (-1,), wq.astype(np.int64).sum(axis=0)
+        y = op.multiply(op.astype(bb.emit(acc), "float32"), relax.const(m.reshape(shape)))
+        if zp:
+            y = op.add(bb.emit(y), relax.const((-zp * m * wsum).astype(np.float32).reshape(shape)))
+        self.lowered += 1
+        return y
+
+
+@tvm.transform.module_pass(opt_level=1, name="LowerQDQ")
+class LowerQDQ:
+    def __init__(self):
+        self.stats = {"qdq_lowered": 0}
+
+    def transform_module(self, mod: tvm.IRModule, ctx) -> tvm.IRModule:
+        lower = _Lower(mod)
+        out = tvm.IRModule(dict(mod.functions), attrs=mod.attrs)
+        for gv, f in list(mod.functions.items()):
+            if isinstance(f, relax.Function) and "Primitive" not in (f.attrs or {}):
+                out[gv] = lower.visit_expr(f)
+        self.stats["qdq_lowered"] += lower.lowered
+        return relax.transform.DeadCodeElimination(["main"])(out) if lower.lowered else out
