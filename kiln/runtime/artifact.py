@@ -58,10 +58,18 @@ def pack_weights(arrays: list[np.ndarray]) -> tuple[bytes, list[dict]]:
     return buf.getvalue(), index
 
 
+def np_dtype(name: str) -> np.dtype:
+    """numpy dtype by name; bfloat16 (bf16 weights) comes from ml_dtypes, which TVM depends on."""
+    if name == "bfloat16":
+        import ml_dtypes
+        return np.dtype(ml_dtypes.bfloat16)
+    return np.dtype(name)
+
+
 def unpack_weights(blob: bytes, index: list[dict], where: str) -> list[np.ndarray]:
     out = []
     for w in index:
-        dt = np.dtype(w["dtype"])
+        dt = np_dtype(w["dtype"])
         count = int(np.prod(w["shape"], dtype=np.int64))
         if count * dt.itemsize != w["nbytes"] or w["offset"] + w["nbytes"] > len(blob):
             raise ArtifactError(f"weight {w['name']} does not fit the weights member", where=where, fix="recompile the model")
@@ -170,7 +178,7 @@ def _is_int(v, lo=0) -> bool:
 
 def _is_dtype(v) -> bool:
     try:
-        return isinstance(v, str) and np.dtype(v).kind in "biuf"
+        return isinstance(v, str) and (v == "bfloat16" or np.dtype(v).kind in "biuf")
     except TypeError:
         return False
 

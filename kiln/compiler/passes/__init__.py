@@ -7,7 +7,8 @@ from .fold_constants import FoldConstants
 from .fuse_epilogue import FuseEpilogue
 from .lift_weights import LiftWeights
 from .lower_qdq import LowerQDQ
+from .mixed_precision import MixedPrecision
 from .propagate_blocked_layout import PropagateBlockedLayout
 from .remove_noops import RemoveNoOps
 
-__all__ = ["CanonicalizeClip", "ConvertLayout", "DeadCode", "FoldBatchNorm", "FoldConstants", "FuseEpilogue", "LiftWeights", "LowerQDQ", "PropagateBlockedLayout", "RemoveNoOps"]
+__all__ = ["CanonicalizeClip", "ConvertLayout", "DeadCode", "FoldBatchNorm", "FoldConstants", "FuseEpilogue", "LiftWeights", "LowerQDQ", "MixedPrecision", "PropagateBlockedLayout", "RemoveNoOps"]
