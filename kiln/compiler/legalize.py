@@ -81,4 +81,29 @@ def _conv2d(bb, call):
                       primfunc_name_hint="conv2d_NCHWc")
 
 
-LEGALIZE = {"relax.nn.conv2d": _conv2d}
+def pack_int8_dense(w):
+    """[K, N] -> [N/16, K/4, 16, 4]: each 16x4 tile one VNNI operand."""
+    k, n = w.shape
+    return te.compute((n // VNNI_BLOCK, k // 4, VNNI_BLOCK, 4), lambda nb, ko, j, i: w[ko * 4 + i, nb * VNNI_BLOCK + j], name="int8_dense_pack")
+
+
+def matmul_int8(x, packed):
+    """uint8 [..., K] x packed int8 weights -> int32 [..., N]."""
+    nb, k4, _, _ = packed.shape
+    ko, ki = te.reduce_axis((0, k4), name="ko"), te.reduce_axis((0, 4), name="ki")
+    lead = list(x.shape[:-1])
+    return te.compute((*lead, nb * VNNI_BLOCK), lambda *i: te.sum(
+        x[(*i[:-1], ko * 4 + ki)].astype("int32") * packed[i[-1] // VNNI_BLOCK, ko, i[-1] % VNNI_BLOCK, ki].astype("int32"),
+        axis=[ko, ki]), name="matmul_int8")
+
+
+def _matmul(bb, call):
+    x, w = call.args[0].ty, call.args[1].ty
+    if (str(x.dtype) == "uint8" and str(w.dtype) == "int8" and str(call.ty.dtype) == "int32" and len(w.shape) == 2
+            and int(w.shape[1]) % VNNI_BLOCK == 0 and int(w.shape[0]) % 4 == 0):
+        packed = bb.emit_te(pack_int8_dense, call.args[1], primfunc_name_hint="int8_dense_pack")
+        return bb.call_te(matmul_int8, call.args[0], packed, primfunc_name_hint="matmul_int8")
+    return tvm.ir.Op.get("relax.matmul").get_attr("FLegalize")(bb, call)
+
+
+LEGALIZE = {"relax.nn.conv2d": _conv2d, "relax.matmul": _matmul}

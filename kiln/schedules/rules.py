@@ -254,3 +254,35 @@ def conv2d_int8_vnni(sch: s_tir.Schedule, anchor, lanes: int) -> None:
         inner = sch.get_loops(p)[-1]
         if extent(sch, inner) in (4, 8, 16, 32, 64):
             sch.vectorize(inner)
+
+
+def matmul_int8_vnni(sch: s_tir.Schedule, anchor, lanes: int) -> None:
+    """uint8 x int8 matmul by packed weights (legalize.matmul_int8): rows x 16 columns accumulate
+    in registers over K, 4 at a time (one vpdpbusd per row); epilogue per tile."""
+    from .intrinsics import VNNI_16x4
+    if not target_has("avx512vnni"):
+        raise s_tir.ScheduleError("the target has no AVX-512 VNNI")
+    inline_all_but(sch, [anchor, *sch.get_producers(anchor)])
+    prologue = sch.get_producers(anchor)
+    consumers = sch.get_consumers(anchor)
+    loops = sch.get_loops(anchor)
+    *lead, n, ko, ki = loops
+    m = sch.fuse(*lead) if len(lead) > 1 else lead[0]
+    t = _divisor_at_most(extent(sch, m), 8)
+    mo, mi = sch.split(m, [None, t])
+    nb, nj = sch.split(n, [None, 16])
+    sch.reorder(mo, nb, ko, mi, nj, ki)
+    cache = sch.cache_write(anchor, 0, "global")
+    sch.reverse_compute_at(cache, nb, preserve_unit_loops=True)
+    for c in consumers:
+        sch.reverse_compute_at(c, nb, preserve_unit_loops=True)
+    for p in prologue:
+        sch.compute_at(p, mo, preserve_unit_loops=True)
+    sch.parallel(sch.fuse(mo, nb))
+    init = sch.decompose_reduction(anchor, ko)
+    sch.unroll(mi)
+    sch.tensorize(nj, VNNI_16x4)
+    for b in (init, cache, *consumers):
+        inner = sch.get_loops(b)[-1]
+        if extent(sch, inner) == 16:
+            sch.vectorize(inner)

@@ -76,7 +76,7 @@ def load_calibration(path: str | os.PathLike, inputs) -> CalibrationSet:
             if a.ndim != len(shape) or tuple(a.shape[1:]) != shape[1:] or a.shape[0] % batch or a.shape[0] == 0:
                 raise OptionsError(f"calibration array {spec.name!r} has shape {list(a.shape)}; the model input is {list(shape)}",
                                    where=str(f), fix=f"stack samples on the batch axis: shape [k*{batch}, {', '.join(map(str, shape[1:]))}]")
-            if not np.can_cast(a.dtype, spec.dtype, casting="same_kind"):
+            if a.dtype.kind != np.dtype(spec.dtype).kind or not np.can_cast(a.dtype, spec.dtype, casting="same_kind"):
                 raise OptionsError(f"calibration array {spec.name!r} is {a.dtype}; the model input is {spec.dtype}", where=str(f),
                                    fix=f"save it as {spec.dtype}")
             samples[spec.name].extend(np.ascontiguousarray(a[i:i + batch], dtype=spec.dtype) for i in range(0, a.shape[0], batch))
@@ -140,23 +140,28 @@ def _percentile_range(hist: np.ndarray, a: float, b: float) -> tuple[float, floa
 
 
 def _entropy_threshold(hist: np.ndarray, top: float, levels: int = 128) -> float:
-    """TensorRT's calibration: the threshold T (a bin edge) whose clipped, 8-bit-requantized
-    distribution has the least KL divergence from the observed one."""
+    """TensorRT's calibration: the threshold T (a bin edge) minimizing KL(P || Q), P the observed
+    distribution clipped at T (the clipped mass in its last bin), Q the in-range part quantized to
+    `levels` levels. The bin holding exact zeros (ReLU outputs, represented exactly) is left out."""
     hist = hist.astype(np.float64)
+    hist[0] = 0.0
+    if hist.sum() == 0:
+        return top
     best, best_i = np.inf, len(hist)
     for i in range(levels, len(hist) + 1, 16):
         p = hist[:i].copy()
         p[-1] += hist[i:].sum()
-        nz = p > 0
-        chunks = np.array_split(np.arange(i), levels)
+        nz = hist[:i] > 0
         q = np.zeros(i)
-        for c in chunks:
+        for c in np.array_split(np.arange(i), levels):
             m = nz[c]
             if m.any():
-                q[c[m]] = p[c].sum() / m.sum()
-        ps, qs = p / p.sum(), q / max(q.sum(), 1e-30)
-        valid = nz & (qs > 0)
-        kl = float(np.sum(ps[valid] * np.log(ps[valid] / qs[valid])))
+                q[c[m]] = hist[c].sum() / m.sum()
+        if p.sum() == 0 or q.sum() == 0:
+            continue
+        ps, qs = p / p.sum(), q / q.sum()
+        valid = ps > 0
+        kl = float(np.sum(ps[valid] * np.log(ps[valid] / np.maximum(qs[valid], 1e-12))))
         if kl < best:
             best, best_i = kl, i
     return top * best_i / len(hist)
