@@ -1,0 +1,145 @@
+"""INT8 and BF16, measured. Run by hand:  .venv/bin/python benchmarks/quantize.py [--seconds 20] [--models resnet50]
+
+1. Real data: scikit-learn's digits, a small CNN trained here (benchmarks/digits_cnn.py); test-split
+   accuracy of Kiln fp32, Kiln int8 (calibrated on 128 training images) and onnxruntime's int8
+   (quantize_static, same calibration images).
+2. Zoo models (random weights, so calibration uses random-normal inputs): p50 latency of Kiln fp32,
+   int8 and bf16 against onnxruntime fp32 and onnxruntime int8 (quantize_static QDQ, per-channel,
+   same calibration data), all in the same run, engines alternating in blocks (warm-up first).
+Writes benchmarks/quantize.{md,json}."""
+from __future__ import annotations
+
+import argparse
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+import onnx
+
+import kiln
+from kiln import zoo
+from report import save, table
+
+
+def ort_session(path, threads: int = 2):
+    import onnxruntime as ort
+    so = ort.SessionOptions()
+    so.intra_op_num_threads = threads
+    return ort.InferenceSession(str(path), so, providers=["CPUExecutionProvider"])
+
+
+def ort_int8(src: Path, dst: Path, samples: list[dict]) -> Path:
+    from onnxruntime.quantization import CalibrationDataReader, QuantFormat, QuantType, quantize_static
+
+    class Reader(CalibrationDataReader):
+        def __init__(self):
+            self.it = iter(samples)
+
+        def get_next(self):
+            return next(self.it, None)
+    quantize_static(str(src), str(dst), Reader(), quant_format=QuantFormat.QDQ, per_channel=True,
+                    activation_type=QuantType.QUInt8, weight_type=QuantType.QInt8)
+    return dst
+
+
+def digits(tmp: Path) -> dict:
+    sys.path.insert(0, str(Path(__file__).parent))
+    from digits_cnn import DigitsCNN, load_digits_split
+    (xt, yt), (xs, ys) = load_digits_split()
+    net = DigitsCNN().train(xt, yt)
+    src = tmp / "digits.onnx"
+    onnx.save(net.to_onnx(), src)
+    calib = xt[:128]
+    np.savez(tmp / "digits_calib.npz", input=calib)
+    kiln.compile(src, tmp / "d32.kiln")
+    r = kiln.compile(src, tmp / "d8.kiln", quantize="int8", calibration=tmp / "digits_calib.npz", calib_samples=112)
+    f32, i8 = kiln.load(tmp / "d32.kiln"), kiln.load(tmp / "d8.kiln")
+    o8 = ort_session(ort_int8(src, tmp / "digits_ort8.onnx", [{"input": calib[i:i + 1]} for i in range(len(calib))]))
+    acc = lambda f: float(np.mean([f(xs[i:i + 1]).argmax() == ys[i] for i in range(len(xs))]))  # noqa: E731
+    q = r.report["quantization"]
+    return {"test_samples": len(xs), "numpy_fp32": float((net.logits(xs).argmax(1) == ys).mean()),
+            "kiln_fp32": acc(lambda x: f32.run({"input": x})["logits"]), "kiln_int8": acc(lambda x: i8.run({"input": x})["logits"]),
+            "ort_int8": acc(lambda x: o8.run(None, {"input": x})[0]), "int8_layers": q["int8_layers"], "float_layers": q["float_layers"]}
+
+
+def timed(engines: dict, seconds: float, block: int = 5) -> dict:
+    """engines: name -> zero-argument run function. Warm-up, then blocks of `block` runs per engine
+    in turn (a pause between, so one engine's spinning threads do not slow the next)."""
+    for f in engines.values():
+        for _ in range(3):
+            f()
+    times = {k: [] for k in engines}
+    end = time.perf_counter() + seconds
+    while time.perf_counter() < end:
+        for k, f in engines.items():
+            time.sleep(0.05)
+            for _ in range(block):
+                t = time.perf_counter()
+                f()
+                times[k].append((time.perf_counter() - t) * 1e3)
+    return {k: {"p50_ms": float(np.median(v)), "p90_ms": float(np.percentile(v, 90)), "runs": len(v)} for k, v in times.items()}
+
+
+def zoo_model(name: str, tmp: Path, seconds: float) -> dict:
+    build, shape = zoo.MODELS[name]
+    src = tmp / f"{name}.onnx"
+    onnx.save(build(), src)
+    dims = [int(d) for d in shape.split(":")[1].split("x")]
+    rng = np.random.default_rng(0)
+    calib = rng.standard_normal((16, *dims[1:])).astype(np.float32)
+    np.savez(tmp / f"{name}_calib.npz", input=calib)
+    arts = {}
+    t = time.perf_counter()
+    kiln.compile(src, tmp / f"{name}_fp32.kiln", input_shapes=[shape])
+    arts["fp32_compile_s"] = time.perf_counter() - t
+    t = time.perf_counter()
+    r8 = kiln.compile(src, tmp / f"{name}_int8.kiln", input_shapes=[shape], quantize="int8", calibration=tmp / f"{name}_calib.npz", calib_samples=12)
+    arts["int8_compile_s"] = time.perf_counter() - t
+    kiln.compile(src, tmp / f"{name}_bf16.kiln", input_shapes=[shape], precision="bf16")
+    ort8 = ort_int8(src, tmp / f"{name}_ort8.onnx", [{"input": calib[i:i + 1]} for i in range(len(calib))])
+    x = rng.standard_normal(dims).astype(np.float32)
+    models = {k: kiln.load(tmp / f"{name}_{k}.kiln", num_threads=2) for k in ("fp32", "int8", "bf16")}
+    sessions = {"ort_fp32": ort_session(src), "ort_int8": ort_session(ort8)}
+    ref = sessions["ort_fp32"].run(None, {"input": x})[0]
+    outs = {k: m.run({"input": x})["output"] for k, m in models.items()} | {k: s.run(None, {"input": x})[0] for k, s in sessions.items()}
+    engines = {f"kiln_{k}": (lambda m=m: m.run({"input": x})) for k, m in models.items()}
+    engines |= {k: (lambda s=s: s.run(None, {"input": x})) for k, s in sessions.items()}
+    t = timed(engines, seconds)
+    q = r8.report["quantization"]
+    return {"model": name, **{k: round(v, 1) for k, v in arts.items()}, "latency": t,
+            "max_abs_diff_vs_ort_fp32": {k: float(np.abs(v - ref).max()) for k, v in outs.items()},
+            "top1_same_as_ort_fp32": {k: bool(v.argmax() == ref.argmax()) for k, v in outs.items()},
+            "int8_layers": len(q["int8_layers"]), "float_layers": q["float_layers"], "int8_accuracy_check": q["accuracy"]["outputs"]}
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--models", default="resnet50")
+    ap.add_argument("--seconds", type=float, default=20.0)
+    ap.add_argument("--out", default="benchmarks/quantize")
+    a = ap.parse_args(argv)
+    tmp = Path(tempfile.mkdtemp(prefix="kiln-quant-"))
+    d = digits(tmp)
+    rows = [zoo_model(m, tmp, a.seconds) for m in a.models.split(",")]
+    lines = [f"Kiln {kiln.__version__}, `-mcpu={kiln.target.Target.parse(None).mcpu}`, 2 threads, batch 1, untuned default schedules.", "",
+             f"## Digits (scikit-learn), small CNN trained by benchmarks/digits_cnn.py, {d['test_samples']} test images", ""]
+    lines += table(["engine", "test accuracy"], [[k, f"{d[k] * 100:.2f}%"] for k in ("numpy_fp32", "kiln_fp32", "kiln_int8", "ort_int8")])
+    lines += ["", f"int8 layers: {', '.join(d['int8_layers'])}; float: " + "; ".join(f"{k} ({v})" for k, v in d["float_layers"].items()), ""]
+    for r in rows:
+        lat = r["latency"]
+        base, ort = lat["kiln_fp32"]["p50_ms"], lat["ort_fp32"]["p50_ms"]
+        lines += [f"## {r['model']} (same input, engines alternating in blocks, medians)", ""]
+        lines += table(["engine", "p50 ms", "p90 ms", "runs", "vs Kiln fp32", "vs onnxruntime fp32", "max abs diff vs ORT fp32", "top-1 = ORT fp32"],
+                       [[k, f"{v['p50_ms']:.2f}", f"{v['p90_ms']:.2f}", v["runs"], f"{v['p50_ms'] / base:.2f}x", f"{v['p50_ms'] / ort:.2f}x",
+                         f"{r['max_abs_diff_vs_ort_fp32'][k.removeprefix('kiln_')]:.3g}", r["top1_same_as_ort_fp32"][k.removeprefix('kiln_')]]
+                        for k, v in lat.items()])
+        lines += ["", f"int8: {r['int8_layers']} layers int8; float: " + "; ".join(f"{k} ({v})" for k, v in r["float_layers"].items()),
+                  f"compile: fp32 {r['fp32_compile_s']} s, int8 {r['int8_compile_s']} s (calibration + accuracy check included)", ""]
+    save(a.out, {"digits": d, "models": rows}, lines)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
