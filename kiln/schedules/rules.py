@@ -219,12 +219,24 @@ def target_has(feature: str) -> bool:
     return t is not None and t.kind.name == "llvm" and feature in set(codegen.llvm_get_cpu_features(t))
 
 
+def _tensorize_vnni(sch: s_tir.Schedule, anchor, reduce_loop, tile_loop, lanes_loop, epilogue: list) -> None:
+    """Shared tail of the int8 rules: zero-init outside the reduction, the register tile unrolled,
+    the 16x4 inner loops replaced by vpdpbusd, the init and epilogue vectorized by 16."""
+    from .intrinsics import VNNI_16x4
+    init = sch.decompose_reduction(anchor, reduce_loop)
+    sch.unroll(tile_loop)
+    sch.tensorize(lanes_loop, VNNI_16x4)
+    for b in (init, *epilogue):
+        inner = sch.get_loops(b)[-1]
+        if extent(sch, inner) == 16:
+            sch.vectorize(inner)
+
+
 def conv2d_int8_vnni(sch: s_tir.Schedule, anchor, lanes: int) -> None:
     """uint8 x int8 NCHWc conv2d (legalize.conv2d_nchwc_int8): each (16 outputs x 4 inputs) step is
     one vpdpbusd; a row of up to 8 output pixels x 16 channels accumulates in registers over all
     input channels and taps, then the epilogue (requantization) runs on the tile. The input
     prologue (zero-point padding, quantization) is computed per output row."""
-    from .intrinsics import VNNI_16x4
     if not target_has("avx512vnni"):
         raise s_tir.ScheduleError("the target has no AVX-512 VNNI")
     if len(sch.get_loops(anchor)) != 10:
@@ -243,13 +255,7 @@ def conv2d_int8_vnni(sch: s_tir.Schedule, anchor, lanes: int) -> None:
     for p in prologue:
         sch.compute_at(p, y, preserve_unit_loops=True)
     sch.parallel(sch.fuse(n, o, y))
-    init = sch.decompose_reduction(anchor, ic)
-    sch.unroll(xi)
-    sch.tensorize(k, VNNI_16x4)
-    for b in (init, cache, *consumers):
-        inner = sch.get_loops(b)[-1]
-        if extent(sch, inner) == 16:
-            sch.vectorize(inner)
+    _tensorize_vnni(sch, anchor, ic, xi, k, [cache, *consumers])
     for p in prologue:
         inner = sch.get_loops(p)[-1]
         if extent(sch, inner) in (4, 8, 16, 32, 64):
@@ -259,7 +265,6 @@ def conv2d_int8_vnni(sch: s_tir.Schedule, anchor, lanes: int) -> None:
 def matmul_int8_vnni(sch: s_tir.Schedule, anchor, lanes: int) -> None:
     """uint8 x int8 matmul by packed weights (legalize.matmul_int8): rows x 16 columns accumulate
     in registers over K, 4 at a time (one vpdpbusd per row); epilogue per tile."""
-    from .intrinsics import VNNI_16x4
     if not target_has("avx512vnni"):
         raise s_tir.ScheduleError("the target has no AVX-512 VNNI")
     inline_all_but(sch, [anchor, *sch.get_producers(anchor)])
@@ -279,10 +284,4 @@ def matmul_int8_vnni(sch: s_tir.Schedule, anchor, lanes: int) -> None:
     for p in prologue:
         sch.compute_at(p, mo, preserve_unit_loops=True)
     sch.parallel(sch.fuse(mo, nb))
-    init = sch.decompose_reduction(anchor, ko)
-    sch.unroll(mi)
-    sch.tensorize(nj, VNNI_16x4)
-    for b in (init, cache, *consumers):
-        inner = sch.get_loops(b)[-1]
-        if extent(sch, inner) == 16:
-            sch.vectorize(inner)
+    _tensorize_vnni(sch, anchor, ko, mi, nj, [cache, *consumers])

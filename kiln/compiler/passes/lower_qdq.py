@@ -13,6 +13,8 @@ import tvm
 from tvm import relax
 from tvm.ir.expr import GenericConst
 
+from ..quantize.rewrite import integer_layer
+
 
 def _const(e) -> np.ndarray | None:
     return e.value.numpy() if isinstance(e, GenericConst) else None
@@ -50,28 +52,13 @@ class _Lower(relax.PyExprMutator):
         axis = 0 if conv else 1
         if sw.size != 1 and int(dw.attrs.axis) % wq.ndim != axis:
             return call
-        bb, op = self.builder_, relax.op
         xq, zp = dx.args[0], int(zx.reshape(-1)[0])
-        if xdt == "int8":
-            xq = bb.emit(op.astype(op.add(op.astype(xq, "int32"), relax.const(np.int32(128))), "uint8"))
+        if xdt == "int8":  # VNNI takes unsigned activations: shift by 128
+            op = relax.op
+            xq = self.builder_.emit(op.astype(op.add(op.astype(xq, "int32"), relax.const(np.int32(128))), "uint8"))
             zp += 128
         sw = np.broadcast_to(sw.reshape(-1).astype(np.float32), (wq.shape[axis],))
-        m = (np.float32(sx.reshape(-1)[0]) * sw).astype(np.float32)
-        if conv:
-            a = call.attrs
-            padding = [int(p) for p in a.padding]
-            if zp and any(padding):
-                xq = bb.emit(op.nn.pad(xq, [0, 0, 0, 0, padding[0], padding[2], padding[1], padding[3]], pad_value=float(zp)))
-                padding = [0, 0, 0, 0]
-            acc = op.nn.conv2d(xq, relax.const(wq), [int(s) for s in a.strides], padding, [int(d) for d in a.dilation], 1,
-                               "NCHW", "OIHW", None, "int32")
-            shape, wsum = (1, -1, 1, 1), wq.astype(np.int64).sum(axis=(1, 2, 3))
-        else:
-            acc = op.matmul(xq, relax.const(wq), "int32")
-            shape, wsum = (-1,), wq.astype(np.int64).sum(axis=0)
-        y = op.multiply(op.astype(bb.emit(acc), "float32"), relax.const(m.reshape(shape)))
-        if zp:
-            y = op.add(bb.emit(y), relax.const((-zp * m * wsum).astype(np.float32).reshape(shape)))
+        y = integer_layer(self.builder_, call, xq, zp, np.float32(sx.reshape(-1)[0]), wq, sw)
         self.lowered += 1
         return y
 

@@ -51,6 +51,31 @@ def quantize_act(x, q: QParams):
     return op.astype(op.clip(r, 0.0, 255.0), "uint8")
 
 
+def integer_layer(bb, call, xq, zp: int, sx, wq: np.ndarray, sw: np.ndarray):
+    """The integer form of a float conv2d (NCHW/OIHW) or matmul `call`, given its input as uint8
+    codes `xq` (zero point zp, scale sx) and int8 weights wq with per-output-channel scales sw:
+      acc = op(pad(xq, zp), wq) in int32;  y = float(acc) * sx*sw - zp * sx*sw * sum(wq)
+    Emits the intermediate bindings into bb and returns y (float32), the value `call` had."""
+    op = relax.op
+    m = (np.float32(sx) * sw).astype(np.float32)
+    if call.op.name == "relax.nn.conv2d":
+        a = call.attrs
+        padding = [int(p) for p in a.padding]
+        if zp and any(padding):  # pad with the zero point: padding stays a real 0
+            xq = bb.emit(op.nn.pad(xq, [0, 0, 0, 0, padding[0], padding[2], padding[1], padding[3]], pad_value=float(zp)))
+            padding = [0, 0, 0, 0]
+        acc = op.nn.conv2d(xq, relax.const(wq), [int(s) for s in a.strides], padding, [int(d) for d in a.dilation], 1,
+                           "NCHW", "OIHW", None, "int32")
+        shape, wsum = (1, -1, 1, 1), wq.astype(np.int64).sum(axis=(1, 2, 3))
+    else:
+        acc = op.matmul(xq, relax.const(wq), "int32")
+        shape, wsum = (-1,), wq.astype(np.int64).sum(axis=0)
+    y = op.multiply(op.astype(bb.emit(acc), "float32"), relax.const(m.reshape(shape)))
+    if zp:
+        y = op.add(bb.emit(y), relax.const((-zp * m * wsum).astype(np.float32).reshape(shape)))
+    return y
+
+
 @relax.expr_functor.mutator
 class QuantizeGraph(LayerMutator):
     """ranges: layer name -> (lo, hi) of its input. Layers without a range or with a reason stay
@@ -65,27 +90,10 @@ class QuantizeGraph(LayerMutator):
         if layer.reason is not None or layer.name not in self.ranges:
             return call
         q = QParams.from_range(*self.ranges[layer.name])
-        bb = self.builder_
         w = weight_array(call).astype(np.float32)
-        xq = bb.emit(quantize_act(call.args[0], q))
-        if layer.op == "conv2d":
-            a = call.attrs
-            wq, sw = quantize_weight(w, 0)
-            padding = [int(p) for p in a.padding]
-            if q.zero_point and any(padding):
-                xq = bb.emit(relax.op.nn.pad(xq, [0, 0, 0, 0, padding[0], padding[2], padding[1], padding[3]], pad_value=float(q.zero_point)))
-                padding = [0, 0, 0, 0]
-            acc = relax.op.nn.conv2d(xq, relax.const(wq), [int(s) for s in a.strides], padding, [int(d) for d in a.dilation],
-                                     1, "NCHW", "OIHW", None, "int32")
-            chan_shape, wsum = (1, -1, 1, 1), wq.astype(np.int64).sum(axis=(1, 2, 3))
-        else:
-            wq, sw = quantize_weight(w, 1)
-            acc = relax.op.matmul(xq, relax.const(wq), "int32")
-            chan_shape, wsum = (-1,), wq.astype(np.int64).sum(axis=0)
-        m = (np.float32(q.scale) * sw).astype(np.float32)
-        y = relax.op.multiply(relax.op.astype(bb.emit(acc), "float32"), relax.const(m.reshape(chan_shape)))
-        if q.zero_point:
-            y = relax.op.add(bb.emit(y), relax.const((-q.zero_point * m * wsum).astype(np.float32).reshape(chan_shape)))
+        xq = self.builder_.emit(quantize_act(call.args[0], q))
+        wq, sw = quantize_weight(w, 0 if layer.op == "conv2d" else 1)
+        y = integer_layer(self.builder_, call, xq, q.zero_point, np.float32(q.scale), wq, sw)
         self.quantized.append(layer.name)
         if self.tap_outputs:
             return self.emit_tap(layer.name, y)
