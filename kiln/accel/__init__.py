@@ -1,0 +1,1 @@
+"""Kiln's accelerator targets. vta/: a simulated VTA-compatible FPGA accelerator."""
