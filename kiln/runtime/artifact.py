@@ -206,6 +206,8 @@ def _schema_problems(m: dict) -> list[str]:
     if not isinstance(m["cpu_features"], list) or not all(isinstance(f, str) for f in m["cpu_features"]):
         out.append("cpu_features is not a list of strings")
     out += _tensor_problems("inputs", m["inputs"]) + _tensor_problems("outputs", m["outputs"]) + _tensor_problems("weights", m["weights"], True)
+    if not isinstance(m.get("entry", "main"), str):
+        out.append("entry is not a function name (string)")
     if m.get("bucket_policy", "pad") not in BUCKET_POLICIES:
         out.append(f"bucket_policy is not {' or '.join(BUCKET_POLICIES)}")
     buckets = m.get("buckets", [])

@@ -90,7 +90,13 @@ class Model:
                 self.buckets.append(bk.Bucket(b["name"], tuple(map(art.TensorSpec.from_json, b["inputs"])),
                                               tuple(map(art.TensorSpec.from_json, b["outputs"]))))
                 vm = VirtualMachine(lib, self._dev)
-                self._fns.append((vm, vm[manifest.get("entry", "main")], [weights[i] for i in b["weights"]]))
+                entry = manifest.get("entry", "main")
+                try:
+                    fn = vm[entry]
+                except Exception:  # a manifest edited to name a function the library lacks
+                    raise art.ArtifactError(f"the library has no entry function {entry!r}", where=str(self.path),
+                                            fix="the manifest does not match the library; recompile the model") from None
+                self._fns.append((vm, fn, [weights[i] for i in b["weights"]]))
         self.inputs, self.outputs = list(self.buckets[0].inputs), list(self.buckets[0].outputs)
         self._lock = threading.Lock()
         self.warmup_ms: list[float] = []

@@ -101,3 +101,12 @@ def test_weights_roundtrip():
     for a, b in zip(arrs, art.unpack_weights(blob, index, "t")):
         np.testing.assert_array_equal(a, b)
         assert a.dtype == b.dtype
+
+
+@pytest.mark.parametrize("entry,msg", [(5, "entry is not a function name"), ("nope", "no entry function 'nope'")])
+def test_bad_entry_is_refused(tmp_path, small_artifact, entry, msg):
+    """Found by the fuzzer: an edited entry name crashed the loader with TVM's ValueError."""
+    p = tmp_path / "e.kiln"
+    rewrite_manifest(small_artifact, p, entry=entry)
+    with pytest.raises(kiln.ArtifactError, match=msg):
+        kiln.load(p)
