@@ -17,9 +17,9 @@ import math
 
 import numpy as np
 
-from . import isa
+from . import isa, runtime
 from .config import VTAConfig
-from .sim import Simulator, Stats
+from .sim import Stats
 
 
 class NotOffloadable(Exception):
@@ -61,34 +61,14 @@ MAX_STEP = 15  # the rounding constant 2^(s-1) must fit the ALU's signed 16-bit 
 
 
 def shift_steps(s: int) -> list[int]:
-    """A right shift by s as ALU steps of at most MAX_STEP bits, each rounding half up."""
+    """A right shift by s as ALU steps of at most MAX_STEP bits, each rounding half up (the
+    runtime's reference does the same steps)."""
     return [MAX_STEP] * (s // MAX_STEP) + ([s % MAX_STEP] if s % MAX_STEP else [])
-
-
-def _rshift_round(x: np.ndarray, s: int) -> np.ndarray:
-    for step in shift_steps(s):
-        x = (x + (1 << (step - 1))) >> step
-    return x
 
 
 def reference(layer: ConvLayer, x: np.ndarray) -> np.ndarray:
     """The layer's exact integer result (int8 NCHW), computed in numpy."""
-    n, c, h, w = layer.in_shape
-    o, _, kh, kw = layer.weight.shape
-    pt, pl, pb, pr = layer.padding
-    sh, sw = layer.stride
-    xp = np.pad(x.astype(np.int64), ((0, 0), (0, 0), (pt, pb), (pl, pr)))
-    _, _, oh, ow = layer.out_shape
-    acc = np.zeros((n, o, oh, ow), np.int64)
-    w64 = layer.weight.astype(np.int64)
-    for a in range(kh):
-        for b in range(kw):
-            acc += np.einsum("nchw,oc->nohw", xp[:, :, a:a + sh * oh:sh, b:b + sw * ow:sw], w64[:, :, a, b])
-    wrap = lambda v: v.astype(np.int64).astype(np.uint32).view(np.int32).astype(np.int64)  # noqa: E731  (int32 hardware)
-    y = wrap(acc + layer.bias.reshape(1, -1, 1, 1))
-    y = wrap(_rshift_round(y, layer.shift1) * layer.mult.reshape(1, -1, 1, 1))
-    y = _rshift_round(y, layer.shift2)
-    return np.clip(y, 0 if layer.relu else -127, 127).astype(np.int8)
+    return runtime.reference(_program_fields(layer, "ref", {}, {}, 0), x)
 
 
 @dataclasses.dataclass
@@ -235,24 +215,20 @@ def _resolve(insns, regions) -> None:
             i.f["dram_base"] = regions[base[0]][0] + base[1]
 
 
-def run(prog: Program, x: np.ndarray, cfg: VTAConfig, sim: Simulator | None = None) -> tuple[np.ndarray, Stats]:
-    """Run the layer on int8 NCHW input x; returns int8 NCHW output and the simulator's stats."""
-    layer, blk = prog.layer, cfg.block
-    n, c, h, w = layer.in_shape
-    _, o, oh, ow = layer.out_shape
-    ib = -(-c // blk)
-    dram = np.zeros(prog.dram_bytes, np.uint8)
-    sim = Simulator(cfg, dram)
-    xp = np.zeros((ib * blk, h, w), np.int8)
-    xp[:c] = x[0]
-    packed = xp.reshape(ib, blk, h, w).transpose(0, 2, 3, 1).reshape(-1, 1, blk)  # NCHW1n16c
-    views = {"inp": sim._dram("inp"), "wgt": sim._dram("wgt"), "bias": sim._dram("acc"), "mult": sim._dram("acc"),
-             "uop": sim._dram("uop"), "out": sim._dram("out")}
-    views["inp"][prog.regions["inp"][0]:prog.regions["inp"][0] + len(packed)] = packed
-    for name in ("wgt", "bias", "mult", "uop"):
-        a = prog.consts[name].reshape(-1, *views[name].shape[1:])
-        views[name][prog.regions[name][0]:prog.regions[name][0] + len(a)] = a
-    st = sim.run(prog.insns)
-    ob = -(-o // blk)
-    out = views["out"][prog.regions["out"][0]:prog.regions["out"][0] + ob * oh * ow].reshape(ob, oh, ow, blk)
-    return out.transpose(0, 3, 1, 2).reshape(ob * blk, oh, ow)[:o][None].copy(), st
+def to_layer_program(prog: Program, name: str, cfg: VTAConfig) -> runtime.LayerProgram:
+    """What the artifact stores for a compiled layer."""
+    arrays = {"stream": np.frombuffer(prog.stream(cfg), np.uint8).copy(), **prog.consts, "weight": prog.layer.weight}
+    return _program_fields(prog.layer, name, prog.regions, arrays, prog.dram_bytes)
+
+
+def _program_fields(layer: ConvLayer, name: str, regions: dict, arrays: dict, dram_bytes: int) -> runtime.LayerProgram:
+    if "weight" not in arrays:
+        arrays = {"weight": layer.weight, "bias": layer.bias.astype(np.int32), "mult": layer.mult.astype(np.int32), **arrays}
+    return runtime.LayerProgram(name, tuple(layer.in_shape), tuple(layer.out_shape), tuple(layer.stride), tuple(layer.padding), layer.relu,
+                                layer.shift1, layer.shift2, dram_bytes, {k: list(v) for k, v in regions.items()}, arrays)
+
+
+def run(prog: Program, x: np.ndarray, cfg: VTAConfig) -> tuple[np.ndarray, Stats]:
+    """Run the layer on int8 NCHW input x: int8 NCHW output and the simulator's stats."""
+    r = runtime.LayerRunner(cfg, to_layer_program(prog, "layer", cfg))
+    return r.run(x), r.stats
