@@ -5,6 +5,8 @@ Accepted forms (the error for a bad string lists them):
   llvm                               same as host
   llvm -mcpu=NAME [-mtriple=T] [-mattr=+a,+b] [-num-cores=N]
   arm64 | aarch64                    preset: llvm -mtriple=aarch64-linux-gnu -mattr=+neon
+  vta-sim [-board=NAME] [-config=NAME] the simulated VTA accelerator (int8 convolutions) with the
+                                     host CPU for everything else (LLVM options apply to the host)
 """
 from __future__ import annotations
 
@@ -14,7 +16,9 @@ import shlex
 from .errors import TargetError
 
 ACCEPTED_FORMS = ("host", "llvm", "llvm -mcpu=NAME [-mtriple=TRIPLE] [-mattr=+f1,+f2] [-num-cores=N]",
-                  "arm64", "aarch64")
+                  "arm64", "aarch64", "vta-sim [-board=pynq|ultra96|zcu104|de10nano|sim] [-config=1x16_i8w8a32_15_15_18_17]")
+ACCELERATORS = ("vta-sim",)
+ACCEL_OPTIONS = ("board", "config")
 PRESETS = {
     "arm64": {"mtriple": "aarch64-linux-gnu", "mattr": ("+neon",)},
     "aarch64": {"mtriple": "aarch64-linux-gnu", "mattr": ("+neon",)},
@@ -37,6 +41,9 @@ class Target:
     mtriple: str | None = None
     mattr: tuple[str, ...] = ()
     num_cores: int | None = None
+    accel: str | None = None  # "vta-sim": offload to the simulated accelerator
+    board: str | None = None
+    accel_config: str | None = None
 
     @staticmethod
     def parse(spec: str | Target | None = None) -> Target:
@@ -49,17 +56,22 @@ class Target:
         except ValueError as e:
             raise _bad(spec, str(e)) from None
         head, rest = words[0], words[1:]
+        allowed = LLVM_OPTIONS
         if head in PRESETS:
             fields = dict(PRESETS[head])
         elif head == "llvm":
             fields = {}
+        elif head in ACCELERATORS:
+            fields, allowed = {"accel": head}, LLVM_OPTIONS + ACCEL_OPTIONS
         else:
             raise _bad(spec, f"unknown target kind {head!r}")
         for w in rest:
             key, eq, val = w.lstrip("-").partition("=")
-            if not w.startswith("-") or not eq or key not in LLVM_OPTIONS or not val:
-                raise _bad(spec, f"bad option {w!r} (options: {', '.join('-' + o + '=' for o in LLVM_OPTIONS)})")
-            if key == "mattr":
+            if not w.startswith("-") or not eq or key not in allowed or not val:
+                raise _bad(spec, f"bad option {w!r} (options: {', '.join('-' + o + '=' for o in allowed)})")
+            if key in ACCEL_OPTIONS:
+                fields["board" if key == "board" else "accel_config"] = val
+            elif key == "mattr":
                 fields["mattr"] = tuple(a for a in val.split(",") if a)
             elif key == "num-cores":
                 if not val.isdigit() or int(val) < 1:
@@ -70,7 +82,18 @@ class Target:
         if "mcpu" not in fields and "mtriple" not in fields:
             host = Target.host()
             fields.setdefault("mcpu", host.mcpu)
+            if fields.get("accel"):
+                fields.setdefault("num_cores", host.num_cores)
+        if fields.get("accel"):
+            from .accel.vta.config import DEFAULT, VTAConfig
+            fields.setdefault("board", "sim")
+            fields.setdefault("accel_config", DEFAULT)
+            VTAConfig.parse(fields["accel_config"], fields["board"])  # a bad board or config fails here, listing the valid ones
         return Target(**fields)
+
+    def vta_config(self):
+        from .accel.vta.config import VTAConfig
+        return VTAConfig.parse(self.accel_config, self.board) if self.accel else None
 
     @staticmethod
     def host() -> Target:
@@ -111,7 +134,7 @@ class Target:
         return [f for f in ISA_FEATURES if f in enabled]
 
     def __str__(self) -> str:
-        parts = [self.kind]
+        parts = [self.accel, f"-board={self.board}", f"-config={self.accel_config}"] if self.accel else [self.kind]
         for k, v in (("mcpu", self.mcpu), ("mtriple", self.mtriple)):
             if v:
                 parts.append(f"-{k}={v}")

@@ -78,6 +78,7 @@ def compile_model(model: str | os.PathLike | onnx.ModelProto, output: str | os.P
     layout, layout_ms = options.layout, None
     weights = _WeightPool()
     buckets, reports, first = [], [], None
+    accel_members: dict = {}
     for i, shapes in enumerate(options.bucket_shapes()):
         t = time.perf_counter()
         imported = import_onnx(model, shapes, where, checked=True)
@@ -85,7 +86,10 @@ def compile_model(model: str | os.PathLike | onnx.ModelProto, output: str | os.P
         check_tensor_sizes(imported.mod, options.max_memory, where)
         if layout == "auto":
             layout, layout_ms = choose_layout(imported.mod, options, where)
-        if options.quantize:
+        if options.target.accel:
+            from ..accel.vta.offload import vta_optimize
+            opt, accel_members, _ = vta_optimize(imported, options, layout, where)
+        elif options.quantize:
             from .quantize.flow import quantize_optimize
             opt, _ = quantize_optimize(imported, options, layout, where)
         else:
@@ -110,6 +114,7 @@ def compile_model(model: str | os.PathLike | onnx.ModelProto, output: str | os.P
     weights_blob, weights_index = art.pack_weights(weights.arrays)
     members = {b["library"]: b.pop("_blob") for b in buckets}
     members[art.WEIGHTS] = weights_blob
+    members.update(accel_members)
     manifest = {
         "kiln_version": __version__,
         "tvm_version": tvm.__version__,
@@ -128,6 +133,7 @@ def compile_model(model: str | os.PathLike | onnx.ModelProto, output: str | os.P
         "import_stats": first.stats,
         "kernels": report["kernels"],
         "quantization": _quant_summary(report.get("quantization")),
+        "accelerator": _accel_summary(options.target, accel_members),
         "created_unix": int(time.time()),
     }
     art.write_artifact(output, manifest, members)
@@ -135,6 +141,14 @@ def compile_model(model: str | os.PathLike | onnx.ModelProto, output: str | os.P
     if report_path is not None:
         atomic_write_text(report_path, json.dumps(report, indent=2))
     return CompileResult(Path(output), manifest, report)
+
+
+def _accel_summary(target, members: dict) -> dict | None:
+    if not target.accel:
+        return None
+    from ..accel.vta import runtime as vta_rt
+    return {"kind": target.accel, "board": target.board, "config": target.accel_config, "members": list(vta_rt.MEMBERS),
+            "digest": vta_rt.digest(members)}
 
 
 def _quant_summary(q: dict | None) -> dict | None:

@@ -54,6 +54,10 @@ class CompileOptions:
                                where="--input-shape / --shape-buckets", fix=f"bucketed inputs take their shapes from {BUCKETS_FLAG} only")
         _check_quantize(quantize, calibration, calib_method, calib_samples, min_agreement, precision, buckets)
         t = Target.parse(target)
+        if t.accel and (quantize != "int8" or buckets or layout == "auto"):
+            raise OptionsError(f"target {t.accel} runs int8 convolutions: it needs --quantize int8 --calibration DATA"
+                               + (" and no shape buckets or --layout auto" if buckets or layout == "auto" else ""), where="--target",
+                               fix=f"kiln compile MODEL --target {t.accel} --quantize int8 --calibration DATA.npz")
         return CompileOptions(t, tuple(sorted(shapes.items())), int(opt_level), tuple(dict.fromkeys(disabled_passes)), layout,
                               resolve_tuning_db(tuning_db, t), tuple(tuple(sorted(b.items())) for b in buckets), bucket_policy,
                               parse_size(max_memory), quantize, str(calibration) if calibration is not None else None, calib_method,

@@ -39,12 +39,15 @@ def _configure_threads(tvm, n: int) -> None:
 
 
 def load(path: str | os.PathLike, num_threads: int | None = None, warmup: bool = False, bucket_policy: str | None = None,
-         trusted_keys=None) -> Model:
+         trusted_keys=None, accelerator: str = "sim") -> Model:
     """Load an artifact. warmup=True runs every shape bucket once on zeros before returning, so the
     first real request is not slow. bucket_policy overrides the artifact's (pad | error).
     trusted_keys (Ed25519 public keys: PEM paths or bytes): refuse the artifact unless one of them
-    signed it (`kiln sign`); checked before any of its code is loaded."""
-    return Model(path, num_threads=num_threads, warmup=warmup, bucket_policy=bucket_policy, trusted_keys=trusted_keys)
+    signed it (`kiln sign`); checked before any of its code is loaded. accelerator: for artifacts
+    with offloaded layers, "sim" (the simulated accelerator) or "reference" (the same integer
+    arithmetic in numpy)."""
+    return Model(path, num_threads=num_threads, warmup=warmup, bucket_policy=bucket_policy, trusted_keys=trusted_keys,
+                 accelerator=accelerator)
 
 
 class Model:
@@ -53,7 +56,7 @@ class Model:
     kiln.runtime.buckets); `inputs`/`outputs` are the first (smallest) bucket's."""
 
     def __init__(self, path: str | os.PathLike, num_threads: int | None = None, warmup: bool = False,
-                 bucket_policy: str | None = None, trusted_keys=None):
+                 bucket_policy: str | None = None, trusted_keys=None, accelerator: str = "sim"):
         self.path = Path(path)
         where = str(path)
         if num_threads is not None and (not isinstance(num_threads, int) or num_threads < 1):
@@ -81,6 +84,7 @@ class Model:
         self._tvm = tvm
         self._dev = tvm.cpu()
         weights = [tvm.runtime.tensor(w, self._dev) for w in art.unpack_weights(members[art.WEIGHTS], manifest["weights"], where)]
+        self.accelerator = _register_accelerator(manifest, members, accelerator, where)  # before any VM exists
         self.buckets, self._fns = [], []
         with tempfile.TemporaryDirectory(prefix="kiln-load-") as tmp:
             for b in _bucket_entries(manifest, where):
@@ -166,6 +170,25 @@ class Model:
                 raise art.ArtifactError(f"the model's code rejected bucket {self.buckets[i].name!r}: {type(e).__name__}: "
                                         f"{msg[-1] if msg else ''}", where=str(self.path),
                                         fix="the artifact is inconsistent (its manifest does not match its library); recompile it") from None
+
+
+def _register_accelerator(manifest: dict, members: dict, backend: str, where: str):
+    """For an artifact with offloaded layers: register their packed functions; returns the layer
+    runners (their simulator stats), or None."""
+    acc = manifest.get("accelerator")
+    if not acc:
+        return None
+    from ..accel.vta import runtime as vta_rt
+    if backend not in vta_rt.BACKENDS:
+        raise OptionsError(f"accelerator backend {backend!r} is not valid", where="accelerator", fix=f"use one of {', '.join(vta_rt.BACKENDS)}")
+    if not isinstance(acc, dict) or acc.get("kind") != "vta-sim" or any(m not in members for m in vta_rt.MEMBERS):
+        raise art.ArtifactError(f"the manifest names accelerator {acc!r} but its programs are missing or unknown", where=where,
+                                fix="recompile the model")
+    try:
+        _, runners = vta_rt.register({m: members[m] for m in vta_rt.MEMBERS}, backend)
+    except Exception as e:  # malformed programs: a bad stream, config or array
+        raise art.ArtifactError(f"the accelerator programs are malformed: {type(e).__name__}: {e}", where=where, fix="recompile the model") from None
+    return runners
 
 
 def _bucket_entries(manifest: dict, where: str) -> list[dict]:

@@ -143,6 +143,7 @@ def compile_conv(layer: ConvLayer, cfg: VTAConfig) -> Program:
     uops_all: list[isa.Uop] = []
     insns: list[isa.Insn] = []
     tiles = [(c0, r0) for c0 in range(0, ob, t.tco) for r0 in range(0, oh, t.th)]
+    wgt_held = {0: None, 1: None}  # which output-channel tile each half of the weight buffer holds
     for k, (c0, r0) in enumerate(tiles):
         hb = k % 2
         tco, th = min(t.tco, ob - c0), min(t.th, oh - r0)
@@ -164,13 +165,18 @@ def compile_conv(layer: ConvLayer, cfg: VTAConfig) -> Program:
         uops_all += kernel
         ubase = hb * (cfg.uop_depth // 2)
         at = {"bias": ubase + len(gemm), "mult": ubase + len(gemm) + tco, "imm": ubase + len(gemm) + 2 * tco}
-        # --- load module: input rows of every input-channel block, then this tile's weights
-        for i in range(ib):
-            insns.append(isa.make(isa.LOAD, memory_type=isa.MEM_INP, sram_base=inp_base + i * rows * t.x_total,
-                                  dram_base=("inp", (i * h + max(y0, 0)) * w), y_size=rows - top - bottom, x_size=w, x_stride=w,
-                                  y_pad_0=top, y_pad_1=bottom, x_pad_0=pl, x_pad_1=pr, pop_next_dep=int(i == 0 and k >= 2)))
-        insns.append(isa.make(isa.LOAD, memory_type=isa.MEM_WGT, sram_base=wgt_base, dram_base=("wgt", c0 * ib * kh * kw), y_size=1,
-                              x_size=tco * ib * kh * kw, x_stride=tco * ib * kh * kw, push_next_dep=1))
+        # --- load module: input rows of every input-channel block, then this tile's weights unless this
+        # buffer half still holds them (tile k-2 had the same output channels): weights load once per channel tile
+        loads = [isa.make(isa.LOAD, memory_type=isa.MEM_INP, sram_base=inp_base + i * rows * t.x_total,
+                          dram_base=("inp", (i * h + max(y0, 0)) * w), y_size=rows - top - bottom, x_size=w, x_stride=w,
+                          y_pad_0=top, y_pad_1=bottom, x_pad_0=pl, x_pad_1=pr) for i in range(ib)]
+        if wgt_held[hb] != c0:
+            loads.append(isa.make(isa.LOAD, memory_type=isa.MEM_WGT, sram_base=wgt_base, dram_base=("wgt", c0 * ib * kh * kw), y_size=1,
+                                  x_size=tco * ib * kh * kw, x_stride=tco * ib * kh * kw))
+            wgt_held[hb] = c0
+        loads[0].f["pop_next_dep"] = int(k >= 2)
+        loads[-1].f["push_next_dep"] = 1
+        insns += loads
         # --- compute module: micro-ops, bias and multipliers, GEMM, requantization on the ALU
         insns.append(isa.make(isa.LOAD, memory_type=isa.MEM_UOP, sram_base=ubase, dram_base=("uop", uop_gemm_at), y_size=1,
                               x_size=len(kernel), x_stride=len(kernel), pop_next_dep=int(k >= 2)))

@@ -113,13 +113,13 @@ class LayerMutator(relax.PyExprMutator):
         (original outputs, (tap, ...))."""
         main = self.visit_expr(mod["main"])
         if self.taps:
-            main = _with_taps(main, [v for _, v in self.taps])
+            main = with_taps(main, [v for _, v in self.taps])
         out = tvm.IRModule(dict(mod.functions), attrs=mod.attrs)
         out["main"] = main
         return relax.transform.Normalize()(out)
 
 
-def _with_taps(func: relax.Function, taps: list) -> relax.Function:
+def with_taps(func: relax.Function, taps: list) -> relax.Function:
     body = func.body
     new_body = relax.SeqExpr(body.blocks, relax.Tuple([body.body, relax.Tuple(taps)]))
     ret = relax.TupleType([body.body.ty, relax.TupleType([v.ty for v in taps])])

@@ -1,0 +1,233 @@
+"""Partition a float model between the simulated accelerator and the CPU (compile side).
+
+Chains conv2d [+ per-channel bias add] [+ ReLU] (each intermediate used once) become one
+accelerator layer: the CPU quantizes the input to int8 (symmetric, calibrated scale), the
+accelerator runs conv + bias + requantization (+ ReLU) and writes int8, the CPU dequantizes.
+Everything else (the first conv, pooling, residual adds, the classifier) stays on the CPU, and
+the report says why for each conv that is not offloaded. Each layer's program (tiling,
+instruction stream, micro-ops, packed weights) is generated here, at compile time, and stored in
+the artifact; the model calls it through a packed function the runtime registers."""
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import tvm
+from tvm import relax
+from tvm.ir.expr import GenericConst
+
+from ...compiler.quantize.layers import _onnx_names
+from ...compiler.quantize.rewrite import quantize_weight
+from . import conv, runtime
+from .config import VTAConfig
+
+
+@dataclasses.dataclass
+class Chain:
+    name: str
+    conv: relax.Call
+    x: relax.Var
+    bias: np.ndarray | None
+    relu: bool
+    end: relax.Expr  # the value whose binding the accelerator layer replaces
+    reason: str | None = None
+
+
+def _uses(func) -> dict:
+    count: dict = {}
+
+    def visit(e):
+        if isinstance(e, relax.Var):
+            count[e] = count.get(e, 0) + 1
+    relax.analysis.post_order_visit(func.body, visit)
+    return count
+
+
+def _bindings(func):
+    for block in func.body.blocks:
+        yield from block.bindings
+
+
+def _op(e) -> str | None:
+    return e.op.name if isinstance(e, relax.Call) and isinstance(e.op, tvm.ir.Op) else None
+
+
+def find_chains(func, onnx_model, cfg: VTAConfig) -> list[Chain]:
+    """Every conv2d in graph order, each with the chain it heads and, if it cannot be offloaded, why."""
+    uses = _uses(func)
+    users: dict = {}
+    for b in _bindings(func):
+        if isinstance(b.value, relax.Call):
+            for a in b.value.args:
+                if isinstance(a, relax.Var):
+                    users.setdefault(a, []).append(b)
+    names = _onnx_names(onnx_model)["Conv"]
+    params = set(func.params)
+    chains = []
+    for b in _bindings(func):
+        if _op(b.value) != "relax.nn.conv2d":
+            continue
+        c = b.value
+        k = len(chains)
+        name = names[k] if k < len(names) else f"conv2d_{k}"
+        end, var, bias, relu = c, b.var, None, False
+        nxt = users.get(var, [])
+        if uses.get(var, 0) == 1 and len(nxt) == 1 and _op(nxt[0].value) == "relax.add" and isinstance(nxt[0].value.args[1], GenericConst):
+            bv = nxt[0].value.args[1].value.numpy()
+            if bv.size == int(c.ty.shape.values[1]) and bv.size == bv.shape[-3 if bv.ndim >= 3 else 0]:
+                end, var, bias = nxt[0].value, nxt[0].var, bv.reshape(-1)
+                nxt = users.get(var, [])
+        if uses.get(var, 0) == 1 and len(nxt) == 1 and _op(nxt[0].value) == "relax.nn.relu":
+            end, relu = nxt[0].value, True
+        chain = Chain(name, c, c.args[0], bias, relu, end)
+        a = c.attrs
+        if c.args[0] in params or str(c.args[0].ty.dtype) != "float32" or int(c.args[0].ty.shape.values[1]) < cfg.block:
+            chain.reason = "the first conv (its few input channels fill a 16-channel block poorly; it stays on the CPU, as in VTA's flow)"
+        elif not isinstance(c.args[1], GenericConst):
+            chain.reason = "weight is not a constant"
+        elif int(a.groups) != 1:
+            chain.reason = "grouped/depthwise conv: the GEMM core has no depthwise mode"
+        elif a.data_layout != "NCHW" or a.kernel_layout != "OIHW" or any(int(d) != 1 for d in a.dilation):
+            chain.reason = "dilated conv or non-NCHW layout"
+        chains.append(chain)
+    return chains
+
+
+def make_layers(chains: list[Chain], ranges: dict, cfg: VTAConfig) -> list[tuple[Chain, runtime.LayerProgram, dict]]:
+    """Quantize each offloadable chain (symmetric int8 input/output at the calibrated scales,
+    per-channel weights) and compile its program; a chain whose tiling does not fit gets a reason."""
+    out = []
+    for ch in chains:
+        if ch.reason is not None:
+            continue
+        c = ch.conv
+        w = c.args[1].value.numpy().astype(np.float32)
+        lo, hi = ranges[ch.name]
+        sx = max(abs(lo), abs(hi), 1e-12) / 127.0
+        ylo, yhi = ranges[ch.name + ":out"]
+        sy = max(yhi if ch.relu else max(abs(ylo), abs(yhi)), 1e-12) / 127.0
+        wq, sw = quantize_weight(w, 0)
+        bias = ch.bias if ch.bias is not None else np.zeros(w.shape[0], np.float32)
+        bq = np.round(bias / (sx * sw)).astype(np.int64)
+        bound = float(np.max(np.abs(wq.astype(np.int64)).reshape(w.shape[0], -1).sum(1) * 127 + np.abs(bq)))
+        if bound >= 2**31:
+            ch.reason = "accumulator range exceeds 32 bits"
+            continue
+        m, s1, s2 = conv.requant_params((sx * sw / sy).astype(np.float64), bound)
+        a = c.attrs
+        layer = conv.ConvLayer(wq, bq.astype(np.int32), m, s1, s2, ch.relu, tuple(int(v) for v in c.args[0].ty.shape.values),
+                               tuple(int(s) for s in a.strides), tuple(int(p) for p in a.padding))
+        try:
+            prog = conv.compile_conv(layer, cfg)
+        except conv.NotOffloadable as e:
+            ch.reason = str(e)
+            continue
+        out.append((ch, conv.to_layer_program(prog, ch.name, cfg), {"sx": sx, "sy": sy, "tiling": dataclasses.asdict(prog.tiling),
+                                                                   "macs": int(np.prod(layer.out_shape)) * int(np.prod(w.shape[1:]))}))
+    return out
+
+
+@relax.expr_functor.mutator
+class _Rewrite(relax.PyExprMutator):
+    """mode "taps": each chain's input and output become extra outputs (calibration).
+    mode "offload": each compiled chain becomes quantize -> accelerator call -> dequantize."""
+
+    def __init__(self, mod, chains: list[Chain], mode: str, compiled: dict | None = None, uid: str = ""):
+        super().__init__(mod)
+        self.by_end = {ch.end: ch for ch in chains if ch.reason is None}
+        self.mode, self.compiled, self.uid = mode, compiled or {}, uid
+        self.taps: list = []
+
+    def visit_call_(self, call):
+        ch = self.by_end.get(call)
+        new = super().visit_call_(call)
+        if ch is None:
+            return new
+        x = self.visit_expr(ch.x)
+        if self.mode == "taps":
+            self.taps.append((ch.name, self.builder_.emit_output(x)))
+            v = self.builder_.emit_output(new)
+            self.taps.append((ch.name + ":out", v))
+            return v
+        if ch.name not in self.compiled:
+            return new
+        index, prog, info = self.compiled[ch.name]
+        op = relax.op
+        xq = self.builder_.emit(op.astype(op.clip(op.round(op.multiply(x, relax.const(np.float32(1.0 / info["sx"])))), -127.0, 127.0), "int8"))
+        yq = self.builder_.emit(relax.call_dps_packed(runtime.func_name(self.uid, index), [xq],
+                                                     relax.TensorType(list(prog.out_shape), "int8")))
+        return op.multiply(op.astype(yq, "float32"), relax.const(np.float32(info["sy"])))
+
+    def run(self, mod):
+        from ...compiler.quantize.layers import with_taps
+        main = self.visit_expr(mod["main"])
+        if self.taps:
+            main = with_taps(main, [v for _, v in self.taps])
+        out = tvm.IRModule(dict(mod.functions), attrs=mod.attrs)
+        out["main"] = main
+        return relax.transform.Normalize()(out)
+
+
+def tapped(mod, chains):
+    r = _Rewrite(mod, chains, "taps")
+    return r.run(mod), [n for n, _ in r.taps]
+
+
+def offloaded(mod, chains, layers, uid: str):
+    compiled = {ch.name: (i, prog, info) for i, (ch, prog, info) in enumerate(layers)}
+    return _Rewrite(mod, chains, "offload", compiled, uid).run(mod)
+
+
+def vta_optimize(imported, options, layout: str, where: str):
+    """(Optimized module, artifact members, the report's `vta` section)."""
+    import time
+
+    from ...compiler.optimize import optimize
+    from ...compiler.quantize.calibration import RangeCollector, load_calibration
+    from ...compiler.quantize.flow import _build_tapped, _merge_reports
+    from ...errors import tvm_errors
+    t0 = time.perf_counter()
+    cfg = options.target.vta_config()
+    pre = optimize(imported.mod, options, layout=layout, where=where, part="pre")
+    chains = find_chains(pre.mod["main"], imported.onnx_model, cfg)
+    calib, _ = load_calibration(options.calibration, imported.inputs).split(options.calib_samples)
+    mod, names = tapped(pre.mod, chains)
+    collector = RangeCollector(options.calib_method)
+    if names:
+        model = _build_tapped(mod, names, imported, options, layout, where)
+        with tvm_errors("Running the model for calibration", where):
+            passes = [collector.observe] + ([collector.observe_histogram] if collector.needs_histogram else [])
+            for observe in passes:
+                for i in range(len(calib)):
+                    for name, a in model.run(calib.feed(i))[1].items():
+                        observe(name, a)
+    layers = make_layers(chains, collector.ranges(), cfg)
+    members = runtime.pack(cfg, [prog for _, prog, _ in layers])
+    uid = runtime.digest(members)
+    opt = optimize(offloaded(pre.mod, chains, layers, uid), options, layout=layout, where=where, part="post")
+    _merge_reports(pre.report, opt.report)
+    report = simulate_report(cfg, layers, chains)
+    report["seconds"] = {"partition_calibrate_program": round(time.perf_counter() - t0, 3)}
+    opt.report["vta"] = report
+    return opt, members, report
+
+
+def simulate_report(cfg: VTAConfig, layers, chains) -> dict:
+    """Simulated cycles per offloaded layer (the timing model does not depend on the data: one run
+    on zeros), totals, achieved GOPS at the board's clock and utilization of the MAC array."""
+    per, total, gemm, macs = [], 0, 0, 0
+    for ch, prog, info in layers:
+        r = runtime.LayerRunner(cfg, prog)
+        r.run(np.zeros(prog.in_shape, np.int8))
+        st = r.stats
+        per.append({"layer": ch.name, "cycles": st.cycles, "gemm_cycles": st.gemm_cycles, "macs": info["macs"],
+                    "utilization": round(info["macs"] / max(st.cycles * cfg.macs_per_cycle, 1), 4), "tiling": info["tiling"],
+                    "insns": st.insns, "busy": st.busy, "stall": st.stall,
+                    "dram_bytes": {"load": st.load_bytes, "store": st.store_bytes}})
+        total, gemm, macs = total + st.cycles, gemm + st.gemm_cycles, macs + info["macs"]
+    seconds = total / (cfg.clock_mhz * 1e6)
+    return {"config": cfg.to_json(), "offloaded": [ch.name for ch, _, _ in layers],
+            "not_offloaded": {ch.name: ch.reason for ch in chains if ch.reason is not None},
+            "sim_cycles_total": total, "sim_gemm_cycles": gemm, "macs_offloaded": macs,
+            "sim_seconds_at_clock": round(seconds, 6), "gops": round(2 * macs / seconds / 1e9, 3) if seconds else 0.0,
+            "utilization": round(macs / max(total * cfg.macs_per_cycle, 1), 4), "layers": per}
