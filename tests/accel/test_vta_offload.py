@@ -30,9 +30,11 @@ def vta_model(tmp_path_factory):
 def test_report_and_manifest(vta_model):
     _, tmp = vta_model
     v = json.loads((tmp / "r.json").read_text())["vta"]
-    convs = [n.name for n in onnx.load(tmp / "r18.onnx").graph.node if n.op_type == "Conv"]
-    assert v["offloaded"] == convs[1:] and list(v["not_offloaded"]) == [convs[0]]  # every conv but the first
-    assert "first conv" in v["not_offloaded"][convs[0]]
+    nodes = onnx.load(tmp / "r18.onnx").graph.node
+    convs = [n.name for n in nodes if n.op_type == "Conv"]
+    fc = [n.name for n in nodes if n.op_type == "Gemm"]
+    assert v["offloaded"] == convs[1:] and list(v["not_offloaded"]) == [convs[0], *fc]  # every conv but the first
+    assert "first conv" in v["not_offloaded"][convs[0]] and "logits" in v["not_offloaded"][fc[0]]
     assert v["sim_cycles_total"] > v["sim_gemm_cycles"] > 0 and 0 < v["utilization"] <= 1 and v["gops"] > 0
     assert v["config"]["board"] == "ultra96" and v["config"]["clock_mhz"] == 333.0
     macs = sum(l["macs"] for l in v["layers"])
@@ -66,3 +68,28 @@ def test_bad_accelerator_backend(vta_model):
     _, tmp = vta_model
     with pytest.raises(OptionsError, match="reference"):
         kiln.load(tmp / "r18.kiln", accelerator="fpga")
+
+
+def test_dense_layer_offloaded(tmp_path):
+    """A hidden dense layer (matmul + bias + ReLU) runs on the accelerator as a 1x1 conv."""
+    from helpers import make_model
+    from onnx import helper
+    rng = np.random.default_rng(3)
+    inits = {"w1": (rng.standard_normal((32, 16, 3, 3)) * 0.1).astype(np.float32), "b1": np.zeros(32, np.float32),
+             "w0": (rng.standard_normal((16, 3, 3, 3)) * 0.3).astype(np.float32),
+             "fw": (rng.standard_normal((32 * 8 * 8, 40)) * 0.05).astype(np.float32), "fb": (rng.standard_normal(40) * 0.1).astype(np.float32),
+             "ow": (rng.standard_normal((40, 10)) * 0.3).astype(np.float32)}
+    nodes = [helper.make_node("Conv", ["input", "w0"], ["c0"], pads=[1] * 4, name="conv0"), helper.make_node("Relu", ["c0"], ["r0"]),
+             helper.make_node("Conv", ["r0", "w1", "b1"], ["c1"], pads=[1] * 4, name="conv1"), helper.make_node("Relu", ["c1"], ["r1"]),
+             helper.make_node("Flatten", ["r1"], ["f"]), helper.make_node("Gemm", ["f", "fw", "fb"], ["h"], name="fc1"),
+             helper.make_node("Relu", ["h"], ["hr"]), helper.make_node("MatMul", ["hr", "ow"], ["output"], name="fc2")]
+    x = rng.standard_normal((1, 3, 8, 8)).astype(np.float32)
+    model = make_model(nodes, {"input": x}, ["output"], inits)
+    np.savez(tmp_path / "c.npz", input=rng.standard_normal((6, 3, 8, 8)).astype(np.float32))
+    r = kiln.compile(model, tmp_path / "m.kiln", target="vta-sim", quantize="int8", calibration=tmp_path / "c.npz")
+    v = r.report["vta"]
+    assert v["offloaded"] == ["conv1", "fc1"] and set(v["not_offloaded"]) == {"conv0", "fc2"}
+    out = kiln.load(tmp_path / "m.kiln").run({"input": x})["output"]
+    np.testing.assert_array_equal(out, kiln.load(tmp_path / "m.kiln", accelerator="reference").run({"input": x})["output"])
+    f = ort_run(model, {"input": x})[0]
+    assert float((out * f).sum() / np.linalg.norm(out) / np.linalg.norm(f)) > 0.99

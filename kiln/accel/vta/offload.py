@@ -1,7 +1,8 @@
 """Partition a float model between the simulated accelerator and the CPU (compile side).
 
-Chains conv2d [+ per-channel bias add] [+ ReLU] (each intermediate used once) become one
-accelerator layer: the CPU quantizes the input to int8 (symmetric, calibrated scale), the
+Chains conv2d [+ per-channel bias add] [+ ReLU] and dense (matmul by a constant) + bias + ReLU,
+each intermediate used once, become one accelerator layer (a dense layer runs as a 1x1 conv on a
+1x1 image): the CPU quantizes the input to int8 (symmetric, calibrated scale), the
 accelerator runs conv + bias + requantization (+ ReLU) and writes int8, the CPU dequantizes.
 Everything else (the first conv, pooling, residual adds, the classifier) stays on the CPU, and
 the report says why for each conv that is not offloaded. Each layer's program (tiling,
@@ -25,12 +26,16 @@ from .config import VTAConfig
 @dataclasses.dataclass
 class Chain:
     name: str
-    conv: relax.Call
+    conv: relax.Call  # the conv2d, or the matmul of a dense layer (run as a 1x1 conv on a 1x1 image)
     x: relax.Var
     bias: np.ndarray | None
     relu: bool
     end: relax.Expr  # the value whose binding the accelerator layer replaces
     reason: str | None = None
+
+    @property
+    def dense(self) -> bool:
+        return self.conv.op.name == "relax.matmul"
 
 
 def _uses(func) -> dict:
@@ -61,36 +66,56 @@ def find_chains(func, onnx_model, cfg: VTAConfig) -> list[Chain]:
             for a in b.value.args:
                 if isinstance(a, relax.Var):
                     users.setdefault(a, []).append(b)
-    names = _onnx_names(onnx_model)["Conv"]
+    onnx_names = _onnx_names(onnx_model)
     params = set(func.params)
-    chains = []
+    chains, seen = [], {"Conv": 0, "MatMul": 0}
     for b in _bindings(func):
-        if _op(b.value) != "relax.nn.conv2d":
-            continue
+        op = _op(b.value)
         c = b.value
-        k = len(chains)
-        name = names[k] if k < len(names) else f"conv2d_{k}"
+        if op == "relax.matmul" and not (isinstance(c.args[1], GenericConst) and c.args[1].value.numpy().ndim == 2):
+            continue  # activation x activation: not a layer
+        if op not in ("relax.nn.conv2d", "relax.matmul"):
+            continue
+        kind = "Conv" if op == "relax.nn.conv2d" else "MatMul"
+        k = seen[kind]
+        seen[kind] += 1
+        name = onnx_names[kind][k] if k < len(onnx_names[kind]) else f"{kind.lower()}_{k}"
+        channels = int(c.ty.shape.values[1 if kind == "Conv" else -1])
         end, var, bias, relu = c, b.var, None, False
         nxt = users.get(var, [])
         if uses.get(var, 0) == 1 and len(nxt) == 1 and _op(nxt[0].value) == "relax.add" and isinstance(nxt[0].value.args[1], GenericConst):
             bv = nxt[0].value.args[1].value.numpy()
-            if bv.size == int(c.ty.shape.values[1]) and bv.size == bv.shape[-3 if bv.ndim >= 3 else 0]:
+            if bv.size == channels and (kind == "MatMul" or bv.size == bv.shape[-3 if bv.ndim >= 3 else 0]):
                 end, var, bias = nxt[0].value, nxt[0].var, bv.reshape(-1)
                 nxt = users.get(var, [])
         if uses.get(var, 0) == 1 and len(nxt) == 1 and _op(nxt[0].value) == "relax.nn.relu":
             end, relu = nxt[0].value, True
         chain = Chain(name, c, c.args[0], bias, relu, end)
-        a = c.attrs
-        if c.args[0] in params or str(c.args[0].ty.dtype) != "float32" or int(c.args[0].ty.shape.values[1]) < cfg.block:
-            chain.reason = "the first conv (its few input channels fill a 16-channel block poorly; it stays on the CPU, as in VTA's flow)"
-        elif not isinstance(c.args[1], GenericConst):
-            chain.reason = "weight is not a constant"
-        elif int(a.groups) != 1:
-            chain.reason = "grouped/depthwise conv: the GEMM core has no depthwise mode"
-        elif a.data_layout != "NCHW" or a.kernel_layout != "OIHW" or any(int(d) != 1 for d in a.dilation):
-            chain.reason = "dilated conv or non-NCHW layout"
+        chain.reason = _why_cpu(chain, params, cfg)
         chains.append(chain)
     return chains
+
+
+def _why_cpu(ch: Chain, params, cfg: VTAConfig) -> str | None:
+    c, x = ch.conv, ch.conv.args[0]
+    if str(x.ty.dtype) != "float32":
+        return f"input is {x.ty.dtype}"
+    if ch.dense:
+        if len(x.ty.shape.values) != 2 or int(x.ty.shape.values[0]) != 1:
+            return "dense layer on a batch other than 1 or a 3-D input"
+        if not ch.relu:
+            return "dense layer without an activation (the logits): kept on the CPU in float, as VTA's flow skips dense layers"
+        return None
+    if x in params or int(x.ty.shape.values[1]) < cfg.block:
+        return "the first conv (its few input channels fill a 16-channel block poorly; it stays on the CPU, as in VTA's flow)"
+    a = c.attrs
+    if not isinstance(c.args[1], GenericConst):
+        return "weight is not a constant"
+    if int(a.groups) != 1:
+        return "grouped/depthwise conv: the GEMM core has no depthwise mode"
+    if a.data_layout != "NCHW" or a.kernel_layout != "OIHW" or any(int(d) != 1 for d in a.dilation):
+        return "dilated conv or non-NCHW layout"
+    return None
 
 
 def make_layers(chains: list[Chain], ranges: dict, cfg: VTAConfig) -> list[tuple[Chain, runtime.LayerProgram, dict]]:
@@ -102,6 +127,8 @@ def make_layers(chains: list[Chain], ranges: dict, cfg: VTAConfig) -> list[tuple
             continue
         c = ch.conv
         w = c.args[1].value.numpy().astype(np.float32)
+        if ch.dense:  # [K, N] -> a 1x1 conv's [N, K, 1, 1] on a [1, K, 1, 1] input
+            w = np.ascontiguousarray(w.T)[:, :, None, None]
         lo, hi = ranges[ch.name]
         sx = max(abs(lo), abs(hi), 1e-12) / 127.0
         ylo, yhi = ranges[ch.name + ":out"]
@@ -114,9 +141,13 @@ def make_layers(chains: list[Chain], ranges: dict, cfg: VTAConfig) -> list[tuple
             ch.reason = "accumulator range exceeds 32 bits"
             continue
         m, s1, s2 = conv.requant_params((sx * sw / sy).astype(np.float64), bound)
-        a = c.attrs
-        layer = conv.ConvLayer(wq, bq.astype(np.int32), m, s1, s2, ch.relu, tuple(int(v) for v in c.args[0].ty.shape.values),
-                               tuple(int(s) for s in a.strides), tuple(int(p) for p in a.padding))
+        in_shape = tuple(int(v) for v in c.args[0].ty.shape.values)
+        if ch.dense:
+            layer = conv.ConvLayer(wq, bq.astype(np.int32), m, s1, s2, ch.relu, (1, in_shape[1], 1, 1))
+        else:
+            a = c.attrs
+            layer = conv.ConvLayer(wq, bq.astype(np.int32), m, s1, s2, ch.relu, in_shape,
+                                   tuple(int(s) for s in a.strides), tuple(int(p) for p in a.padding))
         try:
             prog = conv.compile_conv(layer, cfg)
         except conv.NotOffloadable as e:
@@ -154,8 +185,12 @@ class _Rewrite(relax.PyExprMutator):
         index, prog, info = self.compiled[ch.name]
         op = relax.op
         xq = self.builder_.emit(op.astype(op.clip(op.round(op.multiply(x, relax.const(np.float32(1.0 / info["sx"])))), -127.0, 127.0), "int8"))
+        if ch.dense:
+            xq = self.builder_.emit(op.reshape(xq, list(prog.in_shape)))
         yq = self.builder_.emit(relax.call_dps_packed(runtime.func_name(self.uid, index), [xq],
                                                      relax.TensorType(list(prog.out_shape), "int8")))
+        if ch.dense:
+            yq = self.builder_.emit(op.reshape(yq, [1, prog.out_shape[1]]))
         return op.multiply(op.astype(yq, "float32"), relax.const(np.float32(info["sy"])))
 
     def run(self, mod):
