@@ -12,8 +12,9 @@ from .runtime.hostinfo import raise_thread_pool_cap  # noqa: E402
 
 raise_thread_pool_cap()  # before anything starts TVM's thread pool
 
-from .errors import (ArtifactError, CompileError, IncompatibleArtifactError, InputError, KilnError,  # noqa: E402
-                     ModelLoadError, OptionsError, ResourceError, ShapeError, TargetError, UnsupportedModelError)
+from .errors import (AcceleratorError, AccuracyError, ArtifactError, CompileError,  # noqa: E402
+                     IncompatibleArtifactError, InputError, KilnError, ModelLoadError, OptionsError, ResourceError,
+                     ShapeError, TargetError, UnsupportedModelError)
 from .runtime import load  # noqa: E402
 
 
@@ -23,5 +24,5 @@ def compile(model, output, **kwargs):  # noqa: A001 - mirrors the CLI verb
     return compile_model(model, output, **kwargs)
 
 
-__all__ = ["compile", "load", "KilnError", "ArtifactError", "CompileError", "IncompatibleArtifactError", "InputError",
+__all__ = ["compile", "load", "KilnError", "AcceleratorError", "AccuracyError", "ArtifactError", "CompileError", "IncompatibleArtifactError", "InputError",
            "ModelLoadError", "OptionsError", "ResourceError", "ShapeError", "TargetError", "UnsupportedModelError", "__version__"]

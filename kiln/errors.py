@@ -56,6 +56,14 @@ class ResourceError(KilnError):
     """A model needs more memory than allowed (--max-memory, or the host's RAM for one tensor)."""
 
 
+class AccuracyError(KilnError):
+    """A quantized model missed --min-agreement against its float original."""
+
+
+class AcceleratorError(KilnError):
+    """The accelerator (simulator) rejected an instruction stream: bad address, deadlock, ..."""
+
+
 class CompileError(KilnError):
     """TVM failed while compiling a model Kiln accepted; carries TVM's message."""
 

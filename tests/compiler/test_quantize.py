@@ -12,7 +12,7 @@ from helpers import make_model, ort_run, rand
 from onnx import TensorProto, helper
 
 import kiln
-from kiln.errors import KilnError, OptionsError
+from kiln.errors import OptionsError
 
 U8, I8 = np.uint8, np.int8
 
@@ -208,7 +208,7 @@ def test_keep_float(tmp_path):
 def test_accuracy_gate_fails_with_the_worst_layers(tmp_path):
     # calibrated on inputs 1000x smaller than the held-out ones: every activation saturates
     model, calib, _ = _calib_cnn(tmp_path, n=12, scale_first=1e-3)
-    with pytest.raises(KilnError) as e:
+    with pytest.raises(kiln.AccuracyError) as e:
         kiln.compile(model, tmp_path / "q.kiln", quantize="int8", calibration=calib, calib_samples=8, min_agreement=0.99)
     assert "below --min-agreement 0.99" in str(e.value) and "conv1" in str(e.value) and "--keep-float" in str(e.value)
     assert not (tmp_path / "q.kiln").exists()  # nothing half-written

@@ -158,15 +158,26 @@ def make_layers(chains: list[Chain], ranges: dict, cfg: VTAConfig) -> list[tuple
     return out
 
 
-@relax.expr_functor.mutator
-class _Rewrite(relax.PyExprMutator):
-    """mode "taps": each chain's input and output become extra outputs (calibration).
-    mode "offload": each compiled chain becomes quantize -> accelerator call -> dequantize."""
+def _lower_layer(bb, ch: Chain, x, compiled: tuple, uid: str):
+    """quantize (CPU) -> the layer's packed function (accelerator) -> dequantize (CPU)."""
+    index, prog, info = compiled
+    op = relax.op
+    xq = bb.emit(op.astype(op.clip(op.round(op.multiply(x, relax.const(np.float32(1.0 / info["sx"])))), -127.0, 127.0), "int8"))
+    if ch.dense:
+        xq = bb.emit(op.reshape(xq, list(prog.in_shape)))
+    yq = bb.emit(relax.call_dps_packed(runtime.func_name(uid, index), [xq], relax.TensorType(list(prog.out_shape), "int8")))
+    if ch.dense:
+        yq = bb.emit(op.reshape(yq, [1, prog.out_shape[1]]))
+    return op.multiply(op.astype(yq, "float32"), relax.const(np.float32(info["sy"])))
 
-    def __init__(self, mod, chains: list[Chain], mode: str, compiled: dict | None = None, uid: str = ""):
+
+@relax.expr_functor.mutator
+class _Taps(relax.PyExprMutator):
+    """Each offloadable chain's input and output become extra outputs (calibration)."""
+
+    def __init__(self, mod, chains: list[Chain]):
         super().__init__(mod)
         self.by_end = {ch.end: ch for ch in chains if ch.reason is None}
-        self.mode, self.compiled, self.uid = mode, compiled or {}, uid
         self.taps: list = []
 
     def visit_call_(self, call):
@@ -174,43 +185,109 @@ class _Rewrite(relax.PyExprMutator):
         new = super().visit_call_(call)
         if ch is None:
             return new
-        x = self.visit_expr(ch.x)
-        if self.mode == "taps":
-            self.taps.append((ch.name, self.builder_.emit_output(x)))
-            v = self.builder_.emit_output(new)
-            self.taps.append((ch.name + ":out", v))
-            return v
-        if ch.name not in self.compiled:
-            return new
-        index, prog, info = self.compiled[ch.name]
-        op = relax.op
-        xq = self.builder_.emit(op.astype(op.clip(op.round(op.multiply(x, relax.const(np.float32(1.0 / info["sx"])))), -127.0, 127.0), "int8"))
-        if ch.dense:
-            xq = self.builder_.emit(op.reshape(xq, list(prog.in_shape)))
-        yq = self.builder_.emit(relax.call_dps_packed(runtime.func_name(self.uid, index), [xq],
-                                                     relax.TensorType(list(prog.out_shape), "int8")))
-        if ch.dense:
-            yq = self.builder_.emit(op.reshape(yq, [1, prog.out_shape[1]]))
-        return op.multiply(op.astype(yq, "float32"), relax.const(np.float32(info["sy"])))
-
-    def run(self, mod):
-        from ...compiler.quantize.layers import with_taps
-        main = self.visit_expr(mod["main"])
-        if self.taps:
-            main = with_taps(main, [v for _, v in self.taps])
-        out = tvm.IRModule(dict(mod.functions), attrs=mod.attrs)
-        out["main"] = main
-        return relax.transform.Normalize()(out)
+        self.taps.append((ch.name, self.builder_.emit_output(self.visit_expr(ch.x))))
+        v = self.builder_.emit_output(new)
+        self.taps.append((ch.name + ":out", v))
+        return v
 
 
 def tapped(mod, chains):
-    r = _Rewrite(mod, chains, "taps")
-    return r.run(mod), [n for n, _ in r.taps]
+    from ...compiler.quantize.layers import with_taps
+    r = _Taps(mod, chains)
+    main = r.visit_expr(mod["main"])
+    out = tvm.IRModule(dict(mod.functions), attrs=mod.attrs)
+    out["main"] = with_taps(main, [v for _, v in r.taps]) if r.taps else main
+    return relax.transform.Normalize()(out), [n for n, _ in r.taps]
+
+
+def partition(mod, chains: list[Chain]) -> tvm.IRModule:
+    """TVM's partitioning: FuseOpsByPattern turns each offloadable chain into a composite function
+    (`vta.conv2d_bias_relu`, `vta.dense_bias_relu`, ...; its check accepts exactly the chains
+    find_chains accepted, each one whole), MergeCompositeFunctions groups neighbouring composites
+    into `Codegen="vta"` functions."""
+    from tvm.relax.dpl import is_const, is_op, wildcard
+    from tvm.relax.transform import FusionPattern
+    accepted = {_weight_key(ch.conv): ch for ch in chains if ch.reason is None}
+
+    def check(ctx) -> bool:
+        # by weights, not object identity: fusing one pattern rebuilds the calls downstream of it
+        ch = accepted.get(_weight_key(ctx.annotated_expr["root"]))
+        return ch is not None and _op(ctx.matched_expr) == _op(ch.end)
+    patterns = []
+    for base, tag in (("relax.nn.conv2d", "conv2d"), ("relax.matmul", "dense")):
+        root = is_op(base)(wildcard(), is_const())
+        add = is_op("relax.add")(root, is_const())
+        for name, top in ((f"vta.{tag}_bias_relu", is_op("relax.nn.relu")(add)), (f"vta.{tag}_bias", add),
+                          (f"vta.{tag}_relu", is_op("relax.nn.relu")(root)), (f"vta.{tag}", root)):
+            patterns.append(FusionPattern(name, top, {"root": root}, check))
+    fused = relax.transform.FuseOpsByPattern(patterns, bind_constants=True, annotate_codegen=False)(mod)
+    return relax.transform.MergeCompositeFunctions()(fused)
+
+
+def _weight_key(call) -> bytes:
+    w = call.args[1].value.numpy()
+    return w.tobytes() + str(w.shape).encode()
+
+
+def _root_weight(func) -> bytes:
+    found = []
+    relax.analysis.post_order_visit(func.body, lambda e: found.append(e) if _op(e) in ("relax.nn.conv2d", "relax.matmul") else None)
+    return _weight_key(found[0])
+
+
+@relax.expr_functor.mutator
+class _Lower(relax.PyExprMutator):
+    """Inline every `Codegen="vta"` function, each composite call in it lowered to its layer's
+    accelerator call (the composite is matched to its chain by its weights)."""
+
+    def __init__(self, mod, chains: list[Chain], compiled: dict, uid: str):
+        super().__init__(mod)
+        self.mod, self.compiled, self.uid = mod, compiled, uid
+        self.by_weight = {_weight_key(ch.conv): ch for ch in chains if ch.reason is None}
+        self.lowered = 0
+
+    def visit_call_(self, call):
+        f = self.mod[call.op] if isinstance(call.op, tvm.ir.GlobalVar) else None
+        attrs = (f.attrs or {}) if isinstance(f, relax.Function) else {}
+        if "Composite" not in attrs and "Codegen" not in attrs:
+            return super().visit_call_(call)
+        args = [self.visit_expr(a) for a in call.args]
+        if "Composite" in attrs:
+            return self._layer(f, args)
+        for p, a in zip(f.params, args):
+            self.set_var_remap(p, a)
+        local = {}  # MergeCompositeFunctions binds each composite as a local function inside the Codegen one
+        for block in f.body.blocks:
+            for b in block.bindings:
+                v = b.value
+                if isinstance(v, relax.Function):
+                    local[b.var] = v
+                    continue
+                callee = local.get(v.op) if isinstance(v, relax.Call) and isinstance(v.op, relax.Var) else None
+                new = self._layer(callee, [self.visit_expr(a) for a in v.args]) if callee is not None else self.visit_expr(v)
+                self.set_var_remap(b.var, self.builder_.emit(new))
+        return self.visit_expr(f.body.body)
+
+    def _layer(self, composite, args):
+        ch = self.by_weight[_root_weight(composite)]
+        self.lowered += 1
+        return _lower_layer(self.builder_, ch, args[0], self.compiled[ch.name], self.uid)
 
 
 def offloaded(mod, chains, layers, uid: str):
     compiled = {ch.name: (i, prog, info) for i, (ch, prog, info) in enumerate(layers)}
-    return _Rewrite(mod, chains, "offload", compiled, uid).run(mod)
+    offload = [dataclasses.replace(ch, reason=None) if ch.name in compiled else dataclasses.replace(ch, reason=ch.reason or "not compiled")
+               for ch in chains]
+    parts = partition(mod, offload)
+    lower = _Lower(parts, offload, compiled, uid)
+    main = lower.visit_expr(parts["main"])
+    keep = {gv: f for gv, f in parts.functions.items()  # the partition's functions are all inlined now
+            if not (isinstance(f, relax.Function) and f.attrs and ("Codegen" in f.attrs or "Composite" in f.attrs))}
+    out = tvm.IRModule(keep, attrs=parts.attrs)
+    out["main"] = main
+    if lower.lowered != len(compiled):
+        raise AssertionError(f"partitioned {lower.lowered} accelerator layers, compiled {len(compiled)}")
+    return relax.transform.DeadCodeElimination(["main"])(relax.transform.Normalize()(out))
 
 
 def vta_optimize(imported, options, layout: str, where: str):

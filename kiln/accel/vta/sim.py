@@ -18,7 +18,7 @@ import dataclasses
 
 import numpy as np
 
-from ...errors import KilnError
+from ...errors import AcceleratorError
 from . import isa
 from .config import VTAConfig
 
@@ -30,10 +30,6 @@ TOKENS = {
                 "push_next_dep": ("g2s", "push")},
     "store": {"pop_prev_dep": ("g2s", "pop"), "push_prev_dep": ("s2g", "push")},
 }
-
-
-class AcceleratorError(KilnError):
-    """The accelerator (simulator) rejected an instruction stream: bad address, deadlock, ..."""
 
 
 def module_of(insn: isa.Insn) -> str:

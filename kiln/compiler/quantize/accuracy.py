@@ -5,13 +5,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from ...errors import KilnError
+from ...errors import AccuracyError
 
 WORST = 5
-
-
-class AccuracyError(KilnError):
-    """A quantized model missed --min-agreement."""
 
 
 def _cos(a: np.ndarray, b: np.ndarray) -> float:
