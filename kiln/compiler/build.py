@@ -99,7 +99,7 @@ def compile_model(model: str | os.PathLike | onnx.ModelProto, output: str | os.P
         t = time.perf_counter()
         exe = build_executable(opt.mod, options, where)
         with tvm_errors("Exporting the library", where):
-            library = _export(exe, options.target.arch, where)
+            library = _export(exe, options.target.arch, where, _c_kernels(opt.mod))
         report["pass_seconds"] = {"import": round(import_s, 4), **report["pass_seconds"], "tvm.compile": round(time.perf_counter() - t, 4)}
         name = art.LIBRARY if i == 0 else f"model.b{i}.so"
         buckets.append({"name": "+".join(f"{s.name}:{'x'.join(map(str, s.shape))}" for s in imported.inputs),
@@ -181,8 +181,24 @@ class _WeightPool:
         return ids
 
 
-def _export(exe, arch: str, where: str) -> bytes:
+def _c_kernels(mod) -> list[str]:
+    """Object files of Kiln's C kernels the module calls (linked into its library)."""
+    from .passes.bf16_conv_kernel import EXTERN
+    if not any(EXTERN in gv.name_hint for gv in mod.functions):
+        return []
+    from ..schedules.kernels import build
+    return [build("bf16_conv")[0]]
+
+
+def _export(exe, arch: str, where: str, objects: list[str] = ()) -> bytes:
     kwargs = {}
+    if objects:
+        from tvm.support import cc as tvm_cc
+
+        def fcompile(output, files, options=None, **kw):
+            return tvm_cc.create_shared(output, list(files) + list(objects), options=options, **kw)
+        fcompile.output_format = "so"
+        kwargs["fcompile"] = fcompile
     if arch != host_arch():
         cc = CROSS_COMPILERS.get(arch)
         if cc is None or shutil.which(cc) is None:

@@ -14,7 +14,7 @@ from .passes import LiftWeights
 from .pipeline import pipeline_for
 
 COUNTERS = ("batchnorm_folded", "constants_folded", "noops_removed", "layout_transforms", "epilogues_fused", "dead_removed",
-            "kernels_scheduled", "kernels_unscheduled", "tuned_kernels", "tuned_coverage", "qdq_lowered", "mixed_precision_ops")
+            "kernels_scheduled", "kernels_unscheduled", "tuned_kernels", "tuned_coverage", "qdq_lowered", "mixed_precision_ops", "bf16_kernel_convs")
 
 
 @dataclasses.dataclass

@@ -9,9 +9,9 @@ from kiln import zoo
 from kiln.compiler.pipeline import CPU_PIPELINE
 from helpers import ort_run
 
-# passes with work to do on these float models (LowerQDQ, Quantize and MixedPrecision act only on
-# quantized models or when asked: tests/compiler/test_quantize.py)
-QUANT_ROWS = ("LowerQDQ", "Quantize", "MixedPrecision")
+# passes with work to do on these float models (LowerQDQ, Quantize, MixedPrecision and
+# BF16ConvKernel act only on quantized models or when asked: tests/compiler/test_quantize.py)
+QUANT_ROWS = ("LowerQDQ", "Quantize", "MixedPrecision", "BF16ConvKernel")
 OPTIONAL = list(dict.fromkeys(s.name for s in CPU_PIPELINE if not s.required and s.name not in QUANT_ROWS))
 SMALL = {
     "resnet18": (lambda: zoo.resnet18(size=32, classes=10), "input:1x3x32x32"),

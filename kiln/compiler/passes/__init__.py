@@ -1,4 +1,5 @@
 """Kiln's own Relax passes, one per file. Each records what it did in `.stats`."""
+from .bf16_conv_kernel import BF16ConvKernel
 from .canonicalize_clip import CanonicalizeClip
 from .convert_layout import ConvertLayout
 from .dead_code import DeadCode
@@ -11,4 +12,4 @@ from .mixed_precision import MixedPrecision
 from .propagate_blocked_layout import PropagateBlockedLayout
 from .remove_noops import RemoveNoOps
 
-__all__ = ["CanonicalizeClip", "ConvertLayout", "DeadCode", "FoldBatchNorm", "FoldConstants", "FuseEpilogue", "LiftWeights", "LowerQDQ", "MixedPrecision", "PropagateBlockedLayout", "RemoveNoOps"]
+__all__ = ["BF16ConvKernel", "CanonicalizeClip", "ConvertLayout", "DeadCode", "FoldBatchNorm", "FoldConstants", "FuseEpilogue", "LiftWeights", "LowerQDQ", "MixedPrecision", "PropagateBlockedLayout", "RemoveNoOps"]
