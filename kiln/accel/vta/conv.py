@@ -93,13 +93,16 @@ class Program:
         return isa.encode_stream(self.insns, cfg)
 
 
-def plan(layer: ConvLayer, cfg: VTAConfig) -> Tiling:
+def _dims(layer: ConvLayer, cfg: VTAConfig):
+    """n, c, h, w, o, kh, kw, input blocks, output blocks, oh, ow, (pt, pl, pb, pr)."""
     n, c, h, w = layer.in_shape
     o, _, kh, kw = layer.weight.shape
-    blk = cfg.block
-    ib, ob = -(-c // blk), -(-o // blk)
     _, _, oh, ow = layer.out_shape
-    pt, pl, pb, pr = layer.padding
+    return n, c, h, w, o, kh, kw, -(-c // cfg.block), -(-o // cfg.block), oh, ow, layer.padding
+
+
+def plan(layer: ConvLayer, cfg: VTAConfig) -> Tiling:
+    n, c, h, w, o, kh, kw, ib, ob, oh, ow, (pt, pl, pb, pr) = _dims(layer, cfg)
     if n != 1:
         raise NotOffloadable("batch > 1")
     if max(layer.padding) > 15:
@@ -124,12 +127,8 @@ def plan(layer: ConvLayer, cfg: VTAConfig) -> Tiling:
 
 def compile_conv(layer: ConvLayer, cfg: VTAConfig) -> Program:
     t = plan(layer, cfg)
-    n, c, h, w = layer.in_shape
-    o, _, kh, kw = layer.weight.shape
+    n, c, h, w, o, kh, kw, ib, ob, oh, ow, (pt, pl, pb, pr) = _dims(layer, cfg)
     blk = cfg.block
-    ib, ob = -(-c // blk), -(-o // blk)
-    _, _, oh, ow = layer.out_shape
-    pt, pl, pb, pr = layer.padding
     sh, sw = layer.stride
     # DRAM regions, in elements of their kind (all offsets 64-byte aligned)
     wq = np.zeros((ob * blk, ib * blk, kh, kw), np.int8)

@@ -212,12 +212,12 @@ class Simulator:
         return self._dma_cycles(n * eb, i.y_size)
 
     def _loop(self, i: isa.Insn):
+        """The instruction's two loop counters, flattened, and its micro-ops."""
         I, J = np.meshgrid(np.arange(i.iter_out), np.arange(i.iter_in), indexing="ij")
-        return I.ravel(), J.ravel()
+        return I.ravel(), J.ravel(), [isa.Uop.decode(int(w), self.cfg) for w in self.uop[i.uop_bgn:i.uop_end]]
 
     def _gemm(self, i: isa.Insn, st: Stats) -> int:
-        I, J = self._loop(i)
-        uops = [isa.Uop.decode(int(w), self.cfg) for w in self.uop[i.uop_bgn:i.uop_end]]
+        I, J, uops = self._loop(i)
         for u in uops:
             a = u.dst + I * i.dst_factor_out + J * i.dst_factor_in
             if i.reset_reg:
@@ -234,8 +234,7 @@ class Simulator:
         return self.cfg.gemm_fill + iters
 
     def _alu(self, i: isa.Insn, st: Stats) -> int:
-        I, J = self._loop(i)
-        uops = [isa.Uop.decode(int(w), self.cfg) for w in self.uop[i.uop_bgn:i.uop_end]]
+        I, J, uops = self._loop(i)
         for u in uops:
             d = u.dst + I * i.dst_factor_out + J * i.dst_factor_in
             if i.reset_reg:
