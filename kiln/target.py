@@ -7,6 +7,8 @@ Accepted forms (the error for a bad string lists them):
   arm64 | aarch64                    preset: llvm -mtriple=aarch64-linux-gnu -mattr=+neon
   vta-sim [-board=NAME] [-config=NAME] the simulated VTA accelerator (int8 convolutions) with the
                                      host CPU for everything else (LLVM options apply to the host)
+  cuda [-arch=sm_XX] [-gpu=NAME]     NVIDIA GPUs: an sm architecture, or a GPU by TVM's tag
+                                     (a100, h100, nvidia/jetson-orin-nano, ...); host code generic x86-64/aarch64
 """
 from __future__ import annotations
 
@@ -16,7 +18,10 @@ import shlex
 from .errors import TargetError
 
 ACCEPTED_FORMS = ("host", "llvm", "llvm -mcpu=NAME [-mtriple=TRIPLE] [-mattr=+f1,+f2] [-num-cores=N]",
-                  "arm64", "aarch64", "vta-sim [-board=pynq|ultra96|zcu104|de10nano|sim] [-config=1x16_i8w8a32_15_15_18_17]")
+                  "arm64", "aarch64", "vta-sim [-board=pynq|ultra96|zcu104|de10nano|sim] [-config=1x16_i8w8a32_15_15_18_17]",
+                  "cuda [-arch=sm_80|sm_86|sm_89|sm_90] [-gpu=a100|h100|...]")
+GPU_OPTIONS = ("arch", "gpu")
+DEFAULT_CUDA_ARCH = "sm_80"
 ACCELERATORS = ("vta-sim",)
 ACCEL_OPTIONS = ("board", "config")
 PRESETS = {
@@ -44,6 +49,8 @@ class Target:
     accel: str | None = None  # "vta-sim": offload to the simulated accelerator
     board: str | None = None
     accel_config: str | None = None
+    gpu_arch: str | None = None  # cuda: sm_XX
+    gpu: str | None = None  # cuda: a TVM target tag, e.g. nvidia/nvidia-a100
 
     @staticmethod
     def parse(spec: str | Target | None = None) -> Target:
@@ -63,6 +70,8 @@ class Target:
             fields = {}
         elif head in ACCELERATORS:
             fields, allowed = {"accel": head}, LLVM_OPTIONS + ACCEL_OPTIONS
+        elif head == "cuda":
+            return _cuda(spec, rest)
         else:
             raise _bad(spec, f"unknown target kind {head!r}")
         for w in rest:
@@ -91,6 +100,10 @@ class Target:
             VTAConfig.parse(fields["accel_config"], fields["board"])  # a bad board or config fails here, listing the valid ones
         return Target(**fields)
 
+    @property
+    def is_gpu(self) -> bool:
+        return self.kind == "cuda"
+
     def vta_config(self):
         from .accel.vta.config import VTAConfig
         return VTAConfig.parse(self.accel_config, self.board) if self.accel else None
@@ -110,6 +123,8 @@ class Target:
     def to_dict(self) -> dict:
         """The dict TVM 0.27 builds a Target from (strings raise there)."""
         d: dict = {"kind": self.kind}
+        if self.is_gpu:
+            return {**d, "arch": self.gpu_arch, **({"tag": self.gpu} if self.gpu else {})}
         if self.mcpu:
             d["mcpu"] = self.mcpu
         if self.mtriple:
@@ -122,6 +137,14 @@ class Target:
 
     def tvm(self):
         import tvm
+        if self.is_gpu:
+            try:
+                base = tvm.target.Target(self.gpu) if self.gpu else tvm.target.Target(
+                    {"kind": "cuda", "arch": self.gpu_arch, "max_shared_memory_per_block": 49152, "max_threads_per_block": 1024,
+                     "thread_warp_size": 32})
+                return tvm.target.Target(base, host={"kind": "llvm"})  # generic host code: runs on any x86-64 GPU server
+            except Exception as e:
+                raise _bad(str(self), str(e).splitlines()[-1]) from None
         try:
             return tvm.target.Target(self.to_dict())
         except Exception as e:  # TVM's own validation of option values
@@ -129,11 +152,15 @@ class Target:
 
     def required_features(self) -> list[str]:
         """ISA features (LLVM names) that code generated for this target may use."""
+        if self.is_gpu:
+            return []  # generic host code
         from tvm.target import codegen
         enabled = set(codegen.llvm_get_cpu_features(self.tvm()))
         return [f for f in ISA_FEATURES if f in enabled]
 
     def __str__(self) -> str:
+        if self.is_gpu:
+            return f"cuda -gpu={self.gpu}" if self.gpu else f"cuda -arch={self.gpu_arch}"
         parts = [self.accel, f"-board={self.board}", f"-config={self.accel_config}"] if self.accel else [self.kind]
         for k, v in (("mcpu", self.mcpu), ("mtriple", self.mtriple)):
             if v:
@@ -143,6 +170,27 @@ class Target:
         if self.num_cores:
             parts.append(f"-num-cores={self.num_cores}")
         return " ".join(parts)
+
+
+def _cuda(spec: str, rest: list[str]) -> Target:
+    fields = {}
+    for w in rest:
+        key, eq, val = w.lstrip("-").partition("=")
+        if not w.startswith("-") or not eq or key not in GPU_OPTIONS or not val:
+            raise _bad(spec, f"bad option {w!r} (options: {', '.join('-' + o + '=' for o in GPU_OPTIONS)})")
+        fields[key] = val
+    if "gpu" in fields:
+        import tvm
+        tags = tvm.target.list_tags()
+        name = fields["gpu"]
+        found = next((t for t in (name, f"nvidia/{name}", f"nvidia/nvidia-{name}", f"nvidia/geforce-{name}") if t in tags), None)
+        if found is None:
+            raise _bad(spec, f"unknown GPU {name!r} (TVM's tags, e.g. a100, h100, geforce-rtx-4090, nvidia/jetson-orin-nano)")
+        return Target(kind="cuda", gpu=found, gpu_arch=str(tvm.target.Target(found).attrs["arch"]))
+    arch = fields.get("arch", DEFAULT_CUDA_ARCH)
+    if not (arch.startswith("sm_") and arch[3:].isdigit()):
+        raise _bad(spec, f"-arch must look like sm_80, got {arch!r}")
+    return Target(kind="cuda", gpu_arch=arch)
 
 
 def _host_triple() -> str:

@@ -121,6 +121,7 @@ def compile_model(model: str | os.PathLike | onnx.ModelProto, output: str | os.P
         "target": str(options.target),
         "target_dict": options.target.to_dict(),
         "arch": options.target.arch,
+        "device": "cuda" if options.target.is_gpu else "cpu",
         "cpu_features": options.target.required_features(),
         "inputs": buckets[0]["inputs"],
         "outputs": buckets[0]["outputs"],

@@ -16,6 +16,7 @@ from tvm import relax
 from ..errors import OptionsError
 from . import passes as kp
 from ..schedules import ApplyDefaultSchedules, ApplyTuningDatabase
+from ..schedules.gpu import ApplyGPUSchedules
 from .legalize import LEGALIZE
 from .passes.convert_layout import vector_block
 
@@ -55,7 +56,17 @@ CPU_PIPELINE: list[PassSpec] = [
     PassSpec("DefaultSchedules", lambda o: ApplyDefaultSchedules(o.target.tvm(), vector_block(o.target.required_features())), 2, graph=False),
 ]
 
-PIPELINES = {"llvm": CPU_PIPELINE}
+# GPUs: the graph clean-up, TVM's lowering and fusion, then tuned records or dlight's GPU rules.
+# No NCHWc layout and no CPU epilogue/legalization tricks (they are CPU schedules' needs).
+GPU_ROWS = ("LowerQDQ", "FoldConstants", "CanonicalizeClip", "RemoveNoOps", "FoldBatchNorm", "Quantize", "MixedPrecision", "DeadCode",
+            "DecomposeOpsForInference", "AnnotateTIROpPattern", "FoldConstantTIR", "FuseOps", "FuseTIR", "DeadCodeElimination",
+            "ApplyTuningDatabase")
+GPU_PIPELINE: list[PassSpec] = [s for s in CPU_PIPELINE if s.name in GPU_ROWS]
+GPU_PIPELINE.insert([s.name for s in GPU_PIPELINE].index("AnnotateTIROpPattern"),
+                    PassSpec("LegalizeOps", lambda o: relax.transform.LegalizeOps(), 0, required=True, graph=False))
+GPU_PIPELINE.append(PassSpec("GPUSchedules", lambda o: ApplyGPUSchedules(o.target.tvm()), 0, required=True, graph=False))
+
+PIPELINES = {"llvm": CPU_PIPELINE, "cuda": GPU_PIPELINE}
 
 
 def pass_names(target_kind: str = "llvm") -> list[str]:

@@ -82,7 +82,7 @@ class Model:
                                             f"{tvm.__version__}", where=where, fix="recompile it with this Kiln installation")
         self.bucket_policy = bucket_policy or manifest.get("bucket_policy", "pad")
         self._tvm = tvm
-        self._dev = tvm.cpu()
+        self._dev = _device(tvm, manifest, where)
         weights = [tvm.runtime.tensor(w, self._dev) for w in art.unpack_weights(members[art.WEIGHTS], manifest["weights"], where)]
         self.accelerator = _register_accelerator(manifest, members, accelerator, where)  # before any VM exists
         self.buckets, self._fns = [], []
@@ -170,6 +170,20 @@ class Model:
                 raise art.ArtifactError(f"the model's code rejected bucket {self.buckets[i].name!r}: {type(e).__name__}: "
                                         f"{msg[-1] if msg else ''}", where=str(self.path),
                                         fix="the artifact is inconsistent (its manifest does not match its library); recompile it") from None
+
+
+DEVICES = ("cpu", "cuda")
+
+
+def _device(tvm, manifest: dict, where: str):
+    kind = manifest.get("device", "cpu")
+    if kind not in DEVICES:
+        raise art.ArtifactError(f"unknown device {kind!r} in the manifest", where=where, fix=f"devices are {', '.join(DEVICES)}; recompile the model")
+    dev = tvm.cpu() if kind == "cpu" else tvm.cuda(0)
+    if kind == "cuda" and not dev.exist:
+        raise IncompatibleArtifactError(f"artifact is built for a CUDA GPU ({manifest.get('target')}); this host has none", where=where,
+                                        fix="run it on a host with an NVIDIA GPU and driver, or recompile without --target cuda")
+    return dev
 
 
 def _register_accelerator(manifest: dict, members: dict, backend: str, where: str):

@@ -1,0 +1,26 @@
+"""GPU kernels: TVM's dlight rules (matmul, GEMV, reductions, and a fallback that binds any
+remaining kernel to blocks and threads), applied to every kernel MetaSchedule has no record for.
+Convolutions take the fallback (correct, not fast: tune them with `kiln tune` on the GPU host)."""
+from __future__ import annotations
+
+import tvm
+from tvm import tirx
+
+
+@tvm.transform.module_pass(opt_level=0, name="GPUSchedules")
+class ApplyGPUSchedules:
+    def __init__(self, target):
+        self.target = target
+        self.stats = {"kernels_scheduled": 0, "kernels_unscheduled": 0}
+
+    def transform_module(self, mod: tvm.IRModule, ctx) -> tvm.IRModule:
+        from tvm.s_tir import dlight as dl
+        todo = [gv for gv, f in mod.functions.items() if isinstance(f, tirx.PrimFunc) and not (f.attrs and "tirx.is_scheduled" in f.attrs)]
+        mod = tvm.IRModule(dict(mod.functions), attrs=mod.attrs)  # dlight mutates the module it is given
+        with self.target:
+            mod = dl.ApplyDefaultSchedule(dl.gpu.Matmul(), dl.gpu.GEMV(), dl.gpu.Reduction(), dl.gpu.GeneralReduction(), dl.gpu.Fallback())(mod)
+        for gv in todo:
+            f = mod[gv]
+            done = f.attrs is not None and "tirx.is_scheduled" in f.attrs
+            self.stats["kernels_scheduled" if done else "kernels_unscheduled"] += 1
+        return mod

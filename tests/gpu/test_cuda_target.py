@@ -1,0 +1,38 @@
+"""--target cuda: every zoo model compiles (no GPU needed) into an artifact whose manifest says
+cuda, every kernel bound by the GPU schedules; on a host without a GPU, loading it is a clear
+error. Running on a GPU is benchmarks/gpu.sh's job."""
+from __future__ import annotations
+
+import pytest
+
+import kiln
+from kiln import zoo
+from kiln.target import Target
+
+
+@pytest.mark.parametrize("name", sorted(zoo.MODELS))
+def test_zoo_compiles_for_cuda(tmp_path, name):
+    build, shape = zoo.MODELS[name]
+    r = kiln.compile(build(), tmp_path / "m.kiln", input_shapes=[shape], target="cuda -arch=sm_90", report_path=tmp_path / "r.json")
+    m = r.manifest
+    assert m["device"] == "cuda" and m["target"] == "cuda -arch=sm_90" and m["target_dict"]["arch"] == "sm_90"
+    assert m["cpu_features"] == []  # generic host code: any x86-64 GPU server
+    assert r.report["kernels"] > 0 and r.report["kernels_unscheduled"] == 0  # CUDA codegen needs every kernel bound to threads
+
+
+def test_cuda_artifact_on_a_host_without_gpu(tmp_path, small_conv_model):
+    import tvm
+    kiln.compile(small_conv_model, tmp_path / "g.kiln", input_shapes=["input:1x3x8x8"], target="cuda -gpu=a100")
+    if tvm.cuda(0).exist:
+        pytest.skip("this host has a GPU")
+    with pytest.raises(kiln.IncompatibleArtifactError, match="CUDA GPU"):
+        kiln.load(tmp_path / "g.kiln")
+
+
+def test_cuda_target_parsing():
+    assert Target.parse("cuda").gpu_arch == "sm_80"
+    t = Target.parse("cuda -gpu=h100")
+    assert t.gpu == "nvidia/nvidia-h100" and t.gpu_arch.startswith("sm_90") and Target.parse(str(t)) == t
+    for bad, msg in (("cuda -gpu=nope", "unknown GPU"), ("cuda -arch=80", "sm_80"), ("cuda -mcpu=x", "bad option")):
+        with pytest.raises(kiln.TargetError, match=msg):
+            Target.parse(bad)
