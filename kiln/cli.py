@@ -47,6 +47,28 @@ def _compile(a) -> int:
     return 0
 
 
+def _unpack(a) -> int:
+    """Verify an artifact and write its members into a folder (for kiln_run, the C++ runner)."""
+    import shutil
+    import tempfile
+    from pathlib import Path
+
+    from .runtime import artifact as art
+    manifest, members = art.read_artifact(a.model, trusted_keys=a.trusted_key or None)  # checksums (and signature) verified
+    out = Path(a.directory)
+    if out.exists() and any(out.iterdir()):
+        raise OptionsError(f"{out} is not empty", where=str(out), fix="give a new or empty folder")
+    tmp = Path(tempfile.mkdtemp(prefix=".kiln-unpack-", dir=out.parent if out.parent.exists() else None))
+    for name, data in members.items():
+        (tmp / name).write_bytes(data)
+    (tmp / art.MANIFEST).write_text(json.dumps(manifest, indent=2))
+    if out.exists():
+        out.rmdir()
+    shutil.move(str(tmp), str(out))
+    print(f"unpacked {len(members)} members and {art.MANIFEST} of {a.model} into {out}")
+    return 0
+
+
 def _run(a) -> int:
     import numpy as np
 
@@ -210,6 +232,11 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--trusted-key", action="append", default=[], metavar="PUBLIC.pem",
                    help="refuse the artifact unless one of these keys signed it (repeatable)")
     s.set_defaults(fn=_serve)
+    u = sub.add_parser("unpack", help="verify an artifact and write its members into a folder (for the C++ runner kiln_run)")
+    u.add_argument("model", metavar="MODEL.kiln")
+    u.add_argument("directory", metavar="DIR")
+    u.add_argument("--trusted-key", action="append", default=[], metavar="PUBLIC.pem", help="refuse it unless signed by this key")
+    u.set_defaults(fn=_unpack)
     k = sub.add_parser("keygen", help="make an Ed25519 key pair for signing artifacts")
     k.add_argument("private", metavar="PRIVATE")
     k.add_argument("public", metavar="PUBLIC")
