@@ -5,6 +5,7 @@ Accepted forms (the error for a bad string lists them):
   llvm                               same as host
   llvm -mcpu=NAME [-mtriple=T] [-mattr=+a,+b] [-num-cores=N]
   arm64 | aarch64                    preset: llvm -mtriple=aarch64-linux-gnu -mattr=+neon
+  rpi4 | rpi5 | rk3588 | jetson-orin | graviton3   the same with the board's CPU (-mcpu)
   vta-sim [-board=NAME] [-config=NAME] the simulated VTA accelerator (int8 convolutions) with the
                                      host CPU for everything else (LLVM options apply to the host)
   cuda [-arch=sm_XX] [-gpu=NAME]     NVIDIA GPUs: an sm architecture, or a GPU by TVM's tag
@@ -18,15 +19,22 @@ import shlex
 from .errors import TargetError
 
 ACCEPTED_FORMS = ("host", "llvm", "llvm -mcpu=NAME [-mtriple=TRIPLE] [-mattr=+f1,+f2] [-num-cores=N]",
-                  "arm64", "aarch64", "vta-sim [-board=pynq|ultra96|zcu104|de10nano|sim] [-config=1x16_i8w8a32_15_15_18_17]",
+                  "arm64", "aarch64", "rpi4", "rpi5", "rk3588", "jetson-orin", "graviton3", "vta-sim [-board=pynq|ultra96|zcu104|de10nano|sim] [-config=1x16_i8w8a32_15_15_18_17]",
                   "cuda [-arch=sm_80|sm_86|sm_89|sm_90] [-gpu=a100|h100|...]")
 GPU_OPTIONS = ("arch", "gpu")
 DEFAULT_CUDA_ARCH = "sm_80"
 ACCELERATORS = ("vta-sim",)
 ACCEL_OPTIONS = ("board", "config")
+_A64 = {"mtriple": "aarch64-linux-gnu", "mattr": ("+neon",)}
 PRESETS = {
-    "arm64": {"mtriple": "aarch64-linux-gnu", "mattr": ("+neon",)},
-    "aarch64": {"mtriple": "aarch64-linux-gnu", "mattr": ("+neon",)},
+    "arm64": _A64,
+    "aarch64": _A64,
+    # boards and server CPUs (LLVM -mcpu names)
+    "rpi4": {**_A64, "mcpu": "cortex-a72"},
+    "rpi5": {**_A64, "mcpu": "cortex-a76"},
+    "rk3588": {**_A64, "mcpu": "cortex-a76"},
+    "jetson-orin": {**_A64, "mcpu": "cortex-a78"},
+    "graviton3": {**_A64, "mcpu": "neoverse-v1"},
 }
 LLVM_OPTIONS = ("mcpu", "mtriple", "mattr", "num-cores")
 

@@ -24,7 +24,14 @@ def test_arm64_preset():
     assert t.arch == "aarch64" and t.mtriple == "aarch64-linux-gnu" and "neon" in t.required_features()
 
 
-@pytest.mark.parametrize("bad", ["cuda", "llvm -mcpu", "llvm -num-cores=zero", "llvm -foo=bar", "llvm 'unclosed"])
+@pytest.mark.parametrize("bad", ["opencl", "llvm -mcpu", "llvm -num-cores=zero", "llvm -foo=bar", "llvm 'unclosed"])
 def test_bad_targets_list_forms(bad):
     with pytest.raises(TargetError, match="use one of: host \\| llvm"):
         Target.parse(bad)
+
+
+def test_board_presets():
+    from kiln.target import Target
+    t = Target.parse("rpi5")
+    assert (t.mtriple, t.mcpu, t.arch) == ("aarch64-linux-gnu", "cortex-a76", "aarch64") and "dotprod" in t.required_features()
+    assert Target.parse(str(t)) == t
