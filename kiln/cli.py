@@ -24,7 +24,8 @@ def _options(a):
 
 def _tune(a) -> int:
     from .schedules.tuning import TuneOptions, parse_duration, tune
-    opts = TuneOptions(db_root=a.db, trials=a.trials, budget_s=parse_duration(a.budget) if a.budget else None)
+    opts = TuneOptions(db_root=a.db, trials=a.trials, budget_s=parse_duration(a.budget) if a.budget else None,
+                       rpc_tracker=a.rpc_tracker, rpc_key=a.rpc_key, rpc_workers=a.rpc_workers)
     r = tune(a.model, _options(a), opts, progress=lambda line: print(line, flush=True))
     print(f"tuned {r['tasks']} tasks: {r['trials']} trials in {r['seconds']} s ({r['seconds_per_trial']} s/trial), "
           f"{r['new_records']} new records, {r['records']} in {r['db']}")
@@ -190,6 +191,9 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--trials", type=int, default=None)
     g.add_argument("--budget", default=None, metavar="DURATION", help="wall-clock budget, e.g. 90s, 20m, 1.5h")
     t.add_argument("--db", default="tuning_logs", metavar="DIR", help="database root (default tuning_logs/)")
+    t.add_argument("--rpc-tracker", default=None, metavar="HOST:PORT", help="measure on the devices of TVM's RPC tracker (needs --rpc-key)")
+    t.add_argument("--rpc-key", default=None, metavar="KEY", help="the key the RPC servers registered with")
+    t.add_argument("--rpc-workers", type=int, default=None, metavar="N", help="devices measured in parallel (default: all free)")
     t.add_argument("--compact", action="store_true", help="afterwards keep only the best record of each workload (for shipping)")
     t.set_defaults(fn=_tune)
     r = sub.add_parser("run", help="run an artifact on inputs from an .npz")

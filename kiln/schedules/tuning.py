@@ -38,12 +38,49 @@ class TuneOptions:
     trials_per_iter: int = 8
     population: int = 32
     seed: int = 0
+    rpc_tracker: str | None = None  # "host:port" of TVM's RPC tracker: measure on its devices, not here
+    rpc_key: str | None = None  # the device key the servers registered with
+    rpc_workers: int | None = None  # devices measured in parallel (default: every free one with the key)
 
     def __post_init__(self):
+        if (self.rpc_tracker is None) != (self.rpc_key is None):
+            raise OptionsError("--rpc-tracker and --rpc-key go together", where="--rpc-tracker / --rpc-key",
+                               fix="e.g. --rpc-tracker 127.0.0.1:9190 --rpc-key rpi5")
+        if self.rpc_tracker is not None:
+            parse_tracker(self.rpc_tracker)
         if (self.trials is None) == (self.budget_s is None):
             raise OptionsError("give exactly one of --trials N and --budget DURATION", where="--trials / --budget", fix="e.g. --trials 64 or --budget 20m")
         if self.trials is not None and self.trials < 1 or self.budget_s is not None and self.budget_s <= 0:
             raise OptionsError("trials and budget must be positive", where="--trials / --budget", fix="e.g. --trials 64 or --budget 20m")
+
+
+def parse_tracker(text: str) -> tuple[str, int]:
+    host, _, port = text.rpartition(":")
+    if not host or not port.isdigit() or not 0 < int(port) < 65536:
+        raise OptionsError(f"bad RPC tracker address {text!r}", where="--rpc-tracker", fix="write it as HOST:PORT, e.g. 127.0.0.1:9190")
+    return host, int(port)
+
+
+def rpc_runner(opts: "TuneOptions"):
+    """MetaSchedule's RPC runner on the tracker's devices with this key, as many in parallel as
+    are free (or rpc_workers). A device that dies mid-run fails only the candidates it held."""
+    from tvm import rpc
+    from tvm.s_tir.meta_schedule.runner import EvaluatorConfig, RPCConfig, RPCRunner
+    import socket
+    host, port = parse_tracker(opts.rpc_tracker)
+    try:
+        socket.create_connection((host, port), timeout=5).close()  # TVM's own client retries for a minute
+        summary = rpc.connect_tracker(host, port).summary()
+    except Exception as e:
+        raise OptionsError(f"cannot reach the RPC tracker at {host}:{port}: {type(e).__name__}", where="--rpc-tracker",
+                           fix="start it: python -m tvm.exec.rpc_tracker --host HOST --port PORT") from None
+    free = summary.get("queue_info", {}).get(opts.rpc_key, {}).get("free", 0)
+    if not free:
+        raise OptionsError(f"no free device with key {opts.rpc_key!r} at the tracker {host}:{port}", where="--rpc-key",
+                           fix=f"start one: python -m tvm.exec.rpc_server --tracker {host}:{port} --key {opts.rpc_key}")
+    return RPCRunner(RPCConfig(tracker_host=host, tracker_port=port, tracker_key=opts.rpc_key, session_timeout_sec=60, session_priority=1),
+                     EvaluatorConfig(number=3, repeat=1, min_repeat_ms=0, enable_cpu_cache_flush=False),
+                     max_workers=opts.rpc_workers or free), free
 
 
 def parse_duration(text: str) -> float:
@@ -131,6 +168,9 @@ def tune_module(mod: tvm.IRModule, target, db_dir: Path, opts: TuneOptions,
     total = opts.trials
     done_trials, rounds = 0, 0
     shares, per_task, empty = latency_shares(tasks), [0] * len(tasks), 0
+    runner, devices = rpc_runner(opts) if opts.rpc_tracker else (None, 1)
+    if opts.rpc_tracker:
+        progress(f"measuring on {opts.rpc_workers or devices} device(s) with key {opts.rpc_key!r} at {opts.rpc_tracker}")
     with tempfile.TemporaryDirectory(prefix="kiln-tune-", ignore_cleanup_errors=True) as tmp:
         builder = InProcessBuilder(tmp)
         while True:
@@ -147,7 +187,7 @@ def tune_module(mod: tvm.IRModule, target, db_dir: Path, opts: TuneOptions,
             # max_trials_global counts this call's trials
             ms.tune.tune_tasks(tasks=ctxs, task_weights=weights, work_dir=str(db_path), max_trials_global=n,
                                max_trials_per_task=None, num_trials_per_iter=opts.trials_per_iter, builder=builder,
-                               runner=ms.runner.LocalRunner(timeout_sec=30), database=db, cost_model="xgb")
+                               runner=runner or ms.runner.LocalRunner(timeout_sec=30), database=db, cost_model="xgb")
             now = len(db.get_all_tuning_records())
             measured, have = now - have, now
             rounds += 1
@@ -164,7 +204,7 @@ def tune_module(mod: tvm.IRModule, target, db_dir: Path, opts: TuneOptions,
     records = have
     return {"tasks": len(tasks), "trials": done_trials, "new_records": records - before, "records": records,
             "seconds": round(time.perf_counter() - start, 1), "seconds_per_trial": round((time.perf_counter() - start) / max(done_trials, 1), 2),
-            "db": str(db_path)}
+            "db": str(db_path), "devices": devices}
 
 
 def tune(model, compile_options, opts: TuneOptions, progress: Callable[[str], None] = print) -> dict:
