@@ -64,7 +64,8 @@ GPU_ROWS = ("LowerQDQ", "FoldConstants", "CanonicalizeClip", "RemoveNoOps", "Fol
 GPU_PIPELINE: list[PassSpec] = [s for s in CPU_PIPELINE if s.name in GPU_ROWS]
 GPU_PIPELINE.insert([s.name for s in GPU_PIPELINE].index("AnnotateTIROpPattern"),
                     PassSpec("LegalizeOps", lambda o: relax.transform.LegalizeOps(), 0, required=True, graph=False))
-GPU_PIPELINE.append(PassSpec("GPUSchedules", lambda o: ApplyGPUSchedules(o.target.tvm()), 0, required=True, graph=False))
+GPU_PIPELINE.append(PassSpec("GPUSchedules", lambda o: ApplyGPUSchedules(o.target.tvm()), 0, graph=False))  # kiln tune disables it
+SCHEDULE_ROW = {"llvm": "DefaultSchedules", "cuda": "GPUSchedules"}  # what MetaSchedule tunes instead
 
 PIPELINES = {"llvm": CPU_PIPELINE, "cuda": GPU_PIPELINE}
 

@@ -210,10 +210,11 @@ def tune_module(mod: tvm.IRModule, target, db_dir: Path, opts: TuneOptions,
 def tune(model, compile_options, opts: TuneOptions, progress: Callable[[str], None] = print) -> dict:
     """Import and optimize the model as `kiln compile` would, then tune its kernels."""
     from ..compiler.optimize import optimize
+    from ..compiler.pipeline import SCHEDULE_ROW
     from ..frontends.importer import import_onnx
     # every kernel untuned (no database applied, no default schedules): what MetaSchedule searches from
-    co = dataclasses.replace(compile_options, tuning_db=None,
-                             disabled_passes=tuple(dict.fromkeys(compile_options.disabled_passes + ("DefaultSchedules",))))
+    row = SCHEDULE_ROW[compile_options.target.kind]
+    co = dataclasses.replace(compile_options, tuning_db=None, disabled_passes=tuple(dict.fromkeys(compile_options.disabled_passes + (row,))))
     imported = import_onnx(model, co.shapes)
     layout = co.layout if co.layout != "auto" else "NCHWc"
     mod = optimize(imported.mod, co, layout=layout).mod

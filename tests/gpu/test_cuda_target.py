@@ -36,3 +36,16 @@ def test_cuda_target_parsing():
     for bad, msg in (("cuda -gpu=nope", "unknown GPU"), ("cuda -arch=80", "sm_80"), ("cuda -mcpu=x", "bad option")):
         with pytest.raises(kiln.TargetError, match=msg):
             Target.parse(bad)
+
+
+def test_gpu_kernels_are_tunable_tasks():
+    """kiln tune on a cuda target searches the same kernels the GPU pipeline builds (measuring needs
+    a GPU: locally on a GPU host, or over --rpc-tracker)."""
+    from kiln.compiler import CompileOptions
+    from kiln.compiler.optimize import optimize
+    from kiln.frontends.importer import import_onnx
+    from kiln.schedules.tuning import extract
+    co = CompileOptions.make(target="cuda -arch=sm_80", input_shapes=["input:1x3x32x32"], disabled_passes=("GPUSchedules",))
+    mod = optimize(import_onnx(zoo.resnet18(size=32, classes=10), co.shapes).mod, co).mod
+    tasks = extract(mod, co.target.tvm())
+    assert len(tasks) >= 10 and all(t.target.kind.name == "cuda" for t in tasks)
