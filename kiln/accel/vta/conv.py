@@ -222,12 +222,12 @@ def _resolve(insns, regions) -> None:
 
 def to_layer_program(prog: Program, name: str, cfg: VTAConfig) -> runtime.LayerProgram:
     """What the artifact stores for a compiled layer."""
-    arrays = {"stream": np.frombuffer(prog.stream(cfg), np.uint8).copy(), **prog.consts, "weight": prog.layer.weight}
+    arrays = {"stream": np.frombuffer(prog.stream(cfg), np.uint8).copy(), **prog.consts}  # the reference unpacks "wgt"
     return _program_fields(prog.layer, name, prog.regions, arrays, prog.dram_bytes)
 
 
 def _program_fields(layer: ConvLayer, name: str, regions: dict, arrays: dict, dram_bytes: int) -> runtime.LayerProgram:
-    if "weight" not in arrays:
+    if "wgt" not in arrays:  # no program: numpy reference only
         arrays = {"weight": layer.weight, "bias": layer.bias.astype(np.int32), "mult": layer.mult.astype(np.int32), **arrays}
     return runtime.LayerProgram(name, tuple(layer.in_shape), tuple(layer.out_shape), tuple(layer.stride), tuple(layer.padding), layer.relu,
                                 layer.shift1, layer.shift2, dram_bytes, {k: list(v) for k, v in regions.items()}, arrays)

@@ -116,7 +116,7 @@ def _rshift_round(x: np.ndarray, s: int, step_max: int = 15) -> np.ndarray:
 def reference(p: LayerProgram, x: np.ndarray) -> np.ndarray:
     """The layer's integer arithmetic in numpy: conv (int64, exact), then int32 bias add, rounded
     shifts, multiply, clip, as the ALU sequence does it."""
-    wt = p.arrays["weight"].astype(np.int64)
+    wt = (p.arrays["weight"] if "weight" in p.arrays else _unpack_weight(p)).astype(np.int64)
     _, _, kh, kw = wt.shape
     pt, pl, pb, pr = p.padding
     sh, sw = p.stride
@@ -132,6 +132,13 @@ def reference(p: LayerProgram, x: np.ndarray) -> np.ndarray:
     y = wrap(_rshift_round(wrap(acc + bias), p.shift1) * mult)
     y = _rshift_round(y, p.shift2)
     return np.clip(y, 0 if p.relu else -127, 127).astype(np.int8)
+
+
+def _unpack_weight(p: LayerProgram) -> np.ndarray:
+    """OIHW int8 weights from the program's OIHW16o16i blocks (the artifact stores them once)."""
+    w = p.arrays["wgt"]
+    ob, ib, kh, kw, bo, bi = w.shape
+    return w.transpose(0, 4, 1, 5, 2, 3).reshape(ob * bo, ib * bi, kh, kw)[:p.out_shape[1], :p.in_shape[1]]
 
 
 def register(members: dict[str, bytes], backend: str = "sim") -> tuple[str, list[LayerRunner]]:
