@@ -44,6 +44,17 @@ def _divisor_at_most(n: int, cap: int) -> int:
     return max(d for d in range(1, min(n, cap) + 1) if n % d == 0)
 
 
+def _vector_width(n: int, lanes: int) -> int:
+    """The widest power-of-two width up to `lanes` that divides n (whole SIMD registers: 1000
+    outputs vectorize by 8, not by 10), else the largest divisor up to `lanes`."""
+    p = lanes
+    while p >= 4:
+        if n % p == 0:
+            return p
+        p //= 2
+    return _divisor_at_most(n, lanes)
+
+
 def parallel_vectorize(sch: s_tir.Schedule, block, lanes: int, max_parallel_extent: int = 1 << 30) -> None:
     """Fuse all loops of an injective block, vectorize by the lanes that divide, parallelize the rest."""
     loops = sch.get_loops(block)
@@ -80,7 +91,7 @@ def reduction_tiled(sch: s_tir.Schedule, anchor, lanes: int) -> None:
         raise s_tir.ScheduleError("not a spatial + reduction block")
     vec_loop = spatial[-1]
     vec_ext = extent(sch, vec_loop)
-    vec = vec_ext if vec_ext <= lanes and lanes % vec_ext == 0 and vec_ext > 1 else _divisor_at_most(vec_ext, lanes)
+    vec = vec_ext if vec_ext <= lanes and lanes % vec_ext == 0 and vec_ext > 1 else _vector_width(vec_ext, lanes)
     if vec > 1 and vec != vec_ext:
         vo, vec_loop = sch.split(vec_loop, [None, vec])
         spatial = spatial[:-1] + [vo]
