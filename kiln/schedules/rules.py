@@ -198,6 +198,8 @@ def conv_nchw_pointwise(sch: s_tir.Schedule, anchor, lanes: int) -> None:
         raise s_tir.ScheduleError("pixels not divisible by the lanes, or output channels by 8")
     inline_all_but(sch, [anchor])
     consumers = sch.get_consumers(anchor)
+    if not consumers:  # the conv writes the kernel's output: flattening that buffer would change the signature
+        raise s_tir.ScheduleError("no epilogue block to write the output in its own layout")
     if any(len(sch.get_loops(c)) != 4 for c in consumers):
         raise s_tir.ScheduleError("an epilogue that is not NCHW elementwise")
     sch.transform_layout(anchor, ("write", 0), lambda n, c, y, x: (n, c, y * w + x))

@@ -121,3 +121,15 @@ def test_fallback_when_a_rule_does_not_fit():
     assert p.stats == {"kernels_scheduled": 1, "kernels_unscheduled": 0} and p.by_kind == {"conv2d_nchw": 1}
     ref = _conv_nchw_ref(x, w, 0)[:, :, ::2, ::2]
     np.testing.assert_allclose(_run(mod["k"], [x, w]), ref, rtol=1e-4, atol=1e-4)
+
+
+def test_pointwise_rule_keeps_the_output_layout_without_an_epilogue(tmp_path):
+    """A bias-free 24-channel 1x1 conv whose result is the kernel's output: the pointwise rule must
+    not flatten the output buffer (it did, and the artifact's own code rejected its inputs)."""
+    import kiln
+    from helpers import make_model, ort_run, rand
+    from onnx import helper
+    m = make_model([helper.make_node("Conv", ["input", "w"], ["output"])], {"input": rand(1, 24, 8, 8)}, ["output"], {"w": rand(32, 24, 1, 1, seed=2)})
+    kiln.compile(m, tmp_path / "pw.kiln", layout="NCHW")
+    x = rand(1, 24, 8, 8, seed=4)
+    np.testing.assert_allclose(kiln.load(tmp_path / "pw.kiln").run({"input": x})["output"], ort_run(m, {"input": x})[0], rtol=1e-4, atol=1e-4)
