@@ -57,15 +57,6 @@ def requant_params(real_mult: np.ndarray, acc_bound: float) -> tuple[np.ndarray,
     return m, s1, total - s1
 
 
-MAX_STEP = 15  # the rounding constant 2^(s-1) must fit the ALU's signed 16-bit immediate
-
-
-def shift_steps(s: int) -> list[int]:
-    """A right shift by s as ALU steps of at most MAX_STEP bits, each rounding half up (the
-    runtime's reference does the same steps)."""
-    return [MAX_STEP] * (s // MAX_STEP) + ([s % MAX_STEP] if s % MAX_STEP else [])
-
-
 def reference(layer: ConvLayer, x: np.ndarray) -> np.ndarray:
     """The layer's exact integer result (int8 NCHW), computed in numpy."""
     return runtime.reference(_program_fields(layer, "ref", {}, {}, 0), x)
@@ -186,9 +177,9 @@ def compile_conv(layer: ConvLayer, cfg: VTAConfig) -> Program:
         insns.append(isa.make(isa.GEMM, uop_bgn=ubase, uop_end=ubase + len(gemm), src_factor_out=sh * t.x_total, src_factor_in=sw,
                               pop_prev_dep=1, push_prev_dep=1, **g))
         seq = [(isa.ALU_ADD, "bias", 0)]
-        seq += [x for step in shift_steps(layer.shift1) for x in ((isa.ALU_ADD, "imm", 1 << (step - 1)), (isa.ALU_SHR, "imm", step))]
+        seq += [x for step in runtime.shift_steps(layer.shift1) for x in ((isa.ALU_ADD, "imm", 1 << (step - 1)), (isa.ALU_SHR, "imm", step))]
         seq += [(isa.ALU_MUL, "mult", 0)]
-        seq += [x for step in shift_steps(layer.shift2) for x in ((isa.ALU_ADD, "imm", 1 << (step - 1)), (isa.ALU_SHR, "imm", step))]
+        seq += [x for step in runtime.shift_steps(layer.shift2) for x in ((isa.ALU_ADD, "imm", 1 << (step - 1)), (isa.ALU_SHR, "imm", step))]
         seq += [(isa.ALU_MAX, "imm", 0 if layer.relu else -127), (isa.ALU_MIN, "imm", 127)]
         for j, (op, src, imm) in enumerate(seq):
             insns.append(isa.make(isa.ALU, uop_bgn=at[src], uop_end=at[src] + tco, iter_out=1, iter_in=th * ow, dst_factor_in=1,

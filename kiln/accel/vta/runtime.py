@@ -105,11 +105,18 @@ class LayerRunner:
         return out.transpose(0, 3, 1, 2).reshape(ob * blk, oh, ow)[:o][None].copy()
 
 
-def _rshift_round(x: np.ndarray, s: int, step_max: int = 15) -> np.ndarray:
-    while s > 0:
-        step = min(s, step_max)
+MAX_STEP = 15  # the rounding constant 2^(s-1) must fit the ALU's signed 16-bit immediate
+
+
+def shift_steps(s: int) -> list[int]:
+    """A right shift by s as ALU steps of at most MAX_STEP bits, each rounding half up (the
+    compiled stream and the reference take the same steps)."""
+    return [MAX_STEP] * (s // MAX_STEP) + ([s % MAX_STEP] if s % MAX_STEP else [])
+
+
+def _rshift_round(x: np.ndarray, s: int) -> np.ndarray:
+    for step in shift_steps(s):
         x = (x + (1 << (step - 1))) >> step
-        s -= step
     return x
 
 
