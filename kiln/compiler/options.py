@@ -115,13 +115,8 @@ def _calibration_digest(path) -> str | None:
     """Calibration data changes the output: its digest goes into the manifest and cache keys."""
     if path is None:
         return None
-    import hashlib
-    p = Path(path)
-    files = sorted(p.glob("*.npz")) if p.is_dir() else [p] if p.exists() else []
-    h = hashlib.sha256()
-    for f in files:
-        h.update(f.read_bytes())
-    return h.hexdigest()
+    from .quantize.calibration import calibration_digest
+    return calibration_digest(path)
 
 
 SIZE_UNITS = {"": 1, "b": 1, "k": 2**10, "kb": 2**10, "m": 2**20, "mb": 2**20, "g": 2**30, "gb": 2**30, "t": 2**40, "tb": 2**40}

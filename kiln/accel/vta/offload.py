@@ -295,25 +295,16 @@ def vta_optimize(imported, options, layout: str, where: str):
     import time
 
     from ...compiler.optimize import optimize
-    from ...compiler.quantize.calibration import RangeCollector, load_calibration
-    from ...compiler.quantize.flow import _build_tapped, _merge_reports
-    from ...errors import tvm_errors
+    from ...compiler.quantize.calibration import load_calibration
+    from ...compiler.quantize.flow import _build_tapped, _merge_reports, collect_ranges
     t0 = time.perf_counter()
     cfg = options.target.vta_config()
     pre = optimize(imported.mod, options, layout=layout, where=where, part="pre")
     chains = find_chains(pre.mod["main"], imported.onnx_model, cfg)
     calib, _ = load_calibration(options.calibration, imported.inputs).split(options.calib_samples)
     mod, names = tapped(pre.mod, chains)
-    collector = RangeCollector(options.calib_method)
-    if names:
-        model = _build_tapped(mod, names, imported, options, layout, where)
-        with tvm_errors("Running the model for calibration", where):
-            passes = [collector.observe] + ([collector.observe_histogram] if collector.needs_histogram else [])
-            for observe in passes:
-                for i in range(len(calib)):
-                    for name, a in model.run(calib.feed(i))[1].items():
-                        observe(name, a)
-    layers = make_layers(chains, collector.ranges(), cfg)
+    ranges = collect_ranges(_build_tapped(mod, names, imported, options, layout, where), calib, options.calib_method, where) if names else {}
+    layers = make_layers(chains, ranges, cfg)
     members = runtime.pack(cfg, [prog for _, prog, _ in layers])
     uid = runtime.digest(members)
     opt = optimize(offloaded(pre.mod, chains, layers, uid), options, layout=layout, where=where, part="post")

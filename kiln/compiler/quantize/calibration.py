@@ -46,13 +46,28 @@ class CalibrationSet:
         return take(0, n_calib), (take(n_calib, total) if n_calib < total else None)
 
 
+def calibration_files(path: str | os.PathLike) -> list[Path]:
+    """The .npz files calibration data names: the file itself, or a folder's, in name order."""
+    p = Path(path)
+    return sorted(p.glob("*.npz")) if p.is_dir() else [p] if p.exists() else []
+
+
+def calibration_digest(path: str | os.PathLike) -> str:
+    """sha256 over the calibration files' bytes: it goes into the manifest and cache keys."""
+    import hashlib
+    h = hashlib.sha256()
+    for f in calibration_files(path):
+        h.update(f.read_bytes())
+    return h.hexdigest()
+
+
 def load_calibration(path: str | os.PathLike, inputs) -> CalibrationSet:
     """inputs: the model's TensorSpecs (name, shape, dtype). Every input needs a stack of samples
     whose trailing dimensions match its shape; all inputs the same sample count."""
     import hashlib
     p = Path(path)
-    files = sorted(p.glob("*.npz")) if p.is_dir() else [p]
-    if not p.exists() or not files:
+    files = calibration_files(p)
+    if not files:
         raise OptionsError(f"calibration data {str(p)!r} {'has no .npz files' if p.exists() else 'does not exist'}", where="--calibration",
                            fix="give an .npz keyed by input name (samples stacked on the batch axis) or a folder of them")
     samples: dict[str, list[np.ndarray]] = {i.name: [] for i in inputs}

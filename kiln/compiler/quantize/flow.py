@@ -46,6 +46,19 @@ def _build_tapped(mod, tap_names, imported, options, layout, where) -> _Tapped:
     return _Tapped(vm, opt.weights, imported.inputs, tap_names)
 
 
+def collect_ranges(model: _Tapped, calib, method: str, where: str) -> dict:
+    """Every tap's calibrated [lo, hi] over the calibration samples (a second pass builds the
+    histograms percentile and entropy need)."""
+    collector = RangeCollector(method)
+    passes = [collector.observe] + ([collector.observe_histogram] if collector.needs_histogram else [])
+    with tvm_errors("Running the model for calibration", where):
+        for observe in passes:
+            for i in range(len(calib)):
+                for name, a in model.run(calib.feed(i))[1].items():
+                    observe(name, a)
+    return collector.ranges()
+
+
 def quantize_optimize(imported, options: CompileOptions, layout: str, where: str) -> tuple[Optimized, dict]:
     """(the optimized int8 module, the quantization report)."""
     t0 = time.perf_counter()
@@ -55,16 +68,7 @@ def quantize_optimize(imported, options: CompileOptions, layout: str, where: str
     taps = CalibrationTaps(pre.mod, imported.onnx_model, options.keep_float)
     tapped = taps.run(pre.mod)
     float_model = _build_tapped(tapped, [n for n, _ in taps.taps], imported, options, layout, where)
-    collector = RangeCollector(options.calib_method)
-    with tvm_errors("Running the model for calibration", where):
-        for i in range(len(calib)):
-            for name, a in float_model.run(calib.feed(i))[1].items():
-                collector.observe(name, a)
-        if collector.needs_histogram:
-            for i in range(len(calib)):
-                for name, a in float_model.run(calib.feed(i))[1].items():
-                    collector.observe_histogram(name, a)
-    ranges = {k: v for k, v in collector.ranges().items() if not k.endswith(":out")}
+    ranges = {k: v for k, v in collect_ranges(float_model, calib, options.calib_method, where).items() if not k.endswith(":out")}
     calibrate_s = time.perf_counter() - t0
 
     rewrite = QuantizeGraph(pre.mod, ranges, imported.onnx_model, options.keep_float)
