@@ -8,8 +8,10 @@ up; on SIGTERM/SIGINT it refuses new requests (503), finishes those in flight, a
 from __future__ import annotations
 
 import asyncio
+import os
 import random
 import signal
+import sys
 import time
 
 from aiohttp import web
@@ -48,12 +50,18 @@ class Server:
 
     # life cycle -------------------------------------------------------------------------------
     async def start(self, reuse_port: bool = False) -> int:
+        """A lone server listens at once and loads in the background (/healthz says "loading"). A
+        `--workers` child (reuse_port) loads first: the kernel spreads the shared port's connections
+        over every listener, so a listening sibling that is still loading would answer 503s."""
+        if reuse_port:
+            await self._load()
         self._runner = web.AppRunner(self.app, access_log=None, handle_signals=False)
         await self._runner.setup()
         site = web.TCPSite(self._runner, self.opts.host, self.opts.port, reuse_port=reuse_port or None)
         await site.start()
         self.port = self._runner.addresses[0][1]
-        asyncio.get_running_loop().create_task(self._load())
+        if not reuse_port:
+            asyncio.get_running_loop().create_task(self._load())
         return self.port
 
     @property
@@ -194,7 +202,21 @@ async def _main(opts: ServeOptions, reuse_port: bool, announce) -> None:
     await server.drain()
 
 
-def serve(opts: ServeOptions, reuse_port: bool = False, announce=lambda s: print(s, flush=True)) -> None:
+def _announce(line: str) -> None:
+    """One write per line: `--workers N` children share the parent's stdout, and print()'s separate
+    writes of text and newline interleaved there (two announcements on one line). A pipe write of
+    up to PIPE_BUF (4 KiB) bytes is atomic."""
+    data = (line + "\n").encode()
+    try:
+        fd = sys.stdout.fileno()
+    except (AttributeError, OSError, ValueError):  # a captured or replaced stdout
+        print(line, flush=True)
+        return
+    sys.stdout.flush()
+    os.write(fd, data)
+
+
+def serve(opts: ServeOptions, reuse_port: bool = False, announce=_announce) -> None:
     asyncio.run(_main(opts, reuse_port, announce))
 
 
