@@ -12,6 +12,7 @@ RULES: dict[tuple[str, str], Callable] = {
     ("cpu", "conv2d"): rules.reduction_tiled,
     ("cpu", "conv2d_nchw"): rules.conv_nchw_pointwise,
     ("cpu", "conv2d_nchw_oc"): rules.conv_nchw_oc_vectorized,
+    ("cpu", "depthwise_nchw"): rules.depthwise_nchw,
     ("cpu", "conv2d_int8"): rules.conv2d_int8_vnni,
     ("cpu", "matmul_int8"): rules.matmul_int8_vnni,
     ("cpu", "matmul"): rules.reduction_tiled,
@@ -21,8 +22,8 @@ RULES: dict[tuple[str, str], Callable] = {
     ("cpu", "injective"): rules.injective,
 }
 # when a kind's rule does not apply (e.g. output channels not divisible by the lanes), try these
-FALLBACK = {"conv2d_nchw": ("conv2d_nchw_oc", "conv2d"), "conv2d_int8": ("conv2d",), "matmul_int8": ("matmul",)}
-KIND_BY_BLOCK_PREFIX = (("conv2d_NCHWc_int8", "conv2d_int8"), ("matmul_int8", "matmul_int8"), ("conv2d_nchw", "conv2d_nchw"), ("conv2d", "conv2d"), ("depthwise", "conv2d"), ("matmul", "matmul"), ("T_matmul", "matmul"),
+FALLBACK = {"conv2d_nchw": ("conv2d_nchw_oc", "conv2d"), "depthwise_nchw": ("reduction",), "conv2d_int8": ("conv2d",), "matmul_int8": ("matmul",)}
+KIND_BY_BLOCK_PREFIX = (("conv2d_NCHWc_int8", "conv2d_int8"), ("matmul_int8", "matmul_int8"), ("conv2d_nchw", "conv2d_nchw"), ("group_conv2d_nchw", "depthwise_nchw"), ("conv2d", "conv2d"), ("depthwise", "conv2d"), ("matmul", "matmul"), ("T_matmul", "matmul"),
                         ("dense", "matmul"), ("pool", "pool"), ("adaptive_pool", "pool"))
 
 

@@ -224,6 +224,55 @@ def conv_nchw_pointwise(sch: s_tir.Schedule, anchor, lanes: int) -> None:
     sch.decompose_reduction(anchor, ic)
 
 
+def _conv_stride_w(sch: s_tir.Schedule, anchor, data, kw_loop, out_w: int) -> int:
+    """The width stride of a conv block, from its (padded) input width, kernel width and output width."""
+    in_w = int(sch.get(data).writes[0].source.shape[-1]) if data is not None else int(sch.get(anchor).reads[1].source.shape[-1])
+    return (in_w - extent(sch, kw_loop)) // (out_w - 1) if out_w > 1 else 1
+
+
+def depthwise_nchw(sch: s_tir.Schedule, anchor, lanes: int) -> None:
+    """NCHW depthwise conv2d (channels that cannot be blocked, e.g. MobileNetV2's 24-channel stage):
+    vectorize along the output width, `k` vectors of accumulators per row. The padding is not
+    inlined as a condition in the inner loop (per lane, so no vector loads): each channel's padded
+    plane is written once, per core, just before its conv; for stride 2 that plane is stored
+    de-interleaved ([.., w % 2, w // 2]) so the strided reads become contiguous vector loads.
+    Measured on MobileNetV2's NCHW depthwise kernels: 3-4x faster than reduction_tiled."""
+    loops = sch.get_loops(anchor)
+    if iter_types(sch, anchor) != [DATA_PAR] * 4 + [COMM_REDUCE] * 3 or extent(sch, loops[4]) != 1:
+        raise s_tir.ScheduleError("not a depthwise NCHW conv (one input channel per group)")
+    pads = [p for p in sch.get_producers(anchor) if sch.get(p).name_hint.startswith("pad")]
+    pad = pads[0] if len(pads) == 1 else None
+    inline_all_but(sch, [anchor] + ([pad] if pad is not None else []))
+    consumers = sch.get_consumers(anchor)
+    n, c, oh, ow, rc, ry, rx = sch.get_loops(anchor)
+    width = extent(sch, ow)
+    stride = _conv_stride_w(sch, anchor, pad, rx, width)
+    if pad is not None and stride == 2:
+        sch.transform_layout(pad, ("write", 0), lambda a, b, h, w: (a, b, h, w % 2, w // 2))
+    vec = _vector_width(width, lanes)
+    ow_o, ow_i = sch.split(ow, [None, vec])
+    k = _divisor_at_most(extent(sch, ow_o), 8)
+    ow_oo, ow_k = sch.split(ow_o, [None, k])
+    sch.reorder(n, c, oh, ow_oo, rc, ry, rx, ow_k, ow_i)
+    cache = sch.cache_write(anchor, 0, "local")
+    sch.reverse_compute_at(cache, ow_oo, preserve_unit_loops=True)
+    for b in consumers:
+        sch.reverse_compute_at(b, ow_oo, preserve_unit_loops=True)
+    sch.vectorize(ow_i)
+    sch.unroll(ow_k)
+    for b in [cache, *consumers]:
+        inner = sch.get_loops(b)[-1]
+        if extent(sch, inner) > vec and extent(sch, inner) % vec == 0:
+            sch.vectorize(sch.split(inner, [None, vec])[1])
+        elif extent(sch, inner) == vec:
+            sch.vectorize(inner)
+    par = sch.fuse(n, c)
+    sch.parallel(par)
+    if pad is not None:
+        sch.compute_at(pad, par, preserve_unit_loops=True)
+    sch.decompose_reduction(anchor, rc)
+
+
 def target_has(feature: str) -> bool:
     """Whether the current target (the `with target:` the pipeline runs in) enables an LLVM feature."""
     import tvm

@@ -66,6 +66,16 @@ def _workloads():
     pointwise = lambda bb: relax.op.clip(bb.emit(relax.op.add(bb.emit(relax.op.nn.conv2d(px, pw)), pb)), 0.0, 6.0)  # noqa: E731
     yield "conv2d_1x1_nchw", "conv2d_nchw", pointwise, [px, pw, pb], [x1, w1, b1], np.clip(_conv_nchw_ref(x1, w1, 0) + b1, 0, 6)
 
+    # depthwise NCHW (channels that cannot be blocked): padding stride 1, padding stride 2 (the
+    # de-interleaved padded plane), no padding; odd widths, bias + clip epilogue
+    for tag, hw, stride, pad in (("s1", (10, 13), 1, 1), ("s2", (11, 14), 2, 1), ("nopad", (9, 12), 1, 0)):
+        dx, dw, db = rnd(1, 24, *hw, seed=6), rnd(24, 1, 3, 3, seed=7), rnd(1, 24, 1, 1, seed=8)
+        vdx, vdw, vdb = _var("x", (1, 24, *hw)), _var("w", (24, 1, 3, 3)), _var("b", (1, 24, 1, 1))
+        dwc = lambda bb, vdx=vdx, vdw=vdw, vdb=vdb, stride=stride, pad=pad: relax.op.clip(bb.emit(relax.op.add(bb.emit(  # noqa: E731
+            relax.op.nn.conv2d(vdx, vdw, strides=[stride, stride], padding=[pad, pad], groups=24)), vdb)), 0.0, 6.0)
+        ref = np.stack([_conv_nchw_ref(dx[:, c:c + 1], dw[c:c + 1], pad)[:, 0] for c in range(24)], axis=1)[:, :, ::stride, ::stride]
+        yield f"depthwise_nchw_{tag}", "depthwise_nchw", dwc, [vdx, vdw, vdb], [dx, dw, db], np.clip(ref + db, 0, 6)
+
     xc = x.reshape(1, 1, 16, 9, 9).transpose(0, 1, 3, 4, 2)  # NCHW16c
     wc = w.reshape(2, 16, 1, 16, 3, 3).transpose(0, 2, 4, 5, 3, 1)  # OIHW16i16o
     ref = _conv_nchw_ref(x, w, 1).reshape(1, 2, 16, 9, 9).transpose(0, 1, 3, 4, 2)
@@ -120,6 +130,23 @@ def test_fallback_when_a_rule_does_not_fit():
     mod = p(tvm.IRModule({"k": func}))
     assert p.stats == {"kernels_scheduled": 1, "kernels_unscheduled": 0} and p.by_kind == {"conv2d_nchw": 1}
     ref = _conv_nchw_ref(x, w, 0)[:, :, ::2, ::2]
+    np.testing.assert_allclose(_run(mod["k"], [x, w]), ref, rtol=1e-4, atol=1e-4)
+
+
+def test_grouped_conv_is_not_depthwise():
+    """A grouped conv with 2 input channels per group is not depthwise: its rule refuses it and
+    the generic reduction rule schedules it; numerics against numpy."""
+    from kiln.schedules import ApplyDefaultSchedules
+    x, w = rnd(1, 8, 7, 9), rnd(8, 2, 3, 3, seed=1)
+    vx, vw = _var("x", (1, 8, 7, 9)), _var("w", (8, 2, 3, 3))
+    func = _kernel(lambda bb: relax.op.nn.conv2d(vx, vw, padding=[1, 1], groups=4), [vx, vw])
+    p = ApplyDefaultSchedules(TARGET, 16)
+    mod = p(tvm.IRModule({"k": func}))
+    assert p.stats == {"kernels_scheduled": 1, "kernels_unscheduled": 0} and p.by_kind == {"depthwise_nchw": 1}
+    sch = s_tir.Schedule(func)
+    with pytest.raises(s_tir.ScheduleError, match="depthwise"):
+        RULES[("cpu", "depthwise_nchw")](sch, classify(sch)[1], 16)
+    ref = np.concatenate([_conv_nchw_ref(x[:, 2 * g:2 * g + 2], w[2 * g:2 * g + 2], 1) for g in range(4)], axis=1)
     np.testing.assert_allclose(_run(mod["k"], [x, w]), ref, rtol=1e-4, atol=1e-4)
 
 
