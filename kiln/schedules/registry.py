@@ -20,9 +20,10 @@ RULES: dict[tuple[str, str], Callable] = {
     ("cpu", "reduction"): rules.reduction_tiled,
     ("cpu", "multi_reduction"): rules.rowwise,
     ("cpu", "injective"): rules.injective,
+    ("cpu", "layout_transform"): rules.layout_transform_tiled,
 }
 # when a kind's rule does not apply (e.g. output channels not divisible by the lanes), try these
-FALLBACK = {"conv2d_nchw": ("conv2d_nchw_oc", "conv2d"), "depthwise_nchw": ("reduction",), "conv2d_int8": ("conv2d",), "matmul_int8": ("matmul",)}
+FALLBACK = {"conv2d_nchw": ("conv2d_nchw_oc", "conv2d"), "depthwise_nchw": ("reduction",), "conv2d_int8": ("conv2d",), "matmul_int8": ("matmul",), "layout_transform": ("injective",)}
 KIND_BY_BLOCK_PREFIX = (("conv2d_NCHWc_int8", "conv2d_int8"), ("matmul_int8", "matmul_int8"), ("conv2d_nchw", "conv2d_nchw"), ("group_conv2d_nchw", "depthwise_nchw"), ("conv2d", "conv2d"), ("depthwise", "conv2d"), ("matmul", "matmul"), ("T_matmul", "matmul"),
                         ("dense", "matmul"), ("pool", "pool"), ("adaptive_pool", "pool"))
 
@@ -32,6 +33,8 @@ def classify(sch: s_tir.Schedule):
     blocks = rules.blocks(sch)
     red = [b for b in blocks if rules.COMM_REDUCE in rules.iter_types(sch, b)]
     if not red:
+        if len(blocks) == 1 and sch.get(blocks[0]).name_hint.startswith("te_layout_transform"):
+            return "layout_transform", blocks[0]
         return "injective", None
     if len(red) > 1:
         return "multi_reduction", None  # softmax, layer norm, ...

@@ -273,6 +273,47 @@ def depthwise_nchw(sch: s_tir.Schedule, anchor, lanes: int) -> None:
     sch.decompose_reduction(anchor, rc)
 
 
+def layout_transform_tiled(sch: s_tir.Schedule, anchor, lanes: int) -> None:
+    """NCHW <-> NCHW{lanes}c transforms (where blocked and unblocked convs meet): a transpose of
+    [lanes channels x t pixels] tiles. Each tile is read with contiguous vector loads into a local
+    buffer and written out with contiguous vector stores along the other axis (a plain fused loop
+    vectorizes only one side and scatters or gathers the other). Measured on MobileNetV2's
+    32x112x112 transform: 227 -> 81 us."""
+    bs = blocks(sch)
+    if len(bs) != 1 or not sch.get(bs[0]).name_hint.startswith("te_layout_transform"):
+        raise s_tir.ScheduleError("not a single layout-transform block")
+    blk = bs[0]
+    loops = sch.get_loops(blk)
+    shapes = [[int(d) for d in r.source.shape] for r in (sch.get(blk).reads[0], sch.get(blk).writes[0])]
+    blocking = len(loops) == 4 and len(shapes[1]) == 5 and shapes[1][-1] == lanes and shapes[1][1] * lanes == shapes[0][1]
+    unblocking = len(loops) == 5 and len(shapes[0]) == 5 and shapes[0][-1] == lanes and shapes[1][1] == shapes[0][1] * lanes
+    if not (blocking or unblocking):
+        raise s_tir.ScheduleError("not an NCHW <-> NCHW{lanes}c transform")
+    t = _vector_width(extent(sch, loops[3]), lanes)
+    if t < (4 if blocking else 8):  # measured: narrower tiles lose to the plain fused loop
+        raise s_tir.ScheduleError("width too narrow for a transposed tile")
+    if blocking:
+        n, c, h, w = loops
+        cb, ci = sch.split(c, [None, lanes])
+        wo, wi = sch.split(w, [None, t])
+        sch.reorder(n, cb, h, wo, ci, wi)
+        inner, outer = wi, ci  # the tile is loaded along w, stored along c
+    else:
+        n, cb, h, w, ci = loops
+        wo, wi = sch.split(w, [None, t])
+        sch.reorder(n, cb, h, wo, wi, ci)
+        inner, outer = ci, wi
+    cache = sch.cache_read(blk, 0, "local")
+    sch.compute_at(cache, wo, preserve_unit_loops=True)
+    cl = sch.get_loops(cache)
+    sch.vectorize(cl[-1])
+    sch.unroll(cl[-2])
+    sch.reorder(inner, outer)
+    sch.vectorize(outer)
+    sch.unroll(inner)
+    sch.parallel(sch.fuse(n, cb, h))
+
+
 def target_has(feature: str) -> bool:
     """Whether the current target (the `with target:` the pipeline runs in) enables an LLVM feature."""
     import tvm

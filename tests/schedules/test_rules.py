@@ -76,6 +76,16 @@ def _workloads():
         ref = np.stack([_conv_nchw_ref(dx[:, c:c + 1], dw[c:c + 1], pad)[:, 0] for c in range(24)], axis=1)[:, :, ::stride, ::stride]
         yield f"depthwise_nchw_{tag}", "depthwise_nchw", dwc, [vdx, vdw, vdb], [dx, dw, db], np.clip(ref + db, 0, 6)
 
+    # NCHW <-> NCHW16c transforms: transposed tiles (widths 24 and 8 -> tiles of 8 pixels)
+    lx = rnd(1, 32, 3, 24, seed=9)
+    vlx = _var("x", (1, 32, 3, 24))
+    yield ("layout_block", "layout_transform", lambda bb: relax.op.layout_transform(vlx, index_map=lambda n, c, h, w: (n, c // 16, h, w, c % 16)),
+           [vlx], [lx], lx.reshape(1, 2, 16, 3, 24).transpose(0, 1, 3, 4, 2))
+    ux = rnd(1, 2, 5, 8, 16, seed=10)
+    vux = _var("x", (1, 2, 5, 8, 16))
+    yield ("layout_unblock", "layout_transform", lambda bb: relax.op.layout_transform(vux, index_map=lambda n, c, h, w, b: (n, c * 16 + b, h, w)),
+           [vux], [ux], ux.transpose(0, 1, 4, 2, 3).reshape(1, 32, 5, 8))
+
     xc = x.reshape(1, 1, 16, 9, 9).transpose(0, 1, 3, 4, 2)  # NCHW16c
     wc = w.reshape(2, 16, 1, 16, 3, 3).transpose(0, 2, 4, 5, 3, 1)  # OIHW16i16o
     ref = _conv_nchw_ref(x, w, 1).reshape(1, 2, 16, 9, 9).transpose(0, 1, 3, 4, 2)
