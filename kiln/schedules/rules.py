@@ -7,6 +7,7 @@ from __future__ import annotations
 from tvm import s_tir
 
 DATA_PAR, COMM_REDUCE = 0, 2
+MAX_STACK_FLOATS = 16384  # 64 KiB: a per-thread padded input tile on the stack
 
 
 def iter_types(sch: s_tir.Schedule, block) -> list[int]:
@@ -157,12 +158,21 @@ def conv_nchw_oc_vectorized(sch: s_tir.Schedule, anchor, lanes: int) -> None:
     """NCHW conv2d (e.g. a 3-channel stride-2 stem that cannot be channel-blocked): vectorize over
     output channels, not width (a strided width gives gathers). The weights are re-laid out as
     [O/lanes, I, KH, KW, lanes] in a cache stage so each vector load is contiguous; each input
-    pixel is broadcast into `tile` vector FMAs."""
+    pixel is broadcast into `tile` vector FMAs. The accumulator tile is [pixel, channel] (so its
+    vectors are contiguous), the epilogue is vectorized along the width, and the input rows one
+    output row reads are padded once into a stack buffer (no condition in the FMA loop). Measured
+    on MobileNetV2's stem (3->32, stride 2, 224x224): ~400 -> ~190 us."""
     types = iter_types(sch, anchor)
     loops = sch.get_loops(anchor)
     if types != [DATA_PAR] * 4 + [COMM_REDUCE] * 3 or extent(sch, loops[1]) % lanes != 0:
         raise s_tir.ScheduleError("not an NCHW conv with output channels divisible by the lanes")
-    inline_all_but(sch, [anchor])
+    pads = [p for p in sch.get_producers(anchor) if sch.get(p).name_hint.startswith("pad")]
+    pad = pads[0] if len(pads) == 1 else None
+    if pad is not None:  # [C_in, KH, W_padded] floats per output row must fit the stack comfortably
+        shape = [int(d) for d in sch.get(pad).writes[0].source.shape]
+        if shape[1] * extent(sch, loops[5]) * shape[3] > MAX_STACK_FLOATS:
+            pad = None
+    inline_all_but(sch, [anchor] + ([pad] if pad is not None else []))
     consumers = sch.get_consumers(anchor)
     wcache = sch.cache_read(anchor, 1, "global")
     sch.transform_layout(wcache, ("write", 0), lambda o, i, h, w: (o // lanes, i, h, w, o % lanes))
@@ -170,17 +180,25 @@ def conv_nchw_oc_vectorized(sch: s_tir.Schedule, anchor, lanes: int) -> None:
     oc_o, oc_i = sch.split(oc, [None, lanes])
     t = _divisor_at_most(extent(sch, ow), 8)
     ow_o, ow_i = sch.split(ow, [None, t])
-    sch.reorder(n, oc_o, oh, ow_o, ic, kh, kw, ow_i, oc_i)
+    sch.reorder(n, oh, oc_o, ow_o, ic, kh, kw, ow_i, oc_i)
     cache = sch.cache_write(anchor, 0, "local")
+    sch.transform_layout(anchor, ("write", 0), lambda a, c, y, x: (a, y, x, c))  # the local tile: channels innermost
     sch.reverse_compute_at(cache, ow_o, preserve_unit_loops=True)
     for c in consumers:
         sch.reverse_compute_at(c, ow_o, preserve_unit_loops=True)
     sch.vectorize(oc_i)
     sch.unroll(ow_i)
-    sch.parallel(sch.fuse(n, oc_o, oh))
+    par = sch.fuse(n, oh)
+    sch.parallel(par)
+    if pad is not None:
+        sch.compute_at(pad, par, preserve_unit_loops=True)
+        sch.set_scope(pad, 0, "local")
     sch.decompose_reduction(anchor, ic)
-    wl = sch.get_loops(wcache)
-    sch.parallel(wl[0])
+    sch.parallel(sch.get_loops(wcache)[0])
+    for b in [cache, *consumers]:
+        inner = sch.get_loops(b)[-1]
+        if extent(sch, inner) == t and t >= 4:
+            sch.vectorize(inner)
 
 
 def conv_nchw_pointwise(sch: s_tir.Schedule, anchor, lanes: int) -> None:

@@ -60,6 +60,12 @@ def _workloads():
     cx, cw, cb = _var("x", (1, 16, 9, 9)), _var("w", (32, 16, 3, 3)), _var("b", (1, 32, 1, 1))
     yield "conv2d_nchw", "conv2d_nchw:conv2d_nchw_oc", conv, [cx, cw, cb], [x, w, b], np.maximum(_conv_nchw_ref(x, w, 1) + b, 0)
 
+    # a stem: 3 input channels, stride 2, padding (the padded rows in a stack tile)
+    sx, sw = rnd(1, 3, 15, 17, seed=11), rnd(16, 3, 3, 3, seed=12)
+    vsx, vsw = _var("x", (1, 3, 15, 17)), _var("w", (16, 3, 3, 3))
+    yield ("conv2d_stem", "conv2d_nchw:conv2d_nchw_oc", lambda bb: relax.op.nn.relu(bb.emit(relax.op.nn.conv2d(vsx, vsw, strides=[2, 2], padding=[1, 1]))),
+           [vsx, vsw], [sx, sw], np.maximum(_conv_nchw_ref(sx, sw, 1)[:, :, ::2, ::2], 0))
+
     # 1x1 conv with channels that cannot be blocked by 16 (MobileNetV2's 24), bias, clip: the pointwise rule
     x1, w1, b1 = rnd(1, 24, 8, 14), rnd(48, 24, 1, 1, seed=4), rnd(1, 48, 1, 1, seed=5)
     px, pw, pb = _var("x", (1, 24, 8, 14)), _var("w", (48, 24, 1, 1)), _var("b", (1, 48, 1, 1))
