@@ -71,6 +71,24 @@ def parallel_vectorize(sch: s_tir.Schedule, block, lanes: int, max_parallel_exte
         sch.parallel(fused)
 
 
+def vectorize_tails(sch: s_tir.Schedule, blocks_: list, width: int, split: bool = False) -> None:
+    """Vectorize each block's innermost loop when its extent is `width` (with split=True, also a
+    multiple of it, split by `width`): the write-back and epilogue blocks placed inside a tile."""
+    for b in blocks_:
+        inner = sch.get_loops(b)[-1]
+        n = extent(sch, inner)
+        if n == width:
+            sch.vectorize(inner)
+        elif split and n > width and n % width == 0:
+            sch.vectorize(sch.split(inner, [None, width])[1])
+
+
+def pad_producer(sch: s_tir.Schedule, anchor):
+    """The conv's padding block (TVM legalizes a padded conv as pad -> conv), or None."""
+    pads = [p for p in sch.get_producers(anchor) if sch.get(p).name_hint.startswith("pad")]
+    return pads[0] if len(pads) == 1 else None
+
+
 def injective(sch: s_tir.Schedule, anchor, lanes: int) -> None:
     inline_all_but(sch, [])
     for b in blocks(sch):
@@ -118,10 +136,7 @@ def reduction_tiled(sch: s_tir.Schedule, anchor, lanes: int) -> None:
                 pass
     if vec > 1:
         sch.vectorize(vec_loop)
-        for b in [cache] + list(consumers):
-            inner = sch.get_loops(b)[-1]
-            if extent(sch, inner) == vec:
-                sch.vectorize(inner)
+        vectorize_tails(sch, [cache, *consumers], vec)
     for ti in tile_inner:
         sch.unroll(ti)
     outer = spatial[:-1] if len(spatial) > 1 else spatial
@@ -166,8 +181,7 @@ def conv_nchw_oc_vectorized(sch: s_tir.Schedule, anchor, lanes: int) -> None:
     loops = sch.get_loops(anchor)
     if types != [DATA_PAR] * 4 + [COMM_REDUCE] * 3 or extent(sch, loops[1]) % lanes != 0:
         raise s_tir.ScheduleError("not an NCHW conv with output channels divisible by the lanes")
-    pads = [p for p in sch.get_producers(anchor) if sch.get(p).name_hint.startswith("pad")]
-    pad = pads[0] if len(pads) == 1 else None
+    pad = pad_producer(sch, anchor)
     if pad is not None:  # [C_in, KH, W_padded] floats per output row must fit the stack comfortably
         shape = [int(d) for d in sch.get(pad).writes[0].source.shape]
         if shape[1] * extent(sch, loops[5]) * shape[3] > MAX_STACK_FLOATS:
@@ -195,10 +209,8 @@ def conv_nchw_oc_vectorized(sch: s_tir.Schedule, anchor, lanes: int) -> None:
         sch.set_scope(pad, 0, "local")
     sch.decompose_reduction(anchor, ic)
     sch.parallel(sch.get_loops(wcache)[0])
-    for b in [cache, *consumers]:
-        inner = sch.get_loops(b)[-1]
-        if extent(sch, inner) == t and t >= 4:
-            sch.vectorize(inner)
+    if t >= 4:
+        vectorize_tails(sch, [cache, *consumers], t)
 
 
 def conv_nchw_pointwise(sch: s_tir.Schedule, anchor, lanes: int) -> None:
@@ -233,10 +245,7 @@ def conv_nchw_pointwise(sch: s_tir.Schedule, anchor, lanes: int) -> None:
     for c in consumers:
         sch.reverse_compute_at(c, p_o, preserve_unit_loops=True)
     sch.vectorize(p_i)
-    for b in [cache, *consumers]:
-        inner = sch.get_loops(b)[-1]
-        if extent(sch, inner) == lanes:
-            sch.vectorize(inner)
+    vectorize_tails(sch, [cache, *consumers], lanes)
     sch.unroll(oc_i)
     sch.parallel(sch.fuse(n, oc_o))
     sch.decompose_reduction(anchor, ic)
@@ -258,8 +267,7 @@ def depthwise_nchw(sch: s_tir.Schedule, anchor, lanes: int) -> None:
     loops = sch.get_loops(anchor)
     if iter_types(sch, anchor) != [DATA_PAR] * 4 + [COMM_REDUCE] * 3 or extent(sch, loops[4]) != 1:
         raise s_tir.ScheduleError("not a depthwise NCHW conv (one input channel per group)")
-    pads = [p for p in sch.get_producers(anchor) if sch.get(p).name_hint.startswith("pad")]
-    pad = pads[0] if len(pads) == 1 else None
+    pad = pad_producer(sch, anchor)
     inline_all_but(sch, [anchor] + ([pad] if pad is not None else []))
     consumers = sch.get_consumers(anchor)
     n, c, oh, ow, rc, ry, rx = sch.get_loops(anchor)
@@ -278,12 +286,7 @@ def depthwise_nchw(sch: s_tir.Schedule, anchor, lanes: int) -> None:
         sch.reverse_compute_at(b, ow_oo, preserve_unit_loops=True)
     sch.vectorize(ow_i)
     sch.unroll(ow_k)
-    for b in [cache, *consumers]:
-        inner = sch.get_loops(b)[-1]
-        if extent(sch, inner) > vec and extent(sch, inner) % vec == 0:
-            sch.vectorize(sch.split(inner, [None, vec])[1])
-        elif extent(sch, inner) == vec:
-            sch.vectorize(inner)
+    vectorize_tails(sch, [cache, *consumers], vec, split=True)
     par = sch.fuse(n, c)
     sch.parallel(par)
     if pad is not None:
@@ -347,10 +350,7 @@ def _tensorize_vnni(sch: s_tir.Schedule, anchor, reduce_loop, tile_loop, lanes_l
     init = sch.decompose_reduction(anchor, reduce_loop)
     sch.unroll(tile_loop)
     sch.tensorize(lanes_loop, VNNI_16x4)
-    for b in (init, *epilogue):
-        inner = sch.get_loops(b)[-1]
-        if extent(sch, inner) == 16:
-            sch.vectorize(inner)
+    vectorize_tails(sch, [init, *epilogue], 16)
 
 
 def conv2d_int8_vnni(sch: s_tir.Schedule, anchor, lanes: int) -> None:
