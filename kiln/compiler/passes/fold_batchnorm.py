@@ -9,6 +9,8 @@ import tvm
 from tvm import relax
 from tvm.relax.dpl import TupleGetItemPattern, is_const, is_op, rewrite_call, wildcard
 
+from .module_map import rewrite_functions
+
 PRODUCERS = ("relax.nn.conv2d", "relax.nn.conv2d_transpose", "relax.matmul")
 
 
@@ -75,8 +77,5 @@ class FoldBatchNorm:
         return relax.op.add(new_prod, relax.const(shift.astype(str(out_ty.dtype)).reshape(bias_shape)))
 
     def transform_module(self, mod: tvm.IRModule, ctx) -> tvm.IRModule:
-        mod = tvm.IRModule(dict(mod.functions), attrs=mod.attrs)  # never mutate the caller's module
-        for gv, func in list(mod.functions.items()):
-            if isinstance(func, relax.Function) and "Primitive" not in (func.attrs or {}):
-                mod[gv] = rewrite_call(self.pattern, self._rewrite, func)
+        mod = rewrite_functions(mod, lambda f: rewrite_call(self.pattern, self._rewrite, f))
         return relax.transform.DeadCodeElimination(["main"])(mod)

@@ -14,6 +14,7 @@ from tvm import relax
 from tvm.ir.expr import GenericConst
 
 from ..quantize.rewrite import integer_layer
+from .module_map import rewrite_functions
 
 
 def _const(e) -> np.ndarray | None:
@@ -70,9 +71,6 @@ class LowerQDQ:
 
     def transform_module(self, mod: tvm.IRModule, ctx) -> tvm.IRModule:
         lower = _Lower(mod)
-        out = tvm.IRModule(dict(mod.functions), attrs=mod.attrs)
-        for gv, f in list(mod.functions.items()):
-            if isinstance(f, relax.Function) and "Primitive" not in (f.attrs or {}):
-                out[gv] = lower.visit_expr(f)
+        out = rewrite_functions(mod, lower.visit_expr)
         self.stats["qdq_lowered"] += lower.lowered
         return relax.transform.DeadCodeElimination(["main"])(out) if lower.lowered else out

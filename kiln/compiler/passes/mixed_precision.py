@@ -12,6 +12,8 @@ import tvm
 from tvm import relax
 from tvm.ir.expr import GenericConst
 
+from .module_map import rewrite_functions
+
 DTYPES = {"fp16": ("float16", np.float16), "bf16": ("bfloat16", ml_dtypes.bfloat16)}
 OPS = ("relax.nn.conv2d", "relax.matmul")
 
@@ -50,9 +52,6 @@ class MixedPrecision:
 
     def transform_module(self, mod: tvm.IRModule, ctx) -> tvm.IRModule:
         cast = _Cast(mod, self.dtype, self.np_dtype)
-        out = tvm.IRModule(dict(mod.functions), attrs=mod.attrs)
-        for gv, f in list(mod.functions.items()):
-            if isinstance(f, relax.Function) and "Primitive" not in (f.attrs or {}):
-                out[gv] = cast.visit_expr(f)
+        out = rewrite_functions(mod, cast.visit_expr)
         self.stats["mixed_precision_ops"] += cast.converted
         return out

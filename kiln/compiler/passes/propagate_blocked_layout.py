@@ -23,6 +23,7 @@ from tvm import relax
 from tvm.ir.expr import GenericConst
 
 from .counting import static_shape
+from .module_map import rewrite_functions
 
 UNARY = ("relax.clip", "relax.nn.relu", "relax.sigmoid", "relax.nn.silu", "relax.tanh", "relax.nn.gelu", "relax.astype", "relax.round")
 BINARY = ("relax.add", "relax.multiply")
@@ -134,10 +135,7 @@ class PropagateBlockedLayout:
         if self.layout != "NCHWc":
             return mod
         m = _Propagate(mod, self.block)
-        mod = tvm.IRModule(dict(mod.functions), attrs=mod.attrs)  # never mutate the caller's module
-        for gv, f in list(mod.functions.items()):
-            if isinstance(f, relax.Function) and "Primitive" not in (f.attrs or {}):
-                mod[gv] = m.visit_expr(f)
+        mod = rewrite_functions(mod, m.visit_expr)
         self.stats["transforms_moved"] = m.moved
         mod = relax.transform.EliminateCommonSubexpr()(mod)  # ConvertLayout blocks a tensor once per consumer
         return relax.transform.DeadCodeElimination(["main"])(mod)

@@ -8,6 +8,7 @@ import tvm
 from tvm import relax
 
 from .counting import static_shape
+from .module_map import rewrite_functions
 
 
 def _ints(arr) -> list[int]:
@@ -78,10 +79,7 @@ class RemoveNoOps:
 
     def transform_module(self, mod: tvm.IRModule, ctx) -> tvm.IRModule:
         remover = _NoOpRemover(mod)
-        mod = tvm.IRModule(dict(mod.functions), attrs=mod.attrs)  # never mutate the caller's module
-        for gv, func in list(mod.functions.items()):
-            if isinstance(func, relax.Function) and "Primitive" not in (func.attrs or {}):
-                mod[gv] = remover.visit_expr(func)
+        mod = rewrite_functions(mod, remover.visit_expr)
         self.stats["noops_removed"] += remover.removed
         mod = relax.transform.CanonicalizeBindings()(mod)
         return relax.transform.DeadCodeElimination(["main"])(mod)
