@@ -22,12 +22,19 @@ def op_histogram(mod: tvm.IRModule, func: str = "main") -> dict[str, int]:
     def add(f, times: int = 1):
         for call in _calls(f):
             if isinstance(call.op, tvm.ir.Op):
-                name = call.op.name.removeprefix("relax.")
+                name = "nn.conv2d_winograd" if _winograd(call) else call.op.name.removeprefix("relax.")
                 hist[name] = hist.get(name, 0) + times
             elif isinstance(call.op, tvm.ir.GlobalVar) and isinstance(mod[call.op], relax.Function):
                 add(mod[call.op], times)
     add(mod[func])
     return dict(sorted(hist.items(), key=lambda kv: (-kv[1], kv[0])))
+
+
+def _winograd(call) -> bool:
+    """A call_tir of a Winograd conv kernel (passes/winograd.py)."""
+    from .passes.winograd import PRIMFUNC
+    return (isinstance(call.op, tvm.ir.Op) and call.op.name == "relax.call_tir"
+            and call.args[0].name_hint.startswith(PRIMFUNC))
 
 
 def conv_layouts(mod: tvm.IRModule, func: str = "main") -> dict[str, int]:
@@ -38,6 +45,9 @@ def conv_layouts(mod: tvm.IRModule, func: str = "main") -> dict[str, int]:
         for call in _calls(f):
             if isinstance(call.op, tvm.ir.Op) and call.op.name == "relax.nn.conv2d":
                 hist[str(call.attrs.data_layout)] = hist.get(str(call.attrs.data_layout), 0) + 1
+            elif _winograd(call):  # the Winograd pass's convs: data [1, C/c, H, W, c]
+                layout = f"NCHW{int(call.args[1][0].ty.shape[4])}c"
+                hist[layout] = hist.get(layout, 0) + 1
             elif isinstance(call.op, tvm.ir.GlobalVar) and isinstance(mod[call.op], relax.Function):
                 add(mod[call.op])
     add(mod[func])

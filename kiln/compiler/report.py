@@ -21,6 +21,7 @@ def format_report(r: dict) -> str:
         ("no-ops removed", r["noops_removed"]),
         ("clips canonicalized", r.get("clips_canonicalized", 0)),
         ("layout", f"{r['layout']} ({r['layout_transforms']} layout transforms; convs by layout: {_hist(r.get('conv_layouts', {}))})"),
+        ("winograd convs", f"{r.get('winograd_convs', 0)} (3x3 stride-1 convs as Winograd kernels; --disable-pass Winograd keeps them direct)"),
         ("weights", _mb(r["weights_bytes"])),
         ("activations unfused", _mb(r["activation_bytes_unfused"])),
         ("activations naive", f"{_mb(r['activation_bytes_naive'])} (every kernel output, no reuse)"),

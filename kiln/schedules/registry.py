@@ -7,6 +7,7 @@ from typing import Callable
 from tvm import s_tir
 
 from . import rules
+from .winograd import winograd_nchwc
 
 RULES: dict[tuple[str, str], Callable] = {
     ("cpu", "conv2d"): rules.reduction_tiled,
@@ -21,10 +22,11 @@ RULES: dict[tuple[str, str], Callable] = {
     ("cpu", "multi_reduction"): rules.rowwise,
     ("cpu", "injective"): rules.injective,
     ("cpu", "layout_transform"): rules.layout_transform_tiled,
+    ("cpu", "winograd"): winograd_nchwc,
 }
 # when a kind's rule does not apply (e.g. output channels not divisible by the lanes), try these
 FALLBACK = {"conv2d_nchw": ("conv2d_nchw_oc", "conv2d"), "depthwise_nchw": ("reduction",), "conv2d_int8": ("conv2d",), "matmul_int8": ("matmul",), "layout_transform": ("injective",)}
-KIND_BY_BLOCK_PREFIX = (("conv2d_NCHWc_int8", "conv2d_int8"), ("matmul_int8", "matmul_int8"), ("conv2d_nchw", "conv2d_nchw"), ("group_conv2d_nchw", "depthwise_nchw"), ("conv2d", "conv2d"), ("depthwise", "conv2d"), ("matmul", "matmul"), ("T_matmul", "matmul"),
+KIND_BY_BLOCK_PREFIX = (("winograd_gemm", "winograd"), ("conv2d_NCHWc_int8", "conv2d_int8"), ("matmul_int8", "matmul_int8"), ("conv2d_nchw", "conv2d_nchw"), ("group_conv2d_nchw", "depthwise_nchw"), ("conv2d", "conv2d"), ("depthwise", "conv2d"), ("matmul", "matmul"), ("T_matmul", "matmul"),
                         ("dense", "matmul"), ("pool", "pool"), ("adaptive_pool", "pool"))
 
 

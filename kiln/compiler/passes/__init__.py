@@ -11,5 +11,6 @@ from .lower_qdq import LowerQDQ
 from .mixed_precision import MixedPrecision
 from .propagate_blocked_layout import PropagateBlockedLayout
 from .remove_noops import RemoveNoOps
+from .winograd import Winograd
 
-__all__ = ["BF16ConvKernel", "CanonicalizeClip", "ConvertLayout", "DeadCode", "FoldBatchNorm", "FoldConstants", "FuseEpilogue", "LiftWeights", "LowerQDQ", "MixedPrecision", "PropagateBlockedLayout", "RemoveNoOps"]
+__all__ = ["BF16ConvKernel", "CanonicalizeClip", "ConvertLayout", "DeadCode", "FoldBatchNorm", "FoldConstants", "FuseEpilogue", "LiftWeights", "LowerQDQ", "MixedPrecision", "PropagateBlockedLayout", "RemoveNoOps", "Winograd"]

@@ -1,0 +1,74 @@
+"""Default schedule of a Winograd conv kernel (kiln/compiler/winograd.py): the input transform
+per tile (rows kept on the stack, both passes unrolled, channels in vector lanes), the alpha^2
+GEMMs register-tiled as (tiles x output-channel blocks x lanes) like a 1x1 conv, and the output
+transform per tile with the epilogue (bias, activation) inlined into its last pass."""
+from __future__ import annotations
+
+from tvm import s_tir
+
+from .rules import _divisor_at_most, blocks, extent, inline_all_but
+
+MAX_TILE_ROWS = 8  # tiles per register tile
+MAX_ACCUMULATORS = 16  # vector accumulators per register tile
+
+
+def _block(sch: s_tir.Schedule, name: str):
+    found = [b for b in blocks(sch) if sch.get(b).name_hint == name]
+    if len(found) != 1:
+        raise s_tir.ScheduleError(f"no single {name} block")
+    return found[0]
+
+
+def winograd_nchwc(sch: s_tir.Schedule, anchor, lanes: int) -> None:
+    names = ("winograd_input_rows", "winograd_input", "winograd_gemm", "winograd_output_rows")
+    keep = [_block(sch, n) for n in names]
+    inline_all_but(sch, keep)  # the padding into the input rows, the output transform into the epilogue
+    in_rows, v, gemm, out_rows = (_block(sch, n) for n in names)
+    (out,) = [b for b in blocks(sch) if not sch.get_consumers(b)]
+
+    # input transform: V[e, u, i, p, k] for one tile p of one channel block i at a time
+    e, u, i, p, k = sch.get_loops(v)
+    sch.reorder(i, p, e, u, k)
+    sch.compute_at(in_rows, p, preserve_unit_loops=True)
+    for lp in sch.get_loops(in_rows)[2:-1]:
+        sch.unroll(lp)
+    sch.vectorize(sch.get_loops(in_rows)[-1])
+    sch.unroll(e)
+    sch.unroll(u)
+    sch.vectorize(k)
+    sch.parallel(sch.fuse(i, p))
+
+    # GEMMs: M[e, u, o, p, j] = sum_k V[e, u, k / c, p, k % c] U[e, u, o, k, j]
+    e, u, o, p, j, k = sch.get_loops(gemm)
+    n_p, n_o = extent(sch, p), extent(sch, o)
+    pt = _divisor_at_most(n_p, MAX_TILE_ROWS)
+    ot = _divisor_at_most(n_o, max(1, MAX_ACCUMULATORS // pt))
+    po, pi = sch.split(p, [None, pt])
+    oo, oi = sch.split(o, [None, ot])
+    sch.reorder(e, u, oo, po, k, oi, pi, j)
+    acc = sch.cache_write(gemm, 0, "local")
+    sch.reverse_compute_at(acc, po, preserve_unit_loops=True)
+    sch.vectorize(j)
+    sch.unroll(pi)
+    sch.unroll(oi)
+    sch.vectorize(sch.get_loops(acc)[-1])
+    sch.parallel(sch.fuse(e, u, oo))
+    sch.decompose_reduction(gemm, k)
+
+    # output transform: one m x m tile at a time, rows on the stack, epilogue in the last pass
+    m = extent(sch, sch.get_loops(out_rows)[2])
+    loops = sch.get_loops(out)
+    if len(loops) != 5:
+        raise s_tir.ScheduleError("the winograd output is not [n, o, h, w, c]")
+    n, o, y, x, j = loops
+    yo, yi = sch.split(y, [None, m])
+    xo, xi = sch.split(x, [None, m])
+    sch.reorder(n, o, yo, xo, yi, xi, j)
+    sch.compute_at(out_rows, xo, preserve_unit_loops=True)
+    for lp in sch.get_loops(out_rows)[-3:-1]:
+        sch.unroll(lp)
+    sch.vectorize(sch.get_loops(out_rows)[-1])
+    sch.unroll(yi)
+    sch.unroll(xi)
+    sch.vectorize(j)
+    sch.parallel(sch.fuse(n, o, yo))

@@ -1,0 +1,42 @@
+"""The Winograd pass end to end: which convs it takes (3x3, stride 1, padding 1, NCHWc, float32),
+numerics against onnxruntime with and without it, and `--disable-pass Winograd`."""
+import numpy as np
+import pytest
+from onnx import helper
+
+import kiln
+from helpers import make_model, ort_run, rand
+
+
+def _model():
+    """Five 3x3 convs on 32 channels: 16x16 (F(4x4, 3x3); one with a residual add), stride 2 and
+    padding 0 (direct), then 6x6 (F(2x2, 3x3))."""
+    conv = lambda i, o, w, **kw: helper.make_node("Conv", [i, w, w + "_b"], [o], kernel_shape=[3, 3], **kw)  # noqa: E731
+    nodes = [conv("input", "c1", "w1", pads=[1, 1, 1, 1]), helper.make_node("Relu", ["c1"], ["r1"]),
+             conv("r1", "c2", "w2", pads=[1, 1, 1, 1]), helper.make_node("Add", ["c2", "input"], ["a2"]), helper.make_node("Relu", ["a2"], ["r2"]),
+             conv("r2", "c3", "w3", pads=[1, 1, 1, 1], strides=[2, 2]), conv("c3", "c4", "w4"),
+             conv("c4", "output", "w5", pads=[1, 1, 1, 1])]
+    inits = {}
+    for i in range(1, 6):
+        inits[f"w{i}"] = rand(32, 32, 3, 3, seed=i) * 0.1
+        inits[f"w{i}_b"] = rand(32, seed=10 + i)
+    return make_model(nodes, {"input": rand(1, 32, 16, 16)}, ["output"], inits)
+
+
+@pytest.mark.parametrize("disabled", [(), ("Winograd",)], ids=["winograd", "direct"])
+def test_winograd_convs_match_onnxruntime(tmp_path, disabled):
+    m = _model()
+    r = kiln.compile(m, tmp_path / "m.kiln", disabled_passes=disabled)
+    assert r.report["winograd_convs"] == (0 if disabled else 3)
+    assert r.report["ops_after"].get("nn.conv2d_winograd", 0) == r.report["winograd_convs"]
+    assert r.report["conv_layouts"] == {"NCHW16c": 5}
+    x = rand(1, 32, 16, 16, seed=99)
+    out = kiln.load(tmp_path / "m.kiln").run({"input": x})["output"]
+    ref = ort_run(m, {"input": x})[0]
+    np.testing.assert_allclose(out, ref, rtol=1e-4, atol=1e-4)
+
+
+def test_winograd_needs_a_blocked_float_layout(tmp_path):
+    """In NCHW (no channel blocks) the convs stay direct."""
+    r = kiln.compile(_model(), tmp_path / "m.kiln", layout="NCHW")
+    assert r.report["winograd_convs"] == 0 and r.report["conv_layouts"] == {"NCHW": 5}
