@@ -10,7 +10,7 @@ from helpers import make_model, ort_run, rand
 
 def _model():
     """Five 3x3 convs on 32 channels: 16x16 (F(4x4, 3x3); one with a residual add), stride 2 and
-    padding 0 (direct), then 6x6 (F(2x2, 3x3))."""
+    padding 0 (direct), then 6x6 (F(2x2, 3x3))."""  # 16x16 is the smallest F(4x4) output (MIN_F4)
     conv = lambda i, o, w, **kw: helper.make_node("Conv", [i, w, w + "_b"], [o], kernel_shape=[3, 3], **kw)  # noqa: E731
     nodes = [conv("input", "c1", "w1", pads=[1, 1, 1, 1]), helper.make_node("Relu", ["c1"], ["r1"]),
              conv("r1", "c2", "w2", pads=[1, 1, 1, 1]), helper.make_node("Add", ["c2", "input"], ["a2"]), helper.make_node("Relu", ["a2"], ["r2"]),

@@ -178,15 +178,16 @@ def test_pointwise_rule_keeps_the_output_layout_without_an_epilogue(tmp_path):
     np.testing.assert_allclose(kiln.load(tmp_path / "pw.kiln").run({"input": x})["output"], ort_run(m, {"input": x})[0], rtol=1e-4, atol=1e-4)
 
 
-@pytest.mark.parametrize("hw", [(8, 12), (6, 10)], ids=["F4x4", "F2x2"])
+@pytest.mark.parametrize("hw", [(16, 20), (18, 22), (7, 10)], ids=["F4x4", "F4x4_overhang", "F2x2_overhang"])
 def test_winograd_rule(hw):
     """A Winograd conv + bias + ReLU kernel (the Winograd pass's compute, weights transformed at
     compile time): the registry picks the winograd rule, and the scheduled kernel matches a direct
-    conv in numpy; 8x12 outputs take F(4x4, 3x3), 6x10 F(2x2, 3x3)."""
+    conv in numpy; 16x20 outputs take F(4x4, 3x3), 18x22 too (the last tiles overhang the
+    output), 7x10 F(2x2, 3x3) (overhanging by a row)."""
     from kiln.compiler.winograd import conv2d_winograd_nchwc, tile_size, transform_weight
     x, w, b = rnd(1, 32, *hw), rnd(32, 32, 3, 3, seed=1), rnd(1, 32, 1, 1, seed=2)
     m = tile_size(*hw)
-    assert m == {(8, 12): 4, (6, 10): 2}[hw]
+    assert m == {(16, 20): 4, (18, 22): 4, (7, 10): 2}[hw]
     wc = w.reshape(2, 16, 2, 16, 3, 3).transpose(0, 2, 4, 5, 3, 1)  # OIHW16i16o
     u = transform_weight(wc, m)
     vx, vu, vb = _var("x", (1, 2, *hw, 16)), _var("u", u.shape), _var("b", (1, 2, 1, 1, 16))

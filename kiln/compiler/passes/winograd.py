@@ -1,6 +1,5 @@
 """Winograd: 3x3 stride-1 convolutions in NCHW{c}c (float32, batch 1, padding 1) become Winograd
-F(4x4, 3x3) kernels (F(2x2, 3x3) where the output is not a multiple of 4): 2.25-4x fewer
-multiplies for the convs that hold most of a ResNet's work. The weights are transformed here,
+F(4x4, 3x3) kernels (F(2x2, 3x3) for outputs under 8x8): 2.25-4x fewer multiplies for the convs that hold most of a ResNet's work. The weights are transformed here,
 once, at compile time; FuseEpilogue then fuses bias, activation and residual into the kernel
 like a direct conv's. Results differ from a direct conv by rounding (~1e-6 relative, measured).
 `stats["winograd_convs"]` counts the convs it took; `--disable-pass Winograd` keeps direct convs."""
@@ -32,7 +31,7 @@ def applies(call) -> int | None:
             or str(a.out_dtype) not in ("float32", "", "void", "None") or [int(s) for s in a.strides] != [1, 1]
             or [int(d) for d in a.dilation] != [1, 1] or [int(p) for p in a.padding] != [1, 1, 1, 1]):
         return None
-    return tile_size(shp[2], shp[3])
+    return tile_size(shp[2], shp[3]) if min(shp[2], shp[3]) >= 2 else None
 
 
 @relax.expr_functor.mutator
