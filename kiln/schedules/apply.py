@@ -9,7 +9,7 @@ from tvm import s_tir, tirx
 from .registry import FALLBACK, RULES, classify, target_family
 
 
-def _first_rule_that_applies(func, family: str, lanes: int):
+def first_rule_that_applies(func, family: str, lanes: int):
     """(kind, schedule) from the kind's rule, then its fallbacks (FALLBACK), each on a fresh
     schedule; (kind, None) when none applies."""
     first = s_tir.Schedule(func)
@@ -42,7 +42,7 @@ class ApplyDefaultSchedules:
         for gv, func in mod.functions.items():
             if not isinstance(func, tirx.PrimFunc) or func.attrs is not None and "tirx.is_scheduled" in func.attrs:
                 continue
-            kind, sch = _first_rule_that_applies(func, family, self.lanes)
+            kind, sch = first_rule_that_applies(func, family, self.lanes)
             if sch is None:
                 self.stats["kernels_unscheduled"] += 1
                 continue

@@ -8,7 +8,10 @@
   gradient task scheduler shares them by each task's weighted latency), and a wall-clock budget
   is checked between rounds;
 - resumable: records go to the JSON database as they are measured; a killed run loses only the
-  candidates in flight, and a rerun skips what is already measured."""
+  candidates in flight, and a rerun skips what is already measured;
+- never worse than no tuning: before searching, each new workload's default schedule (Kiln's
+  rule, kiln/schedules/rules.py) is measured by the same runner and recorded with its trace, so
+  the database's best record of a workload is the default schedule unless a candidate beat it."""
 from __future__ import annotations
 
 import dataclasses
@@ -154,8 +157,38 @@ _QUIET = logging.getLogger("kiln.tune.meta_schedule")
 _QUIET.setLevel(logging.WARNING)
 
 
+def record_default_schedules(tasks, target, db, builder, runner, lanes: int) -> int:
+    """Measure the default schedule of every task whose workload has no record yet and commit it
+    (trace + run time) like a MetaSchedule candidate; returns how many it recorded."""
+    from tvm.s_tir.meta_schedule.arg_info import ArgInfo
+    from tvm.s_tir.meta_schedule.builder import BuilderInput
+    from tvm.s_tir.meta_schedule.runner import RunnerInput
+    from .apply import first_rule_that_applies
+    from .registry import target_family
+    done = 0
+    for t in tasks:
+        mod = t.dispatched[0]
+        if db.has_workload(mod):
+            continue
+        _, sch = first_rule_that_applies(mod["main"], target_family(target), lanes)
+        if sch is None:
+            continue
+        (built,) = builder.build([BuilderInput(sch.mod, target)])
+        if built.error_msg:
+            continue
+        device = "cpu" if target.kind.name == "llvm" else target.kind.name
+        (future,) = runner.run([RunnerInput(built.artifact_path, device, ArgInfo.from_entry_func(sch.mod))])
+        result = future.result()
+        if result.error_msg or not result.run_secs:
+            continue
+        db.commit_tuning_record(ms.database.TuningRecord(sch.trace, db.commit_workload(mod), result.run_secs, target,
+                                                         ArgInfo.from_prim_func(mod["main"])))
+        done += 1
+    return done
+
+
 def tune_module(mod: tvm.IRModule, target, db_dir: Path, opts: TuneOptions,
-                progress: Callable[[str], None] = print) -> dict:
+                progress: Callable[[str], None] = print, lanes: int = 16) -> dict:
     logging.getLogger("tvm.s_tir.meta_schedule").setLevel(logging.WARNING)  # Kiln prints its own progress
     tasks = extract(mod, target)
     if not tasks:
@@ -173,6 +206,12 @@ def tune_module(mod: tvm.IRModule, target, db_dir: Path, opts: TuneOptions,
         progress(f"measuring on {opts.rpc_workers or devices} device(s) with key {opts.rpc_key!r} at {opts.rpc_tracker}")
     with tempfile.TemporaryDirectory(prefix="kiln-tune-", ignore_cleanup_errors=True) as tmp:
         builder = InProcessBuilder(tmp)
+        runner = runner or ms.runner.LocalRunner(timeout_sec=30)
+        seeded = record_default_schedules(tasks, target, db, builder, runner, lanes)
+        if seeded:
+            have = len(db.get_all_tuning_records())
+            progress(f"measured the default schedules of {seeded} new kernel(s): the baseline each candidate must beat "
+                     f"({time.perf_counter() - start:.0f}s)")
         while True:
             elapsed = time.perf_counter() - start
             if total is not None and done_trials >= total or opts.budget_s is not None and elapsed >= opts.budget_s:
@@ -187,7 +226,7 @@ def tune_module(mod: tvm.IRModule, target, db_dir: Path, opts: TuneOptions,
             # max_trials_global counts this call's trials
             ms.tune.tune_tasks(tasks=ctxs, task_weights=weights, work_dir=str(db_path), max_trials_global=n,
                                max_trials_per_task=None, num_trials_per_iter=opts.trials_per_iter, builder=builder,
-                               runner=runner or ms.runner.LocalRunner(timeout_sec=30), database=db, cost_model="xgb")
+                               runner=runner, database=db, cost_model="xgb")
             now = len(db.get_all_tuning_records())
             measured, have = now - have, now
             rounds += 1
@@ -202,7 +241,7 @@ def tune_module(mod: tvm.IRModule, target, db_dir: Path, opts: TuneOptions,
             if empty >= -(-len(tasks) // max(1, n // opts.trials_per_iter)):  # a whole rotation found nothing new
                 break
     records = have
-    return {"tasks": len(tasks), "trials": done_trials, "new_records": records - before, "records": records,
+    return {"tasks": len(tasks), "trials": done_trials, "defaults_measured": seeded, "new_records": records - before, "records": records,
             "seconds": round(time.perf_counter() - start, 1), "seconds_per_trial": round((time.perf_counter() - start) / max(done_trials, 1), 2),
             "db": str(db_path), "devices": devices}
 
@@ -218,4 +257,6 @@ def tune(model, compile_options, opts: TuneOptions, progress: Callable[[str], No
     imported = import_onnx(model, co.shapes)
     layout = co.layout if co.layout != "auto" else "NCHWc"
     mod = optimize(imported.mod, co, layout=layout).mod
-    return tune_module(mod, co.target.tvm(), db_dir_for(opts.db_root, co.target), opts, progress)
+    from ..compiler.passes.convert_layout import vector_block
+    return tune_module(mod, co.target.tvm(), db_dir_for(opts.db_root, co.target), opts, progress,
+                       lanes=vector_block(co.target.required_features()))

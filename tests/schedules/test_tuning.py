@@ -34,11 +34,12 @@ def test_tune_resume_and_apply(tmp_path, tiny):
     r = tune(tiny, co, TuneOptions(db_root=str(tmp_path), trials=4), progress=lines.append)
     db = tmp_path / target_key(co.target)
     assert r["db"] == str(db) and r["new_records"] >= 4 and all((db / f).exists() for f in FILES)
+    assert r["defaults_measured"] == r["tasks"] and "default schedules of" in lines[0]  # the baseline, once per workload
     assert lines and "trials" in lines[-1] and "s/trial" in lines[-1]
     first = _records(db)
     r2 = tune(tiny, co, TuneOptions(db_root=str(tmp_path), trials=4), progress=lines.append)
     assert _records(db) == first + r2["new_records"] and 1 <= r2["new_records"] <= 8  # continues, keeps the old records
-    assert r2["trials"] <= 8  # asked for 4; MetaSchedule measures in batches of up to 8
+    assert r2["trials"] <= 8 and r2["defaults_measured"] == 0  # asked for 4; MetaSchedule measures in batches of up to 8
     out = kiln.compile(tiny, tmp_path / "t.kiln", tuning_db=str(tmp_path))
     assert out.report["tuned_kernels"] >= 1 and out.report["tuned_coverage"] > 0.5
     assert out.manifest["compile_options"]["tuning_db_sha256"]
@@ -176,3 +177,37 @@ def test_rounds_cover_every_task_then_follow_estimated_latency():
         for i in pick_tasks(shares, done, 1):
             done[i] += 8
     assert done[0] > done[1] > done[2] and done[2] == done[3] == 8  # then by share of the latency
+
+
+def test_recorded_default_schedule_replays_to_the_default(tmp_path, tiny):
+    """Each workload's first record is its default schedule, measured: the database's best record
+    is never a schedule slower than the default (as measured), and replaying that record gives
+    exactly the schedule DefaultSchedules would."""
+    import dataclasses
+
+    import tvm
+    import tvm_ffi
+    from tvm.s_tir import meta_schedule as ms
+
+    from kiln.compiler.optimize import optimize
+    from kiln.compiler.pipeline import SCHEDULE_ROW
+    from kiln.frontends.importer import import_onnx
+    from kiln.schedules.apply import first_rule_that_applies
+    from kiln.schedules.tuning import InProcessBuilder, extract, record_default_schedules
+    co = CompileOptions.make()
+    co = dataclasses.replace(co, disabled_passes=(SCHEDULE_ROW["llvm"],))
+    mod = optimize(import_onnx(tiny, co.shapes).mod, co).mod
+    target = co.target.tvm()
+    tasks = extract(mod, target)
+    db = open_database(tmp_path / "db")
+    assert record_default_schedules(tasks, target, db, InProcessBuilder(str(tmp_path)), ms.runner.LocalRunner(timeout_sec=30), 16) == len(tasks) >= 1
+    assert record_default_schedules(tasks, target, db, InProcessBuilder(str(tmp_path)), ms.runner.LocalRunner(timeout_sec=30), 16) == 0
+    for t in tasks:
+        (rec,) = db.get_top_k(db.commit_workload(t.dispatched[0]), 1)
+        assert rec.run_secs and all(float(s) > 0 for s in rec.run_secs)
+        replayed = tvm.s_tir.Schedule(t.dispatched[0])
+        rec.trace.apply_to_schedule(replayed, remove_postproc=False)
+        _, default = first_rule_that_applies(t.dispatched[0]["main"], "cpu", 16)
+        assert tvm_ffi.structural_equal(replayed.mod, default.mod)
+    # a fresh process reads them back from the files
+    assert len(open_database(tmp_path / "db").get_all_tuning_records()) == len(tasks)
