@@ -1,6 +1,8 @@
-"""The zoo against onnxruntime on this machine: every model compiled by Kiln (default options,
-no tuning), benchmarked with `kiln bench` semantics (same input, Kiln and onnxruntime alternating
-run by run, warm-up first) for 1 and 2 threads. Writes a markdown table and JSON. Run by hand:
+"""The zoo against onnxruntime on this machine: every model compiled by Kiln with default options,
+untuned (`--tuning-db none`: default schedules only) and tuned (the records Kiln ships in
+tuning_logs/ for this target, when there are any), benchmarked with `kiln bench` semantics (same
+input, Kiln and onnxruntime alternating, warm-up first) for 1 and 2 threads. Writes a markdown
+table and JSON. Run by hand:
     .venv/bin/python benchmarks/run.py [--models a,b] [--threads 1,2] [--seconds 8] [--out benchmarks/results]"""
 from __future__ import annotations
 
@@ -15,6 +17,7 @@ import onnx
 
 import kiln
 from kiln import zoo
+from kiln.compiler import CompileOptions
 from kiln.runtime.bench import BenchOptions, bench
 from report import save, table
 
@@ -30,22 +33,28 @@ def main(argv=None) -> int:
     rows = []
     for name in a.models.split(","):
         build, shape = zoo.MODELS[name]
-        onnx_path, art = tmp / f"{name}.onnx", tmp / f"{name}.kiln"
+        onnx_path = tmp / f"{name}.onnx"
         onnx.save(build(), onnx_path)
-        t = time.perf_counter()
-        r = kiln.compile(onnx_path, art, input_shapes=[shape])
-        compile_s = time.perf_counter() - t
-        for threads in (int(x) for x in a.threads.split(",")):
-            b = bench(art, BenchOptions(threads=threads, warmup=5, seconds=a.seconds, onnx=str(onnx_path)))
-            row = {"model": name, "threads": threads, "compile_s": round(compile_s, 1), "layout": r.report["layout"],
-                   **{k: (v if k == "max_abs_diff" else round(v, 3)) for k, v in b.items() if isinstance(v, float)}, "runs": b["runs"]}
-            rows.append(row)
-            print(json.dumps(row), file=sys.stderr, flush=True)
-    lines = [f"Kiln {kiln.__version__} (untuned default schedules, layout NCHWc) vs onnxruntime, batch 1, same input, "
-             f"alternating, medians; `-mcpu={kiln.target.Target.parse(None).mcpu}`.", ""]
-    lines += table(["model", "threads", "kiln p50 ms", "kiln p99 ms", "ort p50 ms", "ort p99 ms", "kiln/ort p50", "max abs diff"],
-                   [[r["model"], r["threads"], f"{r['p50_ms']:.2f}", f"{r['p99_ms']:.2f}", f"{r['ort_p50_ms']:.2f}", f"{r['ort_p99_ms']:.2f}",
-                     f"{r['ratio_p50']:.2f}x", f"{r['max_abs_diff']:.1e}"] for r in rows])
+        shipped = CompileOptions.make(input_shapes=[shape]).tuning_db  # this target's shipped records, if any
+        for label, db in (("untuned", "none"), ("tuned", shipped)):
+            if db is None:
+                continue
+            art = tmp / f"{name}-{label}.kiln"
+            t = time.perf_counter()
+            r = kiln.compile(onnx_path, art, input_shapes=[shape], tuning_db=db)
+            compile_s = time.perf_counter() - t
+            for threads in (int(x) for x in a.threads.split(",")):
+                b = bench(art, BenchOptions(threads=threads, warmup=5, seconds=a.seconds, onnx=str(onnx_path)))
+                row = {"model": name, "schedules": label, "tuned_coverage": r.report.get("tuned_coverage", 0.0), "threads": threads,
+                       "compile_s": round(compile_s, 1), "layout": r.report["layout"], "winograd_convs": r.report.get("winograd_convs", 0),
+                       **{k: (v if k == "max_abs_diff" else round(v, 3)) for k, v in b.items() if isinstance(v, float)}, "runs": b["runs"]}
+                rows.append(row)
+                print(json.dumps(row), file=sys.stderr, flush=True)
+    lines = [f"Kiln {kiln.__version__} (layout NCHWc; untuned: default schedules; tuned: the records in tuning_logs/) vs onnxruntime, "
+             f"batch 1, same input, alternating, medians; `-mcpu={kiln.target.Target.parse(None).mcpu}`.", ""]
+    lines += table(["model", "schedules", "threads", "kiln p50 ms", "kiln p99 ms", "ort p50 ms", "ort p99 ms", "kiln/ort p50", "max abs diff"],
+                   [[r["model"], r["schedules"], r["threads"], f"{r['p50_ms']:.2f}", f"{r['p99_ms']:.2f}", f"{r['ort_p50_ms']:.2f}",
+                     f"{r['ort_p99_ms']:.2f}", f"{r['ratio_p50']:.2f}x", f"{r['max_abs_diff']:.1e}"] for r in rows])
     save(a.out, rows, lines)
     return 0
 

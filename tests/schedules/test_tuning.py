@@ -137,14 +137,13 @@ def test_twenty_random_kills_leave_a_readable_database(tmp_path, tiny):
 
 
 def test_shipped_records_apply_by_default_and_none_disables(tmp_path, tiny, monkeypatch):
-    from kiln.compiler import options as opts
     tune(tiny, CompileOptions.make(), TuneOptions(db_root=str(tmp_path / "shipped"), trials=2), progress=lambda s: None)
-    monkeypatch.setattr(opts, "SHIPPED_TUNING_LOGS", tmp_path / "shipped")
+    monkeypatch.setenv("KILN_TUNING_LOGS", str(tmp_path / "shipped"))
     r = kiln.compile(tiny, tmp_path / "a.kiln")  # no --tuning-db: the shipped records for this target
     assert r.report["tuned_kernels"] >= 1 and r.manifest["compile_options"]["tuning_db"].startswith(str(tmp_path / "shipped"))
     r = kiln.compile(tiny, tmp_path / "b.kiln", tuning_db="none")
     assert r.report.get("tuned_kernels", 0) == 0 and r.manifest["compile_options"]["tuning_db"] is None
-    monkeypatch.setattr(opts, "SHIPPED_TUNING_LOGS", tmp_path / "nothing")  # another machine: no records for its key
+    monkeypatch.setenv("KILN_TUNING_LOGS", str(tmp_path / "nothing"))  # another machine: no records for its key
     assert kiln.compile(tiny, tmp_path / "c.kiln").manifest["compile_options"]["tuning_db"] is None
 
 
@@ -211,3 +210,17 @@ def test_recorded_default_schedule_replays_to_the_default(tmp_path, tiny):
         assert tvm_ffi.structural_equal(replayed.mod, default.mod)
     # a fresh process reads them back from the files
     assert len(open_database(tmp_path / "db").get_all_tuning_records()) == len(tasks)
+
+
+def test_the_shipped_tuning_logs_load():
+    """Every target folder Kiln ships in tuning_logs/ is a database that loads, one record per
+    workload (compacted), each with a measured time; named by a target key."""
+    from kiln.compiler.options import SHIPPED_TUNING_LOGS
+    folders = [d for d in SHIPPED_TUNING_LOGS.iterdir() if d.is_dir()]
+    assert folders, "Kiln ships tuning records for at least the machine they were made on"
+    for d in folders:
+        assert d.name.startswith("llvm-") and all((d / f).exists() for f in FILES)
+        records = open_database(d).get_all_tuning_records()
+        workloads = {r.workload.shash for r in records}
+        assert len(records) == len(workloads) >= 1
+        assert all(r.run_secs and float(r.run_secs[0]) > 0 for r in records)
