@@ -106,4 +106,29 @@ def _matmul(bb, call):
     return tvm.ir.Op.get("relax.matmul").get_attr("FLegalize")(bb, call)
 
 
-LEGALIZE = {"relax.nn.conv2d": _conv2d, "relax.matmul": _matmul}
+def softmax_fast_exp(x, axis: int):
+    """Softmax along `axis` with topi's fast_exp: max, exp(x - max), sum, divide."""
+    axis = axis % len(x.shape)
+    at = lambda idx: [0 if k == axis else v for k, v in enumerate(idx)]  # noqa: E731 - the reduced axis kept as 1
+    mx = topi.max(x, axis=axis, keepdims=True)
+    e = topi.fast_exp(te.compute(x.shape, lambda *i: x(*i) - mx(*at(i)), name="softmax_shift"))
+    total = topi.sum(e, axis=axis, keepdims=True)
+    return te.compute(x.shape, lambda *i: e(*i) / total(*at(i)), name="softmax_norm")
+
+
+def _fast_math(compute):
+    """float32 exp/erf/tanh/softmax as polynomial/rational approximations that vectorize (topi's
+    fast_* functions, accurate to a few ulp; TVM's defaults call libm once per element, which
+    LLVM cannot vectorize: a GELU epilogue took 80% of its matmul's time)."""
+    def legalize(bb, call):
+        if str(call.ty.dtype) != "float32":
+            return tvm.ir.Op.get(call.op.name).get_attr("FLegalize")(bb, call)
+        if call.op.name == "relax.nn.softmax":
+            return bb.call_te(compute, call.args[0], int(call.attrs.axis), primfunc_name_hint="softmax")
+        return bb.call_te(compute, call.args[0], primfunc_name_hint=call.op.name.removeprefix("relax."))
+    return legalize
+
+
+LEGALIZE = {"relax.nn.conv2d": _conv2d, "relax.matmul": _matmul, "relax.exp": _fast_math(topi.fast_exp),
+            "relax.erf": _fast_math(topi.fast_erf), "relax.tanh": _fast_math(topi.fast_tanh),
+            "relax.nn.softmax": _fast_math(softmax_fast_exp)}

@@ -20,12 +20,13 @@ RULES: dict[tuple[str, str], Callable] = {
     ("cpu", "pool"): rules.reduction_tiled,
     ("cpu", "reduction"): rules.reduction_tiled,
     ("cpu", "multi_reduction"): rules.rowwise,
+    ("cpu", "softmax"): rules.softmax_rows,
     ("cpu", "injective"): rules.injective,
     ("cpu", "layout_transform"): rules.layout_transform_tiled,
     ("cpu", "winograd"): winograd_nchwc,
 }
 # when a kind's rule does not apply (e.g. output channels not divisible by the lanes), try these
-FALLBACK = {"conv2d_nchw": ("conv2d_nchw_oc", "conv2d"), "depthwise_nchw": ("reduction",), "conv2d_int8": ("conv2d",), "matmul_int8": ("matmul",), "layout_transform": ("injective",)}
+FALLBACK = {"softmax": ("multi_reduction",), "conv2d_nchw": ("conv2d_nchw_oc", "conv2d"), "depthwise_nchw": ("reduction",), "conv2d_int8": ("conv2d",), "matmul_int8": ("matmul",), "layout_transform": ("injective",)}
 KIND_BY_BLOCK_PREFIX = (("winograd_gemm", "winograd"), ("conv2d_NCHWc_int8", "conv2d_int8"), ("matmul_int8", "matmul_int8"), ("conv2d_nchw", "conv2d_nchw"), ("group_conv2d_nchw", "depthwise_nchw"), ("conv2d", "conv2d"), ("depthwise", "conv2d"), ("matmul", "matmul"), ("T_matmul", "matmul"),
                         ("dense", "matmul"), ("pool", "pool"), ("adaptive_pool", "pool"))
 
@@ -39,7 +40,9 @@ def classify(sch: s_tir.Schedule):
             return "layout_transform", blocks[0]
         return "injective", None
     if len(red) > 1:
-        return "multi_reduction", None  # softmax, layer norm, ...
+        if any(sch.get(b).name_hint.startswith("softmax_norm") for b in blocks):
+            return "softmax", None
+        return "multi_reduction", None  # layer norm, ...
     name = sch.get(red[0]).name_hint
     for prefix, kind in KIND_BY_BLOCK_PREFIX:
         if name.startswith(prefix):

@@ -169,6 +169,40 @@ def rowwise(sch: s_tir.Schedule, anchor, lanes: int) -> None:
             sch.parallel(sch.fuse(*outer) if len(outer) > 1 else outer[0])
 
 
+def softmax_rows(sch: s_tir.Schedule, anchor, lanes: int) -> None:
+    """Softmax over the last axis (kiln/compiler/legalize.py's, with fast_exp): one row at a time,
+    rows in parallel; exp(x - max) is written once per row (vectorized) and read by the sum and
+    the normalization (vectorized), instead of inlined into both and computed twice, scalar."""
+    by_name = {sch.get(b).name_hint: b for b in blocks(sch)}
+    norm = next((b for n, b in by_name.items() if n.startswith("softmax_norm")), None)
+    exp = next((b for n, b in by_name.items() if n.startswith("T_fast_exp")), None)
+    shift = next((b for n, b in by_name.items() if n.startswith("softmax_shift")), None)
+    if norm is None or exp is None or shift is None:
+        raise s_tir.ScheduleError("not Kiln's softmax")
+    sch.compute_inline(shift)
+    out = norm
+    while sch.get_consumers(out):  # a fused epilogue: computed in the normalization's loop
+        (consumer,) = sch.get_consumers(out)
+        sch.reverse_compute_inline(consumer)
+    loops = sch.get_loops(norm)
+    reductions = [b for b in blocks(sch) if COMM_REDUCE in iter_types(sch, b)]
+    if len(loops) < 2 or len(reductions) != 2 or any(len(sch.get_loops(r)) != len(loops) + 1 for r in reductions):
+        raise s_tir.ScheduleError("softmax is not over the last axis")
+    row, last = loops[-2], loops[-1]
+    feeds_exp = {sch.get(p).name_hint for p in sch.get_producers(exp)}
+    max_block, sum_block = sorted(reductions, key=lambda r: sch.get(r).name_hint not in feeds_exp)
+    for b in (sum_block, exp, max_block):  # compute_at in reverse order: each lands before the previous
+        sch.compute_at(b, row, preserve_unit_loops=True)
+    n = extent(sch, last)
+    for b in (exp, norm):
+        inner = sch.get_loops(b)[-1]
+        if n % lanes == 0:
+            sch.vectorize(sch.split(inner, [None, lanes])[1])
+    outer = [lp for lp in loops[:-1] if extent(sch, lp) > 1]
+    if outer:
+        sch.parallel(sch.fuse(*outer) if len(outer) > 1 else outer[0])
+
+
 def conv_nchw_oc_vectorized(sch: s_tir.Schedule, anchor, lanes: int) -> None:
     """NCHW conv2d (e.g. a 3-channel stride-2 stem that cannot be channel-blocked): vectorize over
     output channels, not width (a strided width gives gathers). The weights are re-laid out as

@@ -112,7 +112,8 @@ def _workloads():
     s = rnd(6, 40)
     vs = _var("s", (6, 40))
     e = np.exp(s - s.max(-1, keepdims=True))
-    yield "softmax", "multi_reduction", lambda bb: relax.op.nn.softmax(vs, axis=-1), [vs], [s], e / e.sum(-1, keepdims=True)
+    yield "softmax", "softmax", lambda bb: relax.op.nn.softmax(vs, axis=-1), [vs], [s], e / e.sum(-1, keepdims=True)
+    yield "softmax_axis1", "softmax:multi_reduction", lambda bb: relax.op.nn.softmax(vs, axis=0), [vs], [s], np.exp(s - s.max(0)) / np.exp(s - s.max(0)).sum(0)
 
     t = rnd(2, 3, 32)
     vt = _var("t", (2, 3, 32))
