@@ -12,6 +12,8 @@ import tvm
 from tvm import relax
 from tvm.ir.expr import GenericConst
 
+from .module_map import CallRewriter
+
 EXTERN = "kiln_bf16_conv"  # name of the PrimFuncs that call the C kernel (their library must link it)
 
 
@@ -43,26 +45,18 @@ def applies(call) -> bool:
             and str(a.out_dtype) == "float32")
 
 
-@relax.expr_functor.mutator
-class _Rewrite(relax.PyExprMutator):
-    def __init__(self, mod):
-        super().__init__(mod)
-        self.count = 0
-
-    def visit_call_(self, call):
-        call = super().visit_call_(call)
-        if not applies(call):
-            return call
-        import ml_dtypes
-        a = call.attrs
-        w = call.args[1].value.numpy()  # [O/16, I/16, KH, KW, 16 i, 16 o]
-        ob, ib, kh, kw = w.shape[:4]
-        packed = np.ascontiguousarray(w.reshape(ob, ib, kh, kw, 8, 2, 16).transpose(0, 1, 2, 3, 4, 6, 5)).astype(ml_dtypes.bfloat16)
-        func, out_shape = kernel_func(tuple(int(v) for v in call.args[0].ty.shape.values), packed.shape,
-                                      [int(s) for s in a.strides], [int(p) for p in a.padding])
-        gv = self.builder_.add_func(func.without_attr("global_symbol"), EXTERN)  # TVMScript names it "func"
-        self.count += 1
-        return relax.call_tir(gv, [call.args[0], relax.const(packed, "bfloat16")], relax.TensorType(list(out_shape), "float32"))
+def _to_kernel(builder, call):
+    if not applies(call):
+        return None
+    import ml_dtypes
+    a = call.attrs
+    w = call.args[1].value.numpy()  # [O/16, I/16, KH, KW, 16 i, 16 o]
+    ob, ib, kh, kw = w.shape[:4]
+    packed = np.ascontiguousarray(w.reshape(ob, ib, kh, kw, 8, 2, 16).transpose(0, 1, 2, 3, 4, 6, 5)).astype(ml_dtypes.bfloat16)
+    func, out_shape = kernel_func(tuple(int(v) for v in call.args[0].ty.shape.values), packed.shape,
+                                  [int(s) for s in a.strides], [int(p) for p in a.padding])
+    gv = builder.add_func(func.without_attr("global_symbol"), EXTERN)  # TVMScript names it "func"
+    return relax.call_tir(gv, [call.args[0], relax.const(packed, "bfloat16")], relax.TensorType(list(out_shape), "float32"))
 
 
 @tvm.transform.module_pass(opt_level=2, name="BF16ConvKernel")
@@ -71,7 +65,7 @@ class BF16ConvKernel:
         self.stats = {"bf16_kernel_convs": 0}
 
     def transform_module(self, mod: tvm.IRModule, ctx) -> tvm.IRModule:
-        rewrite = _Rewrite(mod)
+        rewrite = CallRewriter(mod, _to_kernel)
         main = rewrite.visit_expr(mod["main"])
         if not rewrite.count:
             return mod

@@ -1,5 +1,6 @@
-"""The loop the rewriting passes share: apply a rewrite to every Relax function of a module that
-is not a fused primitive, into a copy (never mutate the caller's module)."""
+"""What the rewriting passes share: the loop that applies a rewrite to every Relax function of a
+module that is not a fused primitive, into a copy (never mutate the caller's module), and a
+mutator that replaces the calls a function picks, counting them."""
 from __future__ import annotations
 
 from typing import Callable
@@ -14,3 +15,22 @@ def rewrite_functions(mod: tvm.IRModule, rewrite: Callable[[relax.Function], rel
         if isinstance(f, relax.Function) and "Primitive" not in (f.attrs or {}):
             out[gv] = rewrite(f)
     return out
+
+
+@relax.expr_functor.mutator
+class CallRewriter(relax.PyExprMutator):
+    """Visits calls bottom-up; `rewrite(builder, call)` returns the replacement or None to keep the
+    call. `count` says how many it replaced; new functions go through `builder_`."""
+
+    def __init__(self, mod: tvm.IRModule, rewrite: Callable):
+        super().__init__(mod)
+        self.rewrite = rewrite
+        self.count = 0
+
+    def visit_call_(self, call):
+        call = super().visit_call_(call)
+        new = self.rewrite(self.builder_, call)
+        if new is None:
+            return call
+        self.count += 1
+        return new

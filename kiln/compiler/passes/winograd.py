@@ -10,7 +10,7 @@ from tvm import relax
 from tvm.ir.expr import GenericConst
 
 from ..winograd import conv2d_winograd_nchwc, tile_size, transform_weight
-from .module_map import rewrite_functions
+from .module_map import CallRewriter, rewrite_functions
 
 PRIMFUNC = "winograd_conv2d"  # name hint of the kernels (FuseEpilogue anchors on it)
 
@@ -34,20 +34,12 @@ def applies(call) -> int | None:
     return tile_size(shp[2], shp[3]) if min(shp[2], shp[3]) >= 2 else None
 
 
-@relax.expr_functor.mutator
-class _Rewrite(relax.PyExprMutator):
-    def __init__(self, mod):
-        super().__init__(mod)
-        self.count = 0
-
-    def visit_call_(self, call):
-        call = super().visit_call_(call)
-        m = applies(call)
-        if m is None:
-            return call
-        u = relax.const(transform_weight(call.args[1].value.numpy(), m), "float32")
-        self.count += 1
-        return self.builder_.call_te(conv2d_winograd_nchwc, call.args[0], u, m, primfunc_name_hint=PRIMFUNC)
+def _to_winograd(builder, call):
+    m = applies(call)
+    if m is None:
+        return None
+    u = relax.const(transform_weight(call.args[1].value.numpy(), m), "float32")
+    return builder.call_te(conv2d_winograd_nchwc, call.args[0], u, m, primfunc_name_hint=PRIMFUNC)
 
 
 @tvm.transform.module_pass(opt_level=2, name="Winograd")
@@ -56,7 +48,7 @@ class Winograd:
         self.stats = {"winograd_convs": 0}
 
     def transform_module(self, mod: tvm.IRModule, ctx) -> tvm.IRModule:
-        rewrite = _Rewrite(mod)
+        rewrite = CallRewriter(mod, _to_winograd)
         out = rewrite_functions(mod, rewrite.visit_expr)
         if not rewrite.count:
             return mod
