@@ -8,6 +8,7 @@ from tvm import s_tir
 
 DATA_PAR, COMM_REDUCE = 0, 2
 MAX_STACK_FLOATS = 16384  # 64 KiB: a per-thread padded input tile on the stack
+MIN_PARALLEL_TASKS = 8  # fewer outer iterations than this leave cores idle: parallelize the tile loop too
 
 
 def iter_types(sch: s_tir.Schedule, block) -> list[int]:
@@ -39,6 +40,13 @@ def inline_all_but(sch: s_tir.Schedule, keep: list) -> None:
                 changed = True
             except s_tir.ScheduleError:
                 pass
+
+
+def _product(sch: s_tir.Schedule, loops) -> int:
+    out = 1
+    for lp in loops:
+        out *= extent(sch, lp)
+    return out
 
 
 def _divisor_at_most(n: int, cap: int) -> int:
@@ -140,6 +148,8 @@ def reduction_tiled(sch: s_tir.Schedule, anchor, lanes: int) -> None:
     for ti in tile_inner:
         sch.unroll(ti)
     outer = spatial[:-1] if len(spatial) > 1 else spatial
+    if outer and _product(sch, outer) < MIN_PARALLEL_TASKS:
+        outer = spatial  # e.g. a classifier's [1, 1000]: parallel over its tiles, not its one row
     if outer:
         par = sch.fuse(*outer) if len(outer) > 1 else outer[0]
         sch.parallel(par)

@@ -9,9 +9,10 @@
   is checked between rounds;
 - resumable: records go to the JSON database as they are measured; a killed run loses only the
   candidates in flight, and a rerun skips what is already measured;
-- never worse than no tuning: before searching, each new workload's default schedule (Kiln's
-  rule, kiln/schedules/rules.py) is measured by the same runner and recorded with its trace, so
-  the database's best record of a workload is the default schedule unless a candidate beat it."""
+- never worse than no tuning: before searching, each workload's default schedule (Kiln's rule,
+  kiln/schedules/rules.py) is measured by the same runner and recorded with its trace unless the
+  database already holds that trace, so the best record of a workload is the default schedule
+  unless a candidate beat it (a rule changed since the last run gets measured again)."""
 from __future__ import annotations
 
 import dataclasses
@@ -158,8 +159,9 @@ _QUIET.setLevel(logging.WARNING)
 
 
 def record_default_schedules(tasks, target, db, builder, runner, lanes: int) -> int:
-    """Measure the default schedule of every task whose workload has no record yet and commit it
-    (trace + run time) like a MetaSchedule candidate; returns how many it recorded."""
+    """Measure the default schedule of every task whose database has no record of it yet (a new
+    workload, or a default rule that changed since the last run) and commit it (trace + run time)
+    like a MetaSchedule candidate; returns how many it recorded."""
     from tvm.s_tir.meta_schedule.arg_info import ArgInfo
     from tvm.s_tir.meta_schedule.builder import BuilderInput
     from tvm.s_tir.meta_schedule.runner import RunnerInput
@@ -168,11 +170,13 @@ def record_default_schedules(tasks, target, db, builder, runner, lanes: int) -> 
     done = 0
     for t in tasks:
         mod = t.dispatched[0]
-        if db.has_workload(mod):
-            continue
         _, sch = first_rule_that_applies(mod["main"], target_family(target), lanes)
         if sch is None:
             continue
+        if db.has_workload(mod):
+            trace = str(sch.trace.as_json())
+            if any(str(r.trace.as_json()) == trace for r in db.get_top_k(db.commit_workload(mod), 1 << 20)):
+                continue
         (built,) = builder.build([BuilderInput(sch.mod, target)])
         if built.error_msg:
             continue

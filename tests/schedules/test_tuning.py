@@ -211,6 +211,18 @@ def test_recorded_default_schedule_replays_to_the_default(tmp_path, tiny):
     # a fresh process reads them back from the files
     assert len(open_database(tmp_path / "db").get_all_tuning_records()) == len(tasks)
 
+    # a default rule that changed since (here: one more traced step) is measured again
+    from kiln.schedules import apply
+
+    def changed_rule(func, family, lanes):
+        kind, sch = first_rule_that_applies(func, family, lanes)
+        if sch is not None:
+            sch.get_child_blocks(sch.get_sblock("root"))
+        return kind, sch
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(apply, "first_rule_that_applies", changed_rule)
+        assert record_default_schedules(tasks, target, db, InProcessBuilder(str(tmp_path)), ms.runner.LocalRunner(timeout_sec=30), 16) == len(tasks)
+
 
 def test_the_shipped_tuning_logs_load():
     """Every target folder Kiln ships in tuning_logs/ is a database that loads, one record per
