@@ -12,7 +12,7 @@ import tvm
 from tvm import relax
 from tvm.ir.expr import GenericConst
 
-from .module_map import CallRewriter
+from .module_map import rewrite_calls
 
 EXTERN = "kiln_bf16_conv"  # name of the PrimFuncs that call the C kernel (their library must link it)
 
@@ -65,13 +65,10 @@ class BF16ConvKernel:
         self.stats = {"bf16_kernel_convs": 0}
 
     def transform_module(self, mod: tvm.IRModule, ctx) -> tvm.IRModule:
-        rewrite = CallRewriter(mod, _to_kernel)
-        main = rewrite.visit_expr(mod["main"])
-        if not rewrite.count:
+        out, count = rewrite_calls(mod, _to_kernel)
+        if not count:
             return mod
         from ...schedules.kernels import build
         build("bf16_conv")  # compiled and loaded before anything references its symbol
-        out = rewrite.builder_.get()
-        out["main"] = main
-        self.stats["bf16_kernel_convs"] += rewrite.count
+        self.stats["bf16_kernel_convs"] += count
         return relax.transform.DeadCodeElimination(["main"])(out)

@@ -34,3 +34,18 @@ class CallRewriter(relax.PyExprMutator):
             return call
         self.count += 1
         return new
+
+
+def rewrite_calls(mod: tvm.IRModule, rewrite: Callable) -> tuple[tvm.IRModule, int]:
+    """Replace the calls `rewrite(builder, call)` picks (see CallRewriter) in every Relax function
+    that is not a fused primitive; returns the new module, holding the functions the rewrites
+    added, and how many calls were replaced (the caller's module itself when none was)."""
+    rewriter = CallRewriter(mod, rewrite)
+    out = rewrite_functions(mod, rewriter.visit_expr)
+    if not rewriter.count:
+        return mod, 0
+    had = {gv.name_hint for gv in mod.get_global_vars()}
+    for gv, f in rewriter.builder_.get().functions.items():
+        if gv.name_hint not in had:
+            out[gv] = f
+    return out, rewriter.count

@@ -10,7 +10,7 @@ from tvm import relax
 from tvm.ir.expr import GenericConst
 
 from ..winograd import conv2d_winograd_nchwc, tile_size, transform_weight
-from .module_map import CallRewriter, rewrite_functions
+from .module_map import rewrite_calls
 
 PRIMFUNC = "winograd_conv2d"  # name hint of the kernels (FuseEpilogue anchors on it)
 
@@ -48,12 +48,6 @@ class Winograd:
         self.stats = {"winograd_convs": 0}
 
     def transform_module(self, mod: tvm.IRModule, ctx) -> tvm.IRModule:
-        rewrite = CallRewriter(mod, _to_winograd)
-        out = rewrite_functions(mod, rewrite.visit_expr)
-        if not rewrite.count:
-            return mod
-        self.stats["winograd_convs"] += rewrite.count
-        for gv, f in rewrite.builder_.get().functions.items():
-            if gv.name_hint.startswith(PRIMFUNC):
-                out[gv] = f
+        out, count = rewrite_calls(mod, _to_winograd)
+        self.stats["winograd_convs"] += count
         return out
