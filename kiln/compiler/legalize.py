@@ -116,19 +116,18 @@ def softmax_fast_exp(x, axis: int):
     return te.compute(x.shape, lambda *i: e(*i) / total(*at(i)), name="softmax_norm")
 
 
-def _fast_math(compute):
+def _fast_math(compute, attrs=lambda call: ()):
     """float32 exp/erf/tanh/softmax as polynomial/rational approximations that vectorize (topi's
     fast_* functions, accurate to a few ulp; TVM's defaults call libm once per element, which
-    LLVM cannot vectorize: a GELU epilogue took 80% of its matmul's time)."""
+    LLVM cannot vectorize: a GELU epilogue took 80% of its matmul's time). `attrs(call)`: the
+    compute's arguments after the input."""
     def legalize(bb, call):
         if str(call.ty.dtype) != "float32":
             return tvm.ir.Op.get(call.op.name).get_attr("FLegalize")(bb, call)
-        if call.op.name == "relax.nn.softmax":
-            return bb.call_te(compute, call.args[0], int(call.attrs.axis), primfunc_name_hint="softmax")
-        return bb.call_te(compute, call.args[0], primfunc_name_hint=call.op.name.removeprefix("relax."))
+        return bb.call_te(compute, call.args[0], *attrs(call), primfunc_name_hint=call.op.name.split(".")[-1])
     return legalize
 
 
 LEGALIZE = {"relax.nn.conv2d": _conv2d, "relax.matmul": _matmul, "relax.exp": _fast_math(topi.fast_exp),
             "relax.erf": _fast_math(topi.fast_erf), "relax.tanh": _fast_math(topi.fast_tanh),
-            "relax.nn.softmax": _fast_math(softmax_fast_exp)}
+            "relax.nn.softmax": _fast_math(softmax_fast_exp, lambda call: (int(call.attrs.axis),))}

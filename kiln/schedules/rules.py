@@ -190,9 +190,8 @@ def softmax_rows(sch: s_tir.Schedule, anchor, lanes: int) -> None:
     if norm is None or exp is None or shift is None:
         raise s_tir.ScheduleError("not Kiln's softmax")
     sch.compute_inline(shift)
-    out = norm
-    while sch.get_consumers(out):  # a fused epilogue: computed in the normalization's loop
-        (consumer,) = sch.get_consumers(out)
+    while sch.get_consumers(norm):  # a fused epilogue: computed in the normalization's loop
+        (consumer,) = sch.get_consumers(norm)
         sch.reverse_compute_inline(consumer)
     loops = sch.get_loops(norm)
     reductions = [b for b in blocks(sch) if COMM_REDUCE in iter_types(sch, b)]
@@ -203,11 +202,9 @@ def softmax_rows(sch: s_tir.Schedule, anchor, lanes: int) -> None:
     max_block, sum_block = sorted(reductions, key=lambda r: sch.get(r).name_hint not in feeds_exp)
     for b in (sum_block, exp, max_block):  # compute_at in reverse order: each lands before the previous
         sch.compute_at(b, row, preserve_unit_loops=True)
-    n = extent(sch, last)
-    for b in (exp, norm):
-        inner = sch.get_loops(b)[-1]
-        if n % lanes == 0:
-            sch.vectorize(sch.split(inner, [None, lanes])[1])
+    if extent(sch, last) % lanes == 0:
+        for b in (exp, norm):
+            sch.vectorize(sch.split(sch.get_loops(b)[-1], [None, lanes])[1])
     outer = [lp for lp in loops[:-1] if extent(sch, lp) > 1]
     if outer:
         sch.parallel(sch.fuse(*outer) if len(outer) > 1 else outer[0])

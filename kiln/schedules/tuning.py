@@ -214,7 +214,7 @@ def tune_module(mod: tvm.IRModule, target, db_dir: Path, opts: TuneOptions,
         seeded = record_default_schedules(tasks, target, db, builder, runner, lanes)
         if seeded:
             have = len(db.get_all_tuning_records())
-            progress(f"measured the default schedules of {seeded} new kernel(s): the baseline each candidate must beat "
+            progress(f"measured the default schedules of {seeded} kernel(s) new to the database: the baseline each candidate must beat "
                      f"({time.perf_counter() - start:.0f}s)")
         while True:
             elapsed = time.perf_counter() - start
