@@ -11,6 +11,7 @@ from ..errors import tvm_errors
 from . import analysis
 from .options import CompileOptions
 from .passes import LiftWeights
+from .passes.convert_layout import count_layout_transforms
 from .pipeline import pipeline_for
 
 COUNTERS = ("batchnorm_folded", "constants_folded", "noops_removed", "layout_transforms", "epilogues_fused", "dead_removed",
@@ -53,12 +54,15 @@ def _optimize(mod: tvm.IRModule, options: CompileOptions, layout: str | None, pa
                     "activation_bytes_unfused": analysis.activation_bytes_unfused(mod),
                     **{k: 0 for k in COUNTERS}, "layout": options.layout, "pass_seconds": {}}
     specs = _rows(pipeline_for(options.target.kind, options.opt_level, options.disabled_passes), part)
+    transforms_in_model = count_layout_transforms(mod)
     seconds: Counter = Counter()
     with options.target.tvm(), tvm.transform.PassContext(opt_level=3):
         for spec in specs:
             if not spec.graph and "ops_after" not in report:
                 report["ops_after"] = analysis.op_histogram(mod)
                 report["conv_layouts"] = analysis.conv_layouts(mod)
+                # the transforms left after all graph passes (ConvertLayout's count is before PropagateBlockedLayout)
+                report["layout_transforms"] = count_layout_transforms(mod) - transforms_in_model
             p = quantize if spec.name == SPLIT else spec.make(options)
             if p is None:
                 continue

@@ -39,7 +39,8 @@ CPU_PIPELINE: list[PassSpec] = [
     PassSpec("Quantize", lambda o: None, 1),  # the calibrated QuantizeGraph, given by the quantize flow
     PassSpec("MixedPrecision", lambda o: kp.MixedPrecision(o.precision) if o.precision != "fp32" else None, 1),
     PassSpec("ConvertLayout", lambda o: kp.ConvertLayout(o.layout, vector_block(o.target.required_features())), 2),
-    PassSpec("PropagateBlockedLayout", lambda o: kp.PropagateBlockedLayout(o.layout, vector_block(o.target.required_features())), 2),
+    PassSpec("NarrowBlockLayout", lambda o: kp.NarrowBlockLayout(o.layout, vector_block(o.target.required_features())), 2),
+    PassSpec("PropagateBlockedLayout", lambda o: kp.PropagateBlockedLayout(o.layout), 2),
     PassSpec("BF16ConvKernel", lambda o: kp.BF16ConvKernel() if o.precision == "bf16" and "avx512bf16" in o.target.required_features() else None, 2),
     PassSpec("Winograd", lambda o: kp.Winograd(), 2),
     PassSpec("DeadCode", lambda o: kp.DeadCode(), 1),

@@ -9,10 +9,12 @@ from kiln import zoo
 from kiln.compiler.pipeline import CPU_PIPELINE
 from helpers import ort_run
 
-# passes with work to do on these float models (LowerQDQ, Quantize, MixedPrecision and
-# BF16ConvKernel act only on quantized models or when asked: tests/compiler/test_quantize.py)
+# passes with work to do on these float models in NHWC (LowerQDQ, Quantize, MixedPrecision and
+# BF16ConvKernel act only on quantized models or when asked: tests/compiler/test_quantize.py; the
+# NCHWc-only passes are disabled in turn in tests/compiler/test_propagate_layout.py and test_winograd.py)
 QUANT_ROWS = ("LowerQDQ", "Quantize", "MixedPrecision", "BF16ConvKernel")
-OPTIONAL = list(dict.fromkeys(s.name for s in CPU_PIPELINE if not s.required and s.name not in QUANT_ROWS))
+NCHWC_ROWS = ("NarrowBlockLayout", "PropagateBlockedLayout", "Winograd")
+OPTIONAL = list(dict.fromkeys(s.name for s in CPU_PIPELINE if not s.required and s.name not in QUANT_ROWS + NCHWC_ROWS))
 SMALL = {
     "resnet18": (lambda: zoo.resnet18(size=32, classes=10), "input:1x3x32x32"),
     "mobilenet_v2": (lambda: zoo.mobilenet_v2(size=32, classes=10), "input:1x3x32x32"),
@@ -43,9 +45,11 @@ def test_nchwc_layout(tmp_path, name):
     r = kiln.compile(model, tmp_path / "m.kiln", input_shapes=[shape], layout="NCHWc")
     layouts = r.report["conv_layouts"]
     blocked = sum(v for k, v in layouts.items() if k.startswith("NCHW") and k.endswith("c"))
-    # ResNet-18: all but the 3-channel stem; MobileNetV2: the stem, the 24-channel convs and the depthwise
-    # convs fed by them stay NCHW (PropagateBlockedLayout blocks every other depthwise conv)
-    assert r.report["layout"] == "NCHWc" and blocked == {"resnet18": 19, "mobilenet_v2": 44}[name]
+    # ResNet-18: all but the 3-channel stem; MobileNetV2: all but the stem and the depthwise conv on its
+    # NCHW output; the convs reading 24 channels in NCHW8c (NarrowBlockLayout), the other depthwise
+    # convs in the layout of their input (PropagateBlockedLayout); transforms only after the stem and at the end
+    assert r.report["layout"] == "NCHWc" and blocked == {"resnet18": 19, "mobilenet_v2": 50}[name]
+    assert layouts.get("NCHW8c", 0) == {"resnet18": 0, "mobilenet_v2": 2}[name] and r.report["layout_transforms"] == 2
     m = kiln.load(tmp_path / "m.kiln")
     x = np.random.default_rng(3).standard_normal(m.inputs[0].shape).astype(np.float32)
     np.testing.assert_allclose(m.run({"input": x})["output"], ort_run(model, {"input": x})[0], rtol=1e-4, atol=1e-4)

@@ -1,5 +1,6 @@
 """PropagateBlockedLayout: MobileNet blocks run their depthwise conv, bias and clip in NCHW16c,
-with the layout transforms TVM's ConvertLayout leaves around them cancelled."""
+with the layout transforms TVM's ConvertLayout leaves around them cancelled. NarrowBlockLayout:
+convs whose channels do not divide 16 (MobileNetV2's 24) run in NCHW8c, with no transforms either."""
 import numpy as np
 import pytest
 import tvm
@@ -58,3 +59,36 @@ def test_depthwise_runs_blocked_and_transforms_cancel():
 def test_mobilenet_block_matches_onnxruntime(tmp_path, stride, multiplier):
     model = mobilenet_block(stride, multiplier)
     check_against_ort(model, {"x": rand(1, 16, 14, 14, seed=9)}, tmp_path, rtol=1e-4, atol=1e-4)
+
+
+def narrow_stage():
+    """MobileNetV2's 24-channel stage, shrunk: 32 -> 24 project (NCHW16c in, 8c out), then an
+    inverted residual on 24 channels (24 -> 72 -> depthwise 72 -> 24, + residual; 72 = 9 x 8),
+    then 24 -> 32 (8c in, 16c out)."""
+    nodes = [helper.make_node("Conv", ["x", "w0", "b0"], ["a"]),
+             helper.make_node("Conv", ["a", "w1", "b1"], ["e"]),
+             helper.make_node("Clip", ["e", "lo", "hi"], ["e6"]),
+             helper.make_node("Conv", ["e6", "wd", "bd"], ["d"], group=72, pads=[1, 1, 1, 1]),
+             helper.make_node("Clip", ["d", "lo", "hi"], ["d6"]),
+             helper.make_node("Conv", ["d6", "w2", "b2"], ["p"]),
+             helper.make_node("Add", ["p", "a"], ["r"]),
+             helper.make_node("Conv", ["r", "w3", "b3"], ["y"], pads=[1, 1, 1, 1], strides=[2, 2], kernel_shape=[3, 3])]
+    inits = {"w0": rand(24, 32, 1, 1, seed=1) * 0.3, "b0": rand(24, seed=2), "w1": rand(72, 24, 1, 1, seed=3) * 0.3,
+             "b1": rand(72, seed=4), "wd": rand(72, 1, 3, 3, seed=5) * 0.3, "bd": rand(72, seed=6),
+             "w2": rand(24, 72, 1, 1, seed=7) * 0.3, "b2": rand(24, seed=8), "w3": rand(32, 24, 3, 3, seed=9) * 0.2,
+             "b3": rand(32, seed=10), "lo": np.array(0, np.float32), "hi": np.array(6, np.float32)}
+    return make_model(nodes, {"x": rand(1, 32, 14, 14)}, ["y"], inits)
+
+
+def test_narrow_channels_run_blocked_by_8_with_no_transforms():
+    mod, stats = _graph_passes(narrow_stage())
+    assert stats["convs_blocked"] == 4  # the four group-1 convs that touch 24 or 72 channels
+    assert analysis.conv_layouts(mod) == {"NCHW16c": 1, "NCHW8c": 4}  # data layouts: 32 -> 24 reads 16c
+    assert count_layout_transforms(mod) == 2  # into the block at the input, out at the output
+    before, _ = _graph_passes(narrow_stage(), disabled=("NarrowBlockLayout",))
+    assert analysis.conv_layouts(before) == {"NCHW": 5}  # none of these convs divides 16 on both sides
+
+
+@pytest.mark.parametrize("disabled", [(), ("NarrowBlockLayout",)], ids=["narrow", "nchw"])
+def test_narrow_stage_matches_onnxruntime(tmp_path, disabled):
+    check_against_ort(narrow_stage(), {"x": rand(1, 32, 14, 14, seed=11)}, tmp_path, rtol=1e-4, atol=1e-4, disabled_passes=disabled)

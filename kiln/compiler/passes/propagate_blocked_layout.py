@@ -5,7 +5,7 @@ of the next blocked conv and both cancel.
 TVM's ConvertLayout keeps depthwise convolutions in NCHW (their [C, 1, KH, KW] weight cannot take
 the OIHW{c}i{c}o layout), so every MobileNet block pays two layout transforms and runs its
 depthwise conv, bias and clip on an unblocked tensor. Rules, applied to a call whose input is
-`unblock(x)` (a transform from NCHW{c}c to NCHW):
+`unblock(x)` (a transform from NCHW{c}c to NCHW, for any block c: NarrowBlockLayout's 8c too):
   - elementwise unary op f (clip, relu, ...):        f(unblock(x))        -> unblock(f(x))
   - add/multiply by a per-channel or scalar constant:  unblock(x) + b       -> unblock(x + block(b))
   - add/multiply of two unblocked tensors:             unblock(x) + unblock(y) -> unblock(x + y)
@@ -24,42 +24,39 @@ from tvm.ir.expr import GenericConst
 
 from .counting import static_shape
 from .module_map import rewrite_functions
+from .narrow_block_layout import unblock_map
 
 UNARY = ("relax.clip", "relax.nn.relu", "relax.sigmoid", "relax.nn.silu", "relax.tanh", "relax.nn.gelu", "relax.astype", "relax.round")
 BINARY = ("relax.add", "relax.multiply")
 
 
-def _unblock_map(c: int):
-    return lambda n, cb, h, w, b: (n, cb * c + b, h, w)
-
-
 @relax.expr_functor.mutator
 class _Propagate(relax.PyExprMutator):
-    def __init__(self, mod, block: int):
+    def __init__(self, mod):
         super().__init__(mod)
-        self.c = block
         self.moved = 0
 
     def _op(self, e) -> str | None:
         return e.op.name if isinstance(e, relax.Call) and isinstance(e.op, tvm.ir.Op) else None
 
     def _unblocked_source(self, e):
-        """x when e is bound to unblock(x) (5-D NCHW{c}c -> 4-D NCHW), else None."""
+        """x when e is bound to unblock(x) (5-D NCHW{c}c -> 4-D NCHW, any c), else None."""
         if not isinstance(e, relax.Var):
             return None
         v = self.lookup_binding(e)
         if self._op(v) != "relax.layout_transform":
             return None
         src, dst = static_shape(v.args[0]), static_shape(v)
-        if src is None or dst is None or len(src) != 5 or len(dst) != 4 or src[4] != self.c or dst[1] != src[1] * self.c:
+        if src is None or dst is None or len(src) != 5 or dst != (src[0], src[1] * src[4], src[2], src[3]):
             return None
         return v.args[0]
 
     def _unblock(self, x_c):
         self.moved += 1
-        return relax.op.layout_transform(self.builder_.emit(x_c), index_map=_unblock_map(self.c))
+        v = self.builder_.emit(x_c)
+        return relax.op.layout_transform(v, index_map=unblock_map(static_shape(v)[4]))
 
-    def _blocked_const(self, e, channels: int):
+    def _blocked_const(self, e, channels: int, c: int):
         """A scalar or per-channel ([1, C, 1, 1] / [C, 1, 1]) constant in the blocked layout."""
         if not isinstance(e, GenericConst):
             return None
@@ -68,7 +65,7 @@ class _Propagate(relax.PyExprMutator):
             return e
         if a.size != channels or a.shape not in ((1, channels, 1, 1), (channels, 1, 1)):
             return None
-        return relax.const(np.ascontiguousarray(a.reshape(1, channels // self.c, self.c)[:, :, None, None, :]), str(a.dtype))
+        return relax.const(np.ascontiguousarray(a.reshape(1, channels // c, c)[:, :, None, None, :]), str(a.dtype))
 
     def visit_call_(self, call):
         call = super().visit_call_(call)
@@ -85,17 +82,17 @@ class _Propagate(relax.PyExprMutator):
         x = self._unblocked_source(call.args[0])
         if x is None:
             return call
-        channels = static_shape(call.args[0])[1]
+        channels, c = static_shape(call.args[0])[1], static_shape(x)[4]
         if name in UNARY:
             return self._unblock(relax.Call(call.op, [x, *call.args[1:]], call.attrs))
         if name in BINARY and len(call.args) == 2:
             y = self._unblocked_source(call.args[1])
-            other = y if y is not None and static_shape(y) == static_shape(x) else self._blocked_const(call.args[1], channels)
+            other = y if y is not None and static_shape(y) == static_shape(x) else self._blocked_const(call.args[1], channels, c)
             if other is not None:
                 return self._unblock(relax.Call(call.op, [x, other], call.attrs))
             return call
         if name == "relax.nn.conv2d":
-            return self._depthwise(call, x, channels)
+            return self._depthwise(call, x, channels, c)
         if name == "relax.nn.pad":
             return self._pad(call, x)
         return call
@@ -107,7 +104,7 @@ class _Propagate(relax.PyExprMutator):
             return call
         return self._unblock(relax.op.nn.pad(x, w + [0, 0], pad_value=float(call.attrs.pad_value)))
 
-    def _depthwise(self, call, x, channels: int):
+    def _depthwise(self, call, x, channels: int, c: int):
         a = call.attrs
         w = call.args[1]
         if int(a.groups) != channels or str(a.data_layout) != "NCHW" or not isinstance(w, GenericConst):
@@ -116,25 +113,25 @@ class _Propagate(relax.PyExprMutator):
         if wa.shape[:2] != (channels, 1) or static_shape(call)[1] != channels:
             return call  # a channel multiplier other than 1
         kh, kw = wa.shape[2:]
-        w_c = wa.reshape(channels // self.c, self.c, kh, kw).transpose(0, 2, 3, 1).reshape(channels // self.c, 1, kh, kw, 1, self.c)
+        w_c = wa.reshape(channels // c, c, kh, kw).transpose(0, 2, 3, 1).reshape(channels // c, 1, kh, kw, 1, c)
         out_dtype = str(a.out_dtype) if str(a.out_dtype) not in ("", "void", "None") else None
         conv = relax.op.nn.conv2d(x, relax.const(np.ascontiguousarray(w_c), str(wa.dtype)), strides=[int(s) for s in a.strides],
                                   padding=[int(p) for p in a.padding], dilation=[int(d) for d in a.dilation], groups=channels,
-                                  data_layout=f"NCHW{self.c}c", kernel_layout=f"OIHW1i{self.c}o", out_layout=f"NCHW{self.c}c",
+                                  data_layout=f"NCHW{c}c", kernel_layout=f"OIHW1i{c}o", out_layout=f"NCHW{c}c",
                                   out_dtype=out_dtype)
         return self._unblock(conv)
 
 
 @tvm.transform.module_pass(opt_level=2, name="PropagateBlockedLayout")
 class PropagateBlockedLayout:
-    def __init__(self, layout: str, block: int):
-        self.layout, self.block = layout, block
+    def __init__(self, layout: str):
+        self.layout = layout
         self.stats = {"transforms_moved": 0}
 
     def transform_module(self, mod: tvm.IRModule, ctx) -> tvm.IRModule:
         if self.layout != "NCHWc":
             return mod
-        m = _Propagate(mod, self.block)
+        m = _Propagate(mod)
         mod = rewrite_functions(mod, m.visit_expr)
         self.stats["transforms_moved"] = m.moved
         mod = relax.transform.EliminateCommonSubexpr()(mod)  # ConvertLayout blocks a tensor once per consumer

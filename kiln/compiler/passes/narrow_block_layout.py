@@ -1,0 +1,92 @@
+"""NarrowBlockLayout: block the convolutions ConvertLayout left in NCHW because their channels do
+not divide the vector block (MobileNetV2's 24-channel stage: 96 -> 24, 24 -> 144, 144 -> 24), by
+the widest block of at most `block` lanes that does divide them (24 -> NCHW8c), input and output
+separately: a 96 -> 24 conv reads NCHW16c and writes NCHW8c (weights OIHW16i8o, constant).
+
+  conv(x, w)  ->  unblock_bo(conv_blocked(block_bi(x), w_blocked))
+
+Each channel count always gets the same block (the widest that divides it), so a tensor one conv
+writes is in the layout the next conv reads: PropagateBlockedLayout (which runs next) moves every
+unblock_b down through the bias, clip, residual adds and depthwise convs until it meets a block_b
+and both cancel. Only float32 group-1 convs with constant weights are rewritten, and only when both
+blocks are at least MIN_BLOCK lanes (a 3-channel stem stays NCHW, on its own schedule).
+`stats["convs_blocked"]` counts them."""
+from __future__ import annotations
+
+import numpy as np
+import tvm
+from tvm import relax
+from tvm.ir.expr import GenericConst
+
+from .counting import static_shape
+from .module_map import rewrite_functions
+
+MIN_BLOCK = 8
+
+
+def widest_block(channels: int, block: int) -> int:
+    """The widest power-of-two block of at most `block` lanes that divides `channels` (1 if none)."""
+    b = block
+    while b > 1 and channels % b:
+        b //= 2
+    return b
+
+
+def block_map(b: int):
+    return lambda n, c, h, w: (n, c // b, h, w, c % b)
+
+
+def unblock_map(b: int):
+    return lambda n, cb, h, w, i: (n, cb * b + i, h, w)
+
+
+@relax.expr_functor.mutator
+class _Narrow(relax.PyExprMutator):
+    def __init__(self, mod, block: int):
+        super().__init__(mod)
+        self.block = block
+        self.blocked = 0
+
+    def visit_call_(self, call):
+        call = super().visit_call_(call)
+        if not (isinstance(call.op, tvm.ir.Op) and call.op.name == "relax.nn.conv2d"):
+            return call
+        a = call.attrs
+        x, w = call.args
+        shape = static_shape(x)
+        if (str(a.data_layout) != "NCHW" or str(a.kernel_layout) != "OIHW" or str(a.out_layout) != "NCHW" or int(a.groups) != 1
+                or not isinstance(w, GenericConst) or shape is None or len(shape) != 4 or str(x.ty.dtype) != "float32"
+                or str(w.value.dtype) != "float32"):
+            return call
+        wa = w.value.numpy()
+        o, i, kh, kw = wa.shape
+        bi, bo = widest_block(i, self.block), widest_block(o, self.block)
+        if min(bi, bo) < MIN_BLOCK:
+            return call
+        w_b = wa.reshape(o // bo, bo, i // bi, bi, kh, kw).transpose(0, 2, 4, 5, 3, 1)
+        x_b = self.builder_.emit(relax.op.layout_transform(x, index_map=block_map(bi)))
+        out_dtype = str(a.out_dtype) if str(a.out_dtype) not in ("", "void", "None") else None
+        conv = relax.op.nn.conv2d(x_b, relax.const(np.ascontiguousarray(w_b), "float32"), strides=[int(s) for s in a.strides],
+                                  padding=[int(p) for p in a.padding], dilation=[int(d) for d in a.dilation],
+                                  data_layout=f"NCHW{bi}c", kernel_layout=f"OIHW{bi}i{bo}o", out_layout=f"NCHW{bo}c",
+                                  out_dtype=out_dtype)
+        self.blocked += 1
+        return relax.op.layout_transform(self.builder_.emit(conv), index_map=unblock_map(bo))
+
+
+@tvm.transform.module_pass(opt_level=2, name="NarrowBlockLayout")
+class NarrowBlockLayout:
+    def __init__(self, layout: str, block: int):
+        self.layout, self.block = layout, block
+        self.stats = {"convs_blocked": 0}
+
+    def transform_module(self, mod: tvm.IRModule, ctx) -> tvm.IRModule:
+        if self.layout != "NCHWc":
+            return mod
+        m = _Narrow(mod, self.block)
+        mod = rewrite_functions(mod, m.visit_expr)
+        self.stats["convs_blocked"] = m.blocked
+        return mod
+
+
+__all__ = ["NarrowBlockLayout"]
