@@ -15,7 +15,8 @@ LAYOUTS = ("NCHW", "NHWC", "NCHWc")
 
 def desired_layouts(layout: str, block: int) -> dict | None:
     """conv2d is the anchor; pooling and elementwise ops follow the layout of their input. NCHWc
-    blocks channels by the vector width (convs whose channels do not divide stay NCHW)."""
+    blocks channels by the vector width (convs whose channels do not divide stay NCHW here;
+    NarrowBlockLayout blocks them by a narrower width next)."""
     if layout == "NHWC":
         return {"relax.nn.conv2d": ["NHWC", "OHWI"]}
     if layout == "NCHWc":
