@@ -55,17 +55,20 @@ def transform_weight(kernel: np.ndarray, m: int) -> np.ndarray:
 
 
 def conv2d_winograd_nchwc(data, weight, m: int, out_dtype: str = "float32"):
-    """data [N=1, C/c, H, W, c], U from transform_weight -> [1, O/c, H, W, c]; padding 1, stride 1."""
+    """data [N, C/c, H, W, c], U from transform_weight -> [N, O/c, H, W, c]; padding 1, stride 1.
+    The tiles of all N images form one tile axis (p = image * tiles per image + tile), so a batch
+    makes the GEMMs taller, not more numerous."""
     n, cb, h, w, c = data.shape
     alpha, _, ob, ci_total, oc = weight.shape
     a, b, _ = matrices(m)
     nh, nw = -(-int(h) // m), -(-int(w) // m)  # tiles cover the output, the last ones may overhang
-    p_total = nh * nw
+    per_image = nh * nw
+    p_total = int(n) * per_image
     # the last tile reads input rows up to nh * m + 1 (padded coordinates)
     padded = topi.nn.pad(data, [0, 0, 1, 1, 0], [0, 0, nh * m + 1 - int(h), nw * m + 1 - int(w), 0], name="winograd_pad")
     # V = B^T d B, per tile p and input channel: rows first (over the tile's row index), then columns
     rows = te.compute((alpha, cb, p_total, alpha, c), lambda e, i, p, x, k: _combine(
-        b, e, lambda r: padded[0, i, (p // nw) * m + r, (p % nw) * m + x, k]), name="winograd_input_rows")
+        b, e, lambda r: padded[p // per_image, i, (p % per_image // nw) * m + r, (p % nw) * m + x, k]), name="winograd_input_rows")
     v = te.compute((alpha, alpha, cb, p_total, c), lambda e, u, i, p, k: _combine(
         b, u, lambda r: rows[e, i, p, r, k]), name="winograd_input")
     # M[e, u] = V[e, u] @ U[e, u]: alpha^2 independent GEMMs of [tiles x I] by [I x O]
@@ -76,4 +79,4 @@ def conv2d_winograd_nchwc(data, weight, m: int, out_dtype: str = "float32"):
     out_rows = te.compute((ob, p_total, m, alpha, oc), lambda o, p, y, u, j: _combine(
         a, y, lambda r: gemm[r, u, o, p, j]), name="winograd_output_rows")
     return te.compute((n, ob, h, w, oc), lambda _n, o, y, x, j: _combine(
-        a, x % m, lambda r: out_rows[o, (y // m) * nw + x // m, y % m, r, j]).astype(out_dtype), name="winograd_output")
+        a, x % m, lambda r: out_rows[o, _n * per_image + (y // m) * nw + x // m, y % m, r, j]).astype(out_dtype), name="winograd_output")

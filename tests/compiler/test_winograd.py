@@ -8,7 +8,7 @@ import kiln
 from helpers import make_model, ort_run, rand
 
 
-def _model():
+def _model(batch=1):
     """Five 3x3 convs on 32 channels: 16x16 (F(4x4, 3x3); one with a residual add), stride 2 and
     padding 0 (direct), then 6x6 (F(2x2, 3x3))."""  # 16x16 is the smallest F(4x4) output (MIN_F4)
     conv = lambda i, o, w, **kw: helper.make_node("Conv", [i, w, w + "_b"], [o], kernel_shape=[3, 3], **kw)  # noqa: E731
@@ -20,17 +20,17 @@ def _model():
     for i in range(1, 6):
         inits[f"w{i}"] = rand(32, 32, 3, 3, seed=i) * 0.1
         inits[f"w{i}_b"] = rand(32, seed=10 + i)
-    return make_model(nodes, {"input": rand(1, 32, 16, 16)}, ["output"], inits)
+    return make_model(nodes, {"input": rand(batch, 32, 16, 16)}, ["output"], inits)
 
 
-@pytest.mark.parametrize("disabled", [(), ("Winograd",)], ids=["winograd", "direct"])
-def test_winograd_convs_match_onnxruntime(tmp_path, disabled):
-    m = _model()
+@pytest.mark.parametrize("disabled, batch", [((), 1), (("Winograd",), 1), ((), 2)], ids=["winograd", "direct", "winograd_batch2"])
+def test_winograd_convs_match_onnxruntime(tmp_path, disabled, batch):
+    m = _model(batch)
     r = kiln.compile(m, tmp_path / "m.kiln", disabled_passes=disabled)
     assert r.report["winograd_convs"] == (0 if disabled else 3)
     assert r.report["ops_after"].get("nn.conv2d_winograd", 0) == r.report["winograd_convs"]
     assert r.report["conv_layouts"] == {"NCHW16c": 5}
-    x = rand(1, 32, 16, 16, seed=99)
+    x = rand(batch, 32, 16, 16, seed=99)
     out = kiln.load(tmp_path / "m.kiln").run({"input": x})["output"]
     ref = ort_run(m, {"input": x})[0]
     np.testing.assert_allclose(out, ref, rtol=1e-4, atol=1e-4)

@@ -179,25 +179,25 @@ def test_pointwise_rule_keeps_the_output_layout_without_an_epilogue(tmp_path):
     np.testing.assert_allclose(kiln.load(tmp_path / "pw.kiln").run({"input": x})["output"], ort_run(m, {"input": x})[0], rtol=1e-4, atol=1e-4)
 
 
-@pytest.mark.parametrize("hw", [(16, 20), (18, 22), (7, 10)], ids=["F4x4", "F4x4_overhang", "F2x2_overhang"])
-def test_winograd_rule(hw):
+@pytest.mark.parametrize("hw, n", [((16, 20), 1), ((18, 22), 1), ((7, 10), 1), ((7, 10), 3)], ids=["F4x4", "F4x4_overhang", "F2x2_overhang", "F2x2_batch3"])
+def test_winograd_rule(hw, n):
     """A Winograd conv + bias + ReLU kernel (the Winograd pass's compute, weights transformed at
     compile time): the registry picks the winograd rule, and the scheduled kernel matches a direct
     conv in numpy; 16x20 outputs take F(4x4, 3x3), 18x22 too (the last tiles overhang the
-    output), 7x10 F(2x2, 3x3) (overhanging by a row)."""
+    output), 7x10 F(2x2, 3x3) (overhanging by a row), also for a batch of 3 (one tile axis over all images)."""
     from kiln.compiler.winograd import conv2d_winograd_nchwc, tile_size, transform_weight
-    x, w, b = rnd(1, 32, *hw), rnd(32, 32, 3, 3, seed=1), rnd(1, 32, 1, 1, seed=2)
+    x, w, b = rnd(n, 32, *hw), rnd(32, 32, 3, 3, seed=1), rnd(1, 32, 1, 1, seed=2)
     m = tile_size(*hw)
     assert m == {(16, 20): 4, (18, 22): 4, (7, 10): 2}[hw]
     wc = w.reshape(2, 16, 2, 16, 3, 3).transpose(0, 2, 4, 5, 3, 1)  # OIHW16i16o
     u = transform_weight(wc, m)
-    vx, vu, vb = _var("x", (1, 2, *hw, 16)), _var("u", u.shape), _var("b", (1, 2, 1, 1, 16))
+    vx, vu, vb = _var("x", (n, 2, *hw, 16)), _var("u", u.shape), _var("b", (1, 2, 1, 1, 16))
     func = _kernel(lambda bb: relax.op.nn.relu(bb.emit(relax.op.add(bb.emit(bb.call_te(conv2d_winograd_nchwc, vx, vu, m)), vb))), [vx, vu, vb])
     sch = s_tir.Schedule(func)
     kind, anchor = classify(sch)
     assert kind == "winograd"
     RULES[("cpu", kind)](sch, anchor, 16)
-    blocked = lambda a: a.reshape(1, 2, 16, *a.shape[2:]).transpose(0, 1, 3, 4, 2)  # noqa: E731 - NCHW -> NCHW16c
+    blocked = lambda a: a.reshape(a.shape[0], 2, 16, *a.shape[2:]).transpose(0, 1, 3, 4, 2)  # noqa: E731 - NCHW -> NCHW16c
     ref = blocked(np.maximum(_conv_nchw_ref(x, w, 1) + b, 0))
     inputs = [blocked(x), u, blocked(b)]
     np.testing.assert_allclose(_run(sch.mod["main"], inputs), ref, rtol=1e-4, atol=1e-4)

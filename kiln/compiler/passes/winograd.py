@@ -1,4 +1,4 @@
-"""Winograd: 3x3 stride-1 convolutions in NCHW{c}c (float32, batch 1, padding 1) become Winograd
+"""Winograd: 3x3 stride-1 convolutions in NCHW{c}c (float32, any batch, padding 1) become Winograd
 F(4x4, 3x3) kernels (F(2x2, 3x3) for outputs under 16x16, winograd.MIN_F4): 2.25-4x fewer
 multiplies for the convs that hold most of a ResNet's work. The weights are transformed here,
 once, at compile time; FuseEpilogue then fuses bias, activation and residual into the kernel
@@ -28,7 +28,7 @@ def applies(call) -> int | None:
         return None
     shp, wshp = [int(v) for v in x.shape.values], list(w.value.shape)
     c = shp[4] if len(shp) == 5 else 0
-    if (shp[0] != 1 or len(wshp) != 6 or wshp[2:] != [3, 3, c, c] or str(a.kernel_layout) != f"OIHW{c}i{c}o"
+    if (len(wshp) != 6 or wshp[2:] != [3, 3, c, c] or str(a.kernel_layout) != f"OIHW{c}i{c}o"
             or str(a.out_dtype) not in ("float32", "", "void", "None") or [int(s) for s in a.strides] != [1, 1]
             or [int(d) for d in a.dilation] != [1, 1] or [int(p) for p in a.padding] != [1, 1, 1, 1]):
         return None
