@@ -22,12 +22,23 @@ def op_histogram(mod: tvm.IRModule, func: str = "main") -> dict[str, int]:
     def add(f, times: int = 1):
         for call in _calls(f):
             if isinstance(call.op, tvm.ir.Op):
-                name = "nn.conv2d_winograd" if _winograd(call) else call.op.name.removeprefix("relax.")
+                name = _kiln_kernel(call) or call.op.name.removeprefix("relax.")
                 hist[name] = hist.get(name, 0) + times
             elif isinstance(call.op, tvm.ir.GlobalVar) and isinstance(mod[call.op], relax.Function):
                 add(mod[call.op], times)
     add(mod[func])
     return dict(sorted(hist.items(), key=lambda kv: (-kv[1], kv[0])))
+
+
+def _kiln_kernel(call) -> str | None:
+    """The op a call_tir of one of Kiln's graph-level kernels stands for (Winograd convs, packed
+    matmuls), else None."""
+    from .passes.pack_dense_weights import PRIMFUNC as PACKED
+    if _winograd(call):
+        return "nn.conv2d_winograd"
+    if isinstance(call.op, tvm.ir.Op) and call.op.name == "relax.call_tir" and call.args[0].name_hint.startswith(PACKED):
+        return "matmul_packed"
+    return None
 
 
 def _winograd(call) -> bool:

@@ -10,8 +10,9 @@ from .lift_weights import LiftWeights
 from .lower_qdq import LowerQDQ
 from .mixed_precision import MixedPrecision
 from .narrow_block_layout import NarrowBlockLayout
+from .pack_dense_weights import PackDenseWeights
 from .propagate_blocked_layout import PropagateBlockedLayout
 from .remove_noops import RemoveNoOps
 from .winograd import Winograd
 
-__all__ = ["BF16ConvKernel", "CanonicalizeClip", "ConvertLayout", "DeadCode", "FoldBatchNorm", "FoldConstants", "FuseEpilogue", "LiftWeights", "LowerQDQ", "MixedPrecision", "NarrowBlockLayout", "PropagateBlockedLayout", "RemoveNoOps", "Winograd"]
+__all__ = ["BF16ConvKernel", "CanonicalizeClip", "ConvertLayout", "DeadCode", "FoldBatchNorm", "FoldConstants", "FuseEpilogue", "LiftWeights", "LowerQDQ", "MixedPrecision", "NarrowBlockLayout", "PackDenseWeights", "PropagateBlockedLayout", "RemoveNoOps", "Winograd"]
