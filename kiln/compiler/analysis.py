@@ -31,21 +31,20 @@ def op_histogram(mod: tvm.IRModule, func: str = "main") -> dict[str, int]:
 
 
 def _kiln_kernel(call) -> str | None:
-    """The op a call_tir of one of Kiln's graph-level kernels stands for (Winograd convs, packed
-    matmuls), else None."""
+    """The op a call_tir of one of Kiln's graph-level kernels stands for (the Winograd pass's convs,
+    PackDenseWeights' matmuls), else None."""
     from .passes.pack_dense_weights import PRIMFUNC as PACKED
-    if _winograd(call):
-        return "nn.conv2d_winograd"
-    if isinstance(call.op, tvm.ir.Op) and call.op.name == "relax.call_tir" and call.args[0].name_hint.startswith(PACKED):
-        return "matmul_packed"
+    from .passes.winograd import PRIMFUNC as WINOGRAD
+    if isinstance(call.op, tvm.ir.Op) and call.op.name == "relax.call_tir":
+        name = call.args[0].name_hint
+        for prefix, op in ((WINOGRAD, "nn.conv2d_winograd"), (PACKED, "matmul_packed")):
+            if name.startswith(prefix):
+                return op
     return None
 
 
 def _winograd(call) -> bool:
-    """A call_tir of a Winograd conv kernel (passes/winograd.py)."""
-    from .passes.winograd import PRIMFUNC
-    return (isinstance(call.op, tvm.ir.Op) and call.op.name == "relax.call_tir"
-            and call.args[0].name_hint.startswith(PRIMFUNC))
+    return _kiln_kernel(call) == "nn.conv2d_winograd"
 
 
 def conv_layouts(mod: tvm.IRModule, func: str = "main") -> dict[str, int]:
