@@ -30,3 +30,15 @@ def test_classifier_matmul_packed(tmp_path, rows, n, packed):
 def test_disabling_the_pass_keeps_the_matmul(tmp_path):
     r = kiln.compile(_classifier(1, 40), tmp_path / "m.kiln", disabled_passes=("PackDenseWeights",))
     assert r.report["dense_packed"] == 0 and r.report["ops_after"].get("matmul") == 1
+
+
+@pytest.mark.parametrize("shape", [(64,), (2, 2, 64)], ids=["vector", "rows_in_two_dims"])
+def test_matmul_of_any_rank_packed(tmp_path, shape):
+    """MatMul of a vector, or of 4 rows spread over two leading dims, by [64, 40] weights."""
+    m = make_model([helper.make_node("MatMul", ["input", "w"], ["output"])], {"input": rand(*shape)}, ["output"], {"w": rand(64, 40, seed=1)})
+    r = kiln.compile(m, tmp_path / "m.kiln")
+    assert r.report["dense_packed"] == 1
+    x = rand(*shape, seed=5)
+    out = kiln.load(tmp_path / "m.kiln").run({"input": x})["output"]
+    assert out.shape == shape[:-1] + (40,)
+    np.testing.assert_allclose(out, ort_run(m, {"input": x})[0], rtol=1e-5, atol=1e-5)
