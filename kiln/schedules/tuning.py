@@ -2,8 +2,8 @@
 
 - search: evolutionary, a small population and few measured candidates per round, so a trial
   costs ~1 s instead of MetaSchedule's defaults (tens of seconds per round on 2 cores);
-- builds in-process (MetaSchedule's LocalBuilder spends ~20 s per batch starting workers that
-  import every tensor intrinsic), measures in MetaSchedule's LocalRunner;
+- builds in one reused worker process with a time limit per candidate (kiln/schedules/builder.py;
+  MetaSchedule's LocalBuilder spends ~20 s per batch starting workers), measures in MetaSchedule's LocalRunner;
 - rounds: each round tunes up to `round_trials` more trials across tasks (MetaSchedule's
   gradient task scheduler shares them by each task's weighted latency), and a wall-clock budget
   is checked between rounds;
@@ -20,16 +20,14 @@ import logging
 import os
 import tempfile
 import time
-import uuid
 from pathlib import Path
 from typing import Callable
 
 import tvm
 from tvm.s_tir import meta_schedule as ms
-from tvm.s_tir.meta_schedule.builder import BuilderResult, PyBuilder
-from tvm.ir.utils import derived_object
 
 from ..errors import OptionsError
+from .builder import WorkerBuilder
 from .database import db_dir_for, open_database
 
 
@@ -95,28 +93,6 @@ def parse_duration(text: str) -> float:
         return float(t[:-1]) * units[t[-1]] if t and t[-1] in units else float(t)
     except ValueError:
         raise OptionsError(f"bad duration {text!r}", where="--budget", fix="write it like 90s, 20m or 1.5h") from None
-
-
-@derived_object
-class InProcessBuilder(PyBuilder):
-    def __init__(self, out_dir: str):
-        super().__init__()
-        self.out_dir = out_dir
-
-    def build(self, build_inputs):
-        from tvm.s_tir.transform import RemoveWeightLayoutRewriteBlock
-        results = []
-        for bi in build_inputs:
-            try:
-                mod = RemoveWeightLayoutRewriteBlock(skip_tensor_rewrite=True)(bi.mod)
-                lib = tvm.compile(mod, target=bi.target)
-                # one folder per artifact: MetaSchedule's runner deletes the artifact's folder when done
-                path = os.path.join(tempfile.mkdtemp(dir=self.out_dir), f"{uuid.uuid4().hex}.so")
-                lib.export_library(path)
-                results.append(BuilderResult(path, None))
-            except Exception as e:  # an invalid candidate: MetaSchedule records the failure and moves on
-                results.append(BuilderResult(None, f"{type(e).__name__}: {e}"))
-        return results
 
 
 def extract(mod: tvm.IRModule, target) -> list:
@@ -209,45 +185,48 @@ def tune_module(mod: tvm.IRModule, target, db_dir: Path, opts: TuneOptions,
     if opts.rpc_tracker:
         progress(f"measuring on {opts.rpc_workers or devices} device(s) with key {opts.rpc_key!r} at {opts.rpc_tracker}")
     with tempfile.TemporaryDirectory(prefix="kiln-tune-", ignore_cleanup_errors=True) as tmp:
-        builder = InProcessBuilder(tmp)
-        runner = runner or ms.runner.LocalRunner(timeout_sec=30)
-        seeded = record_default_schedules(tasks, target, db, builder, runner, lanes)
-        if seeded:
-            have = len(db.get_all_tuning_records())
-            progress(f"measured the default schedules of {seeded} kernel(s) new to the database: the baseline each candidate must beat "
-                     f"({time.perf_counter() - start:.0f}s)")
-        while True:
-            elapsed = time.perf_counter() - start
-            if total is not None and done_trials >= total or opts.budget_s is not None and elapsed >= opts.budget_s:
-                break
-            n = opts.round_trials if total is None else min(opts.round_trials, total - done_trials)
-            # each round tunes the tasks with the most estimated latency per trial so far: a fresh
-            # MetaSchedule task scheduler per round would otherwise start at task 0 every time
-            chosen = pick_tasks(shares, per_task, max(1, n // opts.trials_per_iter))
-            ctxs, weights = _contexts([tasks[i] for i in chosen], opts, opts.seed + rounds)
-            for i in chosen:
-                per_task[i] += opts.trials_per_iter
-            # max_trials_global counts this call's trials
-            ms.tune.tune_tasks(tasks=ctxs, task_weights=weights, work_dir=str(db_path), max_trials_global=n,
-                               max_trials_per_task=None, num_trials_per_iter=opts.trials_per_iter, builder=builder,
-                               runner=runner, database=db, cost_model="xgb")
-            now = len(db.get_all_tuning_records())
-            measured, have = now - have, now
-            rounds += 1
-            done_trials += max(measured, 1)  # a round that finds nothing new still counts, so we terminate
-            elapsed = time.perf_counter() - start
-            per_trial = elapsed / max(done_trials, 1)
-            left = f"{max(0.0, opts.budget_s - elapsed):.0f}s left" if opts.budget_s else f"{max(0, total - done_trials)} trials left"
-            covered = sum(1 for c in per_task if c)
-            progress(f"round {rounds}: {covered}/{len(tasks)} tasks tuned, {done_trials} trials, {per_trial:.2f} s/trial, "
-                     f"{elapsed:.0f}s elapsed, {left}")
-            empty = 0 if measured else empty + 1
-            if empty >= -(-len(tasks) // max(1, n // opts.trials_per_iter)):  # a whole rotation found nothing new
-                break
+        builder = WorkerBuilder(tmp)
+        try:
+            runner = runner or ms.runner.LocalRunner(timeout_sec=30)
+            seeded = record_default_schedules(tasks, target, db, builder, runner, lanes)
+            if seeded:
+                have = len(db.get_all_tuning_records())
+                progress(f"measured the default schedules of {seeded} kernel(s) new to the database: the baseline each candidate must beat "
+                         f"({time.perf_counter() - start:.0f}s)")
+            while True:
+                elapsed = time.perf_counter() - start
+                if total is not None and done_trials >= total or opts.budget_s is not None and elapsed >= opts.budget_s:
+                    break
+                n = opts.round_trials if total is None else min(opts.round_trials, total - done_trials)
+                # each round tunes the tasks with the most estimated latency per trial so far: a fresh
+                # MetaSchedule task scheduler per round would otherwise start at task 0 every time
+                chosen = pick_tasks(shares, per_task, max(1, n // opts.trials_per_iter))
+                ctxs, weights = _contexts([tasks[i] for i in chosen], opts, opts.seed + rounds)
+                for i in chosen:
+                    per_task[i] += opts.trials_per_iter
+                # max_trials_global counts this call's trials
+                ms.tune.tune_tasks(tasks=ctxs, task_weights=weights, work_dir=str(db_path), max_trials_global=n,
+                                   max_trials_per_task=None, num_trials_per_iter=opts.trials_per_iter, builder=builder,
+                                   runner=runner, database=db, cost_model="xgb")
+                now = len(db.get_all_tuning_records())
+                measured, have = now - have, now
+                rounds += 1
+                done_trials += max(measured, 1)  # a round that finds nothing new still counts, so we terminate
+                elapsed = time.perf_counter() - start
+                per_trial = elapsed / max(done_trials, 1)
+                left = f"{max(0.0, opts.budget_s - elapsed):.0f}s left" if opts.budget_s else f"{max(0, total - done_trials)} trials left"
+                covered = sum(1 for c in per_task if c)
+                progress(f"round {rounds}: {covered}/{len(tasks)} tasks tuned, {done_trials} trials, {per_trial:.2f} s/trial, "
+                         f"{elapsed:.0f}s elapsed, {left}")
+                empty = 0 if measured else empty + 1
+                if empty >= -(-len(tasks) // max(1, n // opts.trials_per_iter)):  # a whole rotation found nothing new
+                    break
+        finally:
+            builder.close()  # the worker process
     records = have
     return {"tasks": len(tasks), "trials": done_trials, "defaults_measured": seeded, "new_records": records - before, "records": records,
             "seconds": round(time.perf_counter() - start, 1), "seconds_per_trial": round((time.perf_counter() - start) / max(done_trials, 1), 2),
-            "db": str(db_path), "devices": devices}
+            "db": str(db_path), "devices": devices, "build_timeouts": builder.timeouts}
 
 
 def tune(model, compile_options, opts: TuneOptions, progress: Callable[[str], None] = print) -> dict:

@@ -192,15 +192,17 @@ def test_recorded_default_schedule_replays_to_the_default(tmp_path, tiny):
     from kiln.compiler.pipeline import SCHEDULE_ROW
     from kiln.frontends.importer import import_onnx
     from kiln.schedules.apply import first_rule_that_applies
-    from kiln.schedules.tuning import InProcessBuilder, extract, record_default_schedules
+    from kiln.schedules.builder import WorkerBuilder
+    from kiln.schedules.tuning import extract, record_default_schedules
     co = CompileOptions.make()
     co = dataclasses.replace(co, disabled_passes=(SCHEDULE_ROW["llvm"],))
     mod = optimize(import_onnx(tiny, co.shapes).mod, co).mod
     target = co.target.tvm()
     tasks = extract(mod, target)
     db = open_database(tmp_path / "db")
-    assert record_default_schedules(tasks, target, db, InProcessBuilder(str(tmp_path)), ms.runner.LocalRunner(timeout_sec=30), 16) == len(tasks) >= 1
-    assert record_default_schedules(tasks, target, db, InProcessBuilder(str(tmp_path)), ms.runner.LocalRunner(timeout_sec=30), 16) == 0
+    builder = WorkerBuilder(str(tmp_path))
+    assert record_default_schedules(tasks, target, db, builder, ms.runner.LocalRunner(timeout_sec=30), 16) == len(tasks) >= 1
+    assert record_default_schedules(tasks, target, db, builder, ms.runner.LocalRunner(timeout_sec=30), 16) == 0
     for t in tasks:
         (rec,) = db.get_top_k(db.commit_workload(t.dispatched[0]), 1)
         assert rec.run_secs and all(float(s) > 0 for s in rec.run_secs)
@@ -221,7 +223,45 @@ def test_recorded_default_schedule_replays_to_the_default(tmp_path, tiny):
         return kind, sch
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(apply, "first_rule_that_applies", changed_rule)
-        assert record_default_schedules(tasks, target, db, InProcessBuilder(str(tmp_path)), ms.runner.LocalRunner(timeout_sec=30), 16) == len(tasks)
+        assert record_default_schedules(tasks, target, db, builder, ms.runner.LocalRunner(timeout_sec=30), 16) == len(tasks)
+    builder.close()
+
+
+def slow_when_flagged(mod_json, target, out_dir):
+    """A build (run in the builder's worker process) that never finishes while out_dir/slow exists."""
+    import os
+    import time
+
+    from kiln.schedules.builder import compile_candidate
+    while os.path.exists(os.path.join(out_dir, "slow")):
+        time.sleep(0.1)
+    return compile_candidate(mod_json, target, out_dir)
+
+
+def test_a_runaway_build_is_killed_and_the_next_one_builds(tmp_path):
+    """A candidate whose compile does not finish within the builder's limit is a failed build (its
+    worker killed), not a hung tuning run; the next candidate gets a fresh worker and builds."""
+    import time
+    from pathlib import Path
+
+    import tvm
+    from tvm import te
+    from tvm.s_tir.meta_schedule.builder import BuilderInput
+
+    from kiln.schedules.builder import WorkerBuilder
+    a = te.placeholder((16,), name="a")
+    mod = tvm.IRModule({"main": te.create_prim_func([a, te.compute((16,), lambda i: a[i] + 1.0, name="b")])})
+    target = tvm.target.Target({"kind": "llvm"})
+    builder = WorkerBuilder(str(tmp_path), timeout_s=2, build=slow_when_flagged)
+    (tmp_path / "slow").write_text("")
+    t = time.perf_counter()
+    (hung,) = builder.build([BuilderInput(mod, target)])
+    assert hung.artifact_path is None and "timed out after 2 s" in hung.error_msg and builder.timeouts == 1
+    assert time.perf_counter() - t < 60  # the worker's start-up plus the 2 s limit, not the endless build
+    (tmp_path / "slow").unlink()
+    (ok,) = builder.build([BuilderInput(mod, target)])
+    assert ok.error_msg is None and Path(ok.artifact_path).stat().st_size > 0
+    builder.close()
 
 
 def test_the_shipped_tuning_logs_load():

@@ -1,0 +1,94 @@
+"""The builder `kiln tune` compiles candidates with: one worker process, started once per run and
+reused, so a candidate costs its compile and not a pool start-up (MetaSchedule's LocalBuilder
+starts a pool per batch: ~20 s per batch on 2 cores), and with a time limit per candidate,
+enforced from this side: a candidate whose LLVM code generation runs away (measured: a ResNet-50
+candidate still compiling after 8 minutes, which held a `--budget 8m` run past its budget) is
+killed with its worker, recorded as a failed build, and the next candidate gets a fresh worker.
+
+The worker receives the candidate as TVM's JSON and the target as its dict, compiles it, and
+exports the shared library into `out_dir` (one folder per artifact: MetaSchedule's runner deletes
+the artifact's folder when it is done)."""
+from __future__ import annotations
+
+import multiprocessing as mp
+import os
+import tempfile
+import uuid
+
+import tvm
+from tvm.s_tir.meta_schedule.builder import BuilderResult, PyBuilder
+from tvm.ir.utils import derived_object
+
+BUILD_TIMEOUT_S = 60.0  # a candidate normally compiles in well under a second
+START_TIMEOUT_S = 120.0  # the worker's start-up (importing TVM) is not a candidate's fault
+
+
+def compile_candidate(mod_json: str, target: dict, out_dir: str) -> str:
+    """In the worker: TVM JSON -> shared library in its own folder under out_dir; returns its path."""
+    from tvm.s_tir.transform import RemoveWeightLayoutRewriteBlock
+    mod = RemoveWeightLayoutRewriteBlock(skip_tensor_rewrite=True)(tvm.ir.load_json(mod_json))
+    lib = tvm.compile(mod, target=tvm.target.Target(target))
+    path = os.path.join(tempfile.mkdtemp(dir=out_dir), f"{uuid.uuid4().hex}.so")
+    lib.export_library(path)
+    return path
+
+
+def _serve(conn, build) -> None:
+    """The worker's loop: (mod_json, target, out_dir) in, ("ok", path) or ("error", text) out."""
+    conn.send(("ready", None))
+    while True:
+        try:
+            job = conn.recv()
+        except EOFError:
+            return
+        try:
+            conn.send(("ok", build(*job)))
+        except Exception as e:  # an invalid candidate: reported, the worker lives on
+            conn.send(("error", f"{type(e).__name__}: {e}"))
+
+
+@derived_object
+class WorkerBuilder(PyBuilder):
+    def __init__(self, out_dir: str, timeout_s: float = BUILD_TIMEOUT_S, build=compile_candidate):
+        super().__init__()
+        self.out_dir, self.timeout_s, self.build_fn = out_dir, timeout_s, build
+        self._proc = self._conn = None
+        self.timeouts = 0
+
+    def _start(self) -> None:
+        ctx = mp.get_context("spawn")  # never fork a process that holds TVM's thread pool
+        self._conn, child = ctx.Pipe()
+        self._proc = ctx.Process(target=_serve, args=(child, self.build_fn), daemon=True)
+        self._proc.start()
+        child.close()
+        if not self._conn.poll(START_TIMEOUT_S):
+            self.close()
+            raise RuntimeError(f"the build worker did not start within {START_TIMEOUT_S:.0f} s")
+        self._conn.recv()
+
+    def close(self) -> None:
+        if self._proc is not None:
+            self._proc.kill()
+            self._proc.join()
+        self._proc = self._conn = None
+
+    def _build_one(self, bi) -> BuilderResult:
+        if self._proc is None or not self._proc.is_alive():
+            self._start()
+        self._conn.send((tvm.ir.save_json(bi.mod), bi.target.export(), self.out_dir))
+        if not self._conn.poll(self.timeout_s):
+            self.timeouts += 1
+            self.close()  # the next candidate gets a fresh worker
+            return BuilderResult(None, f"build timed out after {self.timeout_s:.0f} s (killed)")
+        try:
+            status, value = self._conn.recv()
+        except EOFError:  # the worker died (a crash in LLVM): a failed candidate, not a failed run
+            self.close()
+            return BuilderResult(None, "the build worker died")
+        return BuilderResult(value, None) if status == "ok" else BuilderResult(None, value)
+
+    def build(self, build_inputs):
+        return [self._build_one(bi) for bi in build_inputs]
+
+    def __del__(self):
+        self.close()
