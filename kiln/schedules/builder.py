@@ -19,7 +19,7 @@ import tvm
 from tvm.s_tir.meta_schedule.builder import BuilderResult, PyBuilder
 from tvm.ir.utils import derived_object
 
-BUILD_TIMEOUT_S = 60.0  # a candidate normally compiles in well under a second
+BUILD_TIMEOUT_S = 30.0  # a candidate normally compiles in well under a second (MetaSchedule: 30 s too)
 START_TIMEOUT_S = 120.0  # the worker's start-up (importing TVM) is not a candidate's fault
 
 
