@@ -28,7 +28,8 @@ def _tune(a) -> int:
                        rpc_tracker=a.rpc_tracker, rpc_key=a.rpc_key, rpc_workers=a.rpc_workers)
     r = tune(a.model, _options(a), opts, progress=lambda line: print(line, flush=True))
     print(f"tuned {r['tasks']} tasks: {r['trials']} trials in {r['seconds']} s ({r['seconds_per_trial']} s/trial), "
-          f"{r['new_records']} new records, {r['records']} in {r['db']}")
+          f"{r['new_records']} new records, {r['records']} in {r['db']}"
+          + (f"; {r['build_timeouts']} candidate(s) killed at the build time limit" if r.get("build_timeouts") else ""))
     if a.compact:
         from .schedules.database import compact
         before, after = compact(r["db"])
