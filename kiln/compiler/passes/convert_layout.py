@@ -29,6 +29,14 @@ def vector_block(features: list[str]) -> int:
     return 16 if "avx512f" in features else 8 if "avx2" in features or "avx" in features else 4
 
 
+def widest_block(n: int, block: int) -> int:
+    """The widest power-of-two block of at most `block` lanes that divides n (1 if none)."""
+    b = block
+    while b > 1 and n % b:
+        b //= 2
+    return b
+
+
 def count_layout_transforms(mod: tvm.IRModule) -> int:
     """permute_dims/layout_transform calls on non-constant data in main."""
     n = 0

@@ -18,18 +18,11 @@ import tvm
 from tvm import relax
 from tvm.ir.expr import GenericConst
 
+from .convert_layout import widest_block
 from .counting import static_shape
 from .module_map import rewrite_functions
 
 MIN_BLOCK = 8
-
-
-def widest_block(channels: int, block: int) -> int:
-    """The widest power-of-two block of at most `block` lanes that divides `channels` (1 if none)."""
-    b = block
-    while b > 1 and channels % b:
-        b //= 2
-    return b
 
 
 def block_map(b: int):

@@ -13,12 +13,13 @@ import tvm
 from tvm import te
 from tvm.ir.expr import GenericConst
 
+from .convert_layout import widest_block
 from .counting import static_shape
 from .module_map import rewrite_calls
 
 PRIMFUNC = "matmul_packed"  # name hint of the kernels (FuseEpilogue anchors on it; the report counts them)
 MAX_ROWS = 4  # more rows reuse each weight from cache: the plain matmul schedule is the better one
-BLOCKS = (16, 8)  # column tile widths (the vector widths the matmul schedule picks for N)
+MIN_BLOCK = 8  # narrower column tiles are not worth a packed layout
 
 
 def matmul_packed(x, packed):
@@ -29,8 +30,9 @@ def matmul_packed(x, packed):
                       name="matmul_packed")
 
 
-def column_block(call) -> int | None:
-    """The column tile width b for this call, or None when it is not a packable matmul."""
+def column_block(call, block: int) -> int | None:
+    """The column tile width b for this call (the widest power of two up to the vector block that
+    divides N: the width the matmul schedule vectorizes by), or None when it is not a packable matmul."""
     if not isinstance(call.op, tvm.ir.Op) or call.op.name != "relax.matmul":
         return None
     w = call.args[1]
@@ -38,12 +40,12 @@ def column_block(call) -> int | None:
     if (not isinstance(w, GenericConst) or x_shape is None or len(w.value.shape) != 2 or str(call.args[0].ty.dtype) != "float32"
             or str(w.value.dtype) != "float32" or str(call.ty.dtype) != "float32" or int(np.prod(x_shape[:-1])) > MAX_ROWS):
         return None
-    n = int(w.value.shape[1])
-    return next((b for b in BLOCKS if n % b == 0), None)
+    b = widest_block(int(w.value.shape[1]), block)
+    return b if b >= MIN_BLOCK else None
 
 
-def _to_packed(builder, call):
-    b = column_block(call)
+def _to_packed(builder, call, block: int):
+    b = column_block(call, block)
     if b is None:
         return None
     w = call.args[1].value.numpy()
@@ -54,11 +56,12 @@ def _to_packed(builder, call):
 
 @tvm.transform.module_pass(opt_level=2, name="PackDenseWeights")
 class PackDenseWeights:
-    def __init__(self):
+    def __init__(self, block: int):
+        self.block = block
         self.stats = {"dense_packed": 0}
 
     def transform_module(self, mod: tvm.IRModule, ctx) -> tvm.IRModule:
-        out, count = rewrite_calls(mod, _to_packed)
+        out, count = rewrite_calls(mod, lambda builder, call: _to_packed(builder, call, self.block))
         self.stats["dense_packed"] += count
         return out
 
