@@ -4,6 +4,8 @@ kernels) and the machine's vector lanes, and parallelizes over cores, vectorizes
 axis, and register-tiles reductions. A rule raises s_tir.ScheduleError when it does not apply."""
 from __future__ import annotations
 
+import math
+
 from tvm import s_tir
 
 DATA_PAR, COMM_REDUCE = 0, 2
@@ -40,13 +42,6 @@ def inline_all_but(sch: s_tir.Schedule, keep: list) -> None:
                 changed = True
             except s_tir.ScheduleError:
                 pass
-
-
-def _product(sch: s_tir.Schedule, loops) -> int:
-    out = 1
-    for lp in loops:
-        out *= extent(sch, lp)
-    return out
 
 
 def _divisor_at_most(n: int, cap: int) -> int:
@@ -148,7 +143,7 @@ def reduction_tiled(sch: s_tir.Schedule, anchor, lanes: int) -> None:
     for ti in tile_inner:
         sch.unroll(ti)
     outer = spatial[:-1] if len(spatial) > 1 else spatial
-    if outer and _product(sch, outer) < MIN_PARALLEL_TASKS:
+    if outer and math.prod(extent(sch, lp) for lp in outer) < MIN_PARALLEL_TASKS:
         outer = spatial  # e.g. a classifier's [1, 1000]: parallel over its tiles, not its one row
     if outer:
         par = sch.fuse(*outer) if len(outer) > 1 else outer[0]

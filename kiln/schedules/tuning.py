@@ -15,6 +15,7 @@
   unless a candidate beat it (a rule changed since the last run gets measured again)."""
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import logging
 import os
@@ -184,45 +185,42 @@ def tune_module(mod: tvm.IRModule, target, db_dir: Path, opts: TuneOptions,
     runner, devices = rpc_runner(opts) if opts.rpc_tracker else (None, 1)
     if opts.rpc_tracker:
         progress(f"measuring on {opts.rpc_workers or devices} device(s) with key {opts.rpc_key!r} at {opts.rpc_tracker}")
-    with tempfile.TemporaryDirectory(prefix="kiln-tune-", ignore_cleanup_errors=True) as tmp:
-        builder = WorkerBuilder(tmp)
-        try:
-            runner = runner or ms.runner.LocalRunner(timeout_sec=30)
-            seeded = record_default_schedules(tasks, target, db, builder, runner, lanes)
-            if seeded:
-                have = len(db.get_all_tuning_records())
-                progress(f"measured the default schedules of {seeded} kernel(s) new to the database: the baseline each candidate must beat "
-                         f"({time.perf_counter() - start:.0f}s)")
-            while True:
-                elapsed = time.perf_counter() - start
-                if total is not None and done_trials >= total or opts.budget_s is not None and elapsed >= opts.budget_s:
-                    break
-                n = opts.round_trials if total is None else min(opts.round_trials, total - done_trials)
-                # each round tunes the tasks with the most estimated latency per trial so far: a fresh
-                # MetaSchedule task scheduler per round would otherwise start at task 0 every time
-                chosen = pick_tasks(shares, per_task, max(1, n // opts.trials_per_iter))
-                ctxs, weights = _contexts([tasks[i] for i in chosen], opts, opts.seed + rounds)
-                for i in chosen:
-                    per_task[i] += opts.trials_per_iter
-                # max_trials_global counts this call's trials
-                ms.tune.tune_tasks(tasks=ctxs, task_weights=weights, work_dir=str(db_path), max_trials_global=n,
-                                   max_trials_per_task=None, num_trials_per_iter=opts.trials_per_iter, builder=builder,
-                                   runner=runner, database=db, cost_model="xgb")
-                now = len(db.get_all_tuning_records())
-                measured, have = now - have, now
-                rounds += 1
-                done_trials += max(measured, 1)  # a round that finds nothing new still counts, so we terminate
-                elapsed = time.perf_counter() - start
-                per_trial = elapsed / max(done_trials, 1)
-                left = f"{max(0.0, opts.budget_s - elapsed):.0f}s left" if opts.budget_s else f"{max(0, total - done_trials)} trials left"
-                covered = sum(1 for c in per_task if c)
-                progress(f"round {rounds}: {covered}/{len(tasks)} tasks tuned, {done_trials} trials, {per_trial:.2f} s/trial, "
-                         f"{elapsed:.0f}s elapsed, {left}")
-                empty = 0 if measured else empty + 1
-                if empty >= -(-len(tasks) // max(1, n // opts.trials_per_iter)):  # a whole rotation found nothing new
-                    break
-        finally:
-            builder.close()  # the worker process
+    with tempfile.TemporaryDirectory(prefix="kiln-tune-", ignore_cleanup_errors=True) as tmp, \
+            contextlib.closing(WorkerBuilder(tmp)) as builder:  # closing: stops the worker process
+        runner = runner or ms.runner.LocalRunner(timeout_sec=30)
+        seeded = record_default_schedules(tasks, target, db, builder, runner, lanes)
+        if seeded:
+            have = len(db.get_all_tuning_records())
+            progress(f"measured the default schedules of {seeded} kernel(s) new to the database: the baseline each candidate must beat "
+                     f"({time.perf_counter() - start:.0f}s)")
+        while True:
+            elapsed = time.perf_counter() - start
+            if total is not None and done_trials >= total or opts.budget_s is not None and elapsed >= opts.budget_s:
+                break
+            n = opts.round_trials if total is None else min(opts.round_trials, total - done_trials)
+            # each round tunes the tasks with the most estimated latency per trial so far: a fresh
+            # MetaSchedule task scheduler per round would otherwise start at task 0 every time
+            chosen = pick_tasks(shares, per_task, max(1, n // opts.trials_per_iter))
+            ctxs, weights = _contexts([tasks[i] for i in chosen], opts, opts.seed + rounds)
+            for i in chosen:
+                per_task[i] += opts.trials_per_iter
+            # max_trials_global counts this call's trials
+            ms.tune.tune_tasks(tasks=ctxs, task_weights=weights, work_dir=str(db_path), max_trials_global=n,
+                               max_trials_per_task=None, num_trials_per_iter=opts.trials_per_iter, builder=builder,
+                               runner=runner, database=db, cost_model="xgb")
+            now = len(db.get_all_tuning_records())
+            measured, have = now - have, now
+            rounds += 1
+            done_trials += max(measured, 1)  # a round that finds nothing new still counts, so we terminate
+            elapsed = time.perf_counter() - start
+            per_trial = elapsed / max(done_trials, 1)
+            left = f"{max(0.0, opts.budget_s - elapsed):.0f}s left" if opts.budget_s else f"{max(0, total - done_trials)} trials left"
+            covered = sum(1 for c in per_task if c)
+            progress(f"round {rounds}: {covered}/{len(tasks)} tasks tuned, {done_trials} trials, {per_trial:.2f} s/trial, "
+                     f"{elapsed:.0f}s elapsed, {left}")
+            empty = 0 if measured else empty + 1
+            if empty >= -(-len(tasks) // max(1, n // opts.trials_per_iter)):  # a whole rotation found nothing new
+                break
     records = have
     return {"tasks": len(tasks), "trials": done_trials, "defaults_measured": seeded, "new_records": records - before, "records": records,
             "seconds": round(time.perf_counter() - start, 1), "seconds_per_trial": round((time.perf_counter() - start) / max(done_trials, 1), 2),
