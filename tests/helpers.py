@@ -51,3 +51,20 @@ def check_against_ort(model, feeds: dict, tmp_path, input_shapes=None, rtol=1e-4
 
 def rand(*shape, seed=0, dtype=np.float32):
     return np.random.default_rng(seed).standard_normal(shape).astype(dtype)
+
+
+def mobilenet_block(stride=1, multiplier=1, c=32):
+    """1x1 expand -> ReLU6 -> 3x3 depthwise -> bias -> ReLU6 -> 1x1 project (+ residual)."""
+    nodes = [helper.make_node("Conv", ["x", "w1", "b1"], ["e"]),
+             helper.make_node("Clip", ["e", "lo", "hi"], ["e6"]),
+             helper.make_node("Conv", ["e6", "wd", "bd"], ["d"], group=c, pads=[1, 1, 1, 1], strides=[stride, stride]),
+             helper.make_node("Clip", ["d", "lo", "hi"], ["d6"]),
+             helper.make_node("Conv", ["d6", "w2", "b2"], ["p"])]
+    if stride == 1 and multiplier == 1:
+        nodes.append(helper.make_node("Add", ["p", "x"], ["y"]))
+    else:
+        nodes.append(helper.make_node("Relu", ["p"], ["y"]))
+    inits = {"w1": rand(c, 16, 1, 1, seed=1) * 0.3, "b1": rand(c, seed=2), "wd": rand(c * multiplier, 1, 3, 3, seed=3) * 0.3,
+             "bd": rand(c * multiplier, seed=4), "w2": rand(16, c * multiplier, 1, 1, seed=5) * 0.3, "b2": rand(16, seed=6),
+             "lo": np.array(0, np.float32), "hi": np.array(6, np.float32)}
+    return make_model(nodes, {"x": rand(1, 16, 14, 14)}, ["y"], inits)

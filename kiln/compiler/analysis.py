@@ -32,19 +32,19 @@ def op_histogram(mod: tvm.IRModule, func: str = "main") -> dict[str, int]:
 
 def _kiln_kernel(call) -> str | None:
     """The op a call_tir of one of Kiln's graph-level kernels stands for (the Winograd pass's convs,
-    PackDenseWeights' matmuls), else None."""
+    PackDenseWeights' matmuls, FuseDepthwisePointwise's conv pairs), else None."""
+    from .passes.fuse_depthwise_pointwise import PRIMFUNC as DWPW
     from .passes.pack_dense_weights import PRIMFUNC as PACKED
     from .passes.winograd import PRIMFUNC as WINOGRAD
     if isinstance(call.op, tvm.ir.Op) and call.op.name == "relax.call_tir":
         name = call.args[0].name_hint
-        for prefix, op in ((WINOGRAD, "nn.conv2d_winograd"), (PACKED, "matmul_packed")):
+        for prefix, op in ((WINOGRAD, "nn.conv2d_winograd"), (PACKED, "matmul_packed"), (DWPW, "nn.conv2d_depthwise_pointwise")):
             if name.startswith(prefix):
                 return op
     return None
 
 
-def _winograd(call) -> bool:
-    return _kiln_kernel(call) == "nn.conv2d_winograd"
+KILN_CONVS = {"nn.conv2d_winograd": 1, "nn.conv2d_depthwise_pointwise": 2}  # convs per call of Kiln's conv kernels
 
 
 def conv_layouts(mod: tvm.IRModule, func: str = "main") -> dict[str, int]:
@@ -55,9 +55,9 @@ def conv_layouts(mod: tvm.IRModule, func: str = "main") -> dict[str, int]:
         for call in _calls(f):
             if isinstance(call.op, tvm.ir.Op) and call.op.name == "relax.nn.conv2d":
                 hist[str(call.attrs.data_layout)] = hist.get(str(call.attrs.data_layout), 0) + 1
-            elif _winograd(call):  # the Winograd pass's convs: data [1, C/c, H, W, c]
+            elif _kiln_kernel(call) in KILN_CONVS:  # data [1, C/c, H, W, c]
                 layout = f"NCHW{int(call.args[1][0].ty.shape[4])}c"
-                hist[layout] = hist.get(layout, 0) + 1
+                hist[layout] = hist.get(layout, 0) + KILN_CONVS[_kiln_kernel(call)]
             elif isinstance(call.op, tvm.ir.GlobalVar) and isinstance(mod[call.op], relax.Function):
                 add(mod[call.op])
     add(mod[func])

@@ -43,6 +43,7 @@ CPU_PIPELINE: list[PassSpec] = [
     PassSpec("PropagateBlockedLayout", lambda o: kp.PropagateBlockedLayout(o.layout), 2),
     PassSpec("BF16ConvKernel", lambda o: kp.BF16ConvKernel() if o.precision == "bf16" and "avx512bf16" in o.target.required_features() else None, 2),
     PassSpec("Winograd", lambda o: kp.Winograd(), 2),
+    PassSpec("FuseDepthwisePointwise", lambda o: kp.FuseDepthwisePointwise(), 2),
     PassSpec("PackDenseWeights", lambda o: kp.PackDenseWeights(vector_block(o.target.required_features())), 2),
     PassSpec("DeadCode", lambda o: kp.DeadCode(), 1),
     PassSpec("DecomposeOpsForInference", lambda o: relax.transform.DecomposeOpsForInference(), 0, required=True),

@@ -22,6 +22,7 @@ def format_report(r: dict) -> str:
         ("clips canonicalized", r.get("clips_canonicalized", 0)),
         ("layout", f"{r['layout']} ({r['layout_transforms']} layout transforms; convs by layout: {_hist(r.get('conv_layouts', {}))})"),
         ("winograd convs", f"{r.get('winograd_convs', 0)} (3x3 stride-1 convs as Winograd kernels; --disable-pass Winograd keeps them direct)"),
+        ("depthwise fused", f"{r.get('depthwise_fused', 0)} (depthwise + 1x1 conv pairs as one kernel; --disable-pass FuseDepthwisePointwise keeps two)"),
         ("weights", _mb(r["weights_bytes"])),
         ("activations unfused", _mb(r["activation_bytes_unfused"])),
         ("activations naive", f"{_mb(r['activation_bytes_naive'])} (every kernel output, no reuse)"),

@@ -7,6 +7,7 @@ from typing import Callable
 from tvm import s_tir
 
 from . import rules
+from .dwpw import depthwise_pointwise
 from .winograd import winograd_nchwc
 
 RULES: dict[tuple[str, str], Callable] = {
@@ -24,6 +25,7 @@ RULES: dict[tuple[str, str], Callable] = {
     ("cpu", "injective"): rules.injective,
     ("cpu", "layout_transform"): rules.layout_transform_tiled,
     ("cpu", "winograd"): winograd_nchwc,
+    ("cpu", "depthwise_pointwise"): depthwise_pointwise,
 }
 # when a kind's rule does not apply (e.g. output channels not divisible by the lanes), try these
 FALLBACK = {"softmax": ("multi_reduction",), "conv2d_nchw": ("conv2d_nchw_oc", "conv2d"), "depthwise_nchw": ("reduction",), "conv2d_int8": ("conv2d",), "matmul_int8": ("matmul",), "layout_transform": ("injective",)}
@@ -40,6 +42,9 @@ def classify(sch: s_tir.Schedule):
             return "layout_transform", blocks[0]
         return "injective", None
     if len(red) > 1:
+        pointwise = [b for b in red if sch.get(b).name_hint == "dwpw_pointwise"]
+        if pointwise:
+            return "depthwise_pointwise", pointwise[0]
         if any(sch.get(b).name_hint.startswith("softmax_norm") for b in blocks):
             return "softmax", None
         return "multi_reduction", None  # layer norm, ...

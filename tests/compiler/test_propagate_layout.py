@@ -4,30 +4,13 @@ convs whose channels do not divide 16 (MobileNetV2's 24) run in NCHW8c, with no 
 import numpy as np
 import pytest
 import tvm
-from helpers import check_against_ort, make_model, rand
+from helpers import check_against_ort, make_model, mobilenet_block, rand
 from onnx import helper
 
 from kiln.compiler import CompileOptions, analysis
 from kiln.compiler.passes.convert_layout import count_layout_transforms
 from kiln.compiler.pipeline import pipeline_for
 from kiln.frontends import import_onnx
-
-
-def mobilenet_block(stride=1, multiplier=1, c=32):
-    """1x1 expand -> ReLU6 -> 3x3 depthwise -> bias -> ReLU6 -> 1x1 project (+ residual)."""
-    nodes = [helper.make_node("Conv", ["x", "w1", "b1"], ["e"]),
-             helper.make_node("Clip", ["e", "lo", "hi"], ["e6"]),
-             helper.make_node("Conv", ["e6", "wd", "bd"], ["d"], group=c, pads=[1, 1, 1, 1], strides=[stride, stride]),
-             helper.make_node("Clip", ["d", "lo", "hi"], ["d6"]),
-             helper.make_node("Conv", ["d6", "w2", "b2"], ["p"])]
-    if stride == 1 and multiplier == 1:
-        nodes.append(helper.make_node("Add", ["p", "x"], ["y"]))
-    else:
-        nodes.append(helper.make_node("Relu", ["p"], ["y"]))
-    inits = {"w1": rand(c, 16, 1, 1, seed=1) * 0.3, "b1": rand(c, seed=2), "wd": rand(c * multiplier, 1, 3, 3, seed=3) * 0.3,
-             "bd": rand(c * multiplier, seed=4), "w2": rand(16, c * multiplier, 1, 1, seed=5) * 0.3, "b2": rand(16, seed=6),
-             "lo": np.array(0, np.float32), "hi": np.array(6, np.float32)}
-    return make_model(nodes, {"x": rand(1, 16, 14, 14)}, ["y"], inits)
 
 
 def _graph_passes(model, disabled=()):

@@ -10,6 +10,7 @@ from tvm import relax
 from tvm.relax.backend.utils import has_leaking_intermediate_variables
 from tvm.relax.dpl import is_call_tir, is_const, is_op, wildcard
 
+from .fuse_depthwise_pointwise import PRIMFUNC as DWPW
 from .pack_dense_weights import PRIMFUNC as PACKED_MATMUL
 from .winograd import PRIMFUNC
 
@@ -36,7 +37,7 @@ def epilogue_patterns() -> list[tuple]:
     """(name, pattern, {}, check), longest chains first: anchor -> [bias] -> [act] -> [residual add -> [act]].
     The residual add's operand order gets its own entries so a rejected order can fall back to the other."""
     anchor = (is_op(ANCHORS[0])(wildcard(), wildcard()) | is_op(ANCHORS[1])(wildcard(), wildcard()) | is_op(ANCHORS[2])(wildcard(), wildcard())
-              | is_call_tir(PRIMFUNC) | is_call_tir(PACKED_MATMUL))  # Winograd's convs, PackDenseWeights' matmuls
+              | is_call_tir(PRIMFUNC) | is_call_tir(PACKED_MATMUL) | is_call_tir(DWPW))  # Kiln's graph-level kernels
     bias = is_op("relax.add")(anchor, is_const())
     head = bias | anchor
     act = _activations(head)

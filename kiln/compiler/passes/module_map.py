@@ -36,16 +36,26 @@ class CallRewriter(relax.PyExprMutator):
         return new
 
 
+def rewrite_with(mod: tvm.IRModule, mutator, prepare: Callable[[relax.Function], None] | None = None) -> tuple[tvm.IRModule, int]:
+    """Run `mutator` (which counts its rewrites in `.count`) over every Relax function that is not a
+    fused primitive, `prepare(function)` first when given; returns the new module, holding the
+    functions the mutator's builder added, and the count (the caller's module itself when 0)."""
+    def one(f):
+        if prepare is not None:
+            prepare(f)
+        return mutator.visit_expr(f)
+    out = rewrite_functions(mod, one)
+    if not mutator.count:
+        return mod, 0
+    had = {gv.name_hint for gv in mod.get_global_vars()}
+    for gv, f in mutator.builder_.get().functions.items():
+        if gv.name_hint not in had:
+            out[gv] = f
+    return out, mutator.count
+
+
 def rewrite_calls(mod: tvm.IRModule, rewrite: Callable) -> tuple[tvm.IRModule, int]:
     """Replace the calls `rewrite(builder, call)` picks (see CallRewriter) in every Relax function
     that is not a fused primitive; returns the new module, holding the functions the rewrites
     added, and how many calls were replaced (the caller's module itself when none was)."""
-    rewriter = CallRewriter(mod, rewrite)
-    out = rewrite_functions(mod, rewriter.visit_expr)
-    if not rewriter.count:
-        return mod, 0
-    had = {gv.name_hint for gv in mod.get_global_vars()}
-    for gv, f in rewriter.builder_.get().functions.items():
-        if gv.name_hint not in had:
-            out[gv] = f
-    return out, rewriter.count
+    return rewrite_with(mod, CallRewriter(mod, rewrite))

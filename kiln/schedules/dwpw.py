@@ -1,0 +1,62 @@
+"""Default schedule of a depthwise + 1x1 conv kernel (kiln/compiler/passes/fuse_depthwise_pointwise.py):
+parallel over output rows; per row, the depthwise conv of all channels into a stack buffer
+(register-tiled like a direct conv: `t` pixels x the channel block's lanes, its bias/clamp applied
+per tile), then the 1x1 conv of that row from the buffer (t pixels x the output block's lanes of
+accumulators, reduced over all channels), the epilogue (bias, residual add) per tile."""
+from __future__ import annotations
+
+from tvm import s_tir
+
+from .rules import _divisor_at_most, blocks, extent, inline_all_but, vectorize_tails
+
+MAX_TILE = 8  # pixels per register tile
+MAX_ROW_FLOATS = 16384  # 64 KiB: the depthwise row buffer on each thread's stack
+
+
+def _only(sch: s_tir.Schedule, name: str):
+    found = [b for b in blocks(sch) if sch.get(b).name_hint == name]
+    if len(found) != 1:
+        raise s_tir.ScheduleError(f"no single {name} block")
+    return found[0]
+
+
+def depthwise_pointwise(sch: s_tir.Schedule, anchor, lanes: int) -> None:
+    dw, act = _only(sch, "dwpw_depthwise"), _only(sch, "dwpw_act")
+    inline_all_but(sch, [dw, act, anchor])  # the padding into the depthwise conv, the epilogue chain into its last block
+    consumers = sch.get_consumers(anchor)
+    _, cb, _, ow, c = (int(v) for v in sch.get(act).writes[0].source.shape)
+    if cb * ow * c > MAX_ROW_FLOATS:
+        raise s_tir.ScheduleError("the depthwise row does not fit the stack buffer")
+
+    # 1x1 conv: rows in parallel; per row, output blocks x pixel tiles, all channels reduced in registers
+    n, o, y, x, j, r = sch.get_loops(anchor)
+    t = _divisor_at_most(ow, MAX_TILE)
+    xo, xi = sch.split(x, [None, t])
+    sch.reorder(n, y, o, xo, r, xi, j)
+    acc = sch.cache_write(anchor, 0, "local")
+    sch.reverse_compute_at(acc, xo, preserve_unit_loops=True)
+    for b in consumers:
+        sch.reverse_compute_at(b, xo, preserve_unit_loops=True)
+    sch.vectorize(j)
+    sch.unroll(xi)
+    vectorize_tails(sch, [acc, *consumers], extent(sch, j))
+    row = sch.fuse(n, y)
+
+    # the row's depthwise conv (+ bias, clamp) on the stack, computed before its 1x1 conv
+    sch.compute_at(act, row, preserve_unit_loops=True)
+    sch.compute_at(dw, row, preserve_unit_loops=True)
+    sch.set_scope(act, 0, "local")
+    sch.set_scope(dw, 0, "local")
+    i, _, dx, k, rh, rw = sch.get_loops(dw)[-6:]
+    dxo, dxi = sch.split(dx, [None, t])
+    sch.reorder(i, dxo, rh, rw, dxi, k)
+    dacc = sch.cache_write(dw, 0, "local")
+    sch.reverse_compute_at(dacc, dxo, preserve_unit_loops=True)
+    sch.reverse_compute_at(act, dxo, preserve_unit_loops=True)
+    sch.vectorize(k)
+    sch.unroll(dxi)
+    for b in (dacc, act):
+        sch.vectorize(sch.get_loops(b)[-1])
+    sch.parallel(row)
+    sch.decompose_reduction(dw, rh)
+    sch.decompose_reduction(anchor, r)

@@ -1,0 +1,52 @@
+"""FuseDepthwisePointwise: an inverted residual's depthwise conv (+ bias, ReLU6) and its 1x1
+projection become one kernel (with the projection's bias and residual add fused by FuseEpilogue);
+numerics against onnxruntime, kernel counts against the pass disabled, and when it must not fuse."""
+import numpy as np
+import pytest
+from onnx import helper
+
+import kiln
+from helpers import make_model, mobilenet_block, ort_run, rand
+
+
+def _compile_and_compare(model, tmp_path, name, **kw):
+    r = kiln.compile(model, tmp_path / f"{name}.kiln", **kw)
+    x = rand(1, 16, 14, 14, seed=9)
+    ours = kiln.load(tmp_path / f"{name}.kiln").run({"x": x})
+    for got, ref in zip(ours.values(), ort_run(model, {"x": x})):
+        np.testing.assert_allclose(got, ref, rtol=1e-4, atol=1e-4)
+    return r.report
+
+
+@pytest.mark.parametrize("stride", [1, 2], ids=["residual", "stride2"])
+def test_inverted_residual_fuses_into_one_kernel(tmp_path, stride):
+    model = mobilenet_block(stride)
+    fused = _compile_and_compare(model, tmp_path, "fused")
+    apart = _compile_and_compare(model, tmp_path, "apart", disabled_passes=("FuseDepthwisePointwise",))
+    assert fused["depthwise_fused"] == 1 and apart["depthwise_fused"] == 0
+    assert fused["ops_after"].get("nn.conv2d_depthwise_pointwise") == 1 and fused["ops_after"].get("nn.conv2d") == 1  # the expand conv
+    assert apart["ops_after"].get("nn.conv2d") == 3
+    assert fused["kernels"] == apart["kernels"] - 1  # bias, ReLU6, projection bias (and residual add) inside it
+    assert fused["conv_layouts"] == apart["conv_layouts"]  # still counted as two convs
+
+
+def test_channel_multiplier_is_not_fused(tmp_path):
+    """A depthwise conv with 2 outputs per channel (64 from 32) is not the per-channel kernel the
+    fused compute implements: left as two convs, numerics still right."""
+    report = _compile_and_compare(mobilenet_block(1, 2), tmp_path, "multiplier")
+    assert report["depthwise_fused"] == 0 and report["ops_after"].get("nn.conv2d") == 3
+
+
+def test_not_fused_when_the_depthwise_result_is_also_an_output(tmp_path):
+    """The depthwise result is a model output too: fusing would have to compute it twice, so the
+    pass leaves the pair alone."""
+    c = 32
+    nodes = [helper.make_node("Conv", ["x", "w1"], ["e"]),
+             helper.make_node("Conv", ["e", "wd", "bd"], ["d"], group=c, pads=[1, 1, 1, 1]),
+             helper.make_node("Relu", ["d"], ["d6"]),
+             helper.make_node("Conv", ["d6", "w2"], ["p"])]
+    inits = {"w1": rand(c, 16, 1, 1, seed=1) * 0.3, "wd": rand(c, 1, 3, 3, seed=3) * 0.3, "bd": rand(c, seed=4),
+             "w2": rand(16, c, 1, 1, seed=5) * 0.3}
+    model = make_model(nodes, {"x": rand(1, 16, 14, 14)}, ["p", "d6"], inits)
+    report = _compile_and_compare(model, tmp_path, "shared")
+    assert report["depthwise_fused"] == 0 and report["ops_after"].get("nn.conv2d") == 3
