@@ -50,3 +50,19 @@ def test_not_fused_when_the_depthwise_result_is_also_an_output(tmp_path):
     model = make_model(nodes, {"x": rand(1, 16, 14, 14)}, ["p", "d6"], inits)
     report = _compile_and_compare(model, tmp_path, "shared")
     assert report["depthwise_fused"] == 0 and report["ops_after"].get("nn.conv2d") == 3
+
+
+def test_not_fused_when_a_depthwise_row_exceeds_the_stack_buffer(tmp_path):
+    """64 channels x 300 output columns is 75 KiB of depthwise results per row, over the kernel's
+    64 KiB stack buffer: the pair stays two kernels (a fused kernel the schedule refused would run
+    unscheduled)."""
+    c = 64
+    nodes = [helper.make_node("Conv", ["x", "w1"], ["e"]),
+             helper.make_node("Conv", ["e", "wd"], ["d"], group=c, pads=[1, 1, 1, 1]),
+             helper.make_node("Conv", ["d", "w2"], ["y"])]
+    inits = {"w1": rand(c, 16, 1, 1, seed=1) * 0.3, "wd": rand(c, 1, 3, 3, seed=3) * 0.3, "w2": rand(16, c, 1, 1, seed=5) * 0.3}
+    x = rand(1, 16, 3, 300, seed=9)
+    model = make_model(nodes, {"x": x}, ["y"], inits)
+    r = kiln.compile(model, tmp_path / "wide.kiln")
+    assert r.report["depthwise_fused"] == 0 and r.report["kernels_unscheduled"] == 0
+    np.testing.assert_allclose(kiln.load(tmp_path / "wide.kiln").run({"x": x})["y"], ort_run(model, {"x": x})[0], rtol=1e-4, atol=1e-4)

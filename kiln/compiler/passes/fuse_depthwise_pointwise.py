@@ -3,7 +3,7 @@
 each output row's depthwise result is computed into a per-thread stack buffer and consumed there by
 the 1x1 conv, so it is never written to memory and read back. FuseEpilogue then fuses the 1x1
 conv's bias and residual add into the same kernel. Float32, NCHW{c}c layouts (after
-ConvertLayout), any odd kernel size, stride 1 or 2. Results equal the two kernels' (same
+ConvertLayout), any odd kernel size, stride 1 or 2, rows of up to 64 KiB (channels x output width). Results equal the two kernels' (same
 arithmetic). `stats["depthwise_fused"]` counts the pairs; `--disable-pass FuseDepthwisePointwise`
 keeps two kernels."""
 from __future__ import annotations
@@ -16,6 +16,7 @@ from tvm import relax, te, tirx, topi
 from tvm.ir.expr import GenericConst
 from tvm.ir.prim.expr import FloatImm
 
+from ...schedules.dwpw import MAX_ROW_FLOATS
 from .module_map import rewrite_with
 
 PRIMFUNC = "dwpw_conv2d"  # name hint of the kernels (FuseEpilogue anchors on it, the schedule registry knows its blocks)
@@ -128,7 +129,9 @@ class _Fuser(relax.PyExprMutator):
             bias, top = top.args[1], self._producer(top.args[0])
         if top is None or not _depthwise(top, c):
             return call
-        cb = int(top.args[0].ty.shape.values[1])
+        cb, ow = int(top.args[0].ty.shape.values[1]), int(call.args[0].ty.shape.values[3])
+        if cb * c * ow > MAX_ROW_FLOATS:  # a depthwise row must fit the kernel's stack buffer
+            return call
         if bias is None:
             bias = relax.const(np.zeros((1, cb, 1, 1, c), "float32"))
         elif list(bias.value.shape) != [1, cb, 1, 1, c] or str(bias.ty.dtype) != "float32":
