@@ -53,7 +53,7 @@ def rand(*shape, seed=0, dtype=np.float32):
     return np.random.default_rng(seed).standard_normal(shape).astype(dtype)
 
 
-def mobilenet_block(stride=1, multiplier=1, c=32):
+def mobilenet_block(stride=1, multiplier=1, c=32, batch=1):
     """1x1 expand -> ReLU6 -> 3x3 depthwise -> bias -> ReLU6 -> 1x1 project (+ residual)."""
     nodes = [helper.make_node("Conv", ["x", "w1", "b1"], ["e"]),
              helper.make_node("Clip", ["e", "lo", "hi"], ["e6"]),
@@ -67,4 +67,4 @@ def mobilenet_block(stride=1, multiplier=1, c=32):
     inits = {"w1": rand(c, 16, 1, 1, seed=1) * 0.3, "b1": rand(c, seed=2), "wd": rand(c * multiplier, 1, 3, 3, seed=3) * 0.3,
              "bd": rand(c * multiplier, seed=4), "w2": rand(16, c * multiplier, 1, 1, seed=5) * 0.3, "b2": rand(16, seed=6),
              "lo": np.array(0, np.float32), "hi": np.array(6, np.float32)}
-    return make_model(nodes, {"x": rand(1, 16, 14, 14)}, ["y"], inits)
+    return make_model(nodes, {"x": rand(batch, 16, 14, 14)}, ["y"], inits)

@@ -1,5 +1,6 @@
 """Default schedule of a depthwise + 1x1 conv kernel (kiln/compiler/passes/fuse_depthwise_pointwise.py):
-parallel over output rows; per row, the depthwise conv of all channels into a stack buffer
+parallel over output rows (and halves of the output channels when there are fewer than 8 rows);
+per row, the depthwise conv of all channels into a stack buffer
 (register-tiled like a direct conv: `t` pixels x the channel block's lanes, its bias/clamp applied
 per tile), then the 1x1 conv of that row from the buffer (t pixels x the output block's lanes of
 accumulators, reduced over all channels), the epilogue (bias, residual add) per tile."""
@@ -7,7 +8,7 @@ from __future__ import annotations
 
 from tvm import s_tir
 
-from .rules import _divisor_at_most, blocks, extent, inline_all_but, vectorize_tails
+from .rules import MIN_PARALLEL_TASKS, _divisor_at_most, blocks, extent, inline_all_but, vectorize_tails
 
 MAX_TILE = 8  # pixels per register tile
 MAX_ROW_FLOATS = 16384  # 64 KiB: the depthwise row buffer on each thread's stack
@@ -28,11 +29,18 @@ def depthwise_pointwise(sch: s_tir.Schedule, anchor, lanes: int) -> None:
     if cb * ow * c > MAX_ROW_FLOATS:
         raise s_tir.ScheduleError("the depthwise row does not fit the stack buffer")
 
-    # 1x1 conv: rows in parallel; per row, output blocks x pixel tiles, all channels reduced in registers
+    # 1x1 conv: rows in parallel (with few rows, e.g. 7, also the two halves of the output blocks,
+    # each computing the row's depthwise conv itself); per row, output blocks x pixel tiles, all
+    # channels reduced in registers
     n, o, y, x, j, r = sch.get_loops(anchor)
+    halves = extent(sch, n) * extent(sch, y) < MIN_PARALLEL_TASKS and extent(sch, o) % 2 == 0
+    outer = []
+    if halves:
+        oh_, o = sch.split(o, [2, None])
+        outer = [oh_]
     t = _divisor_at_most(ow, MAX_TILE)
     xo, xi = sch.split(x, [None, t])
-    sch.reorder(n, y, o, xo, r, xi, j)
+    sch.reorder(n, y, *outer, o, xo, r, xi, j)
     acc = sch.cache_write(anchor, 0, "local")
     sch.reverse_compute_at(acc, xo, preserve_unit_loops=True)
     for b in consumers:
@@ -40,7 +48,7 @@ def depthwise_pointwise(sch: s_tir.Schedule, anchor, lanes: int) -> None:
     sch.vectorize(j)
     sch.unroll(xi)
     vectorize_tails(sch, [acc, *consumers], extent(sch, j))
-    row = sch.fuse(n, y)
+    row = sch.fuse(n, y, *outer)
 
     # the row's depthwise conv (+ bias, clamp) on the stack, computed before its 1x1 conv
     sch.compute_at(act, row, preserve_unit_loops=True)

@@ -9,20 +9,20 @@ import kiln
 from helpers import make_model, mobilenet_block, ort_run, rand
 
 
-def _compile_and_compare(model, tmp_path, name, **kw):
+def _compile_and_compare(model, tmp_path, name, batch=1, **kw):
     r = kiln.compile(model, tmp_path / f"{name}.kiln", **kw)
-    x = rand(1, 16, 14, 14, seed=9)
+    x = rand(batch, 16, 14, 14, seed=9)
     ours = kiln.load(tmp_path / f"{name}.kiln").run({"x": x})
     for got, ref in zip(ours.values(), ort_run(model, {"x": x})):
         np.testing.assert_allclose(got, ref, rtol=1e-4, atol=1e-4)
     return r.report
 
 
-@pytest.mark.parametrize("stride", [1, 2], ids=["residual", "stride2"])
-def test_inverted_residual_fuses_into_one_kernel(tmp_path, stride):
-    model = mobilenet_block(stride)
-    fused = _compile_and_compare(model, tmp_path, "fused")
-    apart = _compile_and_compare(model, tmp_path, "apart", disabled_passes=("FuseDepthwisePointwise",))
+@pytest.mark.parametrize("stride, batch", [(1, 1), (2, 1), (2, 3)], ids=["residual", "stride2", "stride2_batch3"])
+def test_inverted_residual_fuses_into_one_kernel(tmp_path, stride, batch):
+    model = mobilenet_block(stride, batch=batch)
+    fused = _compile_and_compare(model, tmp_path, "fused", batch)
+    apart = _compile_and_compare(model, tmp_path, "apart", batch, disabled_passes=("FuseDepthwisePointwise",))
     assert fused["depthwise_fused"] == 1 and apart["depthwise_fused"] == 0
     assert fused["ops_after"].get("nn.conv2d_depthwise_pointwise") == 1 and fused["ops_after"].get("nn.conv2d") == 1  # the expand conv
     assert apart["ops_after"].get("nn.conv2d") == 3

@@ -204,29 +204,32 @@ def test_winograd_rule(hw, n):
     np.testing.assert_allclose(_run(func, inputs), ref, rtol=1e-4, atol=1e-4)
 
 
-@pytest.mark.parametrize("k, stride, clamp", [(3, 1, (0.0, 6.0)), (3, 2, None), (5, 1, (0.0, np.inf))], ids=["3x3_relu6", "3x3_stride2", "5x5_relu"])
-def test_depthwise_pointwise_rule(k, stride, clamp):
+@pytest.mark.parametrize("k, stride, clamp, o", [(3, 1, (0.0, 6.0), 24), (3, 2, None, 32), (5, 1, (0.0, np.inf), 24)],
+                         ids=["3x3_relu6", "3x3_stride2_halves", "5x5_relu"])
+def test_depthwise_pointwise_rule(k, stride, clamp, o):
     """The depthwise + 1x1 conv kernel (FuseDepthwisePointwise's compute) + the projection's bias:
     the registry picks its rule, and the scheduled kernel matches numpy (depthwise per channel,
-    bias, clamp, then the 1x1 conv); 32 channels (NCHW16c) -> 24 (NCHW8c), 9x11 input."""
+    bias, clamp, then the 1x1 conv); 32 channels (NCHW16c) -> o (NCHW8c), 9x11 input; stride 2
+    leaves 5 output rows, so the 4 output blocks are split in halves across threads too."""
     from kiln.compiler.passes.fuse_depthwise_pointwise import dwpw_conv2d
-    x, wd, bd, wp, bp = rnd(1, 32, 9, 11), rnd(32, 1, k, k, seed=1), rnd(32, seed=2), rnd(24, 32, seed=3), rnd(1, 24, 1, 1, seed=4)
+    x, wd, bd, wp, bp = rnd(1, 32, 9, 11), rnd(32, 1, k, k, seed=1), rnd(32, seed=2), rnd(o, 32, seed=3), rnd(1, o, 1, 1, seed=4)
     p = k // 2
     dw = np.concatenate([_conv_nchw_ref(x[:, c:c + 1], wd[c:c + 1], p) for c in range(32)], axis=1)[:, :, ::stride, ::stride] + bd.reshape(1, 32, 1, 1)
     lo, hi = clamp or (-np.inf, np.inf)
     ref = np.einsum("nchw,oc->nohw", np.clip(dw, lo, hi), wp) + bp
     oh, ow = ref.shape[2:]
     vx, vwd, vbd = _var("x", (1, 2, 9, 11, 16)), _var("wd", (2, 1, k, k, 1, 16)), _var("bd", (1, 2, 1, 1, 16))
-    vwp, vbp = _var("wp", (3, 2, 1, 1, 16, 8)), _var("bp", (1, 3, 1, 1, 8))
+    vwp, vbp = _var("wp", (o // 8, 2, 1, 1, 16, 8)), _var("bp", (1, o // 8, 1, 1, 8))
     func = _kernel(lambda bb: relax.op.add(bb.emit(bb.call_te(dwpw_conv2d, vx, vwd, vbd, vwp, [stride, stride], [p] * 4, lo, hi)), vbp),
                    [vx, vwd, vbd, vwp, vbp])
     sch = s_tir.Schedule(func)
     kind, anchor = classify(sch)
     assert kind == "depthwise_pointwise"
     RULES[("cpu", kind)](sch, anchor, 16)
+    assert int(sch.get(sch.get_loops(anchor)[0]).extent) == oh * (2 if oh < 8 else 1)  # the parallel loop: rows (x 2 halves)
     blocked = lambda a, b: a.reshape(a.shape[0], -1, b, *a.shape[2:]).transpose(0, 1, 3, 4, 2)  # noqa: E731 - NCHW -> NCHW{b}c
     inputs = [blocked(x, 16), wd.reshape(2, 16, 1, k, k).transpose(0, 2, 3, 4, 1)[:, :, :, :, None, :], blocked(bd.reshape(1, 32, 1, 1), 16),
-              wp.reshape(3, 8, 2, 16, 1, 1).transpose(0, 2, 4, 5, 3, 1), blocked(bp, 8)]
-    assert ref.shape == (1, 24, oh, ow)
+              wp.reshape(o // 8, 8, 2, 16, 1, 1).transpose(0, 2, 4, 5, 3, 1), blocked(bp, 8)]
+    assert ref.shape == (1, o, oh, ow)
     np.testing.assert_allclose(_run(sch.mod["main"], inputs), blocked(ref, 8), rtol=1e-4, atol=1e-4)
     np.testing.assert_allclose(_run(func, inputs), blocked(ref, 8), rtol=1e-4, atol=1e-4)
