@@ -66,3 +66,28 @@ def test_not_fused_when_a_depthwise_row_exceeds_the_stack_buffer(tmp_path):
     r = kiln.compile(model, tmp_path / "wide.kiln")
     assert r.report["depthwise_fused"] == 0 and r.report["kernels_unscheduled"] == 0
     np.testing.assert_allclose(kiln.load(tmp_path / "wide.kiln").run({"x": x})["y"], ort_run(model, {"x": x})[0], rtol=1e-4, atol=1e-4)
+
+
+def test_mobilenet_v1_block_with_batchnorm_and_relu(tmp_path):
+    """MobileNetV1's separable conv: depthwise (no bias) -> BatchNorm -> Relu -> 1x1 -> BatchNorm ->
+    Relu. FoldBatchNorm turns each BatchNorm into weights and a bias; the pair fuses, and the 1x1
+    conv's bias and ReLU join the kernel."""
+    c = 32
+    bn = lambda name, n, seed: {f"{name}_s": rand(n, seed=seed) * 0.2 + 1, f"{name}_b": rand(n, seed=seed + 1),  # noqa: E731
+                                f"{name}_m": rand(n, seed=seed + 2) * 0.1, f"{name}_v": np.abs(rand(n, seed=seed + 3)) + 0.5}
+    nodes = [helper.make_node("Conv", ["x", "w1"], ["e"]),
+             helper.make_node("Conv", ["e", "wd"], ["d"], group=c, pads=[1, 1, 1, 1], strides=[2, 2]),
+             helper.make_node("BatchNormalization", ["d", "bn1_s", "bn1_b", "bn1_m", "bn1_v"], ["dn"]),
+             helper.make_node("Relu", ["dn"], ["dr"]),
+             helper.make_node("Conv", ["dr", "w2"], ["p"]),
+             helper.make_node("BatchNormalization", ["p", "bn2_s", "bn2_b", "bn2_m", "bn2_v"], ["pn"]),
+             helper.make_node("Relu", ["pn"], ["y"])]
+    inits = {"w1": rand(c, 16, 1, 1, seed=1) * 0.3, "wd": rand(c, 1, 3, 3, seed=3) * 0.3, "w2": rand(48, c, 1, 1, seed=5) * 0.3,
+             **bn("bn1", c, 10), **bn("bn2", 48, 20)}
+    model = make_model(nodes, {"x": rand(1, 16, 14, 14)}, ["y"], inits)
+    report = _compile_and_compare(model, tmp_path, "v1")
+    assert report["depthwise_fused"] == 1 and report["batchnorm_folded"] == 2
+    # the expand conv, the fused pair with everything after it, the layout transforms in and out
+    assert report["kernels"] == 4
+    apart = _compile_and_compare(model, tmp_path, "v1_apart", disabled_passes=("FuseDepthwisePointwise",))
+    assert apart["kernels"] == 5
