@@ -53,7 +53,8 @@ class InputError(KilnError):
 
 
 class ResourceError(KilnError):
-    """A model needs more memory than allowed (--max-memory, or the host's RAM for one tensor)."""
+    """A model needs more memory than allowed (--max-memory, or the host's RAM for one tensor), or a
+    process a run needs (kiln tune's build worker) does not start."""
 
 
 class AccuracyError(KilnError):

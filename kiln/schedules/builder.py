@@ -19,6 +19,8 @@ import tvm
 from tvm.s_tir.meta_schedule.builder import BuilderResult, PyBuilder
 from tvm.ir.utils import derived_object
 
+from ..errors import ResourceError
+
 BUILD_TIMEOUT_S = 30.0  # a candidate normally compiles in well under a second (MetaSchedule: 30 s too)
 START_TIMEOUT_S = 120.0  # the worker's start-up (importing TVM) is not a candidate's fault
 
@@ -55,16 +57,24 @@ class WorkerBuilder(PyBuilder):
         self._proc = self._conn = None
         self.timeouts = 0
 
-    def _start(self) -> None:
+    def start(self) -> None:
+        """Start the worker (if it is not running); ResourceError when it does not come up."""
+        if self._proc is not None and self._proc.is_alive():
+            return
         ctx = mp.get_context("spawn")  # never fork a process that holds TVM's thread pool
         self._conn, child = ctx.Pipe()
         self._proc = ctx.Process(target=_serve, args=(child, self.build_fn), daemon=True)
         self._proc.start()
         child.close()
-        if not self._conn.poll(START_TIMEOUT_S):
+        try:
+            if not self._conn.poll(START_TIMEOUT_S):
+                raise EOFError(f"no answer within {START_TIMEOUT_S:.0f} s")
+            self._conn.recv()
+        except (EOFError, OSError) as e:
             self.close()
-            raise RuntimeError(f"the build worker did not start within {START_TIMEOUT_S:.0f} s")
-        self._conn.recv()
+            raise ResourceError(f"the build worker process did not start ({e or 'it exited'})", where="kiln tune",
+                                fix="check that the machine can start a Python process with TVM (memory, process limits) and retry; "
+                                    "records tuned so far are kept") from None
 
     def close(self) -> None:
         if self._proc is not None:
@@ -73,8 +83,10 @@ class WorkerBuilder(PyBuilder):
         self._proc = self._conn = None
 
     def _build_one(self, bi) -> BuilderResult:
-        if self._proc is None or not self._proc.is_alive():
-            self._start()
+        try:
+            self.start()  # again after a kill; called from MetaSchedule's C++ side, so no exception may escape
+        except ResourceError as e:
+            return BuilderResult(None, str(e))
         self._conn.send((tvm.ir.save_json(bi.mod), bi.target.export(), self.out_dir))
         if not self._conn.poll(self.timeout_s):
             self.timeouts += 1

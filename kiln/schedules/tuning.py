@@ -187,6 +187,7 @@ def tune_module(mod: tvm.IRModule, target, db_dir: Path, opts: TuneOptions,
         progress(f"measuring on {opts.rpc_workers or devices} device(s) with key {opts.rpc_key!r} at {opts.rpc_tracker}")
     with tempfile.TemporaryDirectory(prefix="kiln-tune-", ignore_cleanup_errors=True) as tmp, \
             contextlib.closing(WorkerBuilder(tmp)) as builder:  # closing: stops the worker process
+        builder.start()  # here, so a worker that cannot start is a ResourceError, not an error inside MetaSchedule
         runner = runner or ms.runner.LocalRunner(timeout_sec=30)
         seeded = record_default_schedules(tasks, target, db, builder, runner, lanes)
         if seeded:

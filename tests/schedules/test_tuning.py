@@ -277,3 +277,24 @@ def test_the_shipped_tuning_logs_load():
         workloads = {tvm_ffi.structural_hash(r.workload.mod) for r in records}
         assert len(records) == len(workloads) >= 1
         assert all(r.run_secs and float(r.run_secs[0]) > 0 for r in records)
+
+
+def test_a_build_worker_that_does_not_start_is_a_clear_error(tmp_path, monkeypatch):
+    """The worker must answer within START_TIMEOUT_S: when it does not, starting it is a
+    ResourceError (kiln tune starts it before MetaSchedule does, so the user sees that error), and
+    a restart that fails inside MetaSchedule's build call is a failed candidate, not an exception."""
+    import tvm
+    from tvm import te
+    from tvm.s_tir.meta_schedule.builder import BuilderInput
+
+    from kiln.errors import ResourceError
+    from kiln.schedules import builder as b
+    monkeypatch.setattr(b, "START_TIMEOUT_S", 0.0)
+    worker = b.WorkerBuilder(str(tmp_path))
+    with pytest.raises(ResourceError, match="build worker process did not start") as e:
+        worker.start()
+    assert e.value.where == "kiln tune" and worker._proc is None
+    a = te.placeholder((16,), name="a")
+    mod = tvm.IRModule({"main": te.create_prim_func([a, te.compute((16,), lambda i: a[i] + 1.0, name="b")])})
+    (result,) = worker.build([BuilderInput(mod, tvm.target.Target({"kind": "llvm"}))])
+    assert result.artifact_path is None and "did not start" in result.error_msg
