@@ -45,11 +45,12 @@ def test_nchwc_layout(tmp_path, name):
     r = kiln.compile(model, tmp_path / "m.kiln", input_shapes=[shape], layout="NCHWc")
     layouts = r.report["conv_layouts"]
     blocked = sum(v for k, v in layouts.items() if k.startswith("NCHW") and k.endswith("c"))
-    # ResNet-18: all but the 3-channel stem; MobileNetV2: all but the stem and the depthwise conv on its
-    # NCHW output; the convs reading 24 channels in NCHW8c (NarrowBlockLayout), the other depthwise
-    # convs in the layout of their input (PropagateBlockedLayout); transforms only after the stem and at the end
-    assert r.report["layout"] == "NCHWc" and blocked == {"resnet18": 19, "mobilenet_v2": 50}[name]
+    # ResNet-18: all but the 3-channel 7x7 stem; MobileNetV2: all 52, its 3x3 stem reading NCHW1c
+    # (NarrowBlockLayout), the convs reading 24 channels in NCHW8c (NarrowBlockLayout), the depthwise
+    # convs in the layout of their input (PropagateBlockedLayout); transforms only at the ends
+    assert r.report["layout"] == "NCHWc" and blocked == {"resnet18": 19, "mobilenet_v2": 52}[name]
     assert layouts.get("NCHW8c", 0) == {"resnet18": 0, "mobilenet_v2": 2}[name] and r.report["layout_transforms"] == 2
+    assert layouts.get("NCHW1c", 0) == {"resnet18": 0, "mobilenet_v2": 1}[name]
     m = kiln.load(tmp_path / "m.kiln")
     x = np.random.default_rng(3).standard_normal(m.inputs[0].shape).astype(np.float32)
     np.testing.assert_allclose(m.run({"input": x})["output"], ort_run(model, {"input": x})[0], rtol=1e-4, atol=1e-4)
