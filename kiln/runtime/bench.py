@@ -90,6 +90,7 @@ def bench(path: str | os.PathLike, opts: BenchOptions = BenchOptions(), feed: di
         for _, fn in runners:
             fn()
     times: dict[str, list[float]] = {p: [] for p, _ in runners}
+    blocks: dict[str, list[int]] = {p: [] for p, _ in runners}  # where each block of runs starts in times[p]
     start = time.perf_counter()
 
     def more() -> bool:
@@ -102,6 +103,7 @@ def bench(path: str | os.PathLike, opts: BenchOptions = BenchOptions(), feed: di
             if len(runners) > 1:
                 time.sleep(BLOCK_PAUSE_S)  # let the other engine's spinning workers park
                 fn()  # untimed: wakes this engine's parked workers
+            blocks[prefix].append(len(times[prefix]))
             for _ in range(BLOCK):
                 if prefix == "" and not more():
                     break
@@ -118,11 +120,25 @@ def bench(path: str | os.PathLike, opts: BenchOptions = BenchOptions(), feed: di
     if sess is not None:
         result.update(percentiles(times["ort_"], "ort_"))
         result["ratio_p50"] = result["p50_ms"] / result["ort_p50_ms"]
+        result.update(block_ratios(times, blocks))
         result["ort_latencies_ms"] = times["ort_"]
         ref = sess.run(None, feed)
         ours = model.run(feed)
         result["max_abs_diff"] = float(max(np.abs(ours[o.name].astype(np.float64) - r).max() for o, r in zip(model.outputs, ref)))
     return result
+
+
+def block_ratios(times: dict, blocks: dict) -> dict:
+    """Kiln's median over onnxruntime's for each pair of adjacent blocks (run in the same few hundred
+    milliseconds, so drift hits both): the spread of these says how far to trust ratio_p50."""
+    def medians(p):
+        starts = blocks[p] + [len(times[p])]
+        return [float(np.median(times[p][a:b])) for a, b in zip(starts, starts[1:]) if b > a]
+    ratios = [k / o for k, o in zip(medians(""), medians("ort_"))]
+    if not ratios:
+        return {}
+    q25, q50, q75 = (float(v) for v in np.percentile(ratios, [25, 50, 75]))
+    return {"ratio_block_pairs": len(ratios), "ratio_block_q25": q25, "ratio_block_median": q50, "ratio_block_q75": q75}
 
 
 def format_bench(r: dict) -> str:
@@ -136,4 +152,7 @@ def format_bench(r: dict) -> str:
         lines.insert(2, f"  onnxruntime  p50 {r['ort_p50_ms']:9.3f} ms  p90 {r['ort_p90_ms']:9.3f}  p99 {r['ort_p99_ms']:9.3f}"
                         f"  mean {r['ort_mean_ms']:9.3f}  min {r['ort_min_ms']:9.3f}  {r['ort_qps']:8.1f} QPS")
         lines.append(f"  kiln / onnxruntime p50 = {r['ratio_p50']:.2f}x   max abs diff {r['max_abs_diff']:.3g}")
+        if "ratio_block_median" in r:
+            lines.append(f"  per block pair ({r['ratio_block_pairs']} pairs of {BLOCK} runs): median {r['ratio_block_median']:.2f}x, "
+                         f"middle half {r['ratio_block_q25']:.2f}-{r['ratio_block_q75']:.2f}x")
     return "\n".join(lines)

@@ -4,7 +4,7 @@ import json
 import pytest
 
 from kiln.cli import main
-from kiln.runtime.bench import BenchOptions, bench, percentiles
+from kiln.runtime.bench import BLOCK, BenchOptions, bench, block_ratios, percentiles
 
 
 def test_percentiles():
@@ -19,6 +19,21 @@ def test_bench_with_onnxruntime(small_artifact, small_onnx_path):
     assert r["ratio_p50"] == pytest.approx(r["p50_ms"] / r["ort_p50_ms"])
     assert r["cold_start_ms"] > r["min_ms"] and r["peak_rss_mb"] > 10
     assert r["max_abs_diff"] < 1e-4  # the same input gave the same answer
+    assert r["ratio_block_pairs"] == -(-20 // BLOCK)  # 8 + 8 + 4 runs: 3 pairs of blocks
+    assert 0 < r["ratio_block_q25"] <= r["ratio_block_median"] <= r["ratio_block_q75"]
+
+
+def test_block_ratios():
+    """Each block's median over the adjacent onnxruntime block's; a trailing onnxruntime block
+    without its Kiln block is not a pair."""
+    times = {"": [1.0, 2.0, 3.0, 4.0, 4.0, 4.0], "ort_": [2.0, 2.0, 2.0, 2.0, 4.0, 4.0, 1.0]}
+    blocks = {"": [0, 3], "ort_": [0, 3, 6]}
+    r = block_ratios(times, blocks)
+    assert r["ratio_block_pairs"] == 2 and r["ratio_block_median"] == pytest.approx((1.0 + 1.0) / 2)
+    assert (r["ratio_block_q25"], r["ratio_block_q75"]) == (pytest.approx(1.0), pytest.approx(1.0))
+    times["ort_"][3:6] = [8.0, 8.0, 8.0]
+    r = block_ratios(times, blocks)
+    assert (r["ratio_block_q25"], r["ratio_block_median"], r["ratio_block_q75"]) == pytest.approx((0.625, 0.75, 0.875))
 
 
 def test_bench_cli_json(tmp_path, small_artifact, small_onnx_path, capsys):
@@ -26,7 +41,7 @@ def test_bench_cli_json(tmp_path, small_artifact, small_onnx_path, capsys):
     assert main(["bench", str(small_artifact), "--onnx", str(small_onnx_path), "--repeat", "5", "--warmup", "1",
                  "--threads", "1", "--json", str(out)]) == 0
     text = capsys.readouterr().out
-    assert "kiln / onnxruntime p50 =" in text and "cold start" in text
+    assert "kiln / onnxruntime p50 =" in text and "cold start" in text and "per block pair (1 pairs of" in text
     r = json.loads(out.read_text())
     assert {"p50_ms", "p99_ms", "qps", "cold_start_ms", "peak_rss_mb", "ort_p50_ms", "ort_p99_ms", "ratio_p50"} <= set(r)
 
