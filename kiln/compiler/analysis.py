@@ -30,6 +30,17 @@ def op_histogram(mod: tvm.IRModule, func: str = "main") -> dict[str, int]:
     return dict(sorted(hist.items(), key=lambda kv: (-kv[1], kv[0])))
 
 
+def var_uses(func: relax.Function) -> dict:
+    """How many times each Relax variable is referenced in the function's body (its uses)."""
+    counts: dict = {}
+
+    def visit(e):
+        if isinstance(e, relax.Var):
+            counts[e] = counts.get(e, 0) + 1
+    relax.analysis.post_order_visit(func.body, visit)
+    return counts
+
+
 def _kiln_kernel(call) -> str | None:
     """The op a call_tir of one of Kiln's graph-level kernels stands for (the Winograd pass's convs,
     PackDenseWeights' matmuls, FuseDepthwisePointwise's conv pairs), else None."""

@@ -8,21 +8,14 @@ from __future__ import annotations
 
 from tvm import s_tir
 
-from .rules import MIN_PARALLEL_TASKS, _divisor_at_most, blocks, extent, inline_all_but, vectorize_tails
+from .rules import MIN_PARALLEL_TASKS, _divisor_at_most, block_named, extent, inline_all_but, tile_accumulator, vectorize_tails
 
 MAX_TILE = 8  # pixels per register tile
 MAX_ROW_FLOATS = 16384  # 64 KiB: the depthwise row buffer on each thread's stack
 
 
-def _only(sch: s_tir.Schedule, name: str):
-    found = [b for b in blocks(sch) if sch.get(b).name_hint == name]
-    if len(found) != 1:
-        raise s_tir.ScheduleError(f"no single {name} block")
-    return found[0]
-
-
 def depthwise_pointwise(sch: s_tir.Schedule, anchor, lanes: int) -> None:
-    dw, act = _only(sch, "dwpw_depthwise"), _only(sch, "dwpw_act")
+    dw, act = block_named(sch, "dwpw_depthwise"), block_named(sch, "dwpw_act")
     inline_all_but(sch, [dw, act, anchor])  # the padding into the depthwise conv, the epilogue chain into its last block
     consumers = sch.get_consumers(anchor)
     _, cb, _, ow, c = (int(v) for v in sch.get(act).writes[0].source.shape)
@@ -41,10 +34,7 @@ def depthwise_pointwise(sch: s_tir.Schedule, anchor, lanes: int) -> None:
     t = _divisor_at_most(ow, MAX_TILE)
     xo, xi = sch.split(x, [None, t])
     sch.reorder(n, y, *outer, o, xo, r, xi, j)
-    acc = sch.cache_write(anchor, 0, "local")
-    sch.reverse_compute_at(acc, xo, preserve_unit_loops=True)
-    for b in consumers:
-        sch.reverse_compute_at(b, xo, preserve_unit_loops=True)
+    acc = tile_accumulator(sch, anchor, xo, consumers)
     sch.vectorize(j)
     sch.unroll(xi)
     vectorize_tails(sch, [acc, *consumers], extent(sch, j))
@@ -58,9 +48,7 @@ def depthwise_pointwise(sch: s_tir.Schedule, anchor, lanes: int) -> None:
     i, _, dx, k, rh, rw = sch.get_loops(dw)[-6:]
     dxo, dxi = sch.split(dx, [None, t])
     sch.reorder(i, dxo, rh, rw, dxi, k)
-    dacc = sch.cache_write(dw, 0, "local")
-    sch.reverse_compute_at(dacc, dxo, preserve_unit_loops=True)
-    sch.reverse_compute_at(act, dxo, preserve_unit_loops=True)
+    dacc = tile_accumulator(sch, dw, dxo, [act])
     sch.vectorize(k)
     sch.unroll(dxi)
     for b in (dacc, act):

@@ -25,6 +25,24 @@ def blocks(sch: s_tir.Schedule) -> list:
     return list(sch.get_child_blocks(sch.get_sblock("root")))
 
 
+def block_named(sch: s_tir.Schedule, name: str):
+    """The kernel's one block of this name (ScheduleError when there is not exactly one)."""
+    found = [b for b in blocks(sch) if sch.get(b).name_hint == name]
+    if len(found) != 1:
+        raise s_tir.ScheduleError(f"no single {name} block")
+    return found[0]
+
+
+def tile_accumulator(sch: s_tir.Schedule, anchor, tile_loop, consumers: list):
+    """The anchor's results accumulated in a local (register) tile written back at `tile_loop`, its
+    epilogue blocks computed there too, tile by tile; returns the write-back block."""
+    cache = sch.cache_write(anchor, 0, "local")
+    sch.reverse_compute_at(cache, tile_loop, preserve_unit_loops=True)
+    for c in consumers:
+        sch.reverse_compute_at(c, tile_loop, preserve_unit_loops=True)
+    return cache
+
+
 def inline_all_but(sch: s_tir.Schedule, keep: list) -> None:
     """Inline every injective block except `keep` (producers into consumers, then epilogue chains
     into the last block), repeating until nothing more inlines."""
@@ -276,10 +294,7 @@ def conv_nchw_pointwise(sch: s_tir.Schedule, anchor, lanes: int) -> None:
     p_o, p_i = sch.split(p, [None, lanes])
     oc_o, oc_i = sch.split(oc, [None, 8])
     sch.reorder(n, oc_o, p_o, ic, kh, kw, oc_i, p_i)
-    cache = sch.cache_write(anchor, 0, "local")
-    sch.reverse_compute_at(cache, p_o, preserve_unit_loops=True)
-    for c in consumers:
-        sch.reverse_compute_at(c, p_o, preserve_unit_loops=True)
+    cache = tile_accumulator(sch, anchor, p_o, consumers)
     sch.vectorize(p_i)
     vectorize_tails(sch, [cache, *consumers], lanes)
     sch.unroll(oc_i)
@@ -316,10 +331,7 @@ def depthwise_nchw(sch: s_tir.Schedule, anchor, lanes: int) -> None:
     k = _divisor_at_most(extent(sch, ow_o), 8)
     ow_oo, ow_k = sch.split(ow_o, [None, k])
     sch.reorder(n, c, oh, ow_oo, rc, ry, rx, ow_k, ow_i)
-    cache = sch.cache_write(anchor, 0, "local")
-    sch.reverse_compute_at(cache, ow_oo, preserve_unit_loops=True)
-    for b in consumers:
-        sch.reverse_compute_at(b, ow_oo, preserve_unit_loops=True)
+    cache = tile_accumulator(sch, anchor, ow_oo, consumers)
     sch.vectorize(ow_i)
     sch.unroll(ow_k)
     vectorize_tails(sch, [cache, *consumers], vec, split=True)

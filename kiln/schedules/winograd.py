@@ -6,24 +6,17 @@ from __future__ import annotations
 
 from tvm import s_tir
 
-from .rules import _divisor_at_most, blocks, extent, inline_all_but
+from .rules import _divisor_at_most, block_named, blocks, extent, inline_all_but
 
 MAX_TILE_ROWS = 8  # tiles per register tile
 MAX_ACCUMULATORS = 16  # vector accumulators per register tile
 
 
-def _block(sch: s_tir.Schedule, name: str):
-    found = [b for b in blocks(sch) if sch.get(b).name_hint == name]
-    if len(found) != 1:
-        raise s_tir.ScheduleError(f"no single {name} block")
-    return found[0]
-
-
 def winograd_nchwc(sch: s_tir.Schedule, anchor, lanes: int) -> None:
     names = ("winograd_input_rows", "winograd_input", "winograd_gemm", "winograd_output_rows")
-    keep = [_block(sch, n) for n in names]
+    keep = [block_named(sch, n) for n in names]
     inline_all_but(sch, keep)  # the padding into the input rows, the output transform into the epilogue
-    in_rows, v, gemm, out_rows = (_block(sch, n) for n in names)
+    in_rows, v, gemm, out_rows = (block_named(sch, n) for n in names)
     (out,) = [b for b in blocks(sch) if not sch.get_consumers(b)]
 
     # input transform: V[e, u, i, p, k] for one tile p of one channel block i at a time

@@ -17,6 +17,7 @@ import tvm
 from tvm import relax
 from tvm.ir.expr import GenericConst
 
+from ...compiler.analysis import var_uses
 from ...compiler.quantize.layers import _onnx_names
 from ...compiler.quantize.rewrite import quantize_weight
 from . import conv, runtime
@@ -38,16 +39,6 @@ class Chain:
         return self.conv.op.name == "relax.matmul"
 
 
-def _uses(func) -> dict:
-    count: dict = {}
-
-    def visit(e):
-        if isinstance(e, relax.Var):
-            count[e] = count.get(e, 0) + 1
-    relax.analysis.post_order_visit(func.body, visit)
-    return count
-
-
 def _bindings(func):
     for block in func.body.blocks:
         yield from block.bindings
@@ -59,7 +50,7 @@ def _op(e) -> str | None:
 
 def find_chains(func, onnx_model, cfg: VTAConfig) -> list[Chain]:
     """Every conv2d in graph order, each with the chain it heads and, if it cannot be offloaded, why."""
-    uses = _uses(func)
+    uses = var_uses(func)
     users: dict = {}
     for b in _bindings(func):
         if isinstance(b.value, relax.Call):

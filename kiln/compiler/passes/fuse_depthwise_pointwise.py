@@ -17,6 +17,7 @@ from tvm.ir.expr import GenericConst
 from tvm.ir.prim.expr import FloatImm
 
 from ...schedules.dwpw import MAX_ROW_FLOATS
+from ..analysis import var_uses
 from .module_map import rewrite_with
 
 PRIMFUNC = "dwpw_conv2d"  # name hint of the kernels (FuseEpilogue anchors on it, the schedule registry knows its blocks)
@@ -92,16 +93,6 @@ def _bounds(call) -> tuple[float, float] | None:
     return None
 
 
-def _uses(func: relax.Function) -> dict:
-    counts: dict = {}
-
-    def visit(e):
-        if isinstance(e, relax.Var):
-            counts[e] = counts.get(e, 0) + 1
-    relax.analysis.post_order_visit(func.body, visit)
-    return counts
-
-
 @relax.expr_functor.mutator
 class _Fuser(relax.PyExprMutator):
     def __init__(self, mod):
@@ -149,6 +140,6 @@ class FuseDepthwisePointwise:
 
     def transform_module(self, mod: tvm.IRModule, ctx) -> tvm.IRModule:
         fuser = _Fuser(mod)
-        out, count = rewrite_with(mod, fuser, prepare=lambda f: setattr(fuser, "uses", _uses(f)))
+        out, count = rewrite_with(mod, fuser, prepare=lambda f: setattr(fuser, "uses", var_uses(f)))
         self.stats["depthwise_fused"] += count
         return out
