@@ -66,9 +66,9 @@ def conv_layouts(mod: tvm.IRModule, func: str = "main") -> dict[str, int]:
         for call in _calls(f):
             if isinstance(call.op, tvm.ir.Op) and call.op.name == "relax.nn.conv2d":
                 hist[str(call.attrs.data_layout)] = hist.get(str(call.attrs.data_layout), 0) + 1
-            elif _kiln_kernel(call) in KILN_CONVS:  # data [1, C/c, H, W, c]
+            elif (kernel := _kiln_kernel(call)) in KILN_CONVS:  # data [1, C/c, H, W, c]
                 layout = f"NCHW{int(call.args[1][0].ty.shape[4])}c"
-                hist[layout] = hist.get(layout, 0) + KILN_CONVS[_kiln_kernel(call)]
+                hist[layout] = hist.get(layout, 0) + KILN_CONVS[kernel]
             elif isinstance(call.op, tvm.ir.GlobalVar) and isinstance(mod[call.op], relax.Function):
                 add(mod[call.op])
     add(mod[func])

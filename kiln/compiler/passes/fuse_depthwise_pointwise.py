@@ -18,6 +18,7 @@ from tvm.ir.prim.expr import FloatImm
 
 from ...schedules.dwpw import MAX_ROW_FLOATS
 from ..analysis import var_uses
+from .counting import float32_conv
 from .module_map import rewrite_with
 
 PRIMFUNC = "dwpw_conv2d"  # name hint of the kernels (FuseEpilogue anchors on it, the schedule registry knows its blocks)
@@ -50,10 +51,6 @@ def dwpw_conv2d(x, wd, bias, wp, strides, padding, lo: float, hi: float):
         d[b, r // c, y, xx, r % c] * wp[o, r // ci, 0, 0, r % ci, j], axis=[r]), name="dwpw_pointwise")
 
 
-def _f32(e) -> bool:
-    return str(e.ty.dtype) == "float32"
-
-
 def _block(layout: str) -> int | None:
     """c of NCHW{c}c, else None."""
     if layout.startswith("NCHW") and layout.endswith("c") and layout[4:-1].isdigit():
@@ -62,24 +59,22 @@ def _block(layout: str) -> int | None:
 
 
 def _pointwise(call) -> bool:
-    if not isinstance(call.op, tvm.ir.Op) or call.op.name != "relax.nn.conv2d" or not isinstance(call.args[1], GenericConst):
+    if not float32_conv(call):
         return False
     a, wshape = call.attrs, list(call.args[1].value.shape)
     c, co = _block(str(a.data_layout)), _block(str(a.out_layout))
     return (c is not None and co is not None and int(a.groups) == 1 and len(wshape) == 6 and wshape[2:4] == [1, 1]
             and str(a.kernel_layout) == f"OIHW{c}i{co}o" and [int(s) for s in a.strides] == [1, 1]
-            and [int(p) for p in a.padding] == [0, 0, 0, 0] and [int(d) for d in a.dilation] == [1, 1]
-            and _f32(call.args[0]) and _f32(call.args[1]) and str(a.out_dtype) in ("float32", "", "void", "None"))
+            and [int(p) for p in a.padding] == [0, 0, 0, 0] and [int(d) for d in a.dilation] == [1, 1])
 
 
 def _depthwise(call, c: int) -> bool:
-    if not isinstance(call.op, tvm.ir.Op) or call.op.name != "relax.nn.conv2d" or not isinstance(call.args[1], GenericConst):
+    if not float32_conv(call):
         return False
     a, shape, wshape = call.attrs, [int(v) for v in call.args[0].ty.shape.values], list(call.args[1].value.shape)
     return (str(a.data_layout) == f"NCHW{c}c" and str(a.out_layout) == f"NCHW{c}c" and str(a.kernel_layout) == f"OIHW1i{c}o"
             and len(shape) == 5 and int(a.groups) == shape[1] * c and len(wshape) == 6 and wshape[0] == shape[1] and wshape[2] % 2 == 1 and wshape[3] % 2 == 1
-            and [int(s) for s in a.strides] in ([1, 1], [2, 2]) and [int(d) for d in a.dilation] == [1, 1]
-            and _f32(call.args[0]) and _f32(call.args[1]) and str(a.out_dtype) in ("float32", "", "void", "None"))
+            and [int(s) for s in a.strides] in ([1, 1], [2, 2]) and [int(d) for d in a.dilation] == [1, 1])
 
 
 def _bounds(call) -> tuple[float, float] | None:
@@ -113,8 +108,9 @@ class _Fuser(relax.PyExprMutator):
         c = _block(str(call.attrs.data_layout))
         top = self._producer(call.args[0])
         lo, hi = -math.inf, math.inf
-        if top is not None and _bounds(top) is not None:
-            (lo, hi), top = _bounds(top), self._producer(top.args[0])
+        clamp = _bounds(top) if top is not None else None
+        if clamp is not None:
+            (lo, hi), top = clamp, self._producer(top.args[0])
         bias = None
         if top is not None and isinstance(top.op, tvm.ir.Op) and top.op.name == "relax.add" and isinstance(top.args[1], GenericConst):
             bias, top = top.args[1], self._producer(top.args[0])

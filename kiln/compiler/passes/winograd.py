@@ -8,9 +8,9 @@ from __future__ import annotations
 
 import tvm
 from tvm import relax
-from tvm.ir.expr import GenericConst
 
 from ..winograd import conv2d_winograd_nchwc, tile_size, transform_weight
+from .counting import float32_conv
 from .module_map import rewrite_calls
 
 PRIMFUNC = "winograd_conv2d"  # name hint of the kernels (FuseEpilogue anchors on it)
@@ -18,18 +18,16 @@ PRIMFUNC = "winograd_conv2d"  # name hint of the kernels (FuseEpilogue anchors o
 
 def applies(call) -> int | None:
     """The output tile size for this conv2d call, or None when Winograd does not apply."""
-    if not isinstance(call.op, tvm.ir.Op) or call.op.name != "relax.nn.conv2d":
+    if not float32_conv(call) or int(call.attrs.groups) != 1:
         return None
     a, x, w = call.attrs, call.args[0].ty, call.args[1]
-    if not isinstance(w, GenericConst) or str(x.dtype) != "float32" or str(w.ty.dtype) != "float32" or int(a.groups) != 1:
-        return None
     layout = str(a.data_layout)
     if not (layout.startswith("NCHW") and layout.endswith("c") and len(layout) > 5) or str(a.out_layout) != layout:
         return None
     shp, wshp = [int(v) for v in x.shape.values], list(w.value.shape)
     c = shp[4] if len(shp) == 5 else 0
     if (len(wshp) != 6 or wshp[2:] != [3, 3, c, c] or str(a.kernel_layout) != f"OIHW{c}i{c}o"
-            or str(a.out_dtype) not in ("float32", "", "void", "None") or [int(s) for s in a.strides] != [1, 1]
+            or [int(s) for s in a.strides] != [1, 1]
             or [int(d) for d in a.dilation] != [1, 1] or [int(p) for p in a.padding] != [1, 1, 1, 1]):
         return None
     return tile_size(shp[2], shp[3]) if min(shp[2], shp[3]) >= 2 else None
