@@ -41,8 +41,8 @@ CPU_PIPELINE: list[PassSpec] = [
     PassSpec("ConvertLayout", lambda o: kp.ConvertLayout(o.layout, vector_block(o.target.required_features())), 2),
     PassSpec("NarrowBlockLayout", lambda o: kp.NarrowBlockLayout(o.layout, vector_block(o.target.required_features())), 2),
     PassSpec("PropagateBlockedLayout", lambda o: kp.PropagateBlockedLayout(o.layout), 2),
-    PassSpec("BF16ConvKernel", lambda o: kp.BF16ConvKernel() if o.precision == "bf16" and "avx512bf16" in o.target.required_features() else None, 2),
     PassSpec("Winograd", lambda o: kp.Winograd(), 2),
+    PassSpec("BF16ConvKernel", lambda o: kp.BF16ConvKernel() if o.precision == "bf16" and "avx512bf16" in o.target.required_features() else None, 2),  # the bf16 convs Winograd did not take
     PassSpec("FuseDepthwisePointwise", lambda o: kp.FuseDepthwisePointwise(), 2),
     PassSpec("PackDenseWeights", lambda o: kp.PackDenseWeights(vector_block(o.target.required_features())), 2),
     PassSpec("DeadCode", lambda o: kp.DeadCode(), 1),

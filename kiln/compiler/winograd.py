@@ -55,7 +55,8 @@ def transform_weight(kernel: np.ndarray, m: int) -> np.ndarray:
 
 
 def conv2d_winograd_nchwc(data, weight, m: int, out_dtype: str = "float32"):
-    """data [N, C/c, H, W, c], U from transform_weight -> [N, O/c, H, W, c]; padding 1, stride 1.
+    """data [N, C/c, H, W, c], U from transform_weight (float32, or bf16/fp16: widened to float32 as it
+    is read) -> [N, O/c, H, W, c]; padding 1, stride 1.
     The tiles of all N images form one tile axis (p = image * tiles per image + tile), so a batch
     makes the GEMMs taller, not more numerous."""
     n, cb, h, w, c = data.shape
@@ -74,7 +75,7 @@ def conv2d_winograd_nchwc(data, weight, m: int, out_dtype: str = "float32"):
     # M[e, u] = V[e, u] @ U[e, u]: alpha^2 independent GEMMs of [tiles x I] by [I x O]
     k = te.reduce_axis((0, ci_total), name="k")
     gemm = te.compute((alpha, alpha, ob, p_total, oc), lambda e, u, o, p, j: te.sum(
-        v[e, u, k // c, p, k % c] * weight[e, u, o, k, j], axis=[k]), name="winograd_gemm")
+        v[e, u, k // c, p, k % c] * weight[e, u, o, k, j].astype("float32"), axis=[k]), name="winograd_gemm")
     # Y = A^T M A: rows, then columns; the output is written tile by tile in NCHW{c}c
     out_rows = te.compute((ob, p_total, m, alpha, oc), lambda o, p, y, u, j: _combine(
         a, y, lambda r: gemm[r, u, o, p, j]), name="winograd_output_rows")

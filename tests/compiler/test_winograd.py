@@ -40,3 +40,25 @@ def test_winograd_needs_a_blocked_float_layout(tmp_path):
     """In NCHW (no channel blocks) the convs stay direct."""
     r = kiln.compile(_model(), tmp_path / "m.kiln", layout="NCHW")
     assert r.report["winograd_convs"] == 0 and r.report["conv_layouts"] == {"NCHW": 5}
+
+
+@pytest.mark.parametrize("precision, dtype, tol", [("bf16", "bfloat16", 4e-2), ("fp16", "float16", 5e-3)])
+def test_reduced_precision_3x3_convs_take_winograd(tmp_path, precision, dtype, tol):
+    """Under --precision bf16/fp16 the 3x3 stride-1 convs whose data is a float32 tensor cast for them
+    run Winograd on that float32 tensor (the first one through the layout transform that followed the
+    cast), with the transformed weights stored in the reduced type; the strided and the unpadded conv
+    stay direct (on the vdpbf16ps kernel in bf16, where the CPU has it)."""
+    m = _model()
+    r = kiln.compile(m, tmp_path / "m.kiln", precision=precision)
+    direct = kiln.compile(m, tmp_path / "d.kiln", precision=precision, disabled_passes=("Winograd",))
+    assert r.report["winograd_convs"] == 3 and direct.report["winograd_convs"] == 0
+    assert r.report["ops_after"]["astype"] == direct.report["ops_after"]["astype"] - 3  # their casts are gone, not converted back
+    if precision == "bf16" and "avx512bf16" in r.manifest["cpu_features"]:
+        assert r.report["bf16_kernel_convs"] == 2 and direct.report["bf16_kernel_convs"] == 5
+    stored = {(tuple(w["shape"]), w["dtype"]) for w in r.manifest["weights"]}
+    assert ((6, 6, 2, 32, 16), dtype) in stored and ((4, 4, 2, 32, 16), dtype) in stored  # U of F(4x4) at 16x16 and F(2x2) at 6x6
+    x = rand(1, 32, 16, 16, seed=99)
+    ref = ort_run(m, {"input": x})[0]
+    for path in ("m.kiln", "d.kiln"):
+        out = kiln.load(tmp_path / path).run({"input": x})["output"]
+        np.testing.assert_allclose(out, ref, rtol=tol, atol=tol * np.abs(ref).max())

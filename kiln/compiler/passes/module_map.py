@@ -20,16 +20,17 @@ def rewrite_functions(mod: tvm.IRModule, rewrite: Callable[[relax.Function], rel
 @relax.expr_functor.mutator
 class CallRewriter(relax.PyExprMutator):
     """Visits calls bottom-up; `rewrite(builder, call)` returns the replacement or None to keep the
-    call. `count` says how many it replaced; new functions go through `builder_`."""
+    call (with `lookup`: `rewrite(builder, call, lookup_binding)`, to see what a Var argument is bound
+    to). `count` says how many it replaced; new functions go through `builder_`."""
 
-    def __init__(self, mod: tvm.IRModule, rewrite: Callable):
+    def __init__(self, mod: tvm.IRModule, rewrite: Callable, lookup: bool = False):
         super().__init__(mod)
-        self.rewrite = rewrite
+        self.rewrite, self.lookup = rewrite, lookup
         self.count = 0
 
     def visit_call_(self, call):
         call = super().visit_call_(call)
-        new = self.rewrite(self.builder_, call)
+        new = self.rewrite(self.builder_, call, self.lookup_binding) if self.lookup else self.rewrite(self.builder_, call)
         if new is None:
             return call
         self.count += 1
@@ -54,8 +55,8 @@ def rewrite_with(mod: tvm.IRModule, mutator, prepare: Callable[[relax.Function],
     return out, mutator.count
 
 
-def rewrite_calls(mod: tvm.IRModule, rewrite: Callable) -> tuple[tvm.IRModule, int]:
+def rewrite_calls(mod: tvm.IRModule, rewrite: Callable, lookup: bool = False) -> tuple[tvm.IRModule, int]:
     """Replace the calls `rewrite(builder, call)` picks (see CallRewriter) in every Relax function
     that is not a fused primitive; returns the new module, holding the functions the rewrites
     added, and how many calls were replaced (the caller's module itself when none was)."""
-    return rewrite_with(mod, CallRewriter(mod, rewrite))
+    return rewrite_with(mod, CallRewriter(mod, rewrite, lookup))
