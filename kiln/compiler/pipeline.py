@@ -30,6 +30,12 @@ class PassSpec:
     graph: bool = True  # Kiln's graph passes (before lowering); ops_after is measured after them
 
 
+def _bf16_kernels(o) -> bool:
+    """Whether bf16 convs get Kiln's vdpbf16ps kernel (or Winograd) in this build."""
+    return (o.precision == "bf16" and "avx512bf16" in o.target.required_features() and o.layout == "NCHWc"
+            and o.opt_level >= 2 and "BF16ConvKernel" not in o.disabled_passes)
+
+
 CPU_PIPELINE: list[PassSpec] = [
     PassSpec("LowerQDQ", lambda o: kp.LowerQDQ(), 1),  # before FoldConstants would fold the int8 weights' dequantize
     PassSpec("FoldConstants", lambda o: kp.FoldConstants(), 1),
@@ -37,7 +43,8 @@ CPU_PIPELINE: list[PassSpec] = [
     PassSpec("RemoveNoOps", lambda o: kp.RemoveNoOps(), 1),
     PassSpec("FoldBatchNorm", lambda o: kp.FoldBatchNorm(), 1),
     PassSpec("Quantize", lambda o: None, 1),  # the calibrated QuantizeGraph, given by the quantize flow
-    PassSpec("MixedPrecision", lambda o: kp.MixedPrecision(o.precision) if o.precision != "fp32" else None, 1),
+    PassSpec("MixedPrecision", lambda o: kp.MixedPrecision(o.precision, _bf16_kernels(o), "FuseDepthwisePointwise" not in o.disabled_passes)
+             if o.precision != "fp32" else None, 1),
     PassSpec("ConvertLayout", lambda o: kp.ConvertLayout(o.layout, vector_block(o.target.required_features())), 2),
     PassSpec("NarrowBlockLayout", lambda o: kp.NarrowBlockLayout(o.layout, vector_block(o.target.required_features())), 2),
     PassSpec("PropagateBlockedLayout", lambda o: kp.PropagateBlockedLayout(o.layout), 2),

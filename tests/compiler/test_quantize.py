@@ -8,7 +8,7 @@ import json
 import numpy as np
 import onnx
 import pytest
-from helpers import make_model, ort_run, rand
+from helpers import make_model, mobilenet_block, ort_run, rand
 from onnx import TensorProto, helper
 
 import kiln
@@ -284,10 +284,32 @@ def test_quantize_option_errors(kwargs, where):
 def test_mixed_precision(tmp_path, precision, dtype, tol):
     model, _, data = _calib_cnn(tmp_path)
     r = kiln.compile(model, tmp_path / "m.kiln", precision=precision)
-    assert r.report["mixed_precision_ops"] == 4
+    bf16_kernels = precision == "bf16" and "avx512bf16" in r.manifest["cpu_features"]
+    # the 3-channel stem has no bf16 kernel (not a multiple of 16 channels): it stays float32 where one exists for the others
+    assert (r.report["mixed_precision_ops"], r.report["mixed_precision_kept"]) == ((3, 1) if bf16_kernels else (4, 0))
     assert r.report["winograd_convs"] == 2  # the 16- and 32-channel 3x3 convs: Winograd on reduced-precision weights (the 3-channel stem stays NCHW)
     assert {w["dtype"] for w in r.manifest["weights"]} >= {dtype}
     ref = ort_run(model, {"input": data[:1]})[0]
     got = kiln.load(tmp_path / "m.kiln").run({"input": data[:1]})["output"]
     assert got.dtype == np.float32
     np.testing.assert_allclose(got, ref, rtol=tol, atol=tol * np.abs(ref).max())
+
+
+@pytest.mark.parametrize("c, disabled", [(48, ()), (24, ()), (48, ("FuseDepthwisePointwise",))], ids=["c48", "c24", "c48_unfused"])
+def test_bf16_converts_the_convs_a_bf16_kernel_takes(tmp_path, c, disabled):
+    """An inverted-residual block under --precision bf16: the depthwise conv stays float32 (TVM computes
+    it in float32 registers anyway), and so does its 1x1 projection, fused with it into one float32
+    kernel; the expansion runs on the vdpbf16ps kernel when its channels are multiples of 16 (48), not
+    when they are not (24). Without the fusion pass the projection is converted too."""
+    m = mobilenet_block(c=c)
+    r = kiln.compile(m, tmp_path / "m.kiln", precision="bf16", disabled_passes=disabled)
+    if "avx512bf16" in r.manifest["cpu_features"]:
+        converted = {48: 1, 24: 0}[c] + (1 if disabled else 0)
+        assert (r.report["mixed_precision_ops"], r.report["mixed_precision_kept"]) == (converted, 3 - converted)
+        assert r.report["bf16_kernel_convs"] == converted and r.report["depthwise_fused"] == (0 if disabled else 1)
+    else:  # no bf16 kernel: every non-grouped conv is converted (half the weight bytes), computed in float32 registers
+        assert (r.report["mixed_precision_ops"], r.report["mixed_precision_kept"]) == (2, 1)
+    x = rand(1, 16, 14, 14, seed=7)
+    ref = ort_run(m, {"x": x})[0]
+    got = kiln.load(tmp_path / "m.kiln").run({"x": x})["y"]
+    np.testing.assert_allclose(got, ref, rtol=4e-2, atol=4e-2 * np.abs(ref).max())

@@ -3,7 +3,15 @@
 Inputs of each conv2d/matmul are cast to the reduced type (constant weights converted here, at
 compile time, so the artifact stores them at half size); the op accumulates and returns float32,
 so every other op (softmax, layer norm, residual adds) stays fp32. TVM's ToMixedPrecision does
-fp16 only; this one pass serves both. `stats["mixed_precision_ops"]` counts the ops converted."""
+fp16 only; this one pass serves both. Grouped/depthwise convs stay float32: TVM computes reduced
+types in float32 registers, so their casts would only add kernels. With `bf16_kernels` (the target
+has AVX512-BF16 and convs run in NCHW16c), a conv becomes bf16 only where a bf16 kernel takes it:
+Kiln's vdpbf16ps kernel (batch 1, input and output channels multiples of 16) or Winograd (3x3,
+stride 1, bf16 weights); the rest (e.g. MobileNetV2's 24-channel convs, the 3-channel stem) and the
+1x1 projection of a depthwise conv (FuseDepthwisePointwise's float32 kernel beats a separate bf16
+one) stay float32. Measured on MobileNetV2, 2 threads: converting every conv made it 1.4x slower
+than float32. `stats["mixed_precision_ops"]` counts the ops converted, `mixed_precision_kept` the
+convs left in float32."""
 from __future__ import annotations
 
 import ml_dtypes
@@ -18,11 +26,47 @@ DTYPES = {"fp16": ("float16", np.float16), "bf16": ("bfloat16", ml_dtypes.bfloat
 OPS = ("relax.nn.conv2d", "relax.matmul")
 
 
+BLOCK = 16  # the channel block of the vdpbf16ps kernel (NCHW16c)
+_EPILOGUE = ("relax.add", "relax.nn.relu", "relax.clip", "relax.minimum", "relax.maximum")
+
+
+def _depthwise(call) -> bool:
+    return (isinstance(call, relax.Call) and isinstance(call.op, tvm.ir.Op) and call.op.name == "relax.nn.conv2d"
+            and int(call.attrs.groups) > 1 and int(call.attrs.groups) == int(call.args[0].ty.shape.values[1]))
+
+
 @relax.expr_functor.mutator
 class _Cast(relax.PyExprMutator):
-    def __init__(self, mod, dtype: str, np_dtype):
+    def __init__(self, mod, dtype: str, np_dtype, bf16_kernels: bool, fuse_depthwise: bool):
         super().__init__(mod)
-        self.dtype, self.np_dtype, self.converted = dtype, np_dtype, 0
+        self.dtype, self.np_dtype, self.converted, self.kept = dtype, np_dtype, 0, 0
+        self.bf16_kernels, self.fuse_depthwise = bf16_kernels, fuse_depthwise
+
+    def _after_depthwise(self, x) -> bool:
+        """x is a depthwise conv's output (through its bias and activation)."""
+        for _ in range(4):
+            v = self.lookup_binding(x) if isinstance(x, relax.Var) else None
+            if _depthwise(v):
+                return True
+            if not (isinstance(v, relax.Call) and isinstance(v.op, tvm.ir.Op) and v.op.name in _EPILOGUE):
+                return False
+            x = v.args[0]
+        return False
+
+    def _keep_float(self, call) -> bool:
+        """A conv2d no reduced-precision kernel would take better than float32 does."""
+        a = call.attrs
+        if int(a.groups) != 1:
+            return True
+        if not self.bf16_kernels:
+            return False
+        x, w = [int(v) for v in call.args[0].ty.shape.values], [int(v) for v in call.args[1].ty.shape.values]
+        if str(a.data_layout) != "NCHW" or str(a.kernel_layout) != "OIHW" or len(x) != 4 or len(w) != 4:
+            return True
+        winograd = w[2:] == [3, 3] and [int(s) for s in a.strides] == [1, 1] and [int(p) for p in a.padding] == [1, 1, 1, 1]
+        if w[0] % BLOCK or w[1] % BLOCK or any(int(d) != 1 for d in a.dilation) or (x[0] != 1 and not winograd):
+            return True
+        return self.fuse_depthwise and w[2:] == [1, 1] and self._after_depthwise(call.args[0])
 
     def _cast(self, e):
         if isinstance(e, GenericConst):
@@ -35,6 +79,9 @@ class _Cast(relax.PyExprMutator):
             return call
         if any(str(a.ty.dtype) != "float32" for a in call.args[:2]):
             return call
+        if call.op.name == "relax.nn.conv2d" and self._keep_float(call):
+            self.kept += 1
+            return call
         x, w = (self._cast(a) for a in call.args[:2])
         self.converted += 1
         if call.op.name == "relax.matmul":
@@ -46,12 +93,14 @@ class _Cast(relax.PyExprMutator):
 
 @tvm.transform.module_pass(opt_level=1, name="MixedPrecision")
 class MixedPrecision:
-    def __init__(self, precision: str):
+    def __init__(self, precision: str, bf16_kernels: bool = False, fuse_depthwise: bool = True):
         self.dtype, self.np_dtype = DTYPES[precision]
-        self.stats = {"mixed_precision_ops": 0}
+        self.bf16_kernels, self.fuse_depthwise = bf16_kernels and precision == "bf16", fuse_depthwise
+        self.stats = {"mixed_precision_ops": 0, "mixed_precision_kept": 0}
 
     def transform_module(self, mod: tvm.IRModule, ctx) -> tvm.IRModule:
-        cast = _Cast(mod, self.dtype, self.np_dtype)
+        cast = _Cast(mod, self.dtype, self.np_dtype, self.bf16_kernels, self.fuse_depthwise)
         out = rewrite_functions(mod, cast.visit_expr)
         self.stats["mixed_precision_ops"] += cast.converted
+        self.stats["mixed_precision_kept"] += cast.kept
         return out

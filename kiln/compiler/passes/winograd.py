@@ -45,8 +45,10 @@ def applies(call, reduced: bool = False) -> int | None:
 
 
 def _bound_call(e, lookup_binding, op: str):
-    v = lookup_binding(e) if isinstance(e, relax.Var) else None
-    return v if isinstance(v, relax.Call) and v.op == tvm.ir.Op.get(op) else None
+    """The `op` call e is bound to (through var aliases), or None."""
+    while isinstance(e, relax.Var):
+        e = lookup_binding(e)
+    return e if isinstance(e, relax.Call) and e.op == tvm.ir.Op.get(op) else None
 
 
 def float32_source(call, lookup_binding):
