@@ -20,6 +20,7 @@ import onnx
 
 import kiln
 from kiln import zoo
+from kiln.runtime.bench import BLOCK_PAUSE_S
 from report import save, table
 
 
@@ -27,6 +28,7 @@ def ort_session(path, threads: int = 2):
     import onnxruntime as ort
     so = ort.SessionOptions()
     so.intra_op_num_threads = threads
+    so.inter_op_num_threads = 1
     return ort.InferenceSession(str(path), so, providers=["CPUExecutionProvider"])
 
 
@@ -74,7 +76,7 @@ def timed(engines: dict, seconds: float, block: int = 5) -> dict:
     end = time.perf_counter() + seconds
     while time.perf_counter() < end:
         for k, f in engines.items():
-            time.sleep(0.05)
+            time.sleep(BLOCK_PAUSE_S)  # 0.05 s left onnxruntime's MobileNetV2 3x slower here (the other engines' spinning workers)
             for _ in range(block):
                 t = time.perf_counter()
                 f()
