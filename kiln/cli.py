@@ -154,6 +154,8 @@ def _pipeline_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--opt-level", type=int, default=2, help="0: lowering only, 1: + graph clean-up, 2: + fusion (default)")
     p.add_argument("--disable-pass", action="append", default=[], metavar="NAME", help="repeatable")
     p.add_argument("--layout", default="NCHWc", help="NCHWc (default: channels blocked by the vector width), NCHW, NHWC, or auto (measure all on this host)")
+    p.add_argument("--precision", default="fp32", metavar="fp32|fp16|bf16", help="mixed precision with fp32 accumulation "
+                   "(kiln tune: tune the kernels of that build)")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -181,7 +183,6 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--min-agreement", type=float, default=None, metavar="X",
                    help="fail unless top-1 agreement with the float model (cosine for non-classifiers) is at least X")
     c.add_argument("--keep-float", action="append", default=[], metavar="LAYER", help="repeatable: keep this layer (ONNX node name) float")
-    c.add_argument("--precision", default="fp32", metavar="fp32|fp16|bf16", help="mixed precision with fp32 accumulation")
     c.add_argument("--bucket-policy", default="pad", choices=BUCKET_POLICIES,
                    help="inputs between buckets: zero-pad to the next bucket and crop outputs (default), or refuse")
     c.set_defaults(fn=_compile)

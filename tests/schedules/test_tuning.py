@@ -136,6 +136,21 @@ def test_twenty_random_kills_leave_a_readable_database(tmp_path, tiny):
     assert counts == sorted(counts) and counts[-1] > 0  # records only ever grow
 
 
+def test_tune_a_bf16_build(tmp_path, tiny):
+    """kiln tune --precision bf16 tunes the kernels `kiln compile --precision bf16` builds (here the 3x3
+    conv on Winograd with bf16 weights), and that compile applies them; a float32 build has other kernels."""
+    from kiln.cli import build_parser
+    assert build_parser().parse_args(["tune", "m.onnx", "--trials", "2", "--precision", "bf16"]).precision == "bf16"
+    r = tune(tiny, CompileOptions.make(precision="bf16"), TuneOptions(db_root=str(tmp_path), trials=2), progress=lambda s: None)
+    assert r["new_records"] >= r["tasks"] >= 1
+    out = kiln.compile(tiny, tmp_path / "t.kiln", tuning_db=str(tmp_path), precision="bf16")
+    assert out.report["winograd_convs"] == 1 and out.report["tuned_coverage"] == 1.0
+    assert kiln.compile(tiny, tmp_path / "f.kiln", tuning_db=str(tmp_path)).report["tuned_coverage"] == 0.0
+    x = rand(1, 16, 8, 8, seed=3)
+    ref = ort_run(tiny, {"input": x})[0]
+    np.testing.assert_allclose(kiln.load(tmp_path / "t.kiln").run({"input": x})["output"], ref, rtol=4e-2, atol=4e-2 * np.abs(ref).max())
+
+
 def test_shipped_records_apply_by_default_and_none_disables(tmp_path, tiny, monkeypatch):
     tune(tiny, CompileOptions.make(), TuneOptions(db_root=str(tmp_path / "shipped"), trials=2), progress=lambda s: None)
     monkeypatch.setenv("KILN_TUNING_LOGS", str(tmp_path / "shipped"))
