@@ -30,10 +30,13 @@ class PassSpec:
     graph: bool = True  # Kiln's graph passes (before lowering); ops_after is measured after them
 
 
-def _bf16_kernels(o) -> bool:
-    """Whether bf16 convs get Kiln's vdpbf16ps kernel (or Winograd) in this build."""
-    return (o.precision == "bf16" and "avx512bf16" in o.target.required_features() and o.layout == "NCHWc"
-            and o.opt_level >= 2 and "BF16ConvKernel" not in o.disabled_passes)
+def _conv_kernels(o) -> frozenset:
+    """The passes of this build that give reduced-precision convs a kernel of their own (MixedPrecision
+    converts only what they take): BF16ConvKernel where the CPU has AVX512-BF16 and convs run blocked."""
+    on = {s.name for s in pipeline_for(o.target.kind, o.opt_level, o.disabled_passes)}
+    if not ("avx512bf16" in o.target.required_features() and o.layout == "NCHWc" and "BF16ConvKernel" in on):
+        return frozenset()
+    return frozenset(on & {"BF16ConvKernel", "Winograd", "FuseDepthwisePointwise"})
 
 
 CPU_PIPELINE: list[PassSpec] = [
@@ -43,8 +46,7 @@ CPU_PIPELINE: list[PassSpec] = [
     PassSpec("RemoveNoOps", lambda o: kp.RemoveNoOps(), 1),
     PassSpec("FoldBatchNorm", lambda o: kp.FoldBatchNorm(), 1),
     PassSpec("Quantize", lambda o: None, 1),  # the calibrated QuantizeGraph, given by the quantize flow
-    PassSpec("MixedPrecision", lambda o: kp.MixedPrecision(o.precision, _bf16_kernels(o), "FuseDepthwisePointwise" not in o.disabled_passes)
-             if o.precision != "fp32" else None, 1),
+    PassSpec("MixedPrecision", lambda o: kp.MixedPrecision(o.precision, _conv_kernels(o)) if o.precision != "fp32" else None, 1),
     PassSpec("ConvertLayout", lambda o: kp.ConvertLayout(o.layout, vector_block(o.target.required_features())), 2),
     PassSpec("NarrowBlockLayout", lambda o: kp.NarrowBlockLayout(o.layout, vector_block(o.target.required_features())), 2),
     PassSpec("PropagateBlockedLayout", lambda o: kp.PropagateBlockedLayout(o.layout), 2),

@@ -4,12 +4,13 @@ Inputs of each conv2d/matmul are cast to the reduced type (constant weights conv
 compile time, so the artifact stores them at half size); the op accumulates and returns float32,
 so every other op (softmax, layer norm, residual adds) stays fp32. TVM's ToMixedPrecision does
 fp16 only; this one pass serves both. Grouped/depthwise convs stay float32: TVM computes reduced
-types in float32 registers, so their casts would only add kernels. With `bf16_kernels` (the target
-has AVX512-BF16 and convs run in NCHW16c), a conv becomes bf16 only where a bf16 kernel takes it:
-Kiln's vdpbf16ps kernel (batch 1, input and output channels multiples of 16) or Winograd (3x3,
-stride 1, bf16 weights); the rest (e.g. MobileNetV2's 24-channel convs, the 3-channel stem) and the
-1x1 projection of a depthwise conv (FuseDepthwisePointwise's float32 kernel beats a separate bf16
-one) stay float32. Measured on MobileNetV2, 2 threads: converting every conv made it 1.4x slower
+types in float32 registers, so their casts would only add kernels. `kernels` names the passes of
+this build that run convs well: when it has BF16ConvKernel (bf16 on AVX512-BF16, convs in NCHW16c),
+a conv becomes bf16 only where a bf16 kernel takes it: Kiln's vdpbf16ps kernel (batch 1, input and
+output channels multiples of 16) or, with Winograd, Winograd (3x3, stride 1, bf16 weights); the
+rest (e.g. MobileNetV2's 24-channel convs, the 3-channel stem) and, with FuseDepthwisePointwise,
+the 1x1 projection of a depthwise conv (its fused float32 kernel beats a separate bf16 one) stay
+float32. Measured on MobileNetV2, 2 threads: converting every conv made it 1.4x slower
 than float32. `stats["mixed_precision_ops"]` counts the ops converted, `mixed_precision_kept` the
 convs left in float32."""
 from __future__ import annotations
@@ -37,10 +38,10 @@ def _depthwise(call) -> bool:
 
 @relax.expr_functor.mutator
 class _Cast(relax.PyExprMutator):
-    def __init__(self, mod, dtype: str, np_dtype, bf16_kernels: bool, fuse_depthwise: bool):
+    def __init__(self, mod, dtype: str, np_dtype, kernels: frozenset):
         super().__init__(mod)
         self.dtype, self.np_dtype, self.converted, self.kept = dtype, np_dtype, 0, 0
-        self.bf16_kernels, self.fuse_depthwise = bf16_kernels, fuse_depthwise
+        self.kernels = kernels
 
     def _after_depthwise(self, x) -> bool:
         """x is a depthwise conv's output (through its bias and activation)."""
@@ -58,15 +59,16 @@ class _Cast(relax.PyExprMutator):
         a = call.attrs
         if int(a.groups) != 1:
             return True
-        if not self.bf16_kernels:
+        if "BF16ConvKernel" not in self.kernels:
             return False
         x, w = [int(v) for v in call.args[0].ty.shape.values], [int(v) for v in call.args[1].ty.shape.values]
         if str(a.data_layout) != "NCHW" or str(a.kernel_layout) != "OIHW" or len(x) != 4 or len(w) != 4:
             return True
-        winograd = w[2:] == [3, 3] and [int(s) for s in a.strides] == [1, 1] and [int(p) for p in a.padding] == [1, 1, 1, 1]
+        winograd = ("Winograd" in self.kernels and w[2:] == [3, 3] and [int(s) for s in a.strides] == [1, 1]
+                    and [int(p) for p in a.padding] == [1, 1, 1, 1])
         if w[0] % BLOCK or w[1] % BLOCK or any(int(d) != 1 for d in a.dilation) or (x[0] != 1 and not winograd):
             return True
-        return self.fuse_depthwise and w[2:] == [1, 1] and self._after_depthwise(call.args[0])
+        return "FuseDepthwisePointwise" in self.kernels and w[2:] == [1, 1] and self._after_depthwise(call.args[0])
 
     def _cast(self, e):
         if isinstance(e, GenericConst):
@@ -93,13 +95,13 @@ class _Cast(relax.PyExprMutator):
 
 @tvm.transform.module_pass(opt_level=1, name="MixedPrecision")
 class MixedPrecision:
-    def __init__(self, precision: str, bf16_kernels: bool = False, fuse_depthwise: bool = True):
+    def __init__(self, precision: str, kernels=frozenset()):
         self.dtype, self.np_dtype = DTYPES[precision]
-        self.bf16_kernels, self.fuse_depthwise = bf16_kernels and precision == "bf16", fuse_depthwise
+        self.kernels = frozenset(kernels) if precision == "bf16" else frozenset()
         self.stats = {"mixed_precision_ops": 0, "mixed_precision_kept": 0}
 
     def transform_module(self, mod: tvm.IRModule, ctx) -> tvm.IRModule:
-        cast = _Cast(mod, self.dtype, self.np_dtype, self.bf16_kernels, self.fuse_depthwise)
+        cast = _Cast(mod, self.dtype, self.np_dtype, self.kernels)
         out = rewrite_functions(mod, cast.visit_expr)
         self.stats["mixed_precision_ops"] += cast.converted
         self.stats["mixed_precision_kept"] += cast.kept

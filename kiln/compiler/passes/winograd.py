@@ -8,7 +8,7 @@ whose data is a float32 tensor cast for them (directly or through a layout trans
 reads the float32 tensor itself (no cast kernel, activations unrounded) and the
 transformed weights are stored in the reduced type (half the bytes to stream), so a 3x3 conv keeps
 Winograd's 2.25-4x fewer multiplies instead of running direct in bf16 (measured on ResNet-50: the
-Winograd kernels 10% faster with bf16 weights than fp32 ones, the model 9% faster than all-direct bf16).
+Winograd kernels 8-13% faster with bf16 weights than fp32 ones, the model 8% faster than all-direct bf16).
 `stats["winograd_convs"]` counts the convs it took; `--disable-pass Winograd` keeps direct convs."""
 from __future__ import annotations
 
