@@ -10,9 +10,10 @@ a conv becomes bf16 only where a bf16 kernel takes it: Kiln's vdpbf16ps kernel (
 output channels multiples of 16) or, with Winograd, Winograd (3x3, stride 1, bf16 weights); the
 rest (e.g. MobileNetV2's 24-channel convs, the 3-channel stem) and, with FuseDepthwisePointwise,
 the 1x1 projection of a depthwise conv (its fused float32 kernel beats a separate bf16 one) stay
-float32. Measured on MobileNetV2, 2 threads: converting every conv made it 1.4x slower
+float32, and so do matmuls (no bf16 matmul kernel: the transformer encoder ran 1.41x slower with
+them in bf16, A/B, 2 threads). Measured on MobileNetV2, 2 threads: converting every conv made it 1.4x slower
 than float32. `stats["mixed_precision_ops"]` counts the ops converted, `mixed_precision_kept` the
-convs left in float32."""
+ones left in float32."""
 from __future__ import annotations
 
 import ml_dtypes
@@ -55,7 +56,9 @@ class _Cast(relax.PyExprMutator):
         return False
 
     def _keep_float(self, call) -> bool:
-        """A conv2d no reduced-precision kernel would take better than float32 does."""
+        """A conv2d or matmul no reduced-precision kernel would take better than float32 does."""
+        if call.op.name == "relax.matmul":
+            return "BF16ConvKernel" in self.kernels
         a = call.attrs
         if int(a.groups) != 1:
             return True
@@ -81,7 +84,7 @@ class _Cast(relax.PyExprMutator):
             return call
         if any(str(a.ty.dtype) != "float32" for a in call.args[:2]):
             return call
-        if call.op.name == "relax.nn.conv2d" and self._keep_float(call):
+        if self._keep_float(call):
             self.kept += 1
             return call
         x, w = (self._cast(a) for a in call.args[:2])
