@@ -30,3 +30,12 @@ def static_shape(e) -> tuple | None:
         except TypeError:
             return None
     return None
+
+
+def bound_call(e, lookup_binding, op: str | None = None):
+    """The op call a Var is bound to (through var aliases), or None; with `op`, only a call of that op."""
+    while isinstance(e, relax.Var):
+        e = lookup_binding(e)
+    if not (isinstance(e, relax.Call) and isinstance(e.op, tvm.ir.Op)):
+        return None
+    return e if op is None or e.op.name == op else None

@@ -22,6 +22,7 @@ import tvm
 from tvm import relax
 from tvm.ir.expr import GenericConst
 
+from .counting import bound_call
 from .module_map import rewrite_functions
 
 DTYPES = {"fp16": ("float16", np.float16), "bf16": ("bfloat16", ml_dtypes.bfloat16)}
@@ -33,8 +34,7 @@ _EPILOGUE = ("relax.add", "relax.nn.relu", "relax.clip", "relax.minimum", "relax
 
 
 def _depthwise(call) -> bool:
-    return (isinstance(call, relax.Call) and isinstance(call.op, tvm.ir.Op) and call.op.name == "relax.nn.conv2d"
-            and int(call.attrs.groups) > 1 and int(call.attrs.groups) == int(call.args[0].ty.shape.values[1]))
+    return (call.op.name == "relax.nn.conv2d" and int(call.attrs.groups) > 1 and int(call.attrs.groups) == int(call.args[0].ty.shape.values[1]))
 
 
 @relax.expr_functor.mutator
@@ -47,10 +47,10 @@ class _Cast(relax.PyExprMutator):
     def _after_depthwise(self, x) -> bool:
         """x is a depthwise conv's output (through its bias and activation)."""
         for _ in range(4):
-            v = self.lookup_binding(x) if isinstance(x, relax.Var) else None
-            if _depthwise(v):
-                return True
-            if not (isinstance(v, relax.Call) and isinstance(v.op, tvm.ir.Op) and v.op.name in _EPILOGUE):
+            v = bound_call(x, self.lookup_binding)
+            if v is None or _depthwise(v):
+                return v is not None
+            if v.op.name not in _EPILOGUE:
                 return False
             x = v.args[0]
         return False

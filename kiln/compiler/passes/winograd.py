@@ -19,7 +19,7 @@ from tvm import relax
 from tvm.ir.expr import GenericConst
 
 from ..winograd import conv2d_winograd_nchwc, tile_size, transform_weight
-from .counting import float32_conv
+from .counting import bound_call, float32_conv
 from .module_map import rewrite_calls
 
 PRIMFUNC = "winograd_conv2d"  # name hint of the kernels (FuseEpilogue anchors on it)
@@ -44,13 +44,6 @@ def applies(call, reduced: bool = False) -> int | None:
     return tile_size(shp[2], shp[3]) if min(shp[2], shp[3]) >= 2 else None
 
 
-def _bound_call(e, lookup_binding, op: str):
-    """The `op` call e is bound to (through var aliases), or None."""
-    while isinstance(e, relax.Var):
-        e = lookup_binding(e)
-    return e if isinstance(e, relax.Call) and e.op == tvm.ir.Op.get(op) else None
-
-
 def float32_source(call, lookup_binding):
     """For a MixedPrecision conv (reduced-precision data and weights, float32 out): the float32
     tensor its data was cast from, and the layout transform between the two (or None), if any."""
@@ -60,8 +53,8 @@ def float32_source(call, lookup_binding):
     if not (isinstance(w, GenericConst) and str(x.ty.dtype) in REDUCED and str(w.ty.dtype) == str(x.ty.dtype)
             and str(call.attrs.out_dtype) == "float32"):
         return None
-    relayout = _bound_call(x, lookup_binding, "relax.layout_transform")  # e.g. after a stem left in NCHW
-    cast = _bound_call(relayout.args[0] if relayout is not None else x, lookup_binding, "relax.astype")
+    relayout = bound_call(x, lookup_binding, "relax.layout_transform")  # e.g. after a stem left in NCHW
+    cast = bound_call(relayout.args[0] if relayout is not None else x, lookup_binding, "relax.astype")
     if cast is None or str(cast.args[0].ty.dtype) != "float32":
         return None
     return cast.args[0], relayout
