@@ -32,9 +32,9 @@ class PassSpec:
 
 def _conv_kernels(o) -> frozenset:
     """The passes of this build that give reduced-precision convs a kernel of their own (MixedPrecision
-    converts only what they take): BF16ConvKernel where the CPU has AVX512-BF16 and convs run blocked."""
+    converts only what they take): under bf16, BF16ConvKernel where the CPU has AVX512-BF16 and convs run blocked."""
     on = {s.name for s in pipeline_for(o.target.kind, o.opt_level, o.disabled_passes)}
-    if not ("avx512bf16" in o.target.required_features() and o.layout == "NCHWc" and "BF16ConvKernel" in on):
+    if not (o.precision == "bf16" and "avx512bf16" in o.target.required_features() and o.layout == "NCHWc" and "BF16ConvKernel" in on):
         return frozenset()
     return frozenset(on & {"BF16ConvKernel", "Winograd", "FuseDepthwisePointwise"})
 
@@ -50,7 +50,7 @@ CPU_PIPELINE: list[PassSpec] = [
     PassSpec("ConvertLayout", lambda o: kp.ConvertLayout(o.layout, vector_block(o.target.required_features())), 2),
     PassSpec("NarrowBlockLayout", lambda o: kp.NarrowBlockLayout(o.layout, vector_block(o.target.required_features())), 2),
     PassSpec("PropagateBlockedLayout", lambda o: kp.PropagateBlockedLayout(o.layout), 2),
-    PassSpec("Winograd", lambda o: kp.Winograd(), 2),
+    PassSpec("Winograd", lambda o: kp.Winograd(min_reduced_tile=4 if "BF16ConvKernel" in _conv_kernels(o) else 2), 2),
     PassSpec("BF16ConvKernel", lambda o: kp.BF16ConvKernel() if o.precision == "bf16" and "avx512bf16" in o.target.required_features() else None, 2),  # the bf16 convs Winograd did not take
     PassSpec("FuseDepthwisePointwise", lambda o: kp.FuseDepthwisePointwise(), 2),
     PassSpec("PackDenseWeights", lambda o: kp.PackDenseWeights(vector_block(o.target.required_features())), 2),

@@ -100,7 +100,7 @@ class _Cast(relax.PyExprMutator):
 class MixedPrecision:
     def __init__(self, precision: str, kernels=frozenset()):
         self.dtype, self.np_dtype = DTYPES[precision]
-        self.kernels = frozenset(kernels) if precision == "bf16" else frozenset()
+        self.kernels = frozenset(kernels)
         self.stats = {"mixed_precision_ops": 0, "mixed_precision_kept": 0}
 
     def transform_module(self, mod: tvm.IRModule, ctx) -> tvm.IRModule:

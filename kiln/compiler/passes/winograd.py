@@ -6,9 +6,11 @@ like a direct conv's. Results differ from a direct conv by rounding (within 3e-6
 Under `--precision bf16|fp16` (MixedPrecision runs first) it also takes the reduced-precision convs
 whose data is a float32 tensor cast for them (directly or through a layout transform): the kernel
 reads the float32 tensor itself (no cast kernel, activations unrounded) and the
-transformed weights are stored in the reduced type (half the bytes to stream), so a 3x3 conv keeps
-Winograd's 2.25-4x fewer multiplies instead of running direct in bf16 (measured on ResNet-50: the
-Winograd kernels 8-13% faster with bf16 weights than fp32 ones, the model 8% faster than all-direct bf16).
+transformed weights are stored in the reduced type (half the bytes to stream). `min_reduced_tile`
+4 (the pipeline's choice where bf16 convs have the vdpbf16ps kernel): only F(4x4) then. Measured on
+ResNet-50 bf16, A/B in one process: F(4x4) convs on Winograd, the rest on vdpbf16ps 23.5 ms; every
+3x3 on Winograd 24.3; none 24.2 (F(2x2) multiplies 2.25x less in float32, vdpbf16ps does twice the
+float32 rate, and its weights are 1.8x smaller).
 `stats["winograd_convs"]` counts the convs it took; `--disable-pass Winograd` keeps direct convs."""
 from __future__ import annotations
 
@@ -60,10 +62,10 @@ def float32_source(call, lookup_binding):
     return cast.args[0], relayout
 
 
-def _to_winograd(builder, call, lookup_binding):
+def _to_winograd(builder, call, lookup_binding, min_reduced_tile: int):
     source = float32_source(call, lookup_binding)
     m = applies(call, reduced=source is not None)
-    if m is None:
+    if m is None or (source is not None and m < min_reduced_tile):
         return None
     data, dtype = call.args[0], "float32"
     if source is not None:
@@ -77,10 +79,11 @@ def _to_winograd(builder, call, lookup_binding):
 
 @tvm.transform.module_pass(opt_level=2, name="Winograd")
 class Winograd:
-    def __init__(self):
+    def __init__(self, min_reduced_tile: int = 2):
+        self.min_reduced_tile = min_reduced_tile
         self.stats = {"winograd_convs": 0}
 
     def transform_module(self, mod: tvm.IRModule, ctx) -> tvm.IRModule:
-        out, count = rewrite_calls(mod, _to_winograd, lookup=True)
+        out, count = rewrite_calls(mod, lambda b, call, lookup: _to_winograd(b, call, lookup, self.min_reduced_tile), lookup=True)
         self.stats["winograd_convs"] += count
         return out
