@@ -36,7 +36,7 @@ def _conv_kernels(o) -> frozenset:
     on = {s.name for s in pipeline_for(o.target.kind, o.opt_level, o.disabled_passes)}
     if not (o.precision == "bf16" and "avx512bf16" in o.target.required_features() and o.layout == "NCHWc" and "BF16ConvKernel" in on):
         return frozenset()
-    return frozenset(on & {"BF16ConvKernel", "Winograd", "FuseDepthwisePointwise"})
+    return frozenset(on & {"BF16ConvKernel", "Winograd"})
 
 
 CPU_PIPELINE: list[PassSpec] = [
