@@ -21,6 +21,13 @@ def float32_conv(call) -> bool:
             and str(call.attrs.out_dtype) in ("float32", "", "void", "None"))
 
 
+def nchwc_block(layout: str) -> int | None:
+    """c of an NCHW{c}c layout string, else None."""
+    if layout.startswith("NCHW") and layout.endswith("c") and layout[4:-1].isdigit():
+        return int(layout[4:-1])
+    return None
+
+
 def static_shape(e) -> tuple | None:
     """The static shape of a Relax expression's tensor type, or None."""
     ty = e.ty

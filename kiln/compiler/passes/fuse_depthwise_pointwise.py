@@ -18,7 +18,7 @@ from tvm.ir.prim.expr import FloatImm
 
 from ...schedules.dwpw import MAX_ROW_FLOATS
 from ..analysis import var_uses
-from .counting import float32_conv
+from .counting import float32_conv, nchwc_block
 from .module_map import rewrite_with
 
 PRIMFUNC = "dwpw_conv2d"  # name hint of the kernels (FuseEpilogue anchors on it, the schedule registry knows its blocks)
@@ -51,18 +51,11 @@ def dwpw_conv2d(x, wd, bias, wp, strides, padding, lo: float, hi: float):
         d[b, r // c, y, xx, r % c] * wp[o, r // ci, 0, 0, r % ci, j], axis=[r]), name="dwpw_pointwise")
 
 
-def _block(layout: str) -> int | None:
-    """c of NCHW{c}c, else None."""
-    if layout.startswith("NCHW") and layout.endswith("c") and layout[4:-1].isdigit():
-        return int(layout[4:-1])
-    return None
-
-
 def _pointwise(call) -> bool:
     if not float32_conv(call):
         return False
     a, wshape = call.attrs, list(call.args[1].value.shape)
-    c, co = _block(str(a.data_layout)), _block(str(a.out_layout))
+    c, co = nchwc_block(str(a.data_layout)), nchwc_block(str(a.out_layout))
     return (c is not None and co is not None and int(a.groups) == 1 and len(wshape) == 6 and wshape[2:4] == [1, 1]
             and str(a.kernel_layout) == f"OIHW{c}i{co}o" and [int(s) for s in a.strides] == [1, 1]
             and [int(p) for p in a.padding] == [0, 0, 0, 0] and [int(d) for d in a.dilation] == [1, 1])
@@ -105,7 +98,7 @@ class _Fuser(relax.PyExprMutator):
         call = super().visit_call_(call)
         if not _pointwise(call):
             return call
-        c = _block(str(call.attrs.data_layout))
+        c = nchwc_block(str(call.attrs.data_layout))
         top = self._producer(call.args[0])
         lo, hi = -math.inf, math.inf
         clamp = _bounds(top) if top is not None else None

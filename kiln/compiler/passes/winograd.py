@@ -21,7 +21,7 @@ from tvm import relax
 from tvm.ir.expr import GenericConst
 
 from ..winograd import conv2d_winograd_nchwc, tile_size, transform_weight
-from .counting import bound_call, float32_conv
+from .counting import bound_call, float32_conv, nchwc_block
 from .module_map import rewrite_calls
 
 PRIMFUNC = "winograd_conv2d"  # name hint of the kernels (FuseEpilogue anchors on it)
@@ -34,11 +34,10 @@ def applies(call, reduced: bool = False) -> int | None:
     if (not reduced and not float32_conv(call)) or int(call.attrs.groups) != 1:
         return None
     a, x, w = call.attrs, call.args[0].ty, call.args[1]
-    layout = str(a.data_layout)
-    if not (layout.startswith("NCHW") and layout.endswith("c") and len(layout) > 5) or str(a.out_layout) != layout:
+    c = nchwc_block(str(a.data_layout))
+    if c is None or str(a.out_layout) != str(a.data_layout):
         return None
     shp, wshp = [int(v) for v in x.shape.values], list(w.value.shape)
-    c = shp[4] if len(shp) == 5 else 0
     if (len(wshp) != 6 or wshp[2:] != [3, 3, c, c] or str(a.kernel_layout) != f"OIHW{c}i{c}o"
             or [int(s) for s in a.strides] != [1, 1]
             or [int(d) for d in a.dilation] != [1, 1] or [int(p) for p in a.padding] != [1, 1, 1, 1]):
