@@ -23,6 +23,7 @@ from tvm import relax
 from tvm.ir.expr import GenericConst
 
 from .module_map import rewrite_functions
+from .winograd import geometry as winograd_geometry
 
 DTYPES = {"fp16": ("float16", np.float16), "bf16": ("bfloat16", ml_dtypes.bfloat16)}
 OPS = ("relax.nn.conv2d", "relax.matmul")
@@ -48,8 +49,7 @@ class _Cast(relax.PyExprMutator):
         x, w = [int(v) for v in call.args[0].ty.shape.values], [int(v) for v in call.args[1].ty.shape.values]
         if str(a.data_layout) != "NCHW" or str(a.kernel_layout) != "OIHW" or len(x) != 4 or len(w) != 4:
             return True
-        winograd = ("Winograd" in self.kernels and w[2:] == [3, 3] and [int(s) for s in a.strides] == [1, 1]
-                    and [int(p) for p in a.padding] == [1, 1, 1, 1])
+        winograd = "Winograd" in self.kernels and winograd_geometry(a, w[2:])
         return bool(w[0] % BLOCK or w[1] % BLOCK or any(int(d) != 1 for d in a.dilation) or (x[0] != 1 and not winograd))
 
     def _cast(self, e):

@@ -28,6 +28,12 @@ PRIMFUNC = "winograd_conv2d"  # name hint of the kernels (FuseEpilogue anchors o
 REDUCED = {"bfloat16": ml_dtypes.bfloat16, "float16": np.float16}  # MixedPrecision's operand types
 
 
+def geometry(attrs, kernel: list[int]) -> bool:
+    """A 3x3 kernel, stride 1, dilation 1, padding 1: the convs Winograd computes (in any layout)."""
+    return (list(kernel) == [3, 3] and [int(s) for s in attrs.strides] == [1, 1] and [int(d) for d in attrs.dilation] == [1, 1]
+            and [int(p) for p in attrs.padding] == [1, 1, 1, 1])
+
+
 def applies(call, reduced: bool = False) -> int | None:
     """The output tile size for this conv2d call, or None when Winograd does not apply. `reduced`:
     the call is a MixedPrecision conv whose data has a float32 source (float32_source)."""
@@ -38,9 +44,7 @@ def applies(call, reduced: bool = False) -> int | None:
     if c is None or str(a.out_layout) != str(a.data_layout):
         return None
     shp, wshp = [int(v) for v in x.shape.values], list(w.value.shape)
-    if (len(wshp) != 6 or wshp[2:] != [3, 3, c, c] or str(a.kernel_layout) != f"OIHW{c}i{c}o"
-            or [int(s) for s in a.strides] != [1, 1]
-            or [int(d) for d in a.dilation] != [1, 1] or [int(p) for p in a.padding] != [1, 1, 1, 1]):
+    if len(wshp) != 6 or wshp[4:] != [c, c] or str(a.kernel_layout) != f"OIHW{c}i{c}o" or not geometry(a, wshp[2:4]):
         return None
     return tile_size(shp[2], shp[3]) if min(shp[2], shp[3]) >= 2 else None
 
