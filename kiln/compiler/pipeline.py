@@ -30,11 +30,16 @@ class PassSpec:
     graph: bool = True  # Kiln's graph passes (before lowering); ops_after is measured after them
 
 
+def _vdpbf16ps(o) -> bool:
+    """bf16 convs can run on Kiln's vdpbf16ps kernel (BF16ConvKernel): bf16 on a CPU with AVX512-BF16."""
+    return o.precision == "bf16" and "avx512bf16" in o.target.required_features()
+
+
 def _conv_kernels(o) -> frozenset:
     """The passes of this build that give reduced-precision convs a kernel of their own (MixedPrecision
     converts only what they take): under bf16, BF16ConvKernel where the CPU has AVX512-BF16 and convs run blocked."""
     on = {s.name for s in pipeline_for(o.target.kind, o.opt_level, o.disabled_passes)}
-    if not (o.precision == "bf16" and "avx512bf16" in o.target.required_features() and o.layout == "NCHWc" and "BF16ConvKernel" in on):
+    if not (_vdpbf16ps(o) and o.layout == "NCHWc" and "BF16ConvKernel" in on):
         return frozenset()
     return frozenset(on & {"BF16ConvKernel", "Winograd"})
 
@@ -51,7 +56,7 @@ CPU_PIPELINE: list[PassSpec] = [
     PassSpec("NarrowBlockLayout", lambda o: kp.NarrowBlockLayout(o.layout, vector_block(o.target.required_features())), 2),
     PassSpec("PropagateBlockedLayout", lambda o: kp.PropagateBlockedLayout(o.layout), 2),
     PassSpec("Winograd", lambda o: kp.Winograd(min_reduced_tile=4 if "BF16ConvKernel" in _conv_kernels(o) else 2), 2),
-    PassSpec("BF16ConvKernel", lambda o: kp.BF16ConvKernel() if o.precision == "bf16" and "avx512bf16" in o.target.required_features() else None, 2),  # the bf16 convs Winograd did not take
+    PassSpec("BF16ConvKernel", lambda o: kp.BF16ConvKernel() if _vdpbf16ps(o) else None, 2),  # the bf16 convs Winograd did not take
     PassSpec("FuseDepthwisePointwise", lambda o: kp.FuseDepthwisePointwise(), 2),
     PassSpec("PackDenseWeights", lambda o: kp.PackDenseWeights(vector_block(o.target.required_features())), 2),
     PassSpec("DeadCode", lambda o: kp.DeadCode(), 1),
