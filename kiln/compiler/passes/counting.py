@@ -1,11 +1,16 @@
 """Shared by Kiln's passes: each records what it did in `self.stats`, which the report reads."""
 from __future__ import annotations
 
+import ml_dtypes
+import numpy as np
 import tvm
 from tvm import relax
 from tvm.ir.expr import GenericConst
 
 from ..analysis import _calls
+
+
+REDUCED_TYPES = {"fp16": ("float16", np.float16), "bf16": ("bfloat16", ml_dtypes.bfloat16)}  # --precision: (TVM, numpy) type
 
 
 def count_calls(mod: tvm.IRModule) -> int:

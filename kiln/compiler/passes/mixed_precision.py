@@ -16,16 +16,14 @@ MobileNetV2, 2 threads: converting every conv made it 1.4x slower than float32; 
 ops converted, `mixed_precision_kept` the ones left in float32."""
 from __future__ import annotations
 
-import ml_dtypes
-import numpy as np
 import tvm
 from tvm import relax
 from tvm.ir.expr import GenericConst
 
+from .counting import REDUCED_TYPES
 from .module_map import rewrite_functions
 from .winograd import geometry as winograd_geometry
 
-DTYPES = {"fp16": ("float16", np.float16), "bf16": ("bfloat16", ml_dtypes.bfloat16)}
 OPS = ("relax.nn.conv2d", "relax.matmul")
 BLOCK = 16  # the channel block of the vdpbf16ps kernel (NCHW16c)
 
@@ -78,7 +76,7 @@ class _Cast(relax.PyExprMutator):
 @tvm.transform.module_pass(opt_level=1, name="MixedPrecision")
 class MixedPrecision:
     def __init__(self, precision: str, kernels=frozenset()):
-        self.dtype, self.np_dtype = DTYPES[precision]
+        self.dtype, self.np_dtype = REDUCED_TYPES[precision]
         self.kernels = frozenset(kernels)
         self.stats = {"mixed_precision_ops": 0, "mixed_precision_kept": 0}
 

@@ -14,18 +14,17 @@ float32 rate, and its weights are 1.8x smaller).
 `stats["winograd_convs"]` counts the convs it took; `--disable-pass Winograd` keeps direct convs."""
 from __future__ import annotations
 
-import ml_dtypes
 import numpy as np
 import tvm
 from tvm import relax
 from tvm.ir.expr import GenericConst
 
 from ..winograd import conv2d_winograd_nchwc, tile_size, transform_weight
-from .counting import bound_call, float32_conv, nchwc_block
+from .counting import REDUCED_TYPES, bound_call, float32_conv, nchwc_block
 from .module_map import rewrite_calls
 
 PRIMFUNC = "winograd_conv2d"  # name hint of the kernels (FuseEpilogue anchors on it)
-REDUCED = {"bfloat16": ml_dtypes.bfloat16, "float16": np.float16}  # MixedPrecision's operand types
+REDUCED = dict(REDUCED_TYPES.values())  # MixedPrecision's operand types, by TVM name
 
 
 def geometry(attrs, kernel: list[int]) -> bool:
