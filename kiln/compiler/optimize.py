@@ -15,7 +15,7 @@ from .passes.convert_layout import count_layout_transforms
 from .pipeline import pipeline_for
 
 COUNTERS = ("batchnorm_folded", "constants_folded", "noops_removed", "layout_transforms", "epilogues_fused", "dead_removed",
-            "kernels_scheduled", "kernels_unscheduled", "tuned_kernels", "tuned_coverage", "qdq_lowered", "mixed_precision_ops", "mixed_precision_kept", "bf16_kernel_convs",
+            "kernels_scheduled", "kernels_unscheduled", "tuned_kernels", "tuned_coverage", "qdq_lowered", "mixed_precision_ops", "mixed_precision_kept", "bf16_kernel_convs", "bf16_epilogues_fused",
             "winograd_convs", "dense_packed", "depthwise_fused")
 
 

@@ -57,6 +57,7 @@ CPU_PIPELINE: list[PassSpec] = [
     PassSpec("PropagateBlockedLayout", lambda o: kp.PropagateBlockedLayout(o.layout), 2),
     PassSpec("Winograd", lambda o: kp.Winograd(min_reduced_tile=4 if "BF16ConvKernel" in _conv_kernels(o) else 2), 2),
     PassSpec("BF16ConvKernel", lambda o: kp.BF16ConvKernel() if _vdpbf16ps(o) else None, 2),  # the bf16 convs Winograd did not take
+    PassSpec("FuseBF16Epilogue", lambda o: kp.FuseBF16Epilogue() if _vdpbf16ps(o) else None, 2),
     PassSpec("FuseDepthwisePointwise", lambda o: kp.FuseDepthwisePointwise(), 2),
     PassSpec("PackDenseWeights", lambda o: kp.PackDenseWeights(vector_block(o.target.required_features())), 2),
     PassSpec("DeadCode", lambda o: kp.DeadCode(), 1),

@@ -12,7 +12,7 @@ from helpers import ort_run
 # passes with work to do on these float models in NHWC (LowerQDQ, Quantize, MixedPrecision and
 # BF16ConvKernel act only on quantized models or when asked: tests/compiler/test_quantize.py; the
 # NCHWc-only passes are disabled in turn in tests/compiler/test_propagate_layout.py and test_winograd.py)
-QUANT_ROWS = ("LowerQDQ", "Quantize", "MixedPrecision", "BF16ConvKernel")
+QUANT_ROWS = ("LowerQDQ", "Quantize", "MixedPrecision", "BF16ConvKernel", "FuseBF16Epilogue")
 NCHWC_ROWS = ("NarrowBlockLayout", "PropagateBlockedLayout", "Winograd")
 OPTIONAL = list(dict.fromkeys(s.name for s in CPU_PIPELINE if not s.required and s.name not in QUANT_ROWS + NCHWC_ROWS))
 SMALL = {

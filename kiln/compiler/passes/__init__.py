@@ -5,6 +5,7 @@ from .convert_layout import ConvertLayout
 from .dead_code import DeadCode
 from .fold_batchnorm import FoldBatchNorm
 from .fold_constants import FoldConstants
+from .fuse_bf16_epilogue import FuseBF16Epilogue
 from .fuse_depthwise_pointwise import FuseDepthwisePointwise
 from .fuse_epilogue import FuseEpilogue
 from .lift_weights import LiftWeights
@@ -16,4 +17,4 @@ from .propagate_blocked_layout import PropagateBlockedLayout
 from .remove_noops import RemoveNoOps
 from .winograd import Winograd
 
-__all__ = ["BF16ConvKernel", "CanonicalizeClip", "ConvertLayout", "DeadCode", "FoldBatchNorm", "FoldConstants", "FuseDepthwisePointwise", "FuseEpilogue", "LiftWeights", "LowerQDQ", "MixedPrecision", "NarrowBlockLayout", "PackDenseWeights", "PropagateBlockedLayout", "RemoveNoOps", "Winograd"]
+__all__ = ["BF16ConvKernel", "CanonicalizeClip", "ConvertLayout", "DeadCode", "FoldBatchNorm", "FoldConstants", "FuseBF16Epilogue", "FuseDepthwisePointwise", "FuseEpilogue", "LiftWeights", "LowerQDQ", "MixedPrecision", "NarrowBlockLayout", "PackDenseWeights", "PropagateBlockedLayout", "RemoveNoOps", "Winograd"]

@@ -3,12 +3,16 @@ that uses AVX512-BF16's vdpbf16ps (kiln/schedules/kernels/bf16_conv.c): TVM 0.27
 instruction (its LLVM code generator has no bfloat vector type and its TIR pipeline computes bf16 in
 fp32). Each conv2d becomes a call_tir to a PrimFunc that calls the kernel once per output row, rows
 in parallel on TVM's thread pool; weights are packed here, at compile time, into the kernel's
-[O/16, I/16, KH, KW, 8, 16, 2] layout. The bias/activation epilogue stays in TVM (fused there).
+[O/16, I/16, KH, KW, 8, 16, 2] layout. It writes float32; FuseBF16Epilogue then moves the bias,
+residual, ReLU and bf16 cast that follow into the kernel (Epilogue).
 `stats["bf16_kernel_convs"]` counts the convs it took."""
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import tvm
+import tvm.script
 from tvm import relax
 from tvm.ir.expr import GenericConst
 
@@ -17,20 +21,46 @@ from .module_map import rewrite_calls
 EXTERN = "kiln_bf16_conv"  # name of the PrimFuncs that call the C kernel (their library must link it)
 
 
-def kernel_func(data_shape, packed_shape, strides, padding):
-    from tvm.script import tirx as T
+@dataclasses.dataclass(frozen=True)
+class Epilogue:
+    """What the C kernel does to each output tile as it stores it (kiln_bf16_conv2d_nchw16c's flags):
+    + bias, + residual, ReLU, in that order; written in float32 and/or bf16."""
+    bias: bool = False
+    residual: bool = False
+    relu: bool = False
+    float32: bool = True
+    bf16: bool = False
+
+    @property
+    def flags(self) -> int:  # bf16_conv.c: EP_BIAS, EP_RES, EP_RELU, EP_F32, EP_BF16
+        return self.bias | self.residual << 1 | self.relu << 2 | self.float32 << 3 | self.bf16 << 4
+
+
+def kernel_func(data_shape, packed_shape, strides, padding, epilogue: Epilogue = Epilogue()):
+    """(PrimFunc calling the C kernel once per output row, output shape). Its parameters: data, packed
+    weights, then the epilogue's bias [1, O/16, 1, 1, 16] and residual (float32, the output's shape) where
+    it has them, then its outputs (float32, bf16). The conv's geometry is kept in the `kiln.bf16_conv`
+    attribute so FuseBF16Epilogue can rebuild the function with an epilogue."""
     _, ib, h, w, _ = data_shape
     ob, _, kh, kw, _, _, _ = packed_shape
     (sh, sw), (pt, pl, pb, pr) = strides, padding
     oh, ow = (h + pt + pb - kh) // sh + 1, (w + pl + pr - kw) // sw + 1
-
-    @T.prim_func
-    def func(data: T.Buffer(data_shape, "bfloat16"), packed: T.Buffer(packed_shape, "bfloat16"), out: T.Buffer((1, ob, oh, ow, 16), "float32")):
-        T.func_attr({"tirx.noalias": True, "tirx.is_scheduled": True, "op_pattern": 8})  # 8: opaque, FuseOps leaves it alone
-        for r in T.parallel(oh):
-            T.evaluate(T.call_extern("int32", "kiln_bf16_conv2d_nchw16c", data.data, packed.data, out.data, ib, h, w, oh, ow, kh, kw,
-                                     sh, sw, pt, pl, 0, ob, r))
-    return func, (1, ob, oh, ow, 16)
+    out_shape = (1, ob, oh, ow, 16)
+    params = [("data", tuple(data_shape), "bfloat16"), ("packed", tuple(packed_shape), "bfloat16")]
+    params += [("bias", (1, ob, 1, 1, 16), "float32")] * epilogue.bias + [("res", out_shape, "float32")] * epilogue.residual
+    params += [("out", out_shape, "float32")] * epilogue.float32 + [("out16", out_shape, "bfloat16")] * epilogue.bf16
+    names = {n for n, _, _ in params}
+    ptr = [f"{n}.data" if n in names else "data.data" for n in ("bias", "res", "out", "out16")]  # absent: never read (flags)
+    geometry = [sh, sw, pt, pl, pb, pr]
+    src = f"""
+@T.prim_func
+def func({", ".join(f'{n}: T.Buffer({s}, "{d}")' for n, s, d in params)}):
+    T.func_attr({{"tirx.noalias": True, "tirx.is_scheduled": True, "op_pattern": 8, "kiln.bf16_conv": {geometry}, "kiln.bf16_epilogue": {epilogue.flags}}})
+    for r in T.parallel({oh}):
+        T.evaluate(T.call_extern("int32", "kiln_bf16_conv2d_nchw16c", data.data, packed.data, {", ".join(ptr)}, {epilogue.flags},
+                                 {ib}, {h}, {w}, {oh}, {ow}, {kh}, {kw}, {sh}, {sw}, {pt}, {pl}, 0, {ob}, r))
+"""  # 8: opaque, FuseOps leaves it alone
+    return tvm.script.from_source(src), out_shape
 
 
 def applies(call) -> bool:

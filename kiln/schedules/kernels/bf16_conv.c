@@ -6,8 +6,11 @@
  *
  * data  [IB, H, W, 16]              bf16 bits (one image)
  * w     [OB, IB, KH, KW, 8, 16, 2]  bf16 bits: input-channel pairs x 16 outputs x 2
- * out   [OB, OH, OW, 16]            fp32; output-channel blocks [ob0, ob1) are written
+ * out   [OB, OH, OW, 16]            fp32 (EP_F32) and/or out16, the same in bf16 bits (EP_BF16);
+ *                                   output-channel blocks [ob0, ob1) are written
  * Padding is implicit: rows outside the image are skipped, columns outside it read zeros.
+ * Epilogue, applied in registers as each tile is stored (kiln/compiler/passes/fuse_bf16_epilogue.py):
+ * + bias [OB, 16] (EP_BIAS), + res [OB, OH, OW, 16] fp32 (EP_RES), max(0, .) (EP_RELU), in this order.
  *
  * One function per (NB, T), so every accumulator index is a constant and the NB x T accumulators stay
  * in registers (with a run-time pixel count they lived on the stack: a load and a store around every
@@ -17,10 +20,19 @@
 
 #define TILE 8
 
+enum { EP_BIAS = 1, EP_RES = 2, EP_RELU = 4, EP_F32 = 8, EP_BF16 = 16 };  /* kiln/compiler/passes/bf16_conv_kernel.py: Epilogue */
+
+typedef struct {
+  const float *bias, *res;
+  float *out;
+  uint16_t *out16;
+  int flags;
+} epilogue;
+
 static const uint16_t ZEROS[16] __attribute__((aligned(64))) = {0};
 
 #define DEFINE_TILE(NB, T)                                                                                                     \
-  static void tile##NB##_##T(const uint16_t *data, const uint16_t *w, float *out, int IB, int H, int W, int OH, int OW, int KH,  \
+  static void tile##NB##_##T(const uint16_t *data, const uint16_t *w, const epilogue *ep, int IB, int H, int W, int OH, int OW, int KH,  \
                              int KW, int SH, int SW, int PT, int PL, int ob, int oh, int ow0) {                                  \
     __m512 acc[NB][T];                                                                                                         \
     for (int b = 0; b < NB; ++b)                                                                                               \
@@ -49,9 +61,17 @@ static const uint16_t ZEROS[16] __attribute__((aligned(64))) = {0};
         }                                                                                                                      \
       }                                                                                                                        \
     }                                                                                                                          \
+    const int flags = ep->flags;                                                                                               \
     for (int b = 0; b < NB; ++b) {                                                                                             \
-      float *o = out + (((int64_t)(ob + b) * OH + oh) * OW + ow0) * 16;                                                        \
-      for (int t = 0; t < T; ++t) _mm512_storeu_ps(o + t * 16, acc[b][t]);                                                     \
+      const int64_t o = (((int64_t)(ob + b) * OH + oh) * OW + ow0) * 16;                                                       \
+      const __m512 bias = flags & EP_BIAS ? _mm512_loadu_ps(ep->bias + (int64_t)(ob + b) * 16) : _mm512_setzero_ps();          \
+      for (int t = 0; t < T; ++t) {                                                                                            \
+        __m512 v = _mm512_add_ps(acc[b][t], bias);                                                                             \
+        if (flags & EP_RES) v = _mm512_add_ps(v, _mm512_loadu_ps(ep->res + o + t * 16));                                       \
+        if (flags & EP_RELU) v = _mm512_max_ps(v, _mm512_setzero_ps());                                                        \
+        if (flags & EP_F32) _mm512_storeu_ps(ep->out + o + t * 16, v);                                                         \
+        if (flags & EP_BF16) _mm256_storeu_si256((__m256i *)(ep->out16 + o + t * 16), (__m256i)_mm512_cvtneps_pbh(v));          \
+      }                                                                                                                        \
     }                                                                                                                          \
   }
 
@@ -60,16 +80,18 @@ static const uint16_t ZEROS[16] __attribute__((aligned(64))) = {0};
 DEFINE_TILES(1)
 DEFINE_TILES(2)
 
-typedef void (*tile_fn)(const uint16_t *, const uint16_t *, float *, int, int, int, int, int, int, int, int, int, int, int, int, int, int);
+typedef void (*tile_fn)(const uint16_t *, const uint16_t *, const epilogue *, int, int, int, int, int, int, int, int, int, int, int, int, int, int);
 static const tile_fn TILES[2][TILE] = {{tile1_1, tile1_2, tile1_3, tile1_4, tile1_5, tile1_6, tile1_7, tile1_8},
                                        {tile2_1, tile2_2, tile2_3, tile2_4, tile2_5, tile2_6, tile2_7, tile2_8}};
 
-int kiln_bf16_conv2d_nchw16c(const uint16_t *data, const uint16_t *w, float *out, int IB, int H, int W, int OH, int OW, int KH, int KW,
-                             int SH, int SW, int PT, int PL, int ob0, int ob1, int oh) {
+int kiln_bf16_conv2d_nchw16c(const uint16_t *data, const uint16_t *w, const float *bias, const float *res, float *out, uint16_t *out16,
+                             int flags, int IB, int H, int W, int OH, int OW, int KH, int KW, int SH, int SW, int PT, int PL, int ob0,
+                             int ob1, int oh) {
+  const epilogue ep = {bias, res, out, out16, flags};
   for (int ob = ob0; ob < ob1; ob += 2)
     for (int ow0 = 0; ow0 < OW; ow0 += TILE) {
       int T = OW - ow0 < TILE ? OW - ow0 : TILE;
-      TILES[ob + 1 < ob1][T - 1](data, w, out, IB, H, W, OH, OW, KH, KW, SH, SW, PT, PL, ob, oh, ow0);
+      TILES[ob + 1 < ob1][T - 1](data, w, &ep, IB, H, W, OH, OW, KH, KW, SH, SW, PT, PL, ob, oh, ow0);
     }
   return 0;
 }

@@ -1,0 +1,155 @@
+"""FuseBF16Epilogue: the bias add, residual add, ReLU and bf16 cast that follow a BF16ConvKernel conv
+run inside its C kernel, on each output tile while it is in registers, instead of as TVM kernels that
+read the float32 result back from memory and write it again (ResNet-50 bf16: 24 such epilogue and cast
+kernels). From each kernel call it follows the chain of single uses [+ bias constant] -> [+ residual
+tensor] -> [ReLU]; the chain's value is written in bf16 for the casts to bf16 that read it and in
+float32 where anything else does (a residual add further on, a float32 conv): one output or both.
+`stats["bf16_epilogues_fused"]` counts the kernels that took an epilogue."""
+from __future__ import annotations
+
+import tvm
+from tvm import relax
+from tvm.ir.expr import GenericConst
+
+from ..analysis import var_uses
+from .bf16_conv_kernel import EXTERN, Epilogue, kernel_func
+from .module_map import rewrite_functions
+
+CALL_TIR = tvm.ir.Op.get("relax.call_tir")
+
+
+def _kernel(mod, value):
+    """The BF16ConvKernel PrimFunc a binding's value calls without an epilogue yet, else None."""
+    if not (isinstance(value, relax.Call) and value.op.same_as(CALL_TIR) and isinstance(value.args[0], tvm.ir.GlobalVar)):
+        return None
+    func = mod[value.args[0]] if EXTERN in value.args[0].name_hint else None
+    if func is None or func.attrs is None or "kiln.bf16_conv" not in func.attrs:
+        return None
+    return func if int(func.attrs["kiln.bf16_epilogue"]) == Epilogue().flags else None
+
+
+def _op(value, name: str) -> bool:
+    return isinstance(value, relax.Call) and isinstance(value.op, tvm.ir.Op) and value.op.name == name
+
+
+def _tensor(e) -> tuple | None:
+    ty = e.ty
+    if isinstance(ty, relax.TensorType) and ty.shape is not None:
+        try:
+            return tuple(int(v) for v in ty.shape.values), str(ty.dtype)
+        except TypeError:
+            return None
+    return None
+
+
+def _users(bindings) -> dict:
+    """Var -> indices of the bindings whose value reads it."""
+    users: dict = {}
+    for i, b in enumerate(bindings):
+        seen = set()
+        relax.analysis.post_order_visit(b.value, lambda e: seen.add(e) if isinstance(e, relax.Var) else None)
+        for v in seen:
+            users.setdefault(v, []).append(i)
+    return users
+
+
+def _chain(bindings, i, uses, users, claimed):
+    """Follow binding i's kernel output through single uses: (bias, residual, relu, chain indices)."""
+    out = _tensor(bindings[i].var)
+    bias = residual = None
+    relu = False
+    chain = [i]
+    cur = bindings[i].var
+    while uses.get(cur, 0) == 1 and len(users.get(cur, [])) == 1 and not relu:
+        j = users[cur][0]
+        if j in claimed:
+            break
+        value = bindings[j].value
+        if _op(value, "relax.add") and len(value.args) == 2:
+            other = value.args[1] if value.args[0].same_as(cur) else value.args[0]
+            if other.same_as(cur):
+                break
+            if bias is None and residual is None and isinstance(other, GenericConst) and _tensor(other) == ((1, out[0][1], 1, 1, 16), "float32"):
+                bias = other
+            elif residual is None and isinstance(other, relax.Var) and _tensor(other) == out:
+                residual = other
+            else:
+                break
+        elif _op(value, "relax.nn.relu"):
+            relu = True
+        else:
+            break
+        chain.append(j)
+        cur = bindings[j].var
+    return bias, residual, relu, chain
+
+
+def _fuse_block(mod, builder, block, uses, stats):
+    bindings = list(block.bindings)
+    users = _users(bindings)
+    claimed: set = set()
+    replace: dict = {}  # binding index -> the bindings that take its place ([] drops it)
+    for i, b in enumerate(bindings):
+        func = _kernel(mod, b.value) if i not in claimed else None
+        if func is None:
+            continue
+        bias, residual, relu, chain = _chain(bindings, i, uses, users, claimed)
+        final = bindings[chain[-1]].var
+        casts = [k for k in users.get(final, []) if _op(bindings[k].value, "relax.astype") and str(bindings[k].value.attrs.dtype) == "bfloat16"
+                 and k not in claimed]
+        if len(chain) == 1 and not casts:
+            continue
+        ep = Epilogue(bias is not None, residual is not None, relu, float32=uses.get(final, 0) > len(casts), bf16=bool(casts))
+        data, packed = b.value.args[1].fields
+        geometry = [int(v) for v in func.attrs["kiln.bf16_conv"]]
+        new, out_shape = kernel_func(_tensor(data)[0], _tensor(packed)[0], geometry[:2], geometry[2:], ep)
+        gv = builder.add_func(new.without_attr("global_symbol"), EXTERN)
+        args = [data, packed] + [bias] * ep.bias + [residual] * ep.residual
+        types = [relax.TensorType(list(out_shape), "float32")] * ep.float32 + [relax.TensorType(list(out_shape), "bfloat16")] * ep.bf16
+        call = relax.call_tir(gv, args, types if len(types) > 1 else types[0])
+        claimed.update(chain, casts)
+        for k in chain[:-1]:
+            replace[k] = []
+        if len(types) == 1:  # the call is the one value: bound to the chain's var, or to the first cast
+            first = final if ep.float32 else bindings[casts[0]].var
+            replace[chain[-1]] = [relax.VarBinding(first, call)] if ep.float32 else []
+            if not ep.float32:
+                replace[casts[0]] = [relax.VarBinding(first, call)]
+            for k in casts[0 if ep.float32 else 1:]:
+                replace[k] = [relax.VarBinding(bindings[k].var, first)]
+        else:
+            both = relax.DataflowVar(f"{final.name}_ep", relax.TupleType(types))
+            replace[chain[-1]] = [relax.VarBinding(both, call), relax.VarBinding(final, relax.TupleGetItem(both, 0))]
+            for k in casts:
+                replace[k] = [relax.VarBinding(bindings[k].var, relax.TupleGetItem(both, 1))]
+        stats["bf16_epilogues_fused"] += 1
+    if not replace:
+        return block
+    new_bindings = [nb for i, b in enumerate(bindings) for nb in replace.get(i, [b])]
+    return relax.DataflowBlock(new_bindings) if isinstance(block, relax.DataflowBlock) else relax.BindingBlock(new_bindings)
+
+
+@tvm.transform.module_pass(opt_level=2, name="FuseBF16Epilogue")
+class FuseBF16Epilogue:
+    def __init__(self):
+        self.stats = {"bf16_epilogues_fused": 0}
+
+    def transform_module(self, mod: tvm.IRModule, ctx) -> tvm.IRModule:
+        if not any(EXTERN in gv.name_hint for gv in mod.get_global_vars()):
+            return mod
+        builder = relax.BlockBuilder(mod)
+
+        def rewrite(f):
+            if not isinstance(f.body, relax.SeqExpr):
+                return f
+            uses = var_uses(f)
+            blocks = [_fuse_block(mod, builder, blk, uses, self.stats) for blk in f.body.blocks]
+            return relax.Function(f.params, relax.SeqExpr(blocks, f.body.body), f.ret_ty, f.is_pure, f.attrs)
+
+        out = rewrite_functions(mod, rewrite)
+        if not self.stats["bf16_epilogues_fused"]:
+            return mod
+        for gv, f in builder.get().functions.items():
+            if gv.name_hint not in {g.name_hint for g in mod.get_global_vars()}:
+                out[gv] = f
+        return relax.transform.DeadCodeElimination(["main"])(out)
