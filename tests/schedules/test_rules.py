@@ -7,7 +7,7 @@ import tvm_ffi
 from tvm import relax, s_tir, tirx
 
 from kiln.compiler.legalize import LEGALIZE
-from kiln.schedules import RULES, classify
+from kiln.schedules import RULES, classify, rules
 
 TARGET = tvm.target.Target({"kind": "llvm"})
 
@@ -108,6 +108,12 @@ def _workloads():
     yield ("max_pool", "pool", lambda bb: relax.op.nn.max_pool2d(vp, pool_size=[2, 2], strides=[2, 2]), [vp], [p],
            p.reshape(1, 8, 6, 2, 6, 2).max(axis=(3, 5)))
     yield "mean", "reduction", lambda bb: relax.op.mean(vp, axis=[2, 3]), [vp], [p], p.mean(axis=(2, 3))
+    # ResNet's stem pool: 3x3, stride 2, padding 1 (strided lanes: unrolled scalars); 13 wide -> 7 outputs
+    q = rnd(1, 8, 13, 13, seed=13)
+    vq = _var("q", (1, 8, 13, 13))
+    qp = np.pad(q, [(0, 0), (0, 0), (1, 1), (1, 1)], constant_values=-np.inf)
+    yield ("max_pool_3x3s2", "pool", lambda bb: relax.op.nn.max_pool2d(vq, pool_size=[3, 3], strides=[2, 2], padding=[1, 1]), [vq], [q],
+           np.max([qp[:, :, i:i + 13:2, j:j + 13:2] for i in range(3) for j in range(3)], axis=0))
 
     s = rnd(6, 40)
     vs = _var("s", (6, 40))
@@ -233,3 +239,18 @@ def test_depthwise_pointwise_rule(k, stride, clamp, o):
     assert ref.shape == (1, o, oh, ow)
     np.testing.assert_allclose(_run(sch.mod["main"], inputs), blocked(ref, 8), rtol=1e-4, atol=1e-4)
     np.testing.assert_allclose(_run(func, inputs), blocked(ref, 8), rtol=1e-4, atol=1e-4)
+
+
+def test_strided_lanes_are_detected():
+    """A stride-2 NCHW pool reads W with a stride over its last spatial iterator (its lanes would gather:
+    they run as unrolled scalars); a blocked conv reads its lanes contiguously."""
+    vq = _var("q", (1, 8, 13, 13))
+    vx, vw = _var("x", (1, 1, 9, 9, 16)), _var("w", (2, 1, 3, 3, 16, 16))
+    cases = [(lambda bb: relax.op.nn.max_pool2d(vq, pool_size=[3, 3], strides=[2, 2], padding=[1, 1]), [vq], True),
+             (lambda bb: relax.op.nn.max_pool2d(vq, pool_size=[3, 3], strides=[1, 1], padding=[1, 1]), [vq], False),
+             (lambda bb: relax.op.nn.conv2d(vx, vw, strides=[2, 2], padding=[1, 1], data_layout="NCHW16c", kernel_layout="OIHW16i16o"), [vx, vw], False)]
+    for body, params, strided in cases:
+        sch = s_tir.Schedule(_kernel(body, params))
+        _, anchor = classify(sch)
+        rules.inline_all_but(sch, [anchor])
+        assert rules._strided_lanes(sch, anchor) == strided
