@@ -1,9 +1,9 @@
 """BF16ConvKernel: run bf16 convolutions (after MixedPrecision, in NCHW16c) on Kiln's C micro-kernel
 that uses AVX512-BF16's vdpbf16ps (kiln/schedules/kernels/bf16_conv.c): TVM 0.27 cannot emit that
 instruction (its LLVM code generator has no bfloat vector type and its TIR pipeline computes bf16 in
-fp32). Each conv2d becomes a call_tir to a PrimFunc that calls the kernel once per output row, rows
-in parallel on TVM's thread pool; weights are packed here, at compile time, into the kernel's
-[O/16, I/16, KH, KW, 8, 16, 2] layout. It writes float32; FuseBF16Epilogue then moves the bias,
+fp32). Each conv2d becomes a call_tir to a PrimFunc that calls the kernel per output row, in parallel
+on TVM's thread pool over pairs of output-channel blocks (or over rows, where channels are few);
+weights are packed here, at compile time, into the kernel's [O/16, I/16, KH, KW, 8, 16, 2] layout. It writes float32; FuseBF16Epilogue then moves the bias,
 residual, ReLU and bf16 cast that follow into the kernel (Epilogue).
 `stats["bf16_kernel_convs"]` counts the convs it took."""
 from __future__ import annotations
@@ -18,6 +18,7 @@ from tvm.ir.expr import GenericConst
 
 from .module_map import rewrite_calls
 
+CHANNEL_TASKS = 16  # output-channel pairs that make enough tasks to parallelize over (else rows, unless there are fewer rows)
 EXTERN = "kiln_bf16_conv"  # name of the PrimFuncs that call the C kernel (their library must link it)
 
 
@@ -37,7 +38,8 @@ class Epilogue:
 
 
 def kernel_func(data_shape, packed_shape, strides, padding, epilogue: Epilogue = Epilogue()):
-    """(PrimFunc calling the C kernel once per output row, output shape). Its parameters: data, packed
+    """(PrimFunc calling the C kernel once per output row and task, output shape): tasks are pairs of output-
+    channel blocks where there are enough of them, else rows. Its parameters: data, packed
     weights, then the epilogue's bias [1, O/16, 1, 1, 16] and residual (float32, the output's shape) where
     it has them, then its outputs (float32, bf16). The conv's geometry is kept in the `kiln.bf16_conv`
     attribute so FuseBF16Epilogue can rebuild the function with an epilogue."""
@@ -52,13 +54,21 @@ def kernel_func(data_shape, packed_shape, strides, padding, epilogue: Epilogue =
     names = {n for n, _, _ in params}
     ptr = [f"{n}.data" if n in names else "data.data" for n in ("bias", "res", "out", "out16")]  # absent: never read (flags)
     geometry = [sh, sw, pt, pl, pb, pr]
+    pairs = -(-ob // 2)
+    if pairs >= min(CHANNEL_TASKS, oh):  # tasks: pairs of output-channel blocks, each over every row: each weight is read once
+        # (alone, 2 threads, weights cold: 1x1 512->2048 at 7x7 0.41 -> 0.31 ms, 3x3 512 at 7x7 0.63 -> 0.61, 256->1024 at 14x14 0.33 -> 0.28)
+        loops = f"for c in T.parallel({pairs}):\n        for r in range({oh}):"
+        ob_range = f"c * 2, T.min(c * 2 + 2, {ob})"
+    else:  # tasks: output rows, each over every output channel (few channels: not enough pairs to keep the cores busy)
+        loops = f"for c in range(1):\n        for r in T.parallel({oh}):"
+        ob_range = f"0, {ob}"
     src = f"""
 @T.prim_func
 def func({", ".join(f'{n}: T.Buffer({s}, "{d}")' for n, s, d in params)}):
     T.func_attr({{"tirx.noalias": True, "tirx.is_scheduled": True, "op_pattern": 8, "kiln.bf16_conv": {geometry}, "kiln.bf16_epilogue": {epilogue.flags}}})
-    for r in T.parallel({oh}):
-        T.evaluate(T.call_extern("int32", "kiln_bf16_conv2d_nchw16c", data.data, packed.data, {", ".join(ptr)}, {epilogue.flags},
-                                 {ib}, {h}, {w}, {oh}, {ow}, {kh}, {kw}, {sh}, {sw}, {pt}, {pl}, 0, {ob}, r))
+    {loops}
+            T.evaluate(T.call_extern("int32", "kiln_bf16_conv2d_nchw16c", data.data, packed.data, {", ".join(ptr)}, {epilogue.flags},
+                                     {ib}, {h}, {w}, {oh}, {ow}, {kh}, {kw}, {sh}, {sw}, {pt}, {pl}, {ob_range}, r))
 """  # 8: opaque, FuseOps leaves it alone
     return tvm.script.from_source(src), out_shape
 
