@@ -7,7 +7,7 @@ from onnx import helper
 
 import kiln
 from kiln.compiler.passes.bf16_conv_kernel import kernel_func
-from tests.helpers import make_model, ort_run, rand
+from helpers import make_model, ort_run, rand
 
 
 def _block(c=32, hw=8):
