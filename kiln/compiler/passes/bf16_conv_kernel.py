@@ -25,16 +25,17 @@ EXTERN = "kiln_bf16_conv"  # name of the PrimFuncs that call the C kernel (their
 @dataclasses.dataclass(frozen=True)
 class Epilogue:
     """What the C kernel does to each output tile as it stores it (kiln_bf16_conv2d_nchw16c's flags):
-    + bias, + residual, ReLU, in that order; written in float32 and/or bf16."""
+    + bias, + residual, clamp to [lo, hi] (ReLU: [0, inf], ReLU6: [0, 6]), in that order; written in
+    float32 and/or bf16."""
     bias: bool = False
     residual: bool = False
-    relu: bool = False
+    clamp: tuple[float, float] | None = None
     float32: bool = True
     bf16: bool = False
 
     @property
-    def flags(self) -> int:  # bf16_conv.c: EP_BIAS, EP_RES, EP_RELU, EP_F32, EP_BF16
-        return self.bias | self.residual << 1 | self.relu << 2 | self.float32 << 3 | self.bf16 << 4
+    def flags(self) -> int:  # bf16_conv.c: EP_BIAS, EP_RES, EP_CLAMP, EP_F32, EP_BF16
+        return self.bias | self.residual << 1 | (self.clamp is not None) << 2 | self.float32 << 3 | self.bf16 << 4
 
 
 def kernel_func(data_shape, packed_shape, strides, padding, epilogue: Epilogue = Epilogue()):
@@ -54,6 +55,8 @@ def kernel_func(data_shape, packed_shape, strides, padding, epilogue: Epilogue =
     names = {n for n, _, _ in params}
     ptr = [f"{n}.data" if n in names else "data.data" for n in ("bias", "res", "out", "out16")]  # absent: never read (flags)
     geometry = [sh, sw, pt, pl, pb, pr]
+    lo, hi = (float(v) for v in epilogue.clamp or (0.0, 0.0))
+    bounds = f"T.float32({lo!r}), T.float32({hi!r})".replace("inf", "'inf'")  # TVMScript spells infinity T.float32('inf')
     pairs = -(-ob // 2)
     if pairs >= min(CHANNEL_TASKS, oh):  # tasks: pairs of output-channel blocks, each over every row: each weight is read once
         # (alone, 2 threads, weights cold: 1x1 512->2048 at 7x7 0.41 -> 0.31 ms, 3x3 512 at 7x7 0.63 -> 0.61, 256->1024 at 14x14 0.33 -> 0.28)
@@ -67,7 +70,7 @@ def kernel_func(data_shape, packed_shape, strides, padding, epilogue: Epilogue =
 def func({", ".join(f'{n}: T.Buffer({s}, "{d}")' for n, s, d in params)}):
     T.func_attr({{"tirx.noalias": True, "tirx.is_scheduled": True, "op_pattern": 8, "kiln.bf16_conv": {geometry}, "kiln.bf16_epilogue": {epilogue.flags}}})
     {loops}
-            T.evaluate(T.call_extern("int32", "kiln_bf16_conv2d_nchw16c", data.data, packed.data, {", ".join(ptr)}, {epilogue.flags},
+            T.evaluate(T.call_extern("int32", "kiln_bf16_conv2d_nchw16c", data.data, packed.data, {", ".join(ptr)}, {epilogue.flags}, {bounds},
                                      {ib}, {h}, {w}, {oh}, {ow}, {kh}, {kw}, {sh}, {sw}, {pt}, {pl}, {ob_range}, r))
 """  # 8: opaque, FuseOps leaves it alone
     return tvm.script.from_source(src), out_shape

@@ -1,8 +1,8 @@
-"""FuseBF16Epilogue: the bias add, residual add, ReLU and bf16 cast that follow a BF16ConvKernel conv
+"""FuseBF16Epilogue: the bias add, residual add, ReLU/ReLU6 and bf16 cast that follow a BF16ConvKernel conv
 run inside its C kernel, on each output tile while it is in registers, instead of as TVM kernels that
 read the float32 result back from memory and write it again (ResNet-50 bf16: 24 such epilogue and cast
 kernels). From each kernel call it follows the chain of single uses [+ bias constant] -> [+ residual
-tensor] -> [ReLU]; the chain's value is written in bf16 for the casts to bf16 that read it and in
+tensor] -> [ReLU or clip with constant bounds (ReLU6)]; the chain's value is written in bf16 for the casts to bf16 that read it and in
 float32 where anything else does (a residual add further on, a float32 conv): one output or both.
 `stats["bf16_epilogues_fused"]` counts the kernels that took an epilogue."""
 from __future__ import annotations
@@ -53,14 +53,22 @@ def _users(bindings) -> dict:
     return users
 
 
+def _clamp(value) -> tuple[float, float] | None:
+    """The [lo, hi] of a ReLU or of a clip with constant bounds (ReLU6), else None."""
+    if _op(value, "relax.nn.relu"):
+        return 0.0, float("inf")
+    if _op(value, "relax.clip") and all(isinstance(a, tvm.tirx.FloatImm | tvm.tirx.IntImm) for a in value.args[1:3]):
+        return float(value.args[1].value), float(value.args[2].value)
+    return None
+
+
 def _chain(bindings, i, uses, users, claimed):
-    """Follow binding i's kernel output through single uses: (bias, residual, relu, chain indices)."""
+    """Follow binding i's kernel output through single uses: (bias, residual, clamp, chain indices)."""
     out = _tensor(bindings[i].var)
-    bias = residual = None
-    relu = False
+    bias = residual = clamp = None
     chain = [i]
     cur = bindings[i].var
-    while uses.get(cur, 0) == 1 and len(users.get(cur, [])) == 1 and not relu:
+    while uses.get(cur, 0) == 1 and len(users.get(cur, [])) == 1 and clamp is None:
         j = users[cur][0]
         if j in claimed:
             break
@@ -75,13 +83,13 @@ def _chain(bindings, i, uses, users, claimed):
                 residual = other
             else:
                 break
-        elif _op(value, "relax.nn.relu"):
-            relu = True
+        elif _clamp(value) is not None and value.args[0].same_as(cur):
+            clamp = _clamp(value)
         else:
             break
         chain.append(j)
         cur = bindings[j].var
-    return bias, residual, relu, chain
+    return bias, residual, clamp, chain
 
 
 def _fuse_block(mod, builder, block, uses, stats):
@@ -93,13 +101,13 @@ def _fuse_block(mod, builder, block, uses, stats):
         func = _kernel(mod, b.value) if i not in claimed else None
         if func is None:
             continue
-        bias, residual, relu, chain = _chain(bindings, i, uses, users, claimed)
+        bias, residual, clamp, chain = _chain(bindings, i, uses, users, claimed)
         final = bindings[chain[-1]].var
         casts = [k for k in users.get(final, []) if _op(bindings[k].value, "relax.astype") and str(bindings[k].value.attrs.dtype) == "bfloat16"
                  and k not in claimed]
         if len(chain) == 1 and not casts:
             continue
-        ep = Epilogue(bias is not None, residual is not None, relu, float32=uses.get(final, 0) > len(casts), bf16=bool(casts))
+        ep = Epilogue(bias is not None, residual is not None, clamp, float32=uses.get(final, 0) > len(casts), bf16=bool(casts))
         data, packed = b.value.args[1].fields
         geometry = [int(v) for v in func.attrs["kiln.bf16_conv"]]
         new, out_shape = kernel_func(_tensor(data)[0], _tensor(packed)[0], geometry[:2], geometry[2:], ep)

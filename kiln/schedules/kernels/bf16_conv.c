@@ -10,7 +10,8 @@
  *                                   output-channel blocks [ob0, ob1) are written
  * Padding is implicit: rows outside the image are skipped, columns outside it read zeros.
  * Epilogue, applied in registers as each tile is stored (kiln/compiler/passes/fuse_bf16_epilogue.py):
- * + bias [OB, 16] (EP_BIAS), + res [OB, OH, OW, 16] fp32 (EP_RES), max(0, .) (EP_RELU), in this order.
+ * + bias [OB, 16] (EP_BIAS), + res [OB, OH, OW, 16] fp32 (EP_RES), clamp to [lo, hi] (EP_CLAMP: ReLU, ReLU6),
+ * in this order.
  *
  * One function per (NB, T), so every accumulator index is a constant and the NB x T accumulators stay
  * in registers (with a run-time pixel count they lived on the stack: a load and a store around every
@@ -20,13 +21,14 @@
 
 #define TILE 8
 
-enum { EP_BIAS = 1, EP_RES = 2, EP_RELU = 4, EP_F32 = 8, EP_BF16 = 16 };  /* kiln/compiler/passes/bf16_conv_kernel.py: Epilogue */
+enum { EP_BIAS = 1, EP_RES = 2, EP_CLAMP = 4, EP_F32 = 8, EP_BF16 = 16 };  /* kiln/compiler/passes/bf16_conv_kernel.py: Epilogue */
 
 typedef struct {
   const float *bias, *res;
   float *out;
   uint16_t *out16;
   int flags;
+  float lo, hi;
 } epilogue;
 
 static const uint16_t ZEROS[16] __attribute__((aligned(64))) = {0};
@@ -68,7 +70,7 @@ static const uint16_t ZEROS[16] __attribute__((aligned(64))) = {0};
       for (int t = 0; t < T; ++t) {                                                                                            \
         __m512 v = _mm512_add_ps(acc[b][t], bias);                                                                             \
         if (flags & EP_RES) v = _mm512_add_ps(v, _mm512_loadu_ps(ep->res + o + t * 16));                                       \
-        if (flags & EP_RELU) v = _mm512_max_ps(v, _mm512_setzero_ps());                                                        \
+        if (flags & EP_CLAMP) v = _mm512_min_ps(_mm512_max_ps(v, _mm512_set1_ps(ep->lo)), _mm512_set1_ps(ep->hi));            \
         if (flags & EP_F32) _mm512_storeu_ps(ep->out + o + t * 16, v);                                                         \
         if (flags & EP_BF16) _mm256_storeu_si256((__m256i *)(ep->out16 + o + t * 16), (__m256i)_mm512_cvtneps_pbh(v));          \
       }                                                                                                                        \
@@ -85,9 +87,9 @@ static const tile_fn TILES[2][TILE] = {{tile1_1, tile1_2, tile1_3, tile1_4, tile
                                        {tile2_1, tile2_2, tile2_3, tile2_4, tile2_5, tile2_6, tile2_7, tile2_8}};
 
 int kiln_bf16_conv2d_nchw16c(const uint16_t *data, const uint16_t *w, const float *bias, const float *res, float *out, uint16_t *out16,
-                             int flags, int IB, int H, int W, int OH, int OW, int KH, int KW, int SH, int SW, int PT, int PL, int ob0,
+                             int flags, float lo, float hi, int IB, int H, int W, int OH, int OW, int KH, int KW, int SH, int SW, int PT, int PL, int ob0,
                              int ob1, int oh) {
-  const epilogue ep = {bias, res, out, out16, flags};
+  const epilogue ep = {bias, res, out, out16, flags, lo, hi};
   for (int ob = ob0; ob < ob1; ob += 2)
     for (int ow0 = 0; ow0 < OW; ow0 += TILE) {
       int T = OW - ow0 < TILE ? OW - ow0 : TILE;
