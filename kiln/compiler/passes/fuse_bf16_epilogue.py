@@ -1,8 +1,9 @@
-"""FuseBF16Epilogue: the bias add, residual add, ReLU/ReLU6 and bf16 cast that follow a BF16ConvKernel conv
-run inside its C kernel, on each output tile while it is in registers, instead of as TVM kernels that
-read the float32 result back from memory and write it again (ResNet-50 bf16: 24 such epilogue and cast
-kernels). From each kernel call it follows the chain of single uses [+ bias constant] -> [+ residual
-tensor] -> [ReLU or clip with constant bounds (ReLU6)]; the chain's value is written in bf16 for the casts to bf16 that read it and in
+"""FuseBF16Epilogue: the bias add, residual add, ReLU/ReLU6 and bf16 cast that follow a BF16ConvKernel
+conv run inside its C kernel, on each output tile while it is in registers, instead of as TVM kernels
+that read the float32 result back from memory and write it again (ResNet-50 bf16, A/B in one process:
+24.76 -> 24.39 ms; MobileNetV2's ReLU6 kernels after its expansion convs are gone). From each kernel
+call it follows the chain of single uses [+ bias constant] -> [+ residual tensor] -> [ReLU, or a clip
+with constant bounds]; the chain's value is written in bf16 for the casts to bf16 that read it and in
 float32 where anything else does (a residual add further on, a float32 conv): one output or both.
 `stats["bf16_epilogues_fused"]` counts the kernels that took an epilogue."""
 from __future__ import annotations
@@ -126,7 +127,8 @@ def _fuse_block(mod, builder, block, uses, stats):
             for k in casts[0 if ep.float32 else 1:]:
                 replace[k] = [relax.VarBinding(bindings[k].var, first)]
         else:
-            both = relax.DataflowVar(f"{final.name}_ep", relax.TupleType(types))
+            var = relax.DataflowVar if isinstance(block, relax.DataflowBlock) else relax.Var
+            both = var(f"{final.name}_ep", relax.TupleType(types))
             replace[chain[-1]] = [relax.VarBinding(both, call), relax.VarBinding(final, relax.TupleGetItem(both, 0))]
             for k in casts:
                 replace[k] = [relax.VarBinding(bindings[k].var, relax.TupleGetItem(both, 1))]
