@@ -133,6 +133,22 @@ def _strided_lanes(sch: s_tir.Schedule, block) -> bool:
     return False
 
 
+def _blocked_channels_first(sch: s_tir.Schedule, anchor, reduce: list) -> list:
+    """A blocked conv's reduction (input channel ic, then kh, kw) as (ic / c, kh, kw, ic % c), c the
+    weights' input-channel block, so its weights [O/c', I/c, KH, KW, c, c'] are read in memory order.
+    Read as (ic, kh, kw), every input channel touches KH x KW lines 1 KB apart: fine while the weights
+    are cached, but in a model each weight is read once, from memory, and the prefetchers cannot follow
+    (ResNet-50's stage-4 3x3/2 conv, weights cold: 1.65 ms, or 1.64 tuned that way; 1.11 in memory order)."""
+    b = sch.get(anchor)
+    if not b.name_hint.startswith("conv2d_NCHWc") or len(reduce) != 3 or len(b.reads) < 2:
+        return reduce
+    weights = [int(v) for v in b.reads[1].source.shape]
+    if len(weights) != 6 or extent(sch, reduce[0]) != weights[1] * weights[4] or weights[2] * weights[3] == 1:
+        return reduce
+    ico, ici = sch.split(reduce[0], [None, weights[4]])
+    return [ico, reduce[1], reduce[2], ici]
+
+
 def reduction_tiled(sch: s_tir.Schedule, anchor, lanes: int) -> None:
     """conv2d (any layout), matmul/dense, pooling: spatial loops outside, reductions inside a
     register tile of (tile x lanes) accumulators, the epilogue computed per tile."""
@@ -164,6 +180,7 @@ def reduction_tiled(sch: s_tir.Schedule, anchor, lanes: int) -> None:
         if t > 1:
             to, ti = sch.split(spatial[-1], [None, t])
             spatial, tile_inner = spatial[:-1] + [to], [ti]
+    reduce = _blocked_channels_first(sch, anchor, reduce)
     order = spatial + reduce + tile_inner + ([vec_loop] if vec > 1 else [])
     sch.reorder(*order)
     cache = sch.cache_write(anchor, 0, "local")

@@ -99,6 +99,14 @@ def _workloads():
     yield ("conv2d_nchwc", "conv2d", lambda bb: relax.op.nn.conv2d(vx, vw, padding=[1, 1], data_layout="NCHW16c",
                                                                    kernel_layout="OIHW16i16o"), [vx, vw], [xc, wc], ref)
 
+    # 32 input channels in two blocks, stride 2: the reduction runs (ic / 16, kh, kw, ic % 16), the weights' memory order
+    x2, w2 = rnd(1, 32, 9, 9, seed=14), rnd(16, 32, 3, 3, seed=15)
+    ref2 = _conv_nchw_ref(x2, w2, 1)[:, :, ::2, ::2].reshape(1, 1, 16, 5, 5).transpose(0, 1, 3, 4, 2)
+    vx2, vw2 = _var("x", (1, 2, 9, 9, 16)), _var("w", (1, 2, 3, 3, 16, 16))
+    yield ("conv2d_nchwc_2blocks_s2", "conv2d", lambda bb: relax.op.nn.conv2d(vx2, vw2, strides=[2, 2], padding=[1, 1], data_layout="NCHW16c",
+                                                                              kernel_layout="OIHW16i16o"),
+           [vx2, vw2], [x2.reshape(1, 2, 16, 9, 9).transpose(0, 1, 3, 4, 2), w2.reshape(1, 16, 2, 16, 3, 3).transpose(0, 2, 4, 5, 3, 1)], ref2)
+
     a, m = rnd(4, 48), rnd(48, 32, seed=3)
     va, vm = _var("a", (4, 48)), _var("m", (48, 32))
     yield "matmul", "matmul", lambda bb: relax.op.matmul(va, vm), [va, vm], [a, m], a.astype(np.float64) @ m
@@ -254,3 +262,16 @@ def test_strided_lanes_are_detected():
         _, anchor = classify(sch)
         rules.inline_all_but(sch, [anchor])
         assert rules._strided_lanes(sch, anchor) == strided
+
+
+def test_blocked_conv_reads_weights_in_memory_order():
+    """The NCHWc conv rule runs the reduction as (ic / 16, kh, kw, ic % 16) (weights [O/16, I/16, KH, KW,
+    16, 16] in memory order); a 1x1 conv keeps its one channel loop."""
+    for k, order in ((3, [("ic_0", 2), ("kh", 3), ("kw", 3), ("ic_1", 16)]), (1, [("ic", 32), ("kh", 1), ("kw", 1)])):
+        vx, vw = _var("x", (1, 2, 9, 9, 16)), _var("w", (1, 2, k, k, 16, 16))
+        sch = s_tir.Schedule(_kernel(lambda bb: relax.op.nn.conv2d(vx, vw, padding=[k // 2] * 2, data_layout="NCHW16c",
+                                                                   kernel_layout="OIHW16i16o"), [vx, vw]))
+        _, anchor = classify(sch)
+        RULES[("cpu", "conv2d")](sch, anchor, 16)
+        loops = [(str(lp.loop_var), int(lp.extent)) for lp in map(sch.get, sch.get_loops(sch.get_sblock("conv2d_NCHWc_update")))]
+        assert [lp for lp in loops if lp[0].startswith(("ic", "kh", "kw"))] == order
