@@ -3,8 +3,9 @@ that uses AVX512-BF16's vdpbf16ps (kiln/schedules/kernels/bf16_conv.c): TVM 0.27
 instruction (its LLVM code generator has no bfloat vector type and its TIR pipeline computes bf16 in
 fp32). Each conv2d becomes a call_tir to a PrimFunc that calls the kernel per output row, in parallel
 on TVM's thread pool over pairs of output-channel blocks (or over rows, where channels are few);
-weights are packed here, at compile time, into the kernel's [O/16, I/16, KH, KW, 8, 16, 2] layout. It writes float32; FuseBF16Epilogue then moves the bias,
-residual, ReLU and bf16 cast that follow into the kernel (Epilogue).
+weights are packed here, at compile time, into the kernel's [O/16, I/16, KH, KW, 8, 16, 2] layout.
+It writes float32; FuseBF16Epilogue then moves the bias, residual, ReLU/ReLU6 and bf16 cast that
+follow into the kernel (Epilogue).
 `stats["bf16_kernel_convs"]` counts the convs it took."""
 from __future__ import annotations
 
