@@ -13,6 +13,9 @@ from pathlib import Path
 from .._io import atomic_write_text
 
 FILES = ("database_workload.json", "database_tuning_record.json")
+# {workload structural hash: [digests of the default-schedule traces measured for it]}: compaction drops
+# a default record that a tuned one beat, and without this ledger the next run measured it again
+DEFAULTS = "defaults_measured.json"
 
 
 def target_key(target) -> str:
@@ -49,7 +52,23 @@ def repair(db_dir: Path) -> int:
     if (db_dir / FILES[1]).exists() and not (db_dir / FILES[0]).exists():
         warnings.warn(f"{db_dir}: records without their workloads; starting the database afresh", stacklevel=2)
         (db_dir / FILES[1]).unlink()
+        (db_dir / DEFAULTS).unlink(missing_ok=True)
     return dropped
+
+
+def measured_defaults(db_dir: str | Path) -> dict[str, list[str]]:
+    """The ledger of default schedules already measured into this database ({} if none or unreadable)."""
+    p = Path(db_dir) / DEFAULTS
+    try:
+        d = json.loads(p.read_text()) if p.exists() else {}
+    except (OSError, json.JSONDecodeError):
+        warnings.warn(f"{p}: unreadable; the default schedules will be measured again", stacklevel=2)
+        return {}
+    return {str(k): [str(x) for x in v] for k, v in d.items() if isinstance(v, list)} if isinstance(d, dict) else {}
+
+
+def save_measured_defaults(db_dir: str | Path, ledger: dict[str, list[str]]) -> None:
+    atomic_write_text(Path(db_dir) / DEFAULTS, json.dumps(ledger, sort_keys=True, indent=1) + "\n")
 
 
 @functools.lru_cache(maxsize=4)

@@ -135,24 +135,37 @@ _QUIET = logging.getLogger("kiln.tune.meta_schedule")
 _QUIET.setLevel(logging.WARNING)
 
 
-def record_default_schedules(tasks, target, db, builder, runner, lanes: int) -> int:
+def record_default_schedules(tasks, target, db, builder, runner, lanes: int, db_dir: Path | None = None) -> int:
     """Measure the default schedule of every task whose database has no record of it yet (a new
     workload, or a default rule that changed since the last run) and commit it (trace + run time)
-    like a MetaSchedule candidate; returns how many it recorded."""
+    like a MetaSchedule candidate; returns how many it recorded. With `db_dir`, the database's ledger
+    of measured defaults (database.DEFAULTS) also counts as a record: a compacted database keeps only
+    each workload's best record, which beat the default when both were measured."""
+    import hashlib
+
+    import tvm_ffi
     from tvm.s_tir.meta_schedule.arg_info import ArgInfo
     from tvm.s_tir.meta_schedule.builder import BuilderInput
     from tvm.s_tir.meta_schedule.runner import RunnerInput
+
     from .apply import first_rule_that_applies
+    from .database import measured_defaults, save_measured_defaults
     from .registry import target_family
+    ledger = measured_defaults(db_dir) if db_dir is not None else {}
+    before = {k: list(v) for k, v in ledger.items()}
     done = 0
     for t in tasks:
         mod = t.dispatched[0]
         _, sch = first_rule_that_applies(mod["main"], target_family(target), lanes)
         if sch is None:
             continue
+        trace = str(sch.trace.as_json())
+        key, digest = str(tvm_ffi.structural_hash(mod)), hashlib.sha256(trace.encode()).hexdigest()[:16]
         if db.has_workload(mod):
-            trace = str(sch.trace.as_json())
+            if digest in ledger.get(key, ()):
+                continue
             if any(str(r.trace.as_json()) == trace for r in db.get_top_k(db.commit_workload(mod), 1 << 20)):
+                ledger.setdefault(key, []).append(digest)
                 continue
         (built,) = builder.build([BuilderInput(sch.mod, target)])
         if built.error_msg:
@@ -164,7 +177,10 @@ def record_default_schedules(tasks, target, db, builder, runner, lanes: int) -> 
             continue
         db.commit_tuning_record(ms.database.TuningRecord(sch.trace, db.commit_workload(mod), result.run_secs, target,
                                                          ArgInfo.from_prim_func(mod["main"])))
+        ledger.setdefault(key, []).append(digest)
         done += 1
+    if db_dir is not None and ledger != before:
+        save_measured_defaults(db_dir, ledger)
     return done
 
 
@@ -189,7 +205,7 @@ def tune_module(mod: tvm.IRModule, target, db_dir: Path, opts: TuneOptions,
             contextlib.closing(WorkerBuilder(tmp)) as builder:  # closing: stops the worker process
         builder.start()  # here, so a worker that cannot start is a ResourceError, not an error inside MetaSchedule
         runner = runner or ms.runner.LocalRunner(timeout_sec=30)
-        seeded = record_default_schedules(tasks, target, db, builder, runner, lanes)
+        seeded = record_default_schedules(tasks, target, db, builder, runner, lanes, db_path)
         if seeded:
             have = len(db.get_all_tuning_records())
             progress(f"measured the default schedules of {seeded} kernel(s) new to the database: the baseline each candidate must beat "

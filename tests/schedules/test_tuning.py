@@ -245,6 +245,42 @@ def test_recorded_default_schedule_replays_to_the_default(tmp_path, tiny):
     builder.close()
 
 
+def test_compacted_database_does_not_measure_its_defaults_again(tmp_path, tiny):
+    """Compaction keeps each workload's best record only; when a tuned one beat the default, the
+    default's record goes, and the database's ledger of measured defaults is what keeps the next run
+    from measuring it again (without the ledger it would)."""
+    import dataclasses
+
+    import tvm
+
+    from tvm.s_tir import meta_schedule as ms
+    from tvm.s_tir.meta_schedule.arg_info import ArgInfo
+
+    from kiln.compiler.optimize import optimize
+    from kiln.compiler.pipeline import SCHEDULE_ROW
+    from kiln.frontends.importer import import_onnx
+    from kiln.schedules.builder import WorkerBuilder
+    from kiln.schedules.database import DEFAULTS, compact
+    from kiln.schedules.tuning import extract, record_default_schedules
+    co = dataclasses.replace(CompileOptions.make(), disabled_passes=(SCHEDULE_ROW["llvm"],))
+    tasks = extract(optimize(import_onnx(tiny, co.shapes).mod, co).mod, co.target.tvm())
+    target, path, builder, runner = co.target.tvm(), tmp_path / "db", WorkerBuilder(str(tmp_path)), ms.runner.LocalRunner(timeout_sec=30)
+    db = open_database(path)
+    assert record_default_schedules(tasks, target, db, builder, runner, 16, path) == len(tasks) >= 1
+    assert (path / DEFAULTS).exists()
+    for t in tasks:  # a faster record of each workload (a trace that schedules nothing, timed 0.1 us): compaction keeps only it
+        mod = t.dispatched[0]
+        sch = tvm.s_tir.Schedule(mod)
+        sch.get_child_blocks(sch.get_sblock("root"))  # (MetaSchedule ignores records with an empty trace)
+        db.commit_tuning_record(ms.database.TuningRecord(sch.trace, db.commit_workload(mod), [1e-7], target, ArgInfo.from_prim_func(mod["main"])))
+    compact(path)
+    db = open_database(path)
+    assert len(db.get_all_tuning_records()) == len(tasks)  # the default records are gone
+    assert record_default_schedules(tasks, target, db, builder, runner, 16, path) == 0  # the ledger remembers them
+    assert record_default_schedules(tasks, target, db, builder, runner, 16) == len(tasks)  # without it: measured again
+    builder.close()
+
+
 def slow_when_flagged(mod_json, target, out_dir):
     """A build (run in the builder's worker process) that never finishes while out_dir/slow exists."""
     import os
@@ -295,6 +331,9 @@ def test_the_shipped_tuning_logs_load():
         workloads = {tvm_ffi.structural_hash(r.workload.mod) for r in records}
         assert len(records) == len(workloads) >= 1
         assert all(r.run_secs and float(r.run_secs[0]) > 0 for r in records)
+        from kiln.schedules.database import measured_defaults
+        ledger = measured_defaults(d)  # the defaults measured into it: a tune run here does not measure them again
+        assert ledger and len({str(h) for h in workloads} & set(ledger)) >= len(ledger) // 2
 
 
 def test_a_build_worker_that_does_not_start_is_a_clear_error(tmp_path, monkeypatch):
