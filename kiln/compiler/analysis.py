@@ -41,6 +41,21 @@ def var_uses(func: relax.Function) -> dict:
     return counts
 
 
+def op_name(e) -> str | None:
+    """The name of the op a Relax call calls (e.g. "relax.add"), else None."""
+    return e.op.name if isinstance(e, relax.Call) and isinstance(e.op, tvm.ir.Op) else None
+
+
+def var_users(bindings) -> dict:
+    """Var -> indices of the bindings (in order) whose call reads it as an argument."""
+    users: dict = {}
+    for i, b in enumerate(bindings):
+        if isinstance(b.value, relax.Call):
+            for v in dict.fromkeys(a for a in b.value.args if isinstance(a, relax.Var)):
+                users.setdefault(v, []).append(i)
+    return users
+
+
 def _kiln_kernel(call) -> str | None:
     """The op a call_tir of one of Kiln's graph-level kernels stands for (the Winograd pass's convs,
     PackDenseWeights' matmuls, FuseDepthwisePointwise's conv pairs), else None."""

@@ -17,7 +17,8 @@ import tvm
 from tvm import relax
 from tvm.ir.expr import GenericConst
 
-from ...compiler.analysis import var_uses
+from ...compiler.analysis import op_name as _op
+from ...compiler.analysis import var_uses, var_users
 from ...compiler.quantize.layers import _onnx_names
 from ...compiler.quantize.rewrite import quantize_weight
 from . import conv, runtime
@@ -44,19 +45,11 @@ def _bindings(func):
         yield from block.bindings
 
 
-def _op(e) -> str | None:
-    return e.op.name if isinstance(e, relax.Call) and isinstance(e.op, tvm.ir.Op) else None
-
-
 def find_chains(func, onnx_model, cfg: VTAConfig) -> list[Chain]:
     """Every conv2d in graph order, each with the chain it heads and, if it cannot be offloaded, why."""
     uses = var_uses(func)
-    users: dict = {}
-    for b in _bindings(func):
-        if isinstance(b.value, relax.Call):
-            for a in b.value.args:
-                if isinstance(a, relax.Var):
-                    users.setdefault(a, []).append(b)
+    bindings = list(_bindings(func))
+    users = {v: [bindings[i] for i in idx] for v, idx in var_users(bindings).items()}
     onnx_names = _onnx_names(onnx_model)
     params = set(func.params)
     chains, seen = [], {"Conv": 0, "MatMul": 0}

@@ -12,8 +12,9 @@ import tvm
 from tvm import relax
 from tvm.ir.expr import GenericConst
 
-from ..analysis import var_uses
+from ..analysis import op_name, var_users, var_uses
 from .bf16_conv_kernel import EXTERN, Epilogue, kernel_func
+from .counting import static_shape
 from .module_map import rewrite_functions
 
 CALL_TIR = tvm.ir.Op.get("relax.call_tir")
@@ -29,36 +30,17 @@ def _kernel(mod, value):
     return func if int(func.attrs["kiln.bf16_epilogue"]) == Epilogue().flags else None
 
 
-def _op(value, name: str) -> bool:
-    return isinstance(value, relax.Call) and isinstance(value.op, tvm.ir.Op) and value.op.name == name
-
-
 def _tensor(e) -> tuple | None:
-    ty = e.ty
-    if isinstance(ty, relax.TensorType) and ty.shape is not None:
-        try:
-            return tuple(int(v) for v in ty.shape.values), str(ty.dtype)
-        except TypeError:
-            return None
-    return None
-
-
-def _users(bindings) -> dict:
-    """Var -> indices of the bindings whose value reads it."""
-    users: dict = {}
-    for i, b in enumerate(bindings):
-        seen = set()
-        relax.analysis.post_order_visit(b.value, lambda e: seen.add(e) if isinstance(e, relax.Var) else None)
-        for v in seen:
-            users.setdefault(v, []).append(i)
-    return users
+    """(static shape, dtype) of a tensor-typed expression, else None."""
+    shape = static_shape(e)
+    return None if shape is None else (shape, str(e.ty.dtype))
 
 
 def _clamp(value) -> tuple[float, float] | None:
     """The [lo, hi] of a ReLU or of a clip with constant bounds (ReLU6), else None."""
-    if _op(value, "relax.nn.relu"):
+    if op_name(value) == "relax.nn.relu":
         return 0.0, float("inf")
-    if _op(value, "relax.clip") and all(isinstance(a, tvm.tirx.FloatImm | tvm.tirx.IntImm) for a in value.args[1:3]):
+    if op_name(value) == "relax.clip" and all(isinstance(a, tvm.tirx.FloatImm | tvm.tirx.IntImm) for a in value.args[1:3]):
         return float(value.args[1].value), float(value.args[2].value)
     return None
 
@@ -74,7 +56,7 @@ def _chain(bindings, i, uses, users, claimed):
         if j in claimed:
             break
         value = bindings[j].value
-        if _op(value, "relax.add") and len(value.args) == 2:
+        if op_name(value) == "relax.add" and len(value.args) == 2:
             other = value.args[1] if value.args[0].same_as(cur) else value.args[0]
             if other.same_as(cur):
                 break
@@ -95,7 +77,7 @@ def _chain(bindings, i, uses, users, claimed):
 
 def _fuse_block(mod, builder, block, uses, stats):
     bindings = list(block.bindings)
-    users = _users(bindings)
+    users = var_users(bindings)
     claimed: set = set()
     replace: dict = {}  # binding index -> the bindings that take its place ([] drops it)
     for i, b in enumerate(bindings):
@@ -104,7 +86,7 @@ def _fuse_block(mod, builder, block, uses, stats):
             continue
         bias, residual, clamp, chain = _chain(bindings, i, uses, users, claimed)
         final = bindings[chain[-1]].var
-        casts = [k for k in users.get(final, []) if _op(bindings[k].value, "relax.astype") and str(bindings[k].value.attrs.dtype) == "bfloat16"
+        casts = [k for k in users.get(final, []) if op_name(bindings[k].value) == "relax.astype" and str(bindings[k].value.attrs.dtype) == "bfloat16"
                  and k not in claimed]
         if len(chain) == 1 and not casts:
             continue

@@ -22,6 +22,7 @@ import tvm
 from tvm import relax
 from tvm.ir.expr import GenericConst
 
+from ..analysis import op_name
 from .counting import static_shape
 from .module_map import rewrite_functions
 from .narrow_block_layout import unblock_map
@@ -36,15 +37,12 @@ class _Propagate(relax.PyExprMutator):
         super().__init__(mod)
         self.moved = 0
 
-    def _op(self, e) -> str | None:
-        return e.op.name if isinstance(e, relax.Call) and isinstance(e.op, tvm.ir.Op) else None
-
     def _unblocked_source(self, e):
         """x when e is bound to unblock(x) (5-D NCHW{c}c -> 4-D NCHW, any c), else None."""
         if not isinstance(e, relax.Var):
             return None
         v = self.lookup_binding(e)
-        if self._op(v) != "relax.layout_transform":
+        if op_name(v) != "relax.layout_transform":
             return None
         src, dst = static_shape(v.args[0]), static_shape(v)
         if src is None or dst is None or len(src) != 5 or dst != (src[0], src[1] * src[4], src[2], src[3]):
@@ -69,7 +67,7 @@ class _Propagate(relax.PyExprMutator):
 
     def visit_call_(self, call):
         call = super().visit_call_(call)
-        name = self._op(call)
+        name = op_name(call)
         if name is None or not call.args:
             return call
         if name == "relax.layout_transform":  # block(unblock(x)) -> x
