@@ -152,8 +152,7 @@ def record_default_schedules(tasks, target, db, builder, runner, lanes: int, db_
     from .database import measured_defaults, save_measured_defaults
     from .registry import target_family
     ledger = measured_defaults(db_dir) if db_dir is not None else {}
-    before = {k: list(v) for k, v in ledger.items()}
-    done = 0
+    done = noted = 0
     for t in tasks:
         mod = t.dispatched[0]
         _, sch = first_rule_that_applies(mod["main"], target_family(target), lanes)
@@ -166,6 +165,7 @@ def record_default_schedules(tasks, target, db, builder, runner, lanes: int, db_
                 continue
             if any(str(r.trace.as_json()) == trace for r in db.get_top_k(db.commit_workload(mod), 1 << 20)):
                 ledger.setdefault(key, []).append(digest)
+                noted += 1
                 continue
         (built,) = builder.build([BuilderInput(sch.mod, target)])
         if built.error_msg:
@@ -179,7 +179,7 @@ def record_default_schedules(tasks, target, db, builder, runner, lanes: int, db_
                                                          ArgInfo.from_prim_func(mod["main"])))
         ledger.setdefault(key, []).append(digest)
         done += 1
-    if db_dir is not None and ledger != before:
+    if db_dir is not None and done + noted:
         save_measured_defaults(db_dir, ledger)
     return done
 

@@ -15,7 +15,7 @@ from tvm.ir.expr import GenericConst
 from ..analysis import op_name, var_users, var_uses
 from .bf16_conv_kernel import EXTERN, Epilogue, kernel_func
 from .counting import static_shape
-from .module_map import rewrite_functions
+from .module_map import keep_added_functions, rewrite_functions
 
 CALL_TIR = tvm.ir.Op.get("relax.call_tir")
 
@@ -66,8 +66,8 @@ def _chain(bindings, i, uses, users, claimed):
                 residual = other
             else:
                 break
-        elif _clamp(value) is not None and value.args[0].same_as(cur):
-            clamp = _clamp(value)
+        elif (bounds := _clamp(value)) is not None and value.args[0].same_as(cur):
+            clamp = bounds
         else:
             break
         chain.append(j)
@@ -93,7 +93,7 @@ def _fuse_block(mod, builder, block, uses, stats):
         ep = Epilogue(bias is not None, residual is not None, clamp, float32=uses.get(final, 0) > len(casts), bf16=bool(casts))
         data, packed = b.value.args[1].fields
         geometry = [int(v) for v in func.attrs["kiln.bf16_conv"]]
-        new, out_shape = kernel_func(_tensor(data)[0], _tensor(packed)[0], geometry[:2], geometry[2:], ep)
+        new, out_shape = kernel_func(static_shape(data), static_shape(packed), geometry[:2], geometry[2:], ep)
         gv = builder.add_func(new.without_attr("global_symbol"), EXTERN)
         args = [data, packed] + [bias] * ep.bias + [residual] * ep.residual
         types = [relax.TensorType(list(out_shape), "float32")] * ep.float32 + [relax.TensorType(list(out_shape), "bfloat16")] * ep.bf16
@@ -141,7 +141,4 @@ class FuseBF16Epilogue:
         out = rewrite_functions(mod, rewrite)
         if not self.stats["bf16_epilogues_fused"]:
             return mod
-        for gv, f in builder.get().functions.items():
-            if gv.name_hint not in {g.name_hint for g in mod.get_global_vars()}:
-                out[gv] = f
-        return relax.transform.DeadCodeElimination(["main"])(out)
+        return relax.transform.DeadCodeElimination(["main"])(keep_added_functions(out, mod, builder))

@@ -48,11 +48,16 @@ def rewrite_with(mod: tvm.IRModule, mutator, prepare: Callable[[relax.Function],
     out = rewrite_functions(mod, one)
     if not mutator.count:
         return mod, 0
+    return keep_added_functions(out, mod, mutator.builder_), mutator.count
+
+
+def keep_added_functions(out: tvm.IRModule, mod: tvm.IRModule, builder) -> tvm.IRModule:
+    """`out` with the functions `builder` (made over `mod`) added that `mod` did not have."""
     had = {gv.name_hint for gv in mod.get_global_vars()}
-    for gv, f in mutator.builder_.get().functions.items():
+    for gv, f in builder.get().functions.items():
         if gv.name_hint not in had:
             out[gv] = f
-    return out, mutator.count
+    return out
 
 
 def rewrite_calls(mod: tvm.IRModule, rewrite: Callable, lookup: bool = False) -> tuple[tvm.IRModule, int]:
