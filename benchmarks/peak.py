@@ -1,6 +1,11 @@
 """This CPU's fp32 FMA peak: the ceiling any direct-convolution schedule (Kiln's, onnxruntime's)
 works under. Compiles a loop of 12 independent AVX-512 FMA chains with the system C compiler and
-runs it in 1 and in N processes at once. Run by hand:  .venv/bin/python benchmarks/peak.py [--procs 2]"""
+runs it in 1 and in N processes at once. With --models, also what a speed goal "p50 at most R x
+onnxruntime's" demands of this CPU for each zoo model: onnxruntime's p50 (N threads, warm-up, median
+of runs), the model's float32 FLOPs as a direct convolution (what onnxruntime computes) and as
+Kiln builds it (Winograd convs do fewer), and the GFLOP/s each would need to sustain, end to end,
+to meet the goal, as a share of the measured peak. Run by hand:
+  .venv/bin/python benchmarks/peak.py [--procs 2] [--models resnet50,mobilenet_v2 --ratio 0.8 --out benchmarks/peak]"""
 from __future__ import annotations
 
 import argparse
@@ -9,6 +14,8 @@ import subprocess
 import sys
 import tempfile
 from pathlib import Path
+
+from report import save, table
 
 SOURCE = r"""
 #include <immintrin.h>
@@ -37,9 +44,66 @@ int main(void) {
 """
 
 
+def model_gflop(name: str, disabled: tuple[str, ...] = ()) -> float:
+    """The float32 FLOPs (TVM's estimate, summed over every kernel call) of zoo model `name` as
+    Kiln's pipeline builds it, without the passes in `disabled`."""
+    from kiln import zoo
+    from kiln.compiler.analysis import kernels
+    from kiln.compiler.optimize import optimize
+    from kiln.compiler.options import CompileOptions
+    from kiln.frontends.importer import import_onnx
+    from kiln.schedules.apply import estimated_flops
+    opts = CompileOptions.make(input_shapes=[zoo.MODELS[name][1]], disabled_passes=disabled, tuning_db=None)
+    mod = optimize(import_onnx(zoo.build(name), opts.shapes).mod, opts).mod
+    return sum(estimated_flops(mod[k]) for k in kernels(mod)) / 1e9
+
+
+def ort_p50_ms(name: str, threads: int, seconds: float) -> float:
+    """onnxruntime's median latency on zoo model `name` (all graph optimizations, `threads`
+    intra-op threads), after 20 warm-up runs."""
+    import time
+
+    import numpy as np
+    import onnx
+
+    from kiln import zoo
+    from kiln.runtime.bench import _ort_session
+    with tempfile.TemporaryDirectory() as tmp:
+        path = str(Path(tmp) / f"{name}.onnx")
+        onnx.save(zoo.build(name), path)
+        sess = _ort_session(path, threads)
+    feed = {i.name: np.random.default_rng(0).standard_normal([d if isinstance(d, int) else 1 for d in i.shape]).astype("float32")
+            for i in sess.get_inputs()}
+    for _ in range(20):
+        sess.run(None, feed)
+    ms, end = [], time.perf_counter() + seconds
+    while time.perf_counter() < end or len(ms) < 20:
+        t = time.perf_counter()
+        sess.run(None, feed)
+        ms.append((time.perf_counter() - t) * 1e3)
+    return float(np.median(ms))
+
+
+def demands(models: list[str], peak: float, procs: int, ratio: float, seconds: float) -> list[dict]:
+    rows = []
+    for name in models:
+        ort = ort_p50_ms(name, procs, seconds)
+        direct, built = model_gflop(name, ("Winograd",)), model_gflop(name)
+        goal = ratio * ort
+        rows.append({"model": name, "threads": procs, "ort_p50_ms": round(ort, 3), "direct_gflop": round(direct, 3),
+                     "kiln_gflop": round(built, 3), "ort_gflops": round(direct / ort * 1e3, 1),
+                     "goal_ms": round(goal, 3), "goal_direct_gflops": round(direct / goal * 1e3, 1),
+                     "goal_kiln_gflops": round(built / goal * 1e3, 1), "peak_gflops": round(peak, 1)})
+    return rows
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--procs", type=int, default=2)
+    ap.add_argument("--models", default="", help="comma-separated zoo models: what --ratio x onnxruntime demands")
+    ap.add_argument("--ratio", type=float, default=0.8)
+    ap.add_argument("--seconds", type=float, default=5.0, help="onnxruntime's timed runs per model")
+    ap.add_argument("--out", default=None, help="write OUT.json and OUT.md")
     a = ap.parse_args(argv)
     cc = shutil.which("cc") or shutil.which("gcc") or shutil.which("clang")
     if cc is None:
@@ -56,6 +120,22 @@ def main(argv=None) -> int:
         procs = [subprocess.Popen([str(exe)], stdout=subprocess.PIPE, text=True) for _ in range(a.procs)]
         each = [float(p.communicate()[0].split()[0]) for p in procs]
     print(f"fp32 FMA peak: {one:.1f} GFLOP/s on one core; {sum(each):.1f} GFLOP/s on {a.procs} at once ({', '.join(f'{x:.1f}' for x in each)})")
+    if not a.models:
+        return 0
+    peak = sum(each)
+    rows = demands([m for m in a.models.split(",") if m], peak, a.procs, a.ratio, a.seconds)
+    pct = lambda g: f"{g:.0f} ({g / peak:.0%})"  # noqa: E731
+    lines = [f"What p50 <= {a.ratio}x onnxruntime's demands here: float32 GFLOP/s sustained end to end, and its share of "
+             f"the {peak:.0f} GFLOP/s FMA peak measured on {a.procs} cores (`benchmarks/peak.py --models ...`). "
+             "Direct: the FLOPs onnxruntime computes; Kiln: with its Winograd convs.", "",
+             *table(["model", "threads", "ort p50 ms", "ort GFLOP/s (share)", "goal ms", "direct GFLOP", "needs (share)",
+                     "Kiln GFLOP", "needs (share)"],
+                    [[r["model"], r["threads"], r["ort_p50_ms"], pct(r["ort_gflops"]), r["goal_ms"], r["direct_gflop"],
+                      pct(r["goal_direct_gflops"]), r["kiln_gflop"], pct(r["goal_kiln_gflops"])] for r in rows])]
+    if a.out:
+        save(a.out, {"peak_one_core_gflops": one, "peak_gflops": peak, "procs": a.procs, "ratio": a.ratio, "models": rows}, lines)
+    else:
+        print("\n".join(lines))
     return 0
 
 
