@@ -37,12 +37,11 @@ def _vdpbf16ps(o) -> bool:
 
 def _conv_kernels(o) -> frozenset:
     """The passes of this build that give reduced-precision convs a kernel of their own (MixedPrecision
-    converts only what they take): under bf16, BF16ConvKernel where the CPU has AVX512-BF16 and convs run blocked,
-    with Winograd and FuseDepthwisePointwise where they run (the convs they take better in float32 stay float32)."""
+    converts only what they take): under bf16, BF16ConvKernel where the CPU has AVX512-BF16 and convs run blocked."""
     on = {s.name for s in pipeline_for(o.target.kind, o.opt_level, o.disabled_passes)}
     if not (_vdpbf16ps(o) and o.layout == "NCHWc" and "BF16ConvKernel" in on):
         return frozenset()
-    return frozenset(on & {"BF16ConvKernel", "Winograd", "FuseDepthwisePointwise"})
+    return frozenset(on & {"BF16ConvKernel", "Winograd"})
 
 
 CPU_PIPELINE: list[PassSpec] = [

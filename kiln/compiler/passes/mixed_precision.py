@@ -8,13 +8,11 @@ types in float32 registers, so their casts would only add kernels. `kernels` nam
 this build that run convs well: when it has BF16ConvKernel (bf16 on AVX512-BF16, convs in NCHW16c),
 a conv becomes bf16 only where a bf16 kernel takes it: Kiln's vdpbf16ps kernel (batch 1, input and
 output channels multiples of 16) or, with Winograd, Winograd (3x3, stride 1, bf16 weights); the
-rest (e.g. MobileNetV2's 24-channel convs, the 3-channel stem) stay float32, and so do matmuls (no
-bf16 matmul kernel: the transformer encoder ran 1.41x slower with them in bf16, A/B, 2 threads).
-With FuseDepthwisePointwise, a 1x1 conv reading a depthwise conv's output (through its bias and
-activation: an inverted residual's projection) stays float32 too, so the two fuse into one kernel
-that never writes the depthwise result out. Measured on MobileNetV2, 2 threads: converting every
-conv made it 1.4x slower than float32; the bf16 expansions and projections on vdpbf16ps 0.85x
-of it (A/B); projections after depthwise convs float32 and fused, 5.33 -> 5.03 ms (A/B, 300 runs). `stats["mixed_precision_ops"]` counts the
+rest (e.g. MobileNetV2's 24-channel convs, the 3-channel stem; FuseDepthwisePointwise still fuses
+the depthwise convs before float32 projections) stay float32, and so do matmuls (no bf16 matmul
+kernel: the transformer encoder ran 1.41x slower with them in bf16, A/B, 2 threads). Measured on
+MobileNetV2, 2 threads: converting every conv made it 1.4x slower than float32; now 0.94x of it
+(A/B, the bf16 expansions and projections on vdpbf16ps). `stats["mixed_precision_ops"]` counts the
 ops converted, `mixed_precision_kept` the ones left in float32."""
 from __future__ import annotations
 
@@ -22,7 +20,7 @@ import tvm
 from tvm import relax
 from tvm.ir.expr import GenericConst
 
-from .counting import REDUCED_TYPES, bound_call
+from .counting import REDUCED_TYPES
 from .module_map import rewrite_functions
 from .winograd import geometry as winograd_geometry
 
@@ -50,22 +48,7 @@ class _Cast(relax.PyExprMutator):
         if str(a.data_layout) != "NCHW" or str(a.kernel_layout) != "OIHW" or len(x) != 4 or len(w) != 4:
             return True
         winograd = "Winograd" in self.kernels and winograd_geometry(a, w[2:])
-        if "FuseDepthwisePointwise" in self.kernels and w[2:] == [1, 1] and self._after_depthwise(call.args[0]):
-            return True  # fused with its depthwise conv, a float32 projection reads no intermediate tensor
         return bool(w[0] % BLOCK or w[1] % BLOCK or any(int(d) != 1 for d in a.dilation) or (x[0] != 1 and not winograd))
-
-    def _after_depthwise(self, x) -> bool:
-        """`x` is a depthwise conv's output, through its bias add and activation."""
-        for _ in range(4):
-            call = bound_call(x, self.lookup_binding)
-            if call is None:
-                return False
-            if call.op.name == "relax.nn.conv2d":
-                return int(call.attrs.groups) > 1
-            if call.op.name not in ("relax.add", "relax.clip", "relax.nn.relu", "relax.nn.relu6"):
-                return False
-            x = call.args[0]
-        return False
 
     def _cast(self, e):
         if isinstance(e, GenericConst):
