@@ -13,10 +13,9 @@ from tvm import relax
 from tvm.relax.backend.utils import has_leaking_intermediate_variables
 from tvm.relax.dpl import is_call_tir, is_const, is_op, wildcard
 
-from .counting import REDUCED_TYPES
 from .fuse_depthwise_pointwise import PRIMFUNC as DWPW
 from .pack_dense_weights import PRIMFUNC as PACKED_MATMUL
-from .winograd import PRIMFUNC
+from .winograd import PRIMFUNC, REDUCED
 
 ANCHORS = ("relax.nn.conv2d", "relax.nn.conv2d_transpose", "relax.matmul")
 
@@ -57,8 +56,7 @@ def _float_narrowing(ctx) -> bool:
     """A float32 result cast to a reduced float type (what a bf16/fp16 conv reads), nothing leaking;
     other casts (an int8 conv's int32 to float32) keep the fusion they had."""
     cast = ctx.matched_expr
-    return (_no_leaks(ctx) and str(cast.args[0].ty.dtype) == "float32"
-            and str(cast.ty.dtype) in {t for t, _ in REDUCED_TYPES.values()})
+    return _no_leaks(ctx) and str(cast.args[0].ty.dtype) == "float32" and str(cast.ty.dtype) in REDUCED
 
 
 @tvm.transform.module_pass(opt_level=2, name="FuseEpilogue")
