@@ -97,7 +97,13 @@ def parse_duration(text: str) -> float:
 
 
 def extract(mod: tvm.IRModule, target) -> list:
-    return [t for t in ms.relax_integration.extract_tasks(mod, target) if not t.mod.attrs.get("tirx.is_scheduled", False)]
+    """MetaSchedule's tasks for the kernels there is something to search: not the ones that come
+    scheduled (Kiln's vdpbf16ps C kernels), which have no blocks to schedule."""
+    return [t for t in ms.relax_integration.extract_tasks(mod, target) if not _scheduled(t.mod["main"])]
+
+
+def _scheduled(func) -> bool:
+    return func.attrs is not None and bool(func.attrs.get("tirx.is_scheduled", False))
 
 
 def _strategy(opts: TuneOptions):

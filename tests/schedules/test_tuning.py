@@ -138,16 +138,19 @@ def test_twenty_random_kills_leave_a_readable_database(tmp_path, tiny):
 
 def test_tune_a_bf16_build(tmp_path, tiny):
     """kiln tune --precision bf16 tunes the kernels `kiln compile --precision bf16` builds (here the 3x3
-    conv at 16x16 on Winograd F(4x4) with bf16 weights), and that compile applies them; a float32 build
-    has other kernels."""
+    conv at 16x16 on Winograd F(4x4) with bf16 weights; the 1x1 conv after it, on the vdpbf16ps C
+    kernel where the CPU has AVX512-BF16, comes scheduled and is no task), and that compile applies
+    them; a float32 build has other kernels."""
     from kiln.cli import build_parser
     assert build_parser().parse_args(["tune", "m.onnx", "--trials", "2", "--precision", "bf16"]).precision == "bf16"
-    nodes = [helper.make_node("Conv", ["input", "w"], ["c"], pads=[1, 1, 1, 1]), helper.make_node("Relu", ["c"], ["output"])]
-    m = make_model(nodes, {"input": rand(1, 16, 16, 16)}, ["output"], {"w": rand(16, 16, 3, 3, seed=1) * 0.2})
+    nodes = [helper.make_node("Conv", ["input", "w"], ["c"], pads=[1, 1, 1, 1]), helper.make_node("Relu", ["c"], ["r"]),
+             helper.make_node("Conv", ["r", "w2"], ["output"])]
+    m = make_model(nodes, {"input": rand(1, 16, 16, 16)}, ["output"], {"w": rand(16, 16, 3, 3, seed=1) * 0.2, "w2": rand(32, 16, 1, 1, seed=2) * 0.2})
     r = tune(m, CompileOptions.make(precision="bf16"), TuneOptions(db_root=str(tmp_path), trials=2), progress=lambda s: None)
     assert r["new_records"] >= r["tasks"] >= 1
     out = kiln.compile(m, tmp_path / "t.kiln", tuning_db=str(tmp_path), precision="bf16")
     assert out.report["winograd_convs"] == 1 and out.report["tuned_coverage"] == 1.0
+    assert out.report["bf16_kernel_convs"] == (1 if "avx512bf16" in out.manifest["cpu_features"] else 0)
     assert kiln.compile(m, tmp_path / "f.kiln", tuning_db=str(tmp_path)).report["tuned_coverage"] == 0.0
     x = rand(1, 16, 16, 16, seed=3)
     ref = ort_run(m, {"input": x})[0]
