@@ -1,7 +1,8 @@
 """The tuning database: MetaSchedule's JSON database under `tuning_logs/<target key>/`. The key
 names the CPU and hashes the full target, so records are only reused where they are valid.
 MetaSchedule appends one JSON line per record; a kill mid-write can leave a torn last line,
-which `open_database` drops with a warning (rewriting the file atomically) instead of crashing."""
+which `open_database` drops with a warning (rewriting the file atomically) instead of crashing;
+so are records TVM wrote but cannot read back."""
 from __future__ import annotations
 
 import functools
@@ -71,10 +72,43 @@ def save_measured_defaults(db_dir: str | Path, ledger: dict[str, list[str]]) -> 
     atomic_write_text(Path(db_dir) / DEFAULTS, json.dumps(ledger, sort_keys=True, indent=1) + "\n")
 
 
+def drop_unloadable_records(db_dir: Path) -> int:
+    """Drop the records MetaSchedule wrote but cannot read back, each parsed on its own against its
+    workload (seen: a ResNet-50 bf16 run wrote 9 traces of a reduction's rfactor schedule that TVM
+    then refused, 'parallel_for_dynamic error', and the whole database with them); the file is
+    rewritten atomically. ~30 ms a record, so only once the database as a whole failed to load.
+    Returns how many were dropped."""
+    from tvm.s_tir import meta_schedule as ms
+    workloads = [ms.database.Workload.from_json(json.loads(line)) for line in (db_dir / FILES[0]).read_text().splitlines() if line.strip()]
+    good, bad = [], []
+    for i, line in enumerate((db_dir / FILES[1]).read_text().splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            index, record = json.loads(line)
+            ms.database.TuningRecord.from_json(record, workloads[index])
+            good.append(line)
+        except (RuntimeError, ValueError, TypeError, IndexError):  # TVM raises RuntimeError
+            bad.append(i)
+    if bad:
+        warnings.warn(f"{db_dir / FILES[1]}: dropping {len(bad)} record(s) TVM cannot read back, lines {bad[:5]}", stacklevel=2)
+        atomic_write_text(db_dir / FILES[1], "".join(line + "\n" for line in good))
+    return len(bad)
+
+
+def _load(db_dir: Path):
+    from tvm.s_tir import meta_schedule as ms
+    try:
+        return ms.database.JSONDatabase(work_dir=str(db_dir), module_equality="structural")
+    except RuntimeError:  # TVM's errors; which record is not said
+        if not drop_unloadable_records(db_dir):
+            raise
+        return ms.database.JSONDatabase(work_dir=str(db_dir), module_equality="structural")
+
+
 @functools.lru_cache(maxsize=4)
 def _read_only_database(db_dir: str, stamp: tuple):
-    from tvm.s_tir import meta_schedule as ms
-    return ms.database.JSONDatabase(work_dir=db_dir, module_equality="structural")
+    return _load(Path(db_dir))
 
 
 def database_for_compile(db_dir: str | Path):
@@ -87,11 +121,10 @@ def database_for_compile(db_dir: str | Path):
 
 
 def open_database(db_dir: str | Path):
-    from tvm.s_tir import meta_schedule as ms
     db_dir = Path(db_dir)
     db_dir.mkdir(parents=True, exist_ok=True)
     repair(db_dir)
-    return ms.database.JSONDatabase(work_dir=str(db_dir), module_equality="structural")
+    return _load(db_dir)
 
 
 def compact(db_dir: str | Path) -> tuple[int, int]:
