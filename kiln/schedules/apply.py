@@ -40,7 +40,7 @@ class ApplyDefaultSchedules:
         family = target_family(self.target)
         out = tvm.IRModule(dict(mod.functions), attrs=mod.attrs)
         for gv, func in mod.functions.items():
-            if not isinstance(func, tirx.PrimFunc) or func.attrs is not None and "tirx.is_scheduled" in func.attrs:
+            if not isinstance(func, tirx.PrimFunc) or is_scheduled(func):
                 continue
             kind, sch = first_rule_that_applies(func, family, self.lanes)
             if sch is None:
@@ -76,11 +76,16 @@ class ApplyTuningDatabase:
             f = mod[name]
             flops = estimated_flops(f)
             total += flops
-            if f.attrs is not None and "tirx.is_scheduled" in f.attrs:
+            if is_scheduled(f):
                 tuned += flops
                 self.stats["tuned_kernels"] += 1
         self.stats["tuned_coverage"] = round(tuned / total, 4) if total else 0.0
         return mod
+
+
+def is_scheduled(func) -> bool:
+    """The kernel comes scheduled (a tuned record, a rule, dlight, or Kiln's C kernels)."""
+    return func.attrs is not None and "tirx.is_scheduled" in func.attrs
 
 
 def estimated_flops(func) -> float:

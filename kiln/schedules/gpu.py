@@ -6,6 +6,8 @@ from __future__ import annotations
 import tvm
 from tvm import tirx
 
+from .apply import is_scheduled
+
 
 @tvm.transform.module_pass(opt_level=0, name="GPUSchedules")
 class ApplyGPUSchedules:
@@ -15,12 +17,10 @@ class ApplyGPUSchedules:
 
     def transform_module(self, mod: tvm.IRModule, ctx) -> tvm.IRModule:
         from tvm.s_tir import dlight as dl
-        todo = [gv for gv, f in mod.functions.items() if isinstance(f, tirx.PrimFunc) and not (f.attrs and "tirx.is_scheduled" in f.attrs)]
+        todo = [gv for gv, f in mod.functions.items() if isinstance(f, tirx.PrimFunc) and not is_scheduled(f)]
         mod = tvm.IRModule(dict(mod.functions), attrs=mod.attrs)  # dlight mutates the module it is given
         with self.target:
             mod = dl.ApplyDefaultSchedule(dl.gpu.Matmul(), dl.gpu.GEMV(), dl.gpu.Reduction(), dl.gpu.GeneralReduction(), dl.gpu.Fallback())(mod)
         for gv in todo:
-            f = mod[gv]
-            done = f.attrs is not None and "tirx.is_scheduled" in f.attrs
-            self.stats["kernels_scheduled" if done else "kernels_unscheduled"] += 1
+            self.stats["kernels_scheduled" if is_scheduled(mod[gv]) else "kernels_unscheduled"] += 1
         return mod

@@ -28,6 +28,7 @@ import tvm
 from tvm.s_tir import meta_schedule as ms
 
 from ..errors import OptionsError
+from .apply import is_scheduled
 from .builder import WorkerBuilder
 from .database import db_dir_for, open_database
 
@@ -99,11 +100,7 @@ def parse_duration(text: str) -> float:
 def extract(mod: tvm.IRModule, target) -> list:
     """MetaSchedule's tasks for the kernels there is something to search: not the ones that come
     scheduled (Kiln's vdpbf16ps C kernels), which have no blocks to schedule."""
-    return [t for t in ms.relax_integration.extract_tasks(mod, target) if not _scheduled(t.mod["main"])]
-
-
-def _scheduled(func) -> bool:
-    return func.attrs is not None and bool(func.attrs.get("tirx.is_scheduled", False))
+    return [t for t in ms.relax_integration.extract_tasks(mod, target) if not is_scheduled(t.mod["main"])]
 
 
 def _strategy(opts: TuneOptions):
