@@ -19,7 +19,8 @@ def _options(a):
                                max_memory=getattr(a, "max_memory", None), quantize=getattr(a, "quantize", None),
                                calibration=getattr(a, "calibration", None), calib_method=getattr(a, "calib_method", "minmax"),
                                calib_samples=getattr(a, "calib_samples", None), min_agreement=getattr(a, "min_agreement", None),
-                               keep_float=tuple(getattr(a, "keep_float", ()) or ()), precision=getattr(a, "precision", "fp32"))
+                               keep_float=tuple(getattr(a, "keep_float", ()) or ()), precision=getattr(a, "precision", "fp32"),
+                               freeze_inputs=tuple(getattr(a, "freeze_input", ()) or ()))
 
 
 def _tune(a) -> int:
@@ -151,6 +152,9 @@ def _inspect(a) -> int:
 def _pipeline_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--target", default=None, help="default: the host CPU, detected")
     p.add_argument("--input-shape", action="append", default=[], metavar="NAME:1x3x224x224")
+    p.add_argument("--freeze-input", action="append", default=[], metavar="NAME=VALUE",
+                   help="repeatable: compile this input in as a constant (a scalar or small array, e.g. sr=16000, "
+                        "axes=[0,2]); Ifs and shapes that depend on it fold away")
     p.add_argument("--opt-level", type=int, default=2, help="0: lowering only, 1: + graph clean-up, 2: + fusion (default)")
     p.add_argument("--disable-pass", action="append", default=[], metavar="NAME", help="repeatable")
     p.add_argument("--layout", default="NCHWc", help="NCHWc (default: channels blocked by the vector width), NCHW, NHWC, or auto (measure all on this host)")

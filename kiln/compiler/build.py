@@ -52,7 +52,7 @@ def analyze_model(model, options: CompileOptions | None = None, **kwargs) -> dic
     """The optimization report without building (what `kiln inspect --passes` prints)."""
     options = options or CompileOptions.make(**kwargs)
     t0 = time.perf_counter()
-    imported = import_onnx(model, options.shapes)
+    imported = import_onnx(model, options.shapes, frozen=options.freeze_inputs)
     check_tensor_sizes(imported.mod, options.max_memory, _where(model))
     layout = options.layout if options.layout != "auto" else "NCHWc"
     report = optimize(imported.mod, options, layout=layout, where=_where(model)).report
@@ -81,7 +81,7 @@ def compile_model(model: str | os.PathLike | onnx.ModelProto, output: str | os.P
     accel_members: dict = {}
     for i, shapes in enumerate(options.bucket_shapes()):
         t = time.perf_counter()
-        imported = import_onnx(model, shapes, where, checked=True)
+        imported = import_onnx(model, shapes, where, checked=True, frozen=options.freeze_inputs)
         import_s = time.perf_counter() - t
         check_tensor_sizes(imported.mod, options.max_memory, where)
         if layout == "auto":

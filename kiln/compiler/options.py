@@ -7,6 +7,7 @@ import os
 from pathlib import Path
 
 from ..errors import OptionsError
+from ..frontends.freeze import FrozenInput, parse_frozen_inputs
 from ..frontends.shapes import BUCKETS_FLAG, parse_input_shapes, parse_shape_buckets
 from ..runtime.artifact import BUCKET_POLICIES
 from ..target import Target
@@ -36,11 +37,13 @@ class CompileOptions:
     min_agreement: float | None = None  # fail the compile below this top-1 agreement (cosine for non-classifiers)
     keep_float: tuple[str, ...] = ()  # layer (ONNX node) names that stay float
     precision: str = "fp32"  # fp16 | bf16: mixed precision, fp32 accumulation
+    freeze_inputs: tuple[FrozenInput, ...] = ()  # inputs compiled in as constants (--freeze-input NAME=VALUE)
 
     @staticmethod
     def make(target=None, input_shapes=None, opt_level: int = 2, disabled_passes=(), layout: str = "NCHWc",
              tuning_db=None, shape_buckets=None, bucket_policy: str = "pad", max_memory=None, quantize=None, calibration=None,
-             calib_method: str = "minmax", calib_samples=None, min_agreement=None, keep_float=(), precision: str = "fp32") -> CompileOptions:
+             calib_method: str = "minmax", calib_samples=None, min_agreement=None, keep_float=(), precision: str = "fp32",
+             freeze_inputs=()) -> CompileOptions:
         if opt_level not in OPT_LEVELS:
             raise OptionsError(f"opt level {opt_level!r} is not valid", where="--opt-level", fix=f"use one of {list(OPT_LEVELS)}")
         if layout not in LAYOUTS:
@@ -49,6 +52,11 @@ class CompileOptions:
             raise OptionsError(f"bucket policy {bucket_policy!r} is not valid", where="--bucket-policy", fix=f"use one of {', '.join(BUCKET_POLICIES)}")
         shapes = parse_input_shapes(input_shapes)
         buckets = parse_shape_buckets(shape_buckets)
+        frozen = parse_frozen_inputs(freeze_inputs)
+        shaped = sorted(({n for b in buckets for n in b} | set(shapes)) & {f.name for f in frozen})
+        if shaped:
+            raise OptionsError(f"input(s) {shaped} are both frozen and given a shape", where="--freeze-input",
+                               fix="a frozen input is a constant: its shape is its value's")
         both = sorted({n for b in buckets for n in b} & set(shapes))
         if both:
             raise OptionsError(f"input(s) {both} given both --input-shape and {BUCKETS_FLAG}",
@@ -63,7 +71,8 @@ class CompileOptions:
                               resolve_tuning_db(tuning_db, t), tuple(tuple(sorted(b.items())) for b in buckets), bucket_policy,
                               parse_size(max_memory), quantize, str(calibration) if calibration is not None else None, calib_method,
                               int(calib_samples) if calib_samples is not None else None,
-                              float(min_agreement) if min_agreement is not None else None, tuple(dict.fromkeys(keep_float)), precision)
+                              float(min_agreement) if min_agreement is not None else None, tuple(dict.fromkeys(keep_float)), precision,
+                              frozen)
 
     @property
     def shapes(self) -> dict[str, tuple[int, ...]]:
@@ -81,7 +90,7 @@ class CompileOptions:
                 "tuning_db": self.tuning_db, "tuning_db_sha256": _db_digest(self.tuning_db),
                 "quantize": self.quantize, "calibration_sha256": _calibration_digest(self.calibration), "calib_method": self.calib_method,
                 "calib_samples": self.calib_samples, "min_agreement": self.min_agreement, "keep_float": list(self.keep_float),
-                "precision": self.precision}
+                "precision": self.precision, "freeze_inputs": {f.name: f.to_json() for f in self.freeze_inputs}}
 
 
 def _check_quantize(quantize, calibration, method, samples, min_agreement, precision, buckets) -> None:

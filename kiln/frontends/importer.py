@@ -13,6 +13,7 @@ from ..errors import CompileError, UnsupportedModelError, tvm_errors
 from ..runtime.artifact import TensorSpec
 from . import preflight, simplify as simplify_mod
 from .decompose import decompose, rewrite_for
+from .freeze import freeze_inputs, parse_frozen_inputs
 from .onnx_load import check_onnx, load_onnx, to_array
 from .shapes import graph_inputs, parse_input_shapes, pin_input_shapes
 
@@ -27,14 +28,15 @@ class ImportedModel:
     onnx_model: onnx.ModelProto  # the simplified model TVM imported
 
 
-def prepare_onnx(model: onnx.ModelProto, input_shapes=None, where: str = "<model>") -> tuple[onnx.ModelProto, dict]:
-    """Preflight, pin, simplify, decompose: the ONNX-level half of the import."""
+def prepare_onnx(model: onnx.ModelProto, input_shapes=None, where: str = "<model>", frozen=()) -> tuple[onnx.ModelProto, dict]:
+    """Preflight, freeze, pin, simplify, decompose: the ONNX-level half of the import."""
     preflight.check_supported(model, where)
     model_c = onnx.ModelProto()
     model_c.CopyFrom(model)
+    freeze_inputs(model_c, parse_frozen_inputs(frozen), where)
     pin_input_shapes(model_c, parse_input_shapes(input_shapes), where)
     simple, stats = simplify_mod.simplify(model_c, where)
-    preflight.check_supported(simple, where, constant_ifs_folded=True)
+    preflight.check_supported(simple, where)  # what the rewrites below and TVM's importer take
     if any(rewrite_for(n) for n in simple.graph.node):
         consts = {i.name: to_array(i, where) for i in simple.graph.initializer}
         stats["rewritten"] = decompose(simple, simplify_mod._static_shapes(simple), consts, where)
@@ -43,15 +45,15 @@ def prepare_onnx(model: onnx.ModelProto, input_shapes=None, where: str = "<model
 
 
 def import_onnx(model: str | os.PathLike | onnx.ModelProto, input_shapes=None, where: str | None = None,
-                checked: bool = False) -> ImportedModel:
+                checked: bool = False, frozen=()) -> ImportedModel:
     """checked=True: the caller already ran ONNX's checker on this proto (compile_model does, once
-    for all its buckets)."""
+    for all its buckets). frozen: inputs that become constants (--freeze-input)."""
     where = where or ("<model>" if isinstance(model, onnx.ModelProto) else str(model))
     if not isinstance(model, onnx.ModelProto):
         model = load_onnx(model)  # checks it
     elif not checked:
         check_onnx(model, where)
-    simple, stats = prepare_onnx(model, input_shapes, where)
+    simple, stats = prepare_onnx(model, input_shapes, where, frozen)
     inputs = [TensorSpec(vi.name, tuple(d.dim_value for d in vi.type.tensor_type.shape.dim),
                          _np_dtype(vi.type.tensor_type.elem_type, vi.name, where)) for vi in graph_inputs(simple)]
     from tvm.relax.frontend.onnx import from_onnx

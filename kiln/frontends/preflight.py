@@ -12,8 +12,9 @@ from .decompose import DOMAIN_REWRITES, REWRITES
 DEFAULT_DOMAINS = ("", "ai.onnx")
 # Ops Kiln rewrites into supported ONNX ops itself before TVM sees the graph (see decompose/).
 KILN_REWRITTEN = frozenset(REWRITES)
-# Ops Kiln removes when their condition is known once shapes are pinned (see simplify.py).
-FOLDED_WHEN_CONSTANT = frozenset({"If"})
+# Control flow TVM's importer builds itself (relax.If, run by the VM); an If whose condition is
+# constant once shapes are pinned or inputs frozen is inlined by simplify.py instead.
+CONTROL_FLOW = frozenset({"If"})
 # Microsoft contrib ops that TVM's importer converts.
 CONTRIB = {"com.microsoft": frozenset({"Attention", "SkipLayerNormalization", "EmbedLayerNormalization",
                                        "BiasGelu", "FastGelu", "Gelu"})}
@@ -25,11 +26,9 @@ def tvm_converted_ops() -> frozenset[str]:
     return frozenset(onnx_frontend._get_convert_map())
 
 
-def is_supported(domain: str, op_type: str, *, constant_ifs_folded: bool) -> bool:
+def is_supported(domain: str, op_type: str) -> bool:
     if domain in DEFAULT_DOMAINS:
-        if op_type in FOLDED_WHEN_CONSTANT:
-            return not constant_ifs_folded  # an If still present after folding cannot be compiled
-        return op_type in tvm_converted_ops() or op_type in KILN_REWRITTEN
+        return op_type in CONTROL_FLOW or op_type in tvm_converted_ops() or op_type in KILN_REWRITTEN
     return op_type in CONTRIB.get(domain, ()) or op_type in DOMAIN_REWRITES.get(domain, {})
 
 
@@ -56,11 +55,11 @@ def opsets(model: onnx.ModelProto) -> dict[str, int]:
     return {(o.domain or "ai.onnx"): o.version for o in model.opset_import}
 
 
-def find_unsupported_ops(model: onnx.ModelProto, *, constant_ifs_folded: bool = False) -> list[dict]:
+def find_unsupported_ops(model: onnx.ModelProto) -> list[dict]:
     versions = opsets(model)
     found: dict[tuple[str, str], dict] = {}
     for node in _walk(model.graph):
-        if is_supported(node.domain, node.op_type, constant_ifs_folded=constant_ifs_folded):
+        if is_supported(node.domain, node.op_type):
             continue
         domain = node.domain or "ai.onnx"
         entry = found.setdefault((domain, node.op_type), {
@@ -70,13 +69,13 @@ def find_unsupported_ops(model: onnx.ModelProto, *, constant_ifs_folded: bool = 
     return list(found.values())
 
 
-def check_supported(model: onnx.ModelProto, where: str, *, constant_ifs_folded: bool = False) -> None:
-    bad = find_unsupported_ops(model, constant_ifs_folded=constant_ifs_folded)
+def check_supported(model: onnx.ModelProto, where: str) -> None:
+    bad = find_unsupported_ops(model)
     if not bad:
         return
     listing = "; ".join(f"{b['domain']}::{b['op_type']} (opset {b['opset']}, {b['count']}x, first node {b['first_node']!r})" for b in bad)
     fix = "remove or replace these ops before export"
-    if any(b["op_type"] == "If" for b in bad):
-        fix = ("an If whose condition depends on input data cannot be compiled ahead of time; pin the input "
-               "shapes so its condition becomes constant, or export the model without data-dependent control flow")
+    if any(b["op_type"] in ("Loop", "Scan") for b in bad):
+        fix = ("a Loop or Scan whose trip count is known can be unrolled before export (e.g. torch.onnx.export of a "
+               "Python loop); freeze the inputs it depends on with --freeze-input NAME=VALUE if they are known")
     raise UnsupportedModelError(f"{len(bad)} unsupported op type(s): {listing}", ops=bad, where=where, fix=fix)

@@ -255,7 +255,7 @@ def tune(model, compile_options, opts: TuneOptions, progress: Callable[[str], No
     # every kernel untuned (no database applied, no default schedules): what MetaSchedule searches from
     row = SCHEDULE_ROW[compile_options.target.kind]
     co = dataclasses.replace(compile_options, tuning_db=None, disabled_passes=tuple(dict.fromkeys(compile_options.disabled_passes + (row,))))
-    imported = import_onnx(model, co.shapes)
+    imported = import_onnx(model, co.shapes, frozen=co.freeze_inputs)
     layout = co.layout if co.layout != "auto" else "NCHWc"
     mod = optimize(imported.mod, co, layout=layout).mod
     from ..compiler.passes.convert_layout import vector_block

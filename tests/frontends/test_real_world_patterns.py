@@ -50,17 +50,6 @@ def test_if_with_constant_condition_is_inlined(tmp_path):
     np.testing.assert_array_equal(out["y"], np.maximum(x, 0))
 
 
-def test_if_on_data_is_a_clear_error(tmp_path):
-    x = rand(1, 3)
-    branch = lambda op, o: helper.make_graph([helper.make_node(op, ["x"], [o])], o, [],  # noqa: E731
-                                             [helper.make_tensor_value_info(o, TensorProto.FLOAT, None)])
-    nodes = [helper.make_node("ReduceSum", ["x"], ["s"], keepdims=0), helper.make_node("Greater", ["s", "zero"], ["cond"]),
-             helper.make_node("If", ["cond"], ["y"], then_branch=branch("Relu", "t"), else_branch=branch("Neg", "e"))]
-    m = make_model(nodes, {"x": x}, ["y"], {"zero": np.float32(0)})
-    with pytest.raises(kiln.UnsupportedModelError, match="If.*condition depends on input data"):
-        kiln.compile(m, tmp_path / "m.kiln")
-
-
 def test_wrong_declared_output_shape_is_ignored(tmp_path):
     x = rand(2, 3)
     m = make_model([helper.make_node("Transpose", ["x"], ["y"])], {"x": x}, ["y"])

@@ -1,0 +1,118 @@
+"""Control flow real exporters write: an If on computed data (relax.If, run by TVM's VM), an If on
+an input the deployer knows (--freeze-input folds it away), and Loop/Scan refused by name."""
+import json
+import subprocess
+import sys
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper
+
+import kiln
+from helpers import check_against_ort, make_model, rand
+from kiln.frontends.preflight import find_unsupported_ops
+
+
+def _branch(nodes, out):
+    return helper.make_graph(nodes, out, [], [helper.make_tensor_value_info(out, TensorProto.FLOAT, None)])
+
+
+def _data_if_model():
+    """conv -> If(mean(conv) > 0: relu(conv) * 2, else: sigmoid(conv)) -> conv: the condition is data."""
+    x = rand(1, 3, 8, 8)
+    then_g = _branch([helper.make_node("Relu", ["c"], ["r"]), helper.make_node("Mul", ["r", "two"], ["t"])], "t")
+    else_g = _branch([helper.make_node("Sigmoid", ["c"], ["e"])], "e")
+    nodes = [helper.make_node("Conv", ["x", "w", "b"], ["c"], pads=[1, 1, 1, 1]),
+             helper.make_node("ReduceMean", ["c"], ["m"], keepdims=0),
+             helper.make_node("Greater", ["m", "zero"], ["cond"]),
+             helper.make_node("If", ["cond"], ["y0"], then_branch=then_g, else_branch=else_g),
+             helper.make_node("Conv", ["y0", "w2"], ["y"])]
+    inits = {"w": rand(8, 3, 3, 3, seed=1) * 0.3, "b": rand(8, seed=2), "w2": rand(4, 8, 1, 1, seed=3) * 0.3,
+             "two": np.float32(2), "zero": np.float32(0)}
+    return make_model(nodes, {"x": x}, ["y"], inits)
+
+
+def test_if_on_computed_data_takes_either_branch(tmp_path):
+    m = _data_if_model()
+    assert find_unsupported_ops(m) == []
+    x = rand(1, 3, 8, 8, seed=7)
+    outs = [check_against_ort(m, {"x": s * x}, tmp_path) for s in (1.0, -1.0, 40.0)]
+    assert not np.allclose(outs[0]["y"], -outs[1]["y"])  # the branches differ, and each matched onnxruntime
+
+
+def _sample_rate_model():
+    """A voice-activity-style front end: If sr == 16000 then frame by 4 else by 2 (different shapes)."""
+    x = rand(1, 64)
+    then_g = _branch([helper.make_node("Reshape", ["x", "s16"], ["a"]),
+                      helper.make_node("ReduceMean", ["a"], ["t"], axes=[2], keepdims=0)], "t")
+    else_g = _branch([helper.make_node("Reshape", ["x", "s8"], ["b"]),
+                      helper.make_node("ReduceMax", ["b"], ["e"], axes=[2], keepdims=0)], "e")
+    nodes = [helper.make_node("Equal", ["sr", "k16"], ["is16"]),
+             helper.make_node("If", ["is16"], ["y0"], then_branch=then_g, else_branch=else_g),
+             helper.make_node("Relu", ["y0"], ["y"])]
+    inits = {"k16": np.array(16000, np.int64), "s16": np.array([1, 16, 4], np.int64), "s8": np.array([1, 32, 2], np.int64)}
+    g = helper.make_graph(nodes, "vad", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 64]),
+                                         helper.make_tensor_value_info("sr", TensorProto.INT64, [])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+                          [onnx.numpy_helper.from_array(v, k) for k, v in inits.items()])
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)]), x
+
+
+@pytest.mark.parametrize("sr", [16000, 8000])
+def test_freeze_input_folds_the_if_away(tmp_path, sr):
+    from helpers import ort_run
+    m, x = _sample_rate_model()
+    r = kiln.compile(m, tmp_path / "m.kiln", freeze_inputs=[f"sr={sr}"])
+    assert r.report["ops_before"].get("If", 0) == 0 and r.manifest["import_stats"]["ifs_inlined"] == 1
+    assert r.manifest["compile_options"]["freeze_inputs"] == {"sr": sr}
+    art = kiln.load(tmp_path / "m.kiln")
+    assert [i.name for i in art.inputs] == ["x"]  # the frozen input is no longer fed
+    ref = ort_run(m, {"x": x, "sr": np.array(sr, np.int64)})[0]
+    np.testing.assert_allclose(art.run({"x": x})["y"], ref, rtol=1e-5, atol=1e-6)
+
+
+def test_freeze_input_cli_and_bad_values(tmp_path):
+    m, x = _sample_rate_model()
+    onnx.save(m, tmp_path / "vad.onnx")
+    cmd = [sys.executable, "-m", "kiln.cli", "compile", str(tmp_path / "vad.onnx"), "-o", str(tmp_path / "v.kiln")]
+    ok = subprocess.run(cmd + ["--freeze-input", "sr=8000"], capture_output=True, text=True)
+    assert ok.returncode == 0, ok.stderr
+    bad = subprocess.run(cmd + ["--freeze-input", "rate=8000"], capture_output=True, text=True)
+    assert bad.returncode == 2 and "unknown input(s) ['rate']" in bad.stderr and "'x', 'sr'" in bad.stderr
+    frac = subprocess.run(cmd + ["--freeze-input", "sr=8000.5"], capture_output=True, text=True)
+    assert frac.returncode == 2 and "does not fit its type int64" in frac.stderr
+    with pytest.raises(kiln.OptionsError, match="NAME=VALUE"):
+        kiln.compile(m, tmp_path / "x.kiln", freeze_inputs=["sr"])
+    with pytest.raises(kiln.OptionsError, match="both frozen and given a shape"):
+        kiln.compile(m, tmp_path / "x.kiln", freeze_inputs={"x": [0.0] * 64}, input_shapes=["x:1x64"])
+    assert not (tmp_path / "x.kiln").exists()
+
+
+def _loop_model():
+    body = helper.make_graph([helper.make_node("Identity", ["cond_in"], ["cond_out"]),
+                              helper.make_node("Add", ["v_in", "one"], ["v_out"])], "body",
+                             [helper.make_tensor_value_info("i", TensorProto.INT64, []),
+                              helper.make_tensor_value_info("cond_in", TensorProto.BOOL, []),
+                              helper.make_tensor_value_info("v_in", TensorProto.FLOAT, [1, 3])],
+                             [helper.make_tensor_value_info("cond_out", TensorProto.BOOL, []),
+                              helper.make_tensor_value_info("v_out", TensorProto.FLOAT, [1, 3])])
+    nodes = [helper.make_node("Loop", ["n", "t"], ["y"], body=body),
+             helper.make_node("Scan", ["x"], ["z"], num_scan_inputs=1, body=helper.make_graph(
+                 [helper.make_node("Identity", ["s"], ["so"])], "sb", [helper.make_tensor_value_info("s", TensorProto.FLOAT, [3])],
+                 [helper.make_tensor_value_info("so", TensorProto.FLOAT, [3])]))]
+    return make_model(nodes, {"x": rand(1, 3)}, ["y", "z"], {"n": np.array(3, np.int64), "t": np.array(True),
+                                                             "one": np.float32(1)})
+
+
+def test_loop_and_scan_are_refused_by_name_and_inspect_agrees(tmp_path):
+    m = _loop_model()
+    with pytest.raises(kiln.UnsupportedModelError) as e:
+        kiln.compile(m, tmp_path / "m.kiln")
+    assert "ai.onnx::Loop" in str(e.value) and "ai.onnx::Scan" in str(e.value) and "2 unsupported" in str(e.value)
+    onnx.save(m, tmp_path / "loop.onnx")
+    out = subprocess.run([sys.executable, "-m", "kiln.cli", "inspect", str(tmp_path / "loop.onnx"), "--json"],
+                         capture_output=True, text=True)
+    info = json.loads(out.stdout)
+    assert sorted(u["op_type"] for u in info["unsupported_ops"]) == ["Loop", "Scan"]
+    assert not (tmp_path / "m.kiln").exists()
