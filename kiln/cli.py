@@ -264,10 +264,26 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+def _print_kiln_warnings(cmd: str) -> None:
+    """Kiln's warnings (a pass skipped, a constant left unfolded) as one line each on stderr."""
+    import warnings
+
+    from .errors import KilnWarning
+    shown = warnings.showwarning
+
+    def show(message, category, filename, lineno, file=None, line=None):
+        if issubclass(category, KilnWarning):
+            print(f"kiln {cmd}: warning: {message}", file=sys.stderr)
+        else:
+            shown(message, category, filename, lineno, file, line)
+    warnings.showwarning = show
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     args = build_parser().parse_args(argv)
     args.argv = argv
+    _print_kiln_warnings(args.cmd)
     try:
         return args.fn(args)
     except KilnError as e:

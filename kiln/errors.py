@@ -16,6 +16,11 @@ class KilnError(Exception):
         super().__init__(msg)
 
 
+class KilnWarning(UserWarning):
+    """Something Kiln did differently than asked or expected, that the user should know (a pass
+    skipped, a constant left unfolded); the CLI prints these as one line each."""
+
+
 class ModelLoadError(KilnError):
     """The model file cannot be read or is not valid ONNX."""
 

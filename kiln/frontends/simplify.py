@@ -12,7 +12,7 @@ from onnx import numpy_helper
 from onnx.reference import ReferenceEvaluator
 
 from .onnx_load import to_array
-from ..errors import ModelLoadError
+from ..errors import KilnWarning
 
 NONDETERMINISTIC = frozenset({"RandomNormal", "RandomUniform", "RandomNormalLike", "RandomUniformLike",
                               "Multinomial", "Bernoulli"})
@@ -53,7 +53,10 @@ def _try_fold(node, consts, shapes, opsets, out_nodes, stats, where) -> bool:
         return False
     op = node.op_type
     if op == "Constant":
-        consts[node.output[0]] = _eval(node, consts, opsets, where)[0]
+        value = _eval(node, consts, opsets, stats, where)
+        if value is None:
+            return False
+        consts[node.output[0]] = value[0]
         return True
     if op in ("Shape", "Size") and node.input[0] in shapes:
         shp = shapes[node.input[0]]
@@ -83,24 +86,47 @@ def _try_fold(node, consts, shapes, opsets, out_nodes, stats, where) -> bool:
         return False
     if any(o in shapes and int(np.prod(shapes[o])) > MAX_FOLD_ELEMENTS for o in node.output):
         return False
-    for name, val in zip(node.output, _eval(node, consts, opsets, where)):
+    values = _eval(node, consts, opsets, stats, where)
+    if values is None:
+        return False
+    for name, val in zip(node.output, values):
         if name:
             consts[name] = val
     stats["folded"] += 1
     return True
 
 
-def _eval(node, consts, opsets, where) -> list[np.ndarray]:
+def _eval(node, consts, opsets, stats, where) -> list[np.ndarray] | None:
+    """The node's outputs on its constant inputs, by ONNX's reference evaluator; None where the
+    evaluator cannot run it (its own gaps, e.g. opset-11 Unsqueeze with an axes attribute): the
+    node then stays in the graph for TVM to compute, with one warning per op type."""
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            ev = ReferenceEvaluator(node, opsets=opsets)
             feeds = {i: consts[i] for i in node.input if i}
+            ev = ReferenceEvaluator(_one_node_model(node, feeds, opsets))
             return [np.asarray(v) for v in ev.run(None, feeds)]
     except Exception as e:
-        raise ModelLoadError(f"node {node.name or node.op_type!r} ({node.op_type}) fails on its constant inputs: "
-                             f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}", where=where,
-                             fix="the model is inconsistent; re-export it") from None
+        failed = stats.setdefault("fold_failed", {})
+        if node.op_type not in failed:
+            msg = str(e).strip().splitlines()
+            warnings.warn(f"{where}: ONNX's reference evaluator cannot fold {node.op_type} node {node.name!r} "
+                          f"({type(e).__name__}: {msg[0][:200] if msg else ''}); it stays in the graph",
+                          KilnWarning, stacklevel=2)
+        nodes = failed.setdefault(node.op_type, [])
+        if (node.name or node.output[0]) not in nodes:  # simplify retries it every round
+            nodes.append(node.name or node.output[0])
+        return None
+
+
+def _one_node_model(node, feeds: dict, opsets: dict) -> onnx.ModelProto:
+    """The node alone in a model of the graph's opsets: the evaluator then picks the op version the
+    model declares (given a bare node it takes the newest, e.g. Unsqueeze-13 for an opset-11 one)."""
+    ins = [onnx.helper.make_tensor_value_info(k, onnx.helper.np_dtype_to_tensor_dtype(np.asarray(v).dtype), None)
+           for k, v in feeds.items()]
+    outs = [onnx.helper.make_tensor_value_info(o, onnx.TensorProto.UNDEFINED, None) for o in node.output if o]
+    g = onnx.helper.make_graph([node], "fold", ins, outs)
+    return onnx.helper.make_model(g, opset_imports=[onnx.helper.make_opsetid(d, v) for d, v in opsets.items()])
 
 
 def _inline(node, sub: onnx.GraphProto, consts, out_nodes) -> None:
