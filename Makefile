@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test test-all edge-deps edge-test clean
+.PHONY: demo test test-all edge-deps edge-test clean corpus conformance
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -34,6 +34,23 @@ edge-test: edge-deps
 
 test-all: $(STAMP)
 	$(BIN)/python -m pytest -q -m ''
+
+# The ONNX backend node tests (onnx's conformance cases) through Kiln and onnxruntime: benchmarks/conformance.md
+conformance: $(STAMP)
+	$(BIN)/python -m benchmarks.conformance --out benchmarks/conformance.md
+
+# The corpus of real exported models (benchmarks/corpus): the exporters (torch, torchvision, transformers) live in
+# their own venv, never in Kiln's; export.py fills build/corpus, run.py compiles and checks each model with Kiln.
+CORPUS_VENV := .venv-corpus
+CORPUS_STAMP := $(CORPUS_VENV)/.installed
+$(CORPUS_STAMP):
+	test -x $(CORPUS_VENV)/bin/python || $(PY) -m venv $(CORPUS_VENV)
+	$(CORPUS_VENV)/bin/python -m pip install -q torch==2.14.1 torchvision==0.29.1 transformers onnx onnxscript onnxruntime
+	touch $(CORPUS_STAMP)
+
+corpus: $(STAMP) $(CORPUS_STAMP)
+	$(CORPUS_VENV)/bin/python benchmarks/corpus/export.py
+	$(BIN)/python benchmarks/corpus/run.py
 
 clean:
 	rm -rf $(VENV) build *.egg-info

@@ -1,0 +1,300 @@
+"""Compiles every corpus model with Kiln's default options, checks it against onnxruntime and times both.
+
+The corpus (export.py) is what Kiln's users bring: ONNX files from real exporters. This is the yardstick: for
+each model, in a fresh subprocess of Kiln's venv (one model cannot take the next one down, and a hang is cut
+by a timeout), `kiln.compile` with default options (input_shapes only for inputs with symbolic dims, pinned
+to the recorded input), `kiln.load(out).run(feed)` on the fixed input export.py saved, onnxruntime on the same
+input. Pass: every output within |kiln - ort| <= 1e-4 * max(1, max|ort|) + 1e-3 * |ort| (integer outputs
+exactly, shapes equal); otherwise mismatch; a raised exception is an error (KilnError class and the first line
+of its message, or the exception). An error or mismatch is compiled again with layout="NCHW", to learn whether
+the default layout passes cause it. Timing: Kiln and onnxruntime (2 threads each) alternate in blocks of runs
+with a pause between blocks (both thread pools spin after a run; see kiln.runtime.bench), medians.
+
+    .venv/bin/python benchmarks/corpus/run.py [--corpus build/corpus] [--only a,b] [--out benchmarks/corpus]
+    .venv/bin/python benchmarks/corpus/run.py --one NAME [--layout NCHW]   # one model, in this process
+
+Writes OUT.md (CPU, command, date, the table) and OUT.json (every record).
+"""
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import platform
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[2]
+THREADS = 2
+COMPILE_TIMEOUT_S = 600
+RUN_TIMEOUT_S = 300  # loading, checking and timing after the compile
+TIME_BUDGET_S = 3.0  # per engine, for the timed runs
+BLOCK, PAUSE_S = 8, 0.3
+RTOL, ATOL = 1e-3, 1e-4
+
+
+def error_text(e: BaseException) -> tuple[str, str]:
+    """(class, first line of the message) of an exception, KilnErrors included."""
+    msg = str(e).strip().splitlines()
+    return type(e).__name__, (msg[0][:400] if msg else "")
+
+
+def compare(ours: list[np.ndarray], ref: list[np.ndarray]) -> dict:
+    """Output-by-output check: shapes equal, integers exact, floats within the scale-aware tolerance."""
+    worst, max_abs, why = 0.0, 0.0, ""
+    if len(ours) != len(ref):
+        return {"ok": False, "why": f"{len(ours)} outputs, onnxruntime has {len(ref)}"}
+    for i, (k, r) in enumerate(zip(ours, ref)):
+        k, r = np.asarray(k), np.asarray(r)
+        if k.shape != r.shape:
+            return {"ok": False, "why": f"output {i}: shape {list(k.shape)} vs onnxruntime {list(r.shape)}"}
+        if r.size == 0:
+            continue
+        if r.dtype.kind in "iub":
+            bad = int(np.count_nonzero(k != r))
+            if bad:
+                return {"ok": False, "why": f"output {i} ({r.dtype}): {bad}/{r.size} elements differ"}
+            continue
+        k64, r64 = k.astype(np.float64), r.astype(np.float64)
+        both_nan = np.isnan(k64) & np.isnan(r64)
+        diff = np.where(both_nan, 0.0, np.abs(k64 - r64))
+        finite = np.isfinite(r64)
+        scale = max(1.0, float(np.abs(r64[finite]).max()) if finite.any() else 1.0)
+        tol = ATOL * scale + RTOL * np.abs(np.where(finite, r64, 0.0))
+        ratio = float(np.nanmax(np.where(np.isnan(diff), np.inf, diff / tol)))
+        max_abs = max(max_abs, float(np.nanmax(np.where(np.isnan(diff), np.inf, diff))))
+        if ratio > worst:
+            worst = ratio
+            if ratio > 1:
+                why = f"output {i}: max |diff| {float(np.nanmax(diff)):.3g}, {ratio:.3g}x the tolerance"
+    return {"ok": worst <= 1.0, "max_abs_diff": max_abs, "worst_over_tol": worst, "why": why}
+
+
+def time_both(kiln_fn, ort_fn) -> tuple[float, float, int]:
+    """Medians (ms) of Kiln and onnxruntime, alternating blocks of BLOCK runs, a pause and an untimed run
+    before each block so neither engine's spinning workers steal cores from the other."""
+    for _ in range(3):
+        kiln_fn()
+        ort_fn()
+    times = {"k": [], "o": []}
+    t0 = time.perf_counter()
+    kiln_fn()
+    per_run = max(time.perf_counter() - t0, 1e-4)
+    n = int(min(64, max(BLOCK, TIME_BUDGET_S / per_run)))
+    while len(times["k"]) < n:
+        for key, fn in (("k", kiln_fn), ("o", ort_fn)):
+            time.sleep(PAUSE_S)
+            fn()
+            for _ in range(BLOCK):
+                t = time.perf_counter()
+                fn()
+                times[key].append((time.perf_counter() - t) * 1e3)
+    return float(np.median(times["k"])), float(np.median(times["o"])), len(times["k"])
+
+
+def one(corpus: Path, name: str, layout: str | None, record: Path) -> None:
+    """Compile, run, check and time one model in this process; the record file is rewritten after each
+    phase, so a parent that had to kill this process still learns how far it got."""
+    rec: dict = {"model": name, "layout": layout or "default", "phase": "start"}
+
+    def save(**kw):
+        rec.update(kw)
+        record.write_text(json.dumps(rec))
+
+    import onnx
+    import onnxruntime as ort
+
+    import kiln
+    path = corpus / f"{name}.onnx"
+    feed = dict(np.load(corpus / f"{name}.inputs.npz"))
+    m = onnx.load(str(path), load_external_data=False)
+    inits = {i.name for i in m.graph.initializer}
+    shapes = []
+    for inp in m.graph.input:
+        dims = inp.type.tensor_type.shape.dim
+        if inp.name not in inits and any(not d.HasField("dim_value") for d in dims):
+            shapes.append(f"{inp.name}:{'x'.join(map(str, feed[inp.name].shape))}")
+    rec["input_shapes"] = shapes
+    del m
+    save(phase="compile")
+    art = Path(tempfile.mkdtemp(prefix="kiln-corpus-")) / f"{name}.kiln"
+    kw = {"input_shapes": shapes} if shapes else {}
+    if layout:
+        kw["layout"] = layout
+    t = time.perf_counter()
+    try:
+        kiln.compile(str(path), str(art), **kw)
+    except BaseException as e:  # noqa: BLE001 - every failure is a result
+        cls, msg = error_text(e)
+        save(phase="compile", status="error", error_class=cls, error=msg, kiln_error=isinstance(e, kiln.KilnError),
+             compile_s=round(time.perf_counter() - t, 1))
+        return
+    save(phase="run", compile_s=round(time.perf_counter() - t, 1))
+    so = ort.SessionOptions()
+    so.intra_op_num_threads, so.inter_op_num_threads = THREADS, 1
+    try:
+        sess = ort.InferenceSession(str(path), so, providers=["CPUExecutionProvider"])
+        ort_names = [o.name for o in sess.get_outputs()]
+        ref = sess.run(None, feed)
+    except Exception as e:  # noqa: BLE001
+        cls, msg = error_text(e)
+        save(status="ort-error", error_class=cls, error=msg)
+        return
+    try:
+        model = kiln.load(str(art), num_threads=THREADS)
+        outs = model.run(feed)
+    except BaseException as e:  # noqa: BLE001
+        cls, msg = error_text(e)
+        save(phase="run", status="error", error_class=cls, error=msg, kiln_error=isinstance(e, kiln.KilnError))
+        return
+    ours = [outs[n] for n in ort_names] if set(ort_names) <= set(outs) else list(outs.values())
+    check = compare(ours, ref)
+    save(phase="time", status="pass" if check["ok"] else "mismatch", check=check)
+    kiln_ms, ort_ms, runs = time_both(lambda: model.run(feed), lambda: sess.run(None, feed))
+    save(phase="done", kiln_p50_ms=round(kiln_ms, 3), ort_p50_ms=round(ort_ms, 3), ratio=round(kiln_ms / ort_ms, 2),
+         runs=runs)
+
+
+def run_child(corpus: Path, name: str, layout: str | None, timeout_s: int) -> dict:
+    """One model in a fresh subprocess of this interpreter (Kiln's venv); a timeout or crash becomes an error."""
+    with tempfile.NamedTemporaryFile(suffix=".json", delete=False) as f:
+        record = Path(f.name)
+    cmd = [sys.executable, __file__, "--corpus", str(corpus), "--one", name, "--record", str(record)]
+    if layout:
+        cmd += ["--layout", layout]
+    t = time.perf_counter()
+    try:
+        p = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s, cwd=ROOT)
+        tail = (p.stderr or "").strip().splitlines()[-3:]
+        rc = p.returncode
+    except subprocess.TimeoutExpired:
+        tail, rc = [], None
+    try:
+        rec = json.loads(record.read_text() or "{}")
+    except (OSError, json.JSONDecodeError):
+        rec = {}
+    record.unlink(missing_ok=True)
+    rec.setdefault("model", name)
+    rec["wall_s"] = round(time.perf_counter() - t, 1)
+    if rc is None:
+        rec.update(status="error", error_class="Timeout", error=f"no result after {timeout_s} s in phase "
+                   f"{rec.get('phase', 'start')}")
+    elif "status" not in rec or (rc != 0 and rec.get("phase") != "done"):
+        rec.update(status="error", error_class=rec.get("error_class") or f"Crash (exit {rc})",
+                   error=rec.get("error") or (tail[-1][:400] if tail else ""))
+    return rec
+
+
+def cpu_name() -> str:
+    try:
+        out = subprocess.run(["lscpu"], capture_output=True, text=True).stdout
+        for line in out.splitlines():
+            if line.startswith("Model name:"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "unknown CPU"
+
+
+def cell(text) -> str:
+    return str(text).replace("|", "\\|").replace("\n", " ")
+
+
+def write_report(out: Path, records: list[dict], manifest: dict, command: str, started: str) -> None:
+    import kiln
+    from kiln._io import atomic_write_text
+    from report import table
+    n = len(records)
+    counts = {s: sum(r["status"] == s for r in records) for s in ("pass", "mismatch", "error", "ort-error",
+                                                                   "export-error")}
+    rows = []
+    for r in records:
+        meta = manifest.get(r["model"], {})
+        err = ""
+        if r["status"] in ("error", "ort-error", "export-error"):
+            err = f"{r.get('error_class', '')}: {r.get('error', '')}"
+        elif r["status"] == "mismatch":
+            err = r.get("check", {}).get("why", "")
+        nchw = r.get("nchw")
+        if nchw:
+            err += f" [layout=NCHW: {nchw['status']}" + (f", {nchw.get('error_class')}" if nchw["status"] == "error"
+                                                        else "") + "]"
+        exporter = meta.get("exporter", "")
+        opset = meta.get("opset", {}).get("ai.onnx", "")
+        fmt = (lambda v: "" if v is None else f"{v:g}")
+        rows.append([r["model"], cell(meta.get("source", "")), cell(f"{exporter}, opset {opset}" if opset else exporter),
+                     r["status"], cell(err[:300]), fmt(r.get("compile_s")), fmt(r.get("kiln_p50_ms")),
+                     fmt(r.get("ort_p50_ms")), fmt(r.get("ratio"))])
+    lines = [f"# Kiln corpus: {n} exported models", "",
+             f"CPU: {cpu_name()} ({os.cpu_count()} logical CPUs); Kiln {kiln.__version__}, "
+             f"onnxruntime {__import__('onnxruntime').__version__}; {THREADS} threads each.",
+             f"Command: `{command}`; started {started}, finished {datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M UTC}.",
+             "", f"**{counts['pass']} pass, {counts['mismatch']} mismatch, {counts['error']} error**"
+             + (f", {counts['ort-error']} onnxruntime error" if counts["ort-error"] else "")
+             + (f", {counts['export-error']} export error" if counts["export-error"] else "")
+             + f" (of {n}). Pass: every output within |kiln - ort| <= {ATOL:g} * max(1, max|ort|) + {RTOL:g} * |ort|, "
+             "integer outputs exact. Errors and mismatches were compiled again with layout=NCHW (in brackets). "
+             "Kiln default options (layout NCHWc, the shipped tuning records); input_shapes only for symbolic dims. "
+             "p50: medians of alternating blocks, 2 threads each; ratio = kiln / ort.", "",
+             "Rebuild: `make corpus` (exports into build/corpus with .venv-corpus, then this table). "
+             "One model: `.venv/bin/python benchmarks/corpus/run.py --one NAME [--layout NCHW]`.", ""]
+    lines += table(["model", "source", "exporter", "status", "error class: message", "compile s", "kiln p50 ms",
+                    "ort p50 ms", "ratio"], rows)
+    data = {"cpu": cpu_name(), "command": command, "started": started, "counts": counts, "records": records,
+            "manifest": manifest}
+    atomic_write_text(out.with_suffix(".json"), json.dumps(data, indent=2))
+    atomic_write_text(out.with_suffix(".md"), "\n".join(lines) + "\n")
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--corpus", default=str(ROOT / "build" / "corpus"))
+    ap.add_argument("--only", default="")
+    ap.add_argument("--out", default=str(ROOT / "benchmarks" / "corpus"))
+    ap.add_argument("--one", help="run one model in this process (what each subprocess does)")
+    ap.add_argument("--layout", default=None)
+    ap.add_argument("--record", default=None)
+    ap.add_argument("--no-retry", action="store_true", help="do not compile failures again with layout=NCHW")
+    a = ap.parse_args(argv)
+    corpus = Path(a.corpus)
+    if a.one:
+        record = Path(a.record) if a.record else Path(tempfile.mkstemp(suffix=".json")[1])
+        one(corpus, a.one, a.layout, record)
+        if not a.record:
+            print(json.dumps(json.loads(record.read_text()), indent=2))
+        return 0
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    started = f"{datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M UTC}"
+    command = "python benchmarks/corpus/run.py" + "".join(f" {x}" for x in (argv or sys.argv[1:]))
+    manifest = json.loads((corpus / "manifest.json").read_text())
+    only = set(filter(None, a.only.split(",")))
+    records = []
+    for name, meta in manifest.items():
+        if only and name not in only:
+            continue
+        if meta.get("status") != "ok":
+            rec = {"model": name, "status": "export-error", "error_class": "ExportError", "error": meta.get("error", "")}
+        else:
+            rec = run_child(corpus, name, a.layout, COMPILE_TIMEOUT_S + RUN_TIMEOUT_S)
+            if rec["status"] in ("error", "mismatch") and not a.no_retry and not a.layout:
+                alt = run_child(corpus, name, "NCHW", COMPILE_TIMEOUT_S + RUN_TIMEOUT_S)
+                rec["nchw"] = {k: alt.get(k) for k in ("status", "error_class", "error", "compile_s", "check",
+                                                        "kiln_p50_ms", "ort_p50_ms")}
+        rec["onnx"] = str((corpus / f"{name}.onnx").relative_to(ROOT) if (corpus / f"{name}.onnx").is_relative_to(ROOT)
+                          else corpus / f"{name}.onnx")
+        records.append(rec)
+        print(json.dumps({k: rec.get(k) for k in ("model", "status", "error_class", "error", "compile_s",
+                                                  "kiln_p50_ms", "ort_p50_ms", "wall_s")}
+                         | ({"nchw": rec["nchw"]["status"]} if "nchw" in rec else {})), file=sys.stderr, flush=True)
+        write_report(Path(a.out), records, manifest, command, started)  # partial results survive an interruption
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
