@@ -4,14 +4,20 @@ from __future__ import annotations
 
 import onnx
 
+from .contrib import DEFAULT_DOMAIN_REWRITES as CONTRIB_DEFAULT_REWRITES, REWRITES as MS_FLOAT_REWRITES
+from .contrib_quant import REWRITES as MS_QUANT_REWRITES
 from .emitter import Emitter
 from .quant import CONTRIB_REWRITES, REWRITES as QUANT_REWRITES
 from .rnn import decompose_gru, decompose_lstm
+from .standard import REWRITES as STANDARD_REWRITES
 
 # op type -> rewrite(node, emitter, shapes, consts, where); a rewrite may return False to keep the node
 REWRITES = {"LSTM": decompose_lstm, "GRU": decompose_gru, **QUANT_REWRITES}
+REWRITES.update(STANDARD_REWRITES)  # standard ops TVM lacks or converts wrongly (standard.py)
+REWRITES.update(CONTRIB_DEFAULT_REWRITES)  # onnxruntime's SimplifiedLayerNormalization (default domain)
 # contrib domains: domain -> {op type -> rewrite}
-DOMAIN_REWRITES = CONTRIB_REWRITES
+DOMAIN_REWRITES = {**CONTRIB_REWRITES,
+                   "com.microsoft": {**CONTRIB_REWRITES["com.microsoft"], **MS_FLOAT_REWRITES, **MS_QUANT_REWRITES}}
 
 
 def rewrite_for(node):
