@@ -270,12 +270,15 @@ def _print_kiln_warnings(cmd: str) -> None:
 
     from .errors import KilnWarning
     shown = warnings.showwarning
+    if getattr(shown, "kiln", False):  # main() called again in one process
+        return
 
     def show(message, category, filename, lineno, file=None, line=None):
         if issubclass(category, KilnWarning):
             print(f"kiln {cmd}: warning: {message}", file=sys.stderr)
         else:
             shown(message, category, filename, lineno, file, line)
+    show.kiln = True
     warnings.showwarning = show
 
 
@@ -289,8 +292,9 @@ def main(argv: list[str] | None = None) -> int:
     except KilnError as e:
         if args.debug:
             traceback.print_exc()
-        print(f"kiln {args.cmd}: error: {e}", file=sys.stderr)
-        return 2
+        code = getattr(e, "exit_code", 2)  # 1 for an InternalError: Kiln's bug, not the user's
+        print(f"kiln {args.cmd}: {'error' if code == 2 else 'internal error'}: {e}", file=sys.stderr)
+        return code
     except KeyboardInterrupt:
         print(f"kiln {args.cmd}: interrupted", file=sys.stderr)
         return 130

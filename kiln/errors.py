@@ -74,6 +74,40 @@ class CompileError(KilnError):
     """TVM failed while compiling a model Kiln accepted; carries TVM's message."""
 
 
+class PassError(CompileError):
+    """One row of the pipeline (or TVM's build after it) raised: `stage` names it, `cause` is the
+    original exception. Compile retries without the optional passes before anyone sees it."""
+
+    def __init__(self, stage: str, cause: BaseException, *, where: str | None = None, fix: str | None = None):
+        self.stage, self.cause = stage, cause
+        msg = str(cause).strip().splitlines()
+        self.detail = f"{type(cause).__name__}: {msg[-1] if msg else ''}"
+        super().__init__(f"{stage} failed: {self.detail}", where=where, fix=fix)
+
+
+class InternalError(KilnError):
+    """A Kiln (or TVM) bug on a model ONNX's checker and shape inference accept: names the stage and
+    the node, and points at a reproducer. The CLI exits 1 for it, not 2: the user did nothing wrong."""
+    exit_code = 1
+
+    def __init__(self, what: str, *, stage: str, node: str | None = None, reproducer: str | None = None,
+                 where: str | None = None, fix: str | None = None):
+        self.stage, self.node, self.reproducer = stage, node, reproducer
+        super().__init__(what, where=where, fix=fix)
+
+
+@contextlib.contextmanager
+def pass_errors(stage: str, where: str):
+    """Any non-Kiln exception raised inside the block becomes a PassError naming the stage: what
+    the compile's fallback and error attribution (compiler/fallback.py) act on."""
+    try:
+        yield
+    except KilnError:
+        raise
+    except Exception as e:
+        raise PassError(stage, e, where=where, fix="rerun with --debug for the full trace") from e
+
+
 @contextlib.contextmanager
 def tvm_errors(stage: str, where: str, fix: str = "rerun with --debug for the full trace"):
     """Turn any non-Kiln exception raised by TVM inside the block into a CompileError that names

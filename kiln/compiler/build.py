@@ -14,15 +14,17 @@ import onnx
 
 from .. import __version__
 from .._io import atomic_write_text
-from ..errors import CompileError, tvm_errors
+from ..errors import CompileError, PassError, pass_errors, tvm_errors
 from ..frontends.importer import import_onnx
 from ..frontends.onnx_load import check_onnx, load_onnx
 from ..runtime import artifact as art
 from ..runtime.hostinfo import host_arch
 from .autolayout import choose_layout
+from .fallback import blame, with_fallback
 from .limits import check_planned_memory, check_tensor_sizes, io_bytes
 from .optimize import optimize
 from .options import CompileOptions
+from .reproduce import DISABLE_ENV, compile_flags, reduce_failure, write_reproducer
 
 CROSS_COMPILERS = {"aarch64": "aarch64-linux-gnu-g++"}
 
@@ -44,7 +46,7 @@ def _where(model) -> str:
 
 def build_executable(mod, options: CompileOptions, where: str):
     import tvm
-    with tvm_errors("TVM's build", where), options.target.tvm():
+    with pass_errors("tvm.compile", where), options.target.tvm():
         return tvm.compile(mod, target=options.target.tvm())
 
 
@@ -81,26 +83,26 @@ def compile_model(model: str | os.PathLike | onnx.ModelProto, output: str | os.P
     accel_members: dict = {}
     for i, shapes in enumerate(options.bucket_shapes()):
         t = time.perf_counter()
-        imported = import_onnx(model, shapes, where, checked=True, frozen=options.freeze_inputs)
+        imported = _import(model, shapes, options, where, output)
         import_s = time.perf_counter() - t
         check_tensor_sizes(imported.mod, options.max_memory, where)
         if layout == "auto":
             layout, layout_ms = choose_layout(imported.mod, options, where)
-        if options.target.accel:
-            from ..accel.vta.offload import vta_optimize
-            opt, accel_members, _ = vta_optimize(imported, options, layout, where)
-        elif options.quantize:
-            from .quantize.flow import quantize_optimize
-            opt, _ = quantize_optimize(imported, options, layout, where)
-        else:
-            opt = optimize(imported.mod, options, layout=layout, where=where)
+
+        def attempt(opts, lay, imported=imported):
+            opt, members = run_flow(imported, opts, lay, where)
+            check_planned_memory(opt.report, io_bytes(imported.inputs + imported.outputs), opts.max_memory, where)  # before building
+            t = time.perf_counter()
+            return opt, members, build_executable(opt.mod, opts, where), time.perf_counter() - t
+        repro = _reproducer(imported.onnx_model, options, layout, where, output)
+        (opt, accel_members, exe, build_s), skipped = with_fallback(attempt, options, layout, where, model, repro)
         report = opt.report
-        check_planned_memory(report, io_bytes(imported.inputs + imported.outputs), options.max_memory, where)  # before building
-        t = time.perf_counter()
-        exe = build_executable(opt.mod, options, where)
+        report["passes_skipped"] = report.get("passes_skipped", []) + skipped
+        if skipped:
+            report["layout"] = skipped[0]["layout"]
         with tvm_errors("Exporting the library", where):
             library = _export(exe, options.target.arch, where, _c_kernels(opt.mod))
-        report["pass_seconds"] = {"import": round(import_s, 4), **report["pass_seconds"], "tvm.compile": round(time.perf_counter() - t, 4)}
+        report["pass_seconds"] = {"import": round(import_s, 4), **report["pass_seconds"], "tvm.compile": round(build_s, 4)}
         name = art.LIBRARY if i == 0 else f"model.b{i}.so"
         buckets.append({"name": "+".join(f"{s.name}:{'x'.join(map(str, s.shape))}" for s in imported.inputs),
                         "inputs": [s.to_json() for s in imported.inputs], "outputs": [s.to_json() for s in imported.outputs],
@@ -129,7 +131,8 @@ def compile_model(model: str | os.PathLike | onnx.ModelProto, output: str | os.P
         "buckets": buckets,
         "bucket_policy": options.bucket_policy,
         "entry": "main",
-        "compile_options": dict(options.to_json(), layout_chosen=layout),
+        "compile_options": dict(options.to_json(), layout_chosen=report.get("layout", layout)),
+        "passes_skipped": report.get("passes_skipped", []),
         "source": {"file": Path(where).name, "opsets": first.opsets},
         "import_stats": first.stats,
         "kernels": report["kernels"],
@@ -142,6 +145,61 @@ def compile_model(model: str | os.PathLike | onnx.ModelProto, output: str | os.P
     if report_path is not None:
         atomic_write_text(report_path, json.dumps(report, indent=2))
     return CompileResult(Path(output), manifest, report)
+
+
+def run_flow(imported, options: CompileOptions, layout: str, where: str):
+    """The build flow for these options: (optimized module, extra artifact members)."""
+    if options.target.accel:
+        from ..accel.vta.offload import vta_optimize
+        opt, members, _ = vta_optimize(imported, options, layout, where)
+        return opt, members
+    if options.quantize:
+        from .quantize.flow import quantize_optimize
+        return quantize_optimize(imported, options, layout, where)[0], {}
+    return optimize(imported.mod, options, layout=layout, where=where), {}
+
+
+def _import(model: onnx.ModelProto, shapes, options: CompileOptions, where: str, output):
+    """import_onnx; TVM's importer failing on a model ONNX accepts is Kiln's bug (reproducer)."""
+    try:
+        return import_onnx(model, shapes, where, checked=True, frozen=options.freeze_inputs)
+    except PassError as e:
+        def reproduce(err, budget_s, write):
+            if os.environ.get(DISABLE_ENV):
+                return None
+            from ..frontends.importer import prepare_onnx
+            simple, _ = prepare_onnx(model, shapes, where, options.freeze_inputs)
+
+            def fails(cand):
+                try:
+                    import_onnx(cand, where=where, checked=True)
+                except PassError as pe:
+                    return pe.stage == err.stage
+                return False
+            found = reduce_failure(simple, fails, budget_s)
+            return write_reproducer(found, output, compile_flags(options)) if found and write else found
+        raise blame(e, model, where, reproduce) from None
+
+
+def _reproducer(simple: onnx.ModelProto, options: CompileOptions, layout: str, where: str, output):
+    """reproduce(err, budget_s, write) for compiler/fallback.py: the smallest subgraph of the imported
+    model that fails at err's stage with these options (written beside the output when write)."""
+    def reproduce(err, budget_s, write):
+        stage = getattr(err, "stage", None)
+        if os.environ.get(DISABLE_ENV) or stage is None:
+            return None
+
+        def fails(cand):
+            try:
+                opt, _ = run_flow(import_onnx(cand, where=where, checked=True), options, layout, where)
+                if stage == "tvm.compile":
+                    build_executable(opt.mod, options, where)
+            except CompileError as e:
+                return getattr(e, "stage", None) == stage
+            return False
+        found = reduce_failure(simple, fails, budget_s)
+        return write_reproducer(found, output, compile_flags(options)) if found and write else found
+    return reproduce
 
 
 def _accel_summary(target, members: dict) -> dict | None:

@@ -3,11 +3,12 @@ from __future__ import annotations
 
 import dataclasses
 import time
+import warnings
 from collections import Counter
 
 import tvm
 
-from ..errors import tvm_errors
+from ..errors import KilnWarning, PassError, pass_errors, tvm_errors
 from . import analysis
 from .options import CompileOptions
 from .passes import LiftWeights
@@ -36,9 +37,25 @@ def optimize(mod: tvm.IRModule, options: CompileOptions, layout: str | None = No
     failure inside (a model TVM's passes reject, e.g. convolution parameters with no valid output)
     is a CompileError naming the pass. part="pre" stops before the Quantize row (no lowering, no
     lifting: the graph calibration taps); `quantize` is the pass the Quantize row runs."""
-    with tvm_errors("Kiln's optimization pipeline", where, "the model's parameters are inconsistent (check it in onnxruntime); "
-                                                             "rerun with --debug for the full trace"):
-        return _optimize(mod, options, layout, part, quantize)
+    with tvm_errors("Kiln's optimization pipeline", where, "rerun with --debug for the full trace"):
+        return _optimize(mod, options, layout, part, quantize, where)
+
+
+def _run_row(spec, p, mod, report: dict, where: str):
+    """One row. A required row's failure is a PassError for the compile's fallback; an optional row
+    that raises is skipped (the module as it was before it), warned about and recorded."""
+    if spec.required or spec.name == SPLIT:
+        with pass_errors(spec.name, where):
+            return p(mod)
+    try:
+        return p(mod)
+    except Exception as e:  # noqa: BLE001 - any failure of an optional pass: the model compiles without it
+        err = PassError(spec.name, e, where=where, fix="the compile goes on without this pass")
+        report["passes_skipped"].append({"rung": "pass", "passes": [spec.name], "failed_in": spec.name,
+                                         "error": err.detail, "node": None})
+        warnings.warn(f"{where}: optional pass {spec.name} failed ({err.detail[:300]}); compiled without it "
+                      "(the artifact is correct but may be slower; please report the model)", KilnWarning, stacklevel=2)
+        return mod
 
 
 def _rows(specs, part: str):
@@ -47,12 +64,13 @@ def _rows(specs, part: str):
     return specs[:cut] if part == "pre" else specs[cut:] if part == "post" else specs
 
 
-def _optimize(mod: tvm.IRModule, options: CompileOptions, layout: str | None, part: str = "all", quantize=None) -> Optimized:
+def _optimize(mod: tvm.IRModule, options: CompileOptions, layout: str | None, part: str = "all", quantize=None,
+              where: str = "<model>") -> Optimized:
     if layout is not None:
         options = dataclasses.replace(options, layout=layout)
     report: dict = {"ops_before": analysis.op_histogram(mod), "batchnorm_total": analysis.count_op(mod, "nn.batch_norm"),
                     "activation_bytes_unfused": analysis.activation_bytes_unfused(mod),
-                    **{k: 0 for k in COUNTERS}, "layout": options.layout, "pass_seconds": {}}
+                    **{k: 0 for k in COUNTERS}, "layout": options.layout, "pass_seconds": {}, "passes_skipped": []}
     specs = _rows(pipeline_for(options.target.kind, options.opt_level, options.disabled_passes), part)
     transforms_in_model = count_layout_transforms(mod)
     seconds: Counter = Counter()
@@ -67,7 +85,7 @@ def _optimize(mod: tvm.IRModule, options: CompileOptions, layout: str | None, pa
             if p is None:
                 continue
             t = time.perf_counter()
-            mod = p(mod)
+            mod = _run_row(spec, p, mod, report, where)
             seconds[spec.name] += time.perf_counter() - t
             for k, v in getattr(p, "stats", {}).items():
                 report[k] = report.get(k, 0) + v

@@ -9,7 +9,7 @@ import warnings
 import onnx
 from onnx import numpy_helper
 
-from ..errors import CompileError, UnsupportedModelError, tvm_errors
+from ..errors import CompileError, UnsupportedModelError, pass_errors
 from ..runtime.artifact import TensorSpec
 from . import preflight, simplify as simplify_mod
 from .decompose import decompose, rewrite_for
@@ -57,8 +57,7 @@ def import_onnx(model: str | os.PathLike | onnx.ModelProto, input_shapes=None, w
     inputs = [TensorSpec(vi.name, tuple(d.dim_value for d in vi.type.tensor_type.shape.dim),
                          _np_dtype(vi.type.tensor_type.elem_type, vi.name, where)) for vi in graph_inputs(simple)]
     from tvm.relax.frontend.onnx import from_onnx
-    with tvm_errors("TVM's ONNX importer", where, "rerun with --debug for the full trace; report the model if it runs in onnxruntime"), \
-            warnings.catch_warnings():
+    with pass_errors("TVM's ONNX importer", where), warnings.catch_warnings():
         warnings.simplefilter("ignore")
         mod = from_onnx(simple, shape_dict={i.name: list(i.shape) for i in inputs},
                         dtype_dict={i.name: i.dtype for i in inputs}, keep_params_in_input=False)
