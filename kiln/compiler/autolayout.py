@@ -31,9 +31,12 @@ def time_executable(exe, weights, input_specs, max_seconds: float = MAX_SECONDS_
 
 def choose_layout(mod, options, where: str) -> tuple[str, dict[str, float]]:
     from .build import build_executable
+    from .hostrun import require_host_runs
     from .optimize import optimize
     if not has_conv2d(mod):
         return "NCHW", {}
+    require_host_runs(options.target, "--layout auto", "--layout", "pick a layout yourself (--layout NCHWc is the default), "
+                      "or compile on a machine of the target's kind")
     f = mod["main"]
     specs = [([int(v) for v in p.ty.shape.values], str(p.ty.dtype)) for p in f.params]
     results = {}

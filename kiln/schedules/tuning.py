@@ -255,6 +255,10 @@ def tune(model, compile_options, opts: TuneOptions, progress: Callable[[str], No
     # every kernel untuned (no database applied, no default schedules): what MetaSchedule searches from
     row = SCHEDULE_ROW[compile_options.target.kind]
     co = dataclasses.replace(compile_options, tuning_db=None, disabled_passes=tuple(dict.fromkeys(compile_options.disabled_passes + (row,))))
+    if not opts.rpc_tracker:
+        from ..compiler.hostrun import require_host_runs
+        require_host_runs(co.target, "kiln tune", "--target", "measure on devices of the target's kind with --rpc-tracker "
+                          "HOST:PORT --rpc-key KEY, or tune on such a machine")
     imported = import_onnx(model, co.shapes, frozen=co.freeze_inputs)
     layout = co.layout if co.layout != "auto" else "NCHWc"
     mod = optimize(imported.mod, co, layout=layout).mod

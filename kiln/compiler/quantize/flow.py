@@ -9,6 +9,7 @@ import time
 
 
 from ...errors import tvm_errors
+from ..hostrun import host_options, missing_on_host
 from ..optimize import COUNTERS, Optimized, optimize
 from ..options import CompileOptions
 from .accuracy import check_agreement, compare
@@ -39,6 +40,7 @@ def _build_tapped(mod, tap_names, imported, options, layout, where) -> _Tapped:
     from tvm import relax
 
     from ..build import build_executable
+    options = host_options(options)  # calibration and the accuracy check run here, whatever the target
     opt = optimize(mod, options, layout=layout, where=where, part="post")
     exe = build_executable(opt.mod, options, where)
     with tvm_errors("Running the model for calibration", where):
@@ -91,6 +93,7 @@ def quantize_optimize(imported, options: CompileOptions, layout: str, where: str
             ql.append(t)
     accuracy = compare([o.name for o in imported.outputs], fo, qo, rewrite.quantized, fl, ql)
     accuracy["held_out"] = held is not None
+    accuracy["measured_on"] = "target" if not missing_on_host(options.target) else "host build (the target's code cannot run here)"
     report = {
         "mode": "int8", "calib_method": options.calib_method, "calib_samples": len(calib),
         "calibration": calib.source, "calibration_sha256": calib.digest,
