@@ -137,7 +137,14 @@ def _sign(a) -> int:
 
 
 def _inspect(a) -> int:
-    from .describe import format_text, inspect_path
+    from .describe import format_capabilities, format_text, inspect_path, target_capabilities
+    if a.model is None:  # `kiln inspect --target T`: what the target's hardware can do
+        if a.target is None or a.passes:
+            raise OptionsError("give a model, or --target alone to see a target's capabilities", where="kiln inspect",
+                               fix="kiln inspect MODEL [--passes] or kiln inspect --target \"llvm -mcpu=haswell\"")
+        caps = target_capabilities(a.target)
+        print(json.dumps(caps.to_json(), indent=2) if a.json else format_capabilities(caps))
+        return 0
     if a.passes:
         from .compiler.build import analyze_model
         from .compiler.report import format_report
@@ -145,7 +152,11 @@ def _inspect(a) -> int:
         print(json.dumps(report, indent=2) if a.json else format_report(report))
         return 0
     info = inspect_path(a.model)
-    print(json.dumps(info, indent=2) if a.json else format_text(info))
+    caps = target_capabilities(a.target) if a.target is not None else None
+    if a.json:
+        print(json.dumps({**info, "capabilities": caps.to_json()} if caps else info, indent=2))
+    else:
+        print(format_text(info) + ("\n" + format_capabilities(caps) if caps else ""))
     return 0
 
 
@@ -255,8 +266,8 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("model", metavar="MODEL.kiln")
     g.add_argument("--key", required=True, metavar="PRIVATE")
     g.set_defaults(fn=_sign)
-    i = sub.add_parser("inspect", help="describe an .onnx model or a .kiln artifact")
-    i.add_argument("model")
+    i = sub.add_parser("inspect", help="describe an .onnx model or a .kiln artifact, and/or a --target's capabilities")
+    i.add_argument("model", nargs="?", default=None, help="optional with --target: then only the target is described")
     i.add_argument("--json", action="store_true")
     i.add_argument("--passes", action="store_true", help="run the pipeline (no build) and print the optimization report")
     _pipeline_flags(i)

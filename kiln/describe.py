@@ -1,4 +1,5 @@
-"""`kiln inspect`: what a model or an artifact is, as a dict (the CLI prints it or dumps JSON)."""
+"""`kiln inspect`: what a model or an artifact is, as a dict (the CLI prints it or dumps JSON), and what
+a target's hardware can do (its Capabilities)."""
 from __future__ import annotations
 
 import os
@@ -70,4 +71,15 @@ def format_text(info: dict) -> str:
     return "\n".join(lines)
 
 
-__all__ = ["inspect_path", "format_text", "KilnError"]
+def target_capabilities(spec):
+    """The capabilities of a --target string (kiln.capabilities); a bad string raises TargetError."""
+    from .target import Target
+    return Target.parse(spec).caps
+
+
+def format_capabilities(caps) -> str:
+    """A target's capabilities as the few lines `kiln inspect --target` prints."""
+    return caps.describe()
+
+
+__all__ = ["inspect_path", "format_text", "target_capabilities", "format_capabilities", "KilnError"]

@@ -10,10 +10,17 @@ Accepted forms (the error for a bad string lists them):
                                      host CPU for everything else (LLVM options apply to the host)
   cuda [-arch=sm_XX] [-gpu=NAME]     NVIDIA GPUs: an sm architecture, or a GPU by TVM's tag
                                      (a100, h100, nvidia/jetson-orin-nano, ...); host code generic x86-64/aarch64
+
+Checked here, not deep in the build (LLVM alone would print a line per codegen call and fall back to a
+generic CPU, or drop a feature): an -mcpu LLVM does not know for the triple, an -mattr entry without a
+leading + or -, naming a feature LLVM does not know or both enabling and disabling one, a triple LLVM has
+no backend for, and a cuda -arch outside CUDA_ARCHS. Each is a TargetError that lists the valid values.
+What the target's hardware can do is `Target.caps` (kiln.capabilities).
 """
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import shlex
 
 from .errors import TargetError
@@ -23,6 +30,11 @@ ACCEPTED_FORMS = ("host", "llvm", "llvm -mcpu=NAME [-mtriple=TRIPLE] [-mattr=+f1
                   "cuda [-arch=sm_80|sm_86|sm_89|sm_90] [-gpu=a100|h100|...]")
 GPU_OPTIONS = ("arch", "gpu")
 DEFAULT_CUDA_ARCH = "sm_80"
+# -arch values accepted for cuda: the sm targets of CUDA 12/13's nvcc (TVM 0.27 has no list of its own;
+# its GPU tags, -gpu=, carry their arch and are not checked against this). "a": arch-specific features.
+CUDA_ARCHS = ("sm_50", "sm_52", "sm_53", "sm_60", "sm_61", "sm_62", "sm_70", "sm_72", "sm_75", "sm_80", "sm_86",
+              "sm_87", "sm_89", "sm_90", "sm_90a", "sm_100", "sm_100a", "sm_101", "sm_101a", "sm_103", "sm_103a",
+              "sm_110", "sm_110a", "sm_120", "sm_120a", "sm_121", "sm_121a")
 ACCELERATORS = ("vta-sim",)
 ACCEL_OPTIONS = ("board", "config")
 _A64 = {"mtriple": "aarch64-linux-gnu", "mattr": ("+neon",)}
@@ -106,6 +118,7 @@ class Target:
             fields.setdefault("board", "sim")
             fields.setdefault("accel_config", DEFAULT)
             VTAConfig.parse(fields["accel_config"], fields["board"])  # a bad board or config fails here, listing the valid ones
+        _check_llvm(spec, fields)
         return Target(**fields)
 
     @property
@@ -158,13 +171,17 @@ class Target:
         except Exception as e:  # TVM's own validation of option values
             raise _bad(str(self), str(e).splitlines()[-1]) from None
 
+    @property
+    def caps(self):
+        """What the hardware can do (kiln.capabilities): Capabilities, or GpuCapabilities for cuda. Cached."""
+        from .capabilities import capabilities
+        return capabilities(self)
+
     def required_features(self) -> list[str]:
         """ISA features (LLVM names) that code generated for this target may use."""
         if self.is_gpu:
             return []  # generic host code
-        from tvm.target import codegen
-        enabled = set(codegen.llvm_get_cpu_features(self.tvm()))
-        return [f for f in ISA_FEATURES if f in enabled]
+        return list(self.caps.isa_features)
 
     def __str__(self) -> str:
         if self.is_gpu:
@@ -196,9 +213,54 @@ def _cuda(spec: str, rest: list[str]) -> Target:
             raise _bad(spec, f"unknown GPU {name!r} (TVM's tags, e.g. a100, h100, geforce-rtx-4090, nvidia/jetson-orin-nano)")
         return Target(kind="cuda", gpu=found, gpu_arch=str(tvm.target.Target(found).attrs["arch"]))
     arch = fields.get("arch", DEFAULT_CUDA_ARCH)
-    if not (arch.startswith("sm_") and arch[3:].isdigit()):
-        raise _bad(spec, f"-arch must look like sm_80, got {arch!r}")
+    if not (arch.startswith("sm_") and arch[3:].rstrip("a").isdigit()):
+        raise _bad(spec, f"-arch must look like sm_80, got {arch!r}", fix="use one of: " + ", ".join(CUDA_ARCHS))
+    if arch not in CUDA_ARCHS:
+        raise _bad(spec, f"unknown CUDA arch {arch!r}{_did_you_mean(arch, CUDA_ARCHS)}",
+                   fix="use one of: " + ", ".join(CUDA_ARCHS))
     return Target(kind="cuda", gpu_arch=arch)
+
+
+def _check_llvm(spec: str, fields: dict) -> None:
+    """Refuse an -mcpu or -mattr LLVM does not know for the triple, here rather than deep in the build
+    (LLVM itself only prints a line per codegen call and falls back to a generic CPU or drops the feature)."""
+    from . import capabilities as caps
+    triple = fields.get("mtriple") or _host_triple()
+    backends = caps.llvm_backends()
+    if not caps.llvm_has_backend(triple):  # LLVM would crash on it
+        raise _bad(spec, f"LLVM {_llvm_version()} has no backend for -mtriple={triple}",
+                   fix="use a triple such as x86_64-linux-gnu or aarch64-linux-gnu (LLVM's backends: "
+                   + ", ".join(backends) + ")")
+    cpu = fields.get("mcpu")
+    if cpu and not caps.llvm_is_cpu(cpu, triple):
+        cpus = caps.llvm_cpus(triple)
+        raise _bad(spec, f"LLVM {_llvm_version()} does not know -mcpu={cpu} for {triple}{_did_you_mean(cpu, cpus)}",
+                   fix=f"use one of the {len(cpus)} CPUs LLVM knows for {triple}: " + ", ".join(cpus))
+    seen: dict[str, str] = {}
+    for a in fields.get("mattr", ()):
+        sign, name = a[:1], a[1:]
+        if sign not in "+-" or not name:
+            hint = f"+{a}" if caps.llvm_is_feature(a, triple) else "+FEATURE"
+            raise _bad(spec, f"-mattr entry {a!r} needs a leading + (enable) or - (disable)",
+                       fix=f"write -mattr={hint} (entries comma-separated, e.g. -mattr=+avx2,+fma)")
+        if not caps.llvm_is_feature(name, triple):
+            known = sorted(caps.llvm_features_of_cpus(triple))
+            raise _bad(spec, f"LLVM {_llvm_version()} does not know the feature {name!r} for {triple}"
+                       f"{_did_you_mean(name, known)}",
+                       fix=f"use LLVM's feature names for {triple}: " + ", ".join(known))
+        if seen.get(name, sign) != sign:
+            raise _bad(spec, f"-mattr both enables and disables {name!r}", fix=f"keep one of +{name} and -{name}")
+        seen[name] = sign
+
+
+def _did_you_mean(word: str, choices) -> str:
+    close = difflib.get_close_matches(word, list(choices), n=5, cutoff=0.6)
+    return f" (did you mean {', '.join(close)}?)" if close else ""
+
+
+def _llvm_version() -> int:
+    from tvm.target import codegen
+    return int(codegen.llvm_version_major())
 
 
 def _host_triple() -> str:
@@ -206,6 +268,7 @@ def _host_triple() -> str:
     return str(codegen.llvm_get_system_triple())
 
 
-def _bad(spec: str, why: str) -> TargetError:
+def _bad(spec: str, why: str, fix: str | None = None) -> TargetError:
+    """The one error of a bad target string; `fix` defaults to the accepted forms."""
     return TargetError(f"cannot parse target {spec!r}: {why}", where="--target",
-                       fix="use one of: " + " | ".join(ACCEPTED_FORMS))
+                       fix=fix or "use one of: " + " | ".join(ACCEPTED_FORMS))

@@ -35,3 +35,49 @@ def test_board_presets():
     t = Target.parse("rpi5")
     assert (t.mtriple, t.mcpu, t.arch) == ("aarch64-linux-gnu", "cortex-a76", "aarch64") and "dotprod" in t.required_features()
     assert Target.parse(str(t)) == t
+
+
+def test_unknown_mcpu_is_a_target_error_and_quiet(capfd):
+    """LLVM itself would print one "not valid" line per codegen call and build for a generic CPU."""
+    with pytest.raises(TargetError) as e:
+        Target.parse("llvm -mcpu=haswel -mtriple=x86_64-linux-gnu")
+    msg = str(e.value)
+    assert msg.startswith("--target: ") and "does not know -mcpu=haswel" in msg and "did you mean haswell" in msg
+    assert "skylake-avx512" in msg and "znver4" in msg  # the fix lists every CPU LLVM knows for the triple
+    with pytest.raises(TargetError, match="notacpu"):
+        Target.parse("llvm -mcpu=notacpu")
+    with pytest.raises(TargetError, match="for aarch64-linux-gnu.*cortex-a72"):
+        Target.parse("rpi4 -mcpu=haswell")  # an x86 CPU for an Arm triple
+    out, err = capfd.readouterr()
+    assert out == "" and err == ""
+
+
+@pytest.mark.parametrize("bad, msg", [
+    ("llvm -mattr=avx2 -mtriple=x86_64-linux-gnu", "needs a leading \\+ .* -> write -mattr=\\+avx2"),
+    ("llvm -mattr=+avx3 -mtriple=x86_64-linux-gnu", "does not know the feature 'avx3'.*did you mean avx, avx2"),
+    ("llvm -mattr=+avx2,-avx2 -mtriple=x86_64-linux-gnu", "both enables and disables 'avx2'"),
+    ("arm64 -mattr=+neon,+dotprd", "'dotprd'.*did you mean dotprod"),
+    ("llvm -mtriple=foo-bar-baz", "no backend for -mtriple=foo-bar-baz"),
+])
+def test_bad_mattr_and_triple(bad, msg, capfd):
+    with pytest.raises(TargetError, match=msg):
+        Target.parse(bad)
+    assert capfd.readouterr().err == ""  # LLVM's "not a recognized feature" kept off stderr
+
+
+def test_valid_features_are_not_rejected(capfd):
+    """Features no CPU enables by default are still LLVM features; disabling one is fine too."""
+    t = Target.parse("llvm -mcpu=haswell -mtriple=x86_64-linux-gnu -mattr=+rtm,+retpoline,-avx2,+fma")
+    assert t.mattr == ("+rtm", "+retpoline", "-avx2", "+fma") and "avx2" not in t.required_features()
+    assert "sve2" in Target.parse("graviton3 -mattr=+neon,+sve2").caps.llvm_features
+    assert Target.parse("llvm -mtriple=armv7a-linux-gnueabihf -mcpu=cortex-a9").mcpu == "cortex-a9"
+    assert capfd.readouterr().err == ""
+
+
+def test_cuda_arch_is_checked():
+    for ok in ("sm_50", "sm_80", "sm_90a", "sm_100", "sm_120"):
+        assert Target.parse(f"cuda -arch={ok}").gpu_arch == ok
+    with pytest.raises(TargetError, match="unknown CUDA arch 'sm_999'.* -> use one of: sm_50, .*sm_90a, .*sm_120"):
+        Target.parse("cuda -arch=sm_999")
+    with pytest.raises(TargetError, match="did you mean .*sm_86"):
+        Target.parse("cuda -arch=sm_85")
