@@ -7,13 +7,15 @@ import onnx
 from .contrib import DEFAULT_DOMAIN_REWRITES as CONTRIB_DEFAULT_REWRITES, REWRITES as MS_FLOAT_REWRITES
 from .contrib_quant import REWRITES as MS_QUANT_REWRITES
 from .emitter import Emitter
+from .llm_ops import REWRITES as LLM_REWRITES
 from .quant import CONTRIB_REWRITES, REWRITES as QUANT_REWRITES
-from .rnn import decompose_gru, decompose_lstm
+from .rnn import decompose_gru, decompose_lstm, decompose_rnn
 from .standard import REWRITES as STANDARD_REWRITES
 
 # op type -> rewrite(node, emitter, shapes, consts, where); a rewrite may return False to keep the node
-REWRITES = {"LSTM": decompose_lstm, "GRU": decompose_gru, **QUANT_REWRITES}
+REWRITES = {"LSTM": decompose_lstm, "GRU": decompose_gru, "RNN": decompose_rnn, **QUANT_REWRITES}
 REWRITES.update(STANDARD_REWRITES)  # standard ops TVM lacks or converts wrongly (standard.py)
+REWRITES.update(LLM_REWRITES)  # LinearAttention, TensorScatter (llm_ops.py)
 REWRITES.update(CONTRIB_DEFAULT_REWRITES)  # onnxruntime's SimplifiedLayerNormalization (default domain)
 # contrib domains: domain -> {op type -> rewrite}
 DOMAIN_REWRITES = {**CONTRIB_REWRITES,
