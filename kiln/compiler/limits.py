@@ -29,7 +29,7 @@ def check_tensor_sizes(mod, max_memory: int | None, where: str) -> None:
 
 def io_bytes(specs) -> int:
     import numpy as np
-    return sum(int(np.prod(s.shape, dtype=np.int64)) * np.dtype(s.dtype).itemsize for s in specs)
+    return sum(int(np.prod(s.shape, dtype=np.int64)) * np.dtype(s.dtype).itemsize for s in specs if min(s.shape, default=0) >= 0)
 
 
 def check_planned_memory(report: dict, io: int, max_memory: int | None, where: str) -> None:

@@ -12,6 +12,7 @@ from onnx import numpy_helper
 from ..errors import CompileError, UnsupportedModelError, pass_errors
 from ..runtime.artifact import TensorSpec
 from . import preflight, simplify as simplify_mod
+from .constant_inputs import check_constant_inputs
 from .decompose import decompose, rewrite_for
 from .freeze import freeze_inputs, parse_frozen_inputs
 from .onnx_load import check_onnx, load_onnx, to_array
@@ -41,6 +42,7 @@ def prepare_onnx(model: onnx.ModelProto, input_shapes=None, where: str = "<model
         consts = {i.name: to_array(i, where) for i in simple.graph.initializer}
         stats["rewritten"] = decompose(simple, simplify_mod._static_shapes(simple), consts, where)
         simplify_mod._write_constants(simple.graph, consts)
+    check_constant_inputs(simple, where)
     return simple, stats
 
 
@@ -82,8 +84,18 @@ def _output_specs(mod, names: list[str], where: str) -> list[TensorSpec]:
                            fix="check that every graph output is produced by a node; report the model if it runs in onnxruntime")
     specs = []
     for name, f in zip(names, fields):
-        if not isinstance(f, relax.TensorType) or f.shape is None or not all(isinstance(v, int) or hasattr(v, "value") for v in f.shape.values):
-            raise UnsupportedModelError(f"output {name!r} has no static shape after pinning the inputs", where=where,
-                                        fix="pin every input with --input-shape; outputs whose size depends on data are not supported")
-        specs.append(TensorSpec(name, tuple(int(v) for v in f.shape.values), str(f.dtype)))
+        if not isinstance(f, relax.TensorType) or (f.shape is None and f.ndim < 0):
+            raise UnsupportedModelError(f"output {name!r} is not a tensor of known rank (a sequence or an optional)", where=where,
+                                        fix="outputs must be tensors; unpack sequences into separate outputs before export")
+        # a dim that depends on the data (NonZero, NMS, Unique) stays symbolic: -1 in the manifest, TVM's VM sizes it per run
+        dims = f.shape.values if f.shape is not None else [None] * f.ndim
+        specs.append(TensorSpec(name, tuple(int(v.value if hasattr(v, "value") else v) if _static(v) else DYNAMIC for v in dims),
+                                str(f.dtype)))
     return specs
+
+
+DYNAMIC = -1  # an output dimension known only at run time
+
+
+def _static(v) -> bool:
+    return isinstance(v, int) or hasattr(v, "value")

@@ -186,9 +186,10 @@ def _is_dtype(v) -> bool:
 def _tensor_problems(key: str, specs, weight: bool = False) -> list[str]:
     if not isinstance(specs, list) or not specs and not weight:
         return [f"{key} is not a non-empty list"]
+    lo = -1 if key.endswith("outputs") else 0  # -1: an output dimension that depends on the data
     for i, t in enumerate(specs):
         if not isinstance(t, dict) or not isinstance(t.get("name"), str) or not _is_dtype(t.get("dtype")) or \
-                not isinstance(t.get("shape"), list) or not all(_is_int(d) for d in t["shape"]) or len(t["shape"]) > 16:
+                not isinstance(t.get("shape"), list) or not all(_is_int(d, lo) for d in t["shape"]) or len(t["shape"]) > 16:
             return [f"{key}[{i}] is not a tensor spec (name, shape, numeric dtype)"]
         if weight and not (_is_int(t.get("offset")) and _is_int(t.get("nbytes"))):
             return [f"{key}[{i}] has no valid offset/nbytes"]

@@ -1,0 +1,69 @@
+"""Op inputs TVM 0.27's importer needs as compile-time constants (a TopK's k, a Reduce's axes, an
+Expand's shape, ...): after folding, each must be a constant. One fed by the data at run time is
+refused before TVM sees it, naming the graph inputs it comes from and the --freeze-input that makes
+it constant; TVM would otherwise stop with an assertion, or (Expand) silently compute a wrong shape."""
+from __future__ import annotations
+
+import onnx
+
+from ..errors import UnsupportedModelError
+from .freeze import FLAG
+
+# op type -> indices of the inputs that must be constant (checked against TVM 0.27's converters)
+CONSTANT_INPUTS = {
+    "TopK": (1,), "Squeeze": (1,), "Split": (1,), "Pad": (1, 2, 3), "Tile": (1,), "Expand": (1,), "OneHot": (1,),
+    "CumSum": (1,), "ConstantOfShape": (0,), "Range": (0, 1, 2), "Resize": (1, 2, 3), "Upsample": (1,),
+    "NonMaxSuppression": (2, 3, 4), "CenterCropPad": (1, 2), "Col2Im": (1, 2, 3), "AffineGrid": (1,),
+    "MaxUnpool": (2,), "Reshape": (1,), "ReduceSum": (1,), "ReduceMean": (1,), "ReduceMax": (1,), "ReduceMin": (1,),
+    "ReduceProd": (1,), "ReduceL1": (1,), "ReduceL2": (1,), "ReduceLogSum": (1,), "ReduceLogSumExp": (1,),
+    "ReduceSumSquare": (1,),
+}
+
+
+def check_constant_inputs(model: onnx.ModelProto, where: str) -> None:
+    g = model.graph
+    consts = {i.name for i in g.initializer}
+    inputs = {i.name for i in g.input if i.name not in consts}
+    producer = {o: n for n in g.node for o in n.output if o}
+    bad = []
+    for node in g.node:
+        for idx in CONSTANT_INPUTS.get(node.op_type, ()) if node.domain in ("", "ai.onnx") else ():
+            name = node.input[idx] if idx < len(node.input) else ""
+            if name and name not in consts and not _constant_node(producer.get(name)):
+                src, via_shape = _sources(name, producer, inputs)
+                if src or not via_shape:  # a Shape of a run-time-sized tensor: TVM's shape expressions take it
+                    bad.append((node, idx, name, sorted(src)))
+    if not bad:
+        return
+    listing = "; ".join(f"{n.op_type} node {n.name or n.output[0]!r} input {i} ({name!r}"
+                        + (f", from graph input(s) {src})" if src else ", computed from the data at run time)")
+                        for n, i, name, src in bad)
+    feeds = sorted({s for *_, src in bad for s in src})
+    fix = (f"freeze the graph input(s) {feeds} to the values you deploy with: {FLAG} {feeds[0]}=VALUE (repeatable)"
+           if feeds else "these values must be known ahead of time; export the model with them as constants")
+    raise UnsupportedModelError(f"{len(bad)} op input(s) must be known at compile time: {listing}",
+                                ops=[{"op_type": n.op_type, "node": n.name, "input": name} for n, _, name, _ in bad],
+                                where=where, fix=fix)
+
+
+def _constant_node(node) -> bool:
+    return node is not None and node.op_type == "Constant"
+
+
+def _sources(name: str, producer: dict, inputs: set[str]) -> tuple[set[str], bool]:
+    """The graph inputs a value is computed from (not counting those only read through a Shape or
+    Size node), and whether a Shape/Size node is on the way."""
+    seen, stack, out, via_shape = set(), [name], set(), False
+    while stack:
+        v = stack.pop()
+        if v in seen:
+            continue
+        seen.add(v)
+        if v in inputs:
+            out.add(v)
+        elif v in producer:
+            if producer[v].op_type in ("Shape", "Size"):
+                via_shape = True
+                continue
+            stack.extend(i for i in producer[v].input if i)
+    return out, via_shape
