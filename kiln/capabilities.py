@@ -59,6 +59,11 @@ class Capabilities:
         """AVX-512 VNNI (vpdpbusd on zmm): the int8 kernels of schedules/rules.py need it; AMX CPUs have it too."""
         return "avx512vnni" in self.llvm_features
 
+    @property
+    def has_vdpbf16ps(self) -> bool:
+        """AVX512-BF16's vdpbf16ps, the instruction Kiln's bf16 conv kernel is written in (AMX CPUs have it too)."""
+        return "avx512bf16" in self.llvm_features
+
     def has(self, feature: str) -> bool:
         """Whether LLVM enables `feature` (LLVM spelling) for this target; prefer the named fields."""
         return feature in self.llvm_features

@@ -18,7 +18,6 @@ from . import passes as kp
 from ..schedules import ApplyDefaultSchedules, ApplyTuningDatabase
 from ..schedules.gpu import ApplyGPUSchedules
 from .legalize import LEGALIZE
-from .passes.convert_layout import vector_block
 
 
 @dataclasses.dataclass(frozen=True)
@@ -32,7 +31,7 @@ class PassSpec:
 
 def _vdpbf16ps(o) -> bool:
     """bf16 convs can run on Kiln's vdpbf16ps kernel (BF16ConvKernel): bf16 on a CPU with AVX512-BF16."""
-    return o.precision == "bf16" and "avx512bf16" in o.target.required_features()
+    return o.precision == "bf16" and o.target.caps.has_vdpbf16ps
 
 
 def _conv_kernels(o) -> frozenset:
@@ -52,14 +51,14 @@ CPU_PIPELINE: list[PassSpec] = [
     PassSpec("FoldBatchNorm", lambda o: kp.FoldBatchNorm(), 1),
     PassSpec("Quantize", lambda o: None, 1),  # the calibrated QuantizeGraph, given by the quantize flow
     PassSpec("MixedPrecision", lambda o: kp.MixedPrecision(o.precision, _conv_kernels(o)) if o.precision != "fp32" else None, 1),
-    PassSpec("ConvertLayout", lambda o: kp.ConvertLayout(o.layout, vector_block(o.target.required_features())), 2),
-    PassSpec("NarrowBlockLayout", lambda o: kp.NarrowBlockLayout(o.layout, vector_block(o.target.required_features())), 2),
+    PassSpec("ConvertLayout", lambda o: kp.ConvertLayout(o.layout, o.target.caps.f32_block), 2),
+    PassSpec("NarrowBlockLayout", lambda o: kp.NarrowBlockLayout(o.layout, o.target.caps.f32_block), 2),
     PassSpec("PropagateBlockedLayout", lambda o: kp.PropagateBlockedLayout(o.layout), 2),
     PassSpec("Winograd", lambda o: kp.Winograd(min_reduced_tile=4 if "BF16ConvKernel" in _conv_kernels(o) else 2), 2),
     PassSpec("BF16ConvKernel", lambda o: kp.BF16ConvKernel() if _vdpbf16ps(o) else None, 2),  # the bf16 convs Winograd did not take
     PassSpec("FuseBF16Epilogue", lambda o: kp.FuseBF16Epilogue() if _vdpbf16ps(o) else None, 2),
     PassSpec("FuseDepthwisePointwise", lambda o: kp.FuseDepthwisePointwise(), 2),
-    PassSpec("PackDenseWeights", lambda o: kp.PackDenseWeights(vector_block(o.target.required_features())), 2),
+    PassSpec("PackDenseWeights", lambda o: kp.PackDenseWeights(o.target.caps.f32_block), 2),
     PassSpec("DeadCode", lambda o: kp.DeadCode(), 1),
     PassSpec("DecomposeOpsForInference", lambda o: relax.transform.DecomposeOpsForInference(), 0, required=True),
     PassSpec("FuseEpilogue", lambda o: kp.FuseEpilogue(), 2),
@@ -72,7 +71,7 @@ CPU_PIPELINE: list[PassSpec] = [
     PassSpec("DeadCodeElimination", lambda o: relax.transform.DeadCodeElimination(["main"]), 0, required=True, graph=False),
     # kernels: tuned records where the database has them, else Kiln's default schedules
     PassSpec("ApplyTuningDatabase", lambda o: ApplyTuningDatabase(o.tuning_db), 0, graph=False),
-    PassSpec("DefaultSchedules", lambda o: ApplyDefaultSchedules(o.target.tvm(), vector_block(o.target.required_features())), 2, graph=False),
+    PassSpec("DefaultSchedules", lambda o: ApplyDefaultSchedules(o.target.tvm(), o.target.caps.f32_block), 2, graph=False),
 ]
 
 # GPUs: the graph clean-up, TVM's lowering and fusion, then tuned records or dlight's GPU rules.
