@@ -8,13 +8,14 @@ import os
 import shutil
 import tempfile
 import time
+import warnings
 from pathlib import Path
 
 import onnx
 
 from .. import __version__
 from .._io import atomic_write_text
-from ..errors import CompileError, PassError, pass_errors, tvm_errors
+from ..errors import CompileError, KilnWarning, PassError, pass_errors, tvm_errors
 from ..frontends.importer import import_onnx
 from ..frontends.onnx_load import check_onnx, load_onnx
 from ..runtime import artifact as art
@@ -24,6 +25,7 @@ from .fallback import blame, with_fallback
 from .limits import check_planned_memory, check_tensor_sizes, io_bytes
 from .optimize import optimize
 from .options import CompileOptions
+from .pipeline import precision_note
 from .reproduce import DISABLE_ENV, compile_flags, reduce_failure, write_reproducer
 
 CROSS_COMPILERS = {"aarch64": "aarch64-linux-gnu-g++"}
@@ -73,6 +75,9 @@ def compile_model(model: str | os.PathLike | onnx.ModelProto, output: str | os.P
     options = options or CompileOptions.make(**kwargs)
     where = _where(model)
     t0 = time.perf_counter()
+    note = precision_note(options) if not options.target.is_gpu else None
+    if note:
+        warnings.warn(f"--precision {options.precision}: {note}", KilnWarning, stacklevel=2)
     if not isinstance(model, onnx.ModelProto):
         model = load_onnx(model)  # read and checked once for every bucket
     else:
@@ -98,6 +103,7 @@ def compile_model(model: str | os.PathLike | onnx.ModelProto, output: str | os.P
         (opt, accel_members, exe, build_s), skipped = with_fallback(attempt, options, layout, where, model, repro)
         report = opt.report
         report["passes_skipped"] = report.get("passes_skipped", []) + skipped
+        report["precision_note"] = note
         if skipped:
             report["layout"] = skipped[0]["layout"]
         with tvm_errors("Exporting the library", where):

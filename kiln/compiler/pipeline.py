@@ -34,6 +34,19 @@ def _vdpbf16ps(o) -> bool:
     return o.precision == "bf16" and o.target.caps.has_vdpbf16ps
 
 
+def precision_note(o) -> str | None:
+    """Why --precision fp16/bf16 will not be faster on this target (None where it has the instructions):
+    without them the reduced type is only storage, converted to float32 around every op."""
+    caps = o.target.caps
+    if o.precision == "bf16" and not caps.bf16:
+        return (f"{caps.cpu} has no bf16 arithmetic (AVX512-BF16, AMX-BF16 or Arm BF16): bf16 is converted to float32 around "
+                "every op, so the build will not be faster than float32 and may be slower; use --precision fp32 here")
+    if o.precision == "fp16" and not caps.native_fp16:
+        return (f"{caps.cpu} has no fp16 arithmetic (AVX512-FP16 or Arm FP16): fp16 is converted to float32 around every op, "
+                "so the build will not be faster than float32 and may be slower; use --precision fp32 here")
+    return None
+
+
 def _conv_kernels(o) -> frozenset:
     """The passes of this build that give reduced-precision convs a kernel of their own (MixedPrecision
     converts only what they take): under bf16, BF16ConvKernel where the CPU has AVX512-BF16 and convs run blocked."""
