@@ -20,6 +20,7 @@ What the target's hardware can do is `Target.caps` (kiln.capabilities).
 from __future__ import annotations
 
 import dataclasses
+import os
 import difflib
 import shlex
 
@@ -49,6 +50,7 @@ PRESETS = {
     "graviton3": {**_A64, "mcpu": "neoverse-v1"},
 }
 LLVM_OPTIONS = ("mcpu", "mtriple", "mattr", "num-cores")
+DEFAULT_ENV = "KILN_TARGET"  # the target used when none is given (unset: the host CPU)
 
 # ISA features an artifact may depend on, in LLVM spelling; the manifest records the subset
 # that the target enables, and the runtime refuses a host that lacks one of them.
@@ -76,6 +78,8 @@ class Target:
     def parse(spec: str | Target | None = None) -> Target:
         if isinstance(spec, Target):
             return spec
+        if spec is None and os.environ.get(DEFAULT_ENV, "").strip():
+            spec = os.environ[DEFAULT_ENV]  # the default target of this environment (e.g. CI standing in for another CPU)
         if spec is None or spec.strip() in ("", "host", "llvm"):
             return Target.host()
         try:
