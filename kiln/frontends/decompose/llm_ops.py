@@ -5,21 +5,24 @@ LinearAttention's ONNX function body is a Scan, which TVM cannot import; with th
 (shapes are pinned) the recurrence is unrolled here, one step per position, in float32 as the reference
 accumulates. TensorScatter (a KV-cache write at per-batch offsets that are data) becomes a gather of the
 update at each cache position plus a Where that keeps the old cache where nothing is written.
+CausalConvWithState (ONNX's body inlines fine in general) is written out for its k = 1 and fp16 SiLU cases.
 
 The rewrite interface passes no element types, so dtypes are carried with CastLike (to the query, the past
 state, the cache) rather than read."""
 from __future__ import annotations
 
 import math
+import sys
 
 import numpy as np
+import onnx
 
 from ...errors import UnsupportedModelError
 from .emitter import Emitter
 from .quant import _attrs, _ins
 
 F32, I64 = np.float32, np.int64
-FLOAT = 1  # TensorProto.FLOAT
+FLOAT, FLOAT16, BFLOAT16 = 1, 10, 16  # TensorProto element types
 MAX_UNROLL = 512  # LinearAttention steps unrolled at most (about 15 nodes each)
 
 
@@ -33,6 +36,28 @@ def _shape(node, shapes, name, where, rank=None):
         _fail(node, where, f"input {name!r} needs a static shape{f' of rank {rank}' if rank else ''} "
                            f"(got {s})", "pin the input shapes (--input-shape) so the sequence length is known")
     return tuple(int(d) for d in s)
+
+
+def _elem_type(name: str) -> int | None:
+    """The ONNX element type of a tensor of the model decompose() is rewriting (its frame's `model`; the
+    rewrite interface passes no types): graph inputs and initializers first, shape inference after."""
+    f = sys._getframe(1)
+    while f is not None and not isinstance(f.f_locals.get("model"), onnx.ModelProto):
+        f = f.f_back
+    if f is None:
+        return None
+    g = f.f_locals["model"].graph
+    for t in g.initializer:
+        if t.name == name:
+            return t.data_type
+    for vi in list(g.input) + list(g.value_info):
+        if vi.name == name:
+            return vi.type.tensor_type.elem_type
+    try:
+        inferred = onnx.shape_inference.infer_shapes(f.f_locals["model"], strict_mode=False)
+    except Exception:  # noqa: BLE001 - no type known: the caller takes the input's own
+        return None
+    return next((vi.type.tensor_type.elem_type for vi in inferred.graph.value_info if vi.name == name), None)
 
 
 def _heads_first(em: Emitter, x: str, b: int, t: int, h: int, d: int) -> str:
@@ -67,7 +92,8 @@ def linear_attention(node, em: Emitter, shapes, consts, where):
         _fail(node, where, f"sequence length {t} is over the {MAX_UNROLL} steps Kiln unrolls",
               "run the prefill in chunks of at most that many positions, carrying present_state")
     scale = a.get("scale") or 1.0 / math.sqrt(dk)
-    q4, k4, v4 = _heads_first(em, q, b, t, hq, dk), _heads_first(em, k, b, t, hkv, dk), _heads_first(em, v, b, t, hkv, dv)
+    q4, k4 = _heads_first(em, q, b, t, hq, dk), _heads_first(em, k, b, t, hkv, dk)
+    v4 = _heads_first(em, v, b, t, hkv, dv)
     if gating:
         dl = _shape(node, shapes, decay, where, 3)[2]
         if dl not in (hkv, hkv * dk):
@@ -137,4 +163,43 @@ def tensor_scatter(node, em: Emitter, shapes, consts, where):
     em.op("Where", [em.op("Expand", [valid, idx_shape]), gathered, cache], out=node.output[0])
 
 
-REWRITES = {"LinearAttention": linear_attention, "TensorScatter": tensor_scatter}
+# ------------------------------------------------------------------------------------------ CausalConvWithState
+
+def causal_conv_with_state(node, em: Emitter, shapes, consts, where):
+    """padded = [past_state or zeros, input] along time; output = depthwise valid Conv1d(padded), then SiLU;
+    present_state = the last k-1 columns of padded. fp16/bf16 are computed as the reference does: the conv
+    in float32 rounded to the input's type, the SiLU in float32. Written out rather than inlined from
+    ONNX's body: with k = 1 the body's zero-size constant pad cannot be loaded back from TVM's executable,
+    and the body's fp16 conv and SiLU round off by 2-3 ulps."""
+    a = _attrs(node)
+    x, w, bias, past = _ins(node, 4)
+    act = a.get("activation", b"none")
+    act = act.decode() if isinstance(act, bytes) else act
+    if act not in ("none", "silu", "swish"):
+        _fail(node, where, f"unknown activation {act!r}", "use none, silu or swish")
+    bsz, ch, length = _shape(node, shapes, x, where, 3)
+    k = _shape(node, shapes, w, where, 3)[2]
+    if k > 1:
+        pad = past or em.op("CastLike", [em.const(np.zeros((bsz, ch, k - 1), F32), "pad"), x])
+        padded = em.op("Concat", [pad, x], axis=2)
+    else:
+        padded = x
+    low = _elem_type(x) in (FLOAT16, BFLOAT16)  # the reference accumulates them in float32
+    ins = [padded, w] + ([bias] if bias else [])
+    conv = em.op("Conv", [em.op("Cast", [i], to=FLOAT) for i in ins] if low else ins, group=ch, kernel_shape=[k],
+                 pads=[0, 0], strides=[1], dilations=[1])
+    if low:
+        conv = em.op("CastLike", [conv, x])  # rounded to the input's type, as the reference does
+    if act == "none":
+        em.op("Identity", [conv], out=node.output[0])
+    else:
+        cf = em.op("Cast", [conv], to=FLOAT) if low else conv
+        em.op("CastLike", [em.op("Mul", [cf, em.op("Sigmoid", [cf])]), x], out=node.output[0])
+    if len(node.output) > 1 and node.output[1]:
+        total = length + k - 1
+        em.op("Slice", [padded] + [em.const(np.array([v], I64), "s") for v in (total - (k - 1), total, 2)],
+              out=node.output[1])
+
+
+REWRITES = {"LinearAttention": linear_attention, "TensorScatter": tensor_scatter,
+            "CausalConvWithState": causal_conv_with_state}
