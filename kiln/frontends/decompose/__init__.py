@@ -2,8 +2,11 @@
 REWRITES maps op type to its rewrite function (data, not branches)."""
 from __future__ import annotations
 
+import numpy as np
 import onnx
+from onnx import numpy_helper
 
+from .control_flow import REWRITES as CONTROL_FLOW_REWRITES
 from .contrib import DEFAULT_DOMAIN_REWRITES as CONTRIB_DEFAULT_REWRITES, REWRITES as MS_FLOAT_REWRITES
 from .contrib_quant import REWRITES as MS_QUANT_REWRITES
 from .emitter import Emitter
@@ -16,10 +19,13 @@ from .standard import REWRITES as STANDARD_REWRITES
 REWRITES = {"LSTM": decompose_lstm, "GRU": decompose_gru, "RNN": decompose_rnn, **QUANT_REWRITES}
 REWRITES.update(STANDARD_REWRITES)  # standard ops TVM lacks or converts wrongly (standard.py)
 REWRITES.update(LLM_REWRITES)  # LinearAttention, TensorScatter (llm_ops.py)
+REWRITES.update(CONTROL_FLOW_REWRITES)  # Loop/Scan with static trip counts, unrolled (control_flow.py)
 REWRITES.update(CONTRIB_DEFAULT_REWRITES)  # onnxruntime's SimplifiedLayerNormalization (default domain)
 # contrib domains: domain -> {op type -> rewrite}
 DOMAIN_REWRITES = {**CONTRIB_REWRITES,
                    "com.microsoft": {**CONTRIB_REWRITES["com.microsoft"], **MS_FLOAT_REWRITES, **MS_QUANT_REWRITES}}
+
+MAX_ROUNDS = 8  # nesting depth of rewrites that emit rewritable nodes
 
 
 def rewrite_for(node):
@@ -29,14 +35,30 @@ def rewrite_for(node):
 
 
 def decompose(model: onnx.ModelProto, shapes: dict, consts: dict, where: str) -> int:
-    """Rewrite every node in REWRITES in place; returns how many were rewritten."""
+    """Rewrite every node in REWRITES in place; returns how many were rewritten. Runs to a fixpoint:
+    a rewrite may emit nodes that need rewrites themselves (an unrolled Loop body holding an LSTM),
+    with shapes inferred again for them."""
+    opset = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), 1)
+    total = 0
+    for round_ in range(MAX_ROUNDS):
+        if round_:
+            shapes = _shapes_again(model, consts)
+        count = _decompose_once(model, shapes, consts, where, opset, total)
+        total += count
+        if not count or not any(rewrite_for(n) for n in model.graph.node):
+            break
+    return total
+
+
+def _decompose_once(model, shapes, consts, where, opset, first) -> int:
     g, out, count = model.graph, [], 0
     for node in g.node:
         fn = rewrite_for(node)
         if fn is None:
             out.append(node)
             continue
-        em = Emitter(node.name or f"{node.op_type}_{count}", consts)
+        em = Emitter(node.name or f"{node.op_type}_{first + count}", consts)
+        em.opset = opset  # for rewrites that emit opset-dependent forms (Unsqueeze's axes, control_flow.py)
         if fn(node, em, shapes, consts, where) is False:
             out.append(node)
             continue
@@ -45,6 +67,18 @@ def decompose(model: onnx.ModelProto, shapes: dict, consts: dict, where: str) ->
     del g.node[:]
     g.node.extend(out)
     return count
+
+
+def _shapes_again(model, consts) -> dict:
+    """Static shapes of the rewritten graph, its new constants written as initializers for inference."""
+    from ..simplify import _static_shapes
+    m = onnx.ModelProto()
+    m.CopyFrom(model)
+    have = {i.name for i in m.graph.initializer}
+    used = {i for n in m.graph.node for i in n.input}
+    m.graph.initializer.extend(numpy_helper.from_array(np.asarray(v), k) for k, v in consts.items()
+                               if k in used and k not in have)
+    return _static_shapes(m)
 
 
 __all__ = ["decompose", "rewrite_for", "REWRITES", "DOMAIN_REWRITES", "Emitter"]

@@ -1,6 +1,9 @@
-"""LSTM and GRU as unrolled primitive ONNX ops (shapes are pinned, so the sequence length is
+"""LSTM, GRU and RNN as unrolled primitive ONNX ops (shapes are pinned, so the sequence length is
 static): one MatMul for the input projection of all time steps, then per step one MatMul with the
-recurrent weights, gate slices and elementwise math, exactly as the ONNX spec defines them."""
+recurrent weights, gate slices and elementwise math, exactly as the ONNX spec defines them.
+Weights that are constants are pre-transposed here; weights fed as graph inputs (W, R, B, P) get
+the same slicing and transposes as ONNX ops. A sequence_lens that is not all T masks each step
+(state kept, output zeroed past a batch entry's length), which is the spec's padding semantics."""
 from __future__ import annotations
 
 import numpy as np
@@ -16,6 +19,39 @@ def _attrs(node) -> dict:
     return {a.name: onnx.helper.get_attribute_value(a) for a in node.attribute}
 
 
+class _Weights:
+    """Per-direction views of W/R/B/P, as constants where the tensor is one, else as emitted ops."""
+
+    def __init__(self, em: Emitter, consts, x: str):
+        self.em, self.consts, self.x = em, consts, x
+
+    def mat_t(self, name: str, d: int, r0: int, r1: int, hint: str) -> str:
+        """name[d][r0:r1].T (a [cols, r1-r0] matrix)."""
+        if name in self.consts:
+            return self.em.const(np.ascontiguousarray(self.consts[name][d][r0:r1].T), hint)
+        return self.em.op("Transpose", [self.em.slice(self._row(name, d), r0, r1, 0)], perm=[1, 0])
+
+    def _row(self, name: str, d: int) -> str:
+        """name[d] with the direction axis dropped, by Gather with a scalar index (opset-independent)."""
+        return self.em.op("Gather", [name, self.em.const(np.array(d, np.int64), "d")], axis=0)
+
+    def vec(self, name: str, d: int, s0: int, s1: int, hint: str) -> str:
+        if name in self.consts:
+            return self.em.const(np.ascontiguousarray(self.consts[name][d][s0:s1]), hint)
+        return self.em.slice(self._row(name, d), s0, s1, 0)
+
+    def bias_sum(self, name: str, d: int, n: int, hint: str) -> str:
+        """B[d][:n] + B[d][n:2n] (input and recurrent bias of the gates, added once)."""
+        if name in self.consts:
+            b = self.consts[name][d]
+            return self.em.const(b[:n] + b[n:2 * n], hint)
+        return self.em.op("Add", [self.vec(name, d, 0, n, hint), self.vec(name, d, n, 2 * n, hint)])
+
+    def scalar(self, value, hint: str = "k") -> str:
+        """A scalar of X's dtype (CastLike keeps the decomposition dtype-generic)."""
+        return self.em.op("CastLike", [self.em.const(np.array(value, np.float32), hint), self.x])
+
+
 def _setup(node, em: Emitter, shapes, consts, where, gates: int, default_acts: list[str]):
     a = _attrs(node)
     ins = list(node.input) + [""] * (8 - len(node.input))
@@ -28,47 +64,51 @@ def _setup(node, em: Emitter, shapes, consts, where, gates: int, default_acts: l
     if bad:
         raise UnsupportedModelError(f"{node.op_type} activations {bad} are not supported", where=where_n,
                                     fix=f"use {sorted(ACTIVATIONS)}")
-    for i, what in ((1, "W"), (2, "R")):
-        if ins[i] not in consts:
-            raise UnsupportedModelError(f"{node.op_type} with non-constant {what} is not supported", where=where_n,
-                                        fix="export the model with its weights as initializers")
     x = ins[0]
     if x not in shapes:
         raise UnsupportedModelError(f"{node.op_type} input {x!r} has no static shape", where=where_n,
                                     fix="pin every input with --input-shape")
-    if ins[4] and not (ins[4] in consts and np.all(consts[ins[4]] == shapes[x][1 - a.get("layout", 0)])):
-        raise UnsupportedModelError(f"{node.op_type} with variable sequence_lens is not supported", where=where_n,
-                                    fix="pad sequences to one length and drop sequence_lens")
-    if a.get("layout", 0) == 1:
+    layout = a.get("layout", 0)
+    T, B = (shapes[x][1], shapes[x][0]) if layout == 1 else (shapes[x][0], shapes[x][1])
+    if layout == 1:
         x = em.op("Transpose", [x], perm=[1, 0, 2])
-        T, B, _ = (shapes[ins[0]][1], shapes[ins[0]][0], shapes[ins[0]][2])
-    else:
-        T, B, _ = shapes[ins[0]]
     H = a["hidden_size"]
-    W, R = consts[ins[1]], consts[ins[2]]
-    Bias = consts[ins[3]] if ins[3] in consts else np.zeros((ndir, 2 * gates * H), W.dtype)
-    if ins[3] and ins[3] not in consts:
-        raise UnsupportedModelError(f"{node.op_type} with non-constant B is not supported", where=where_n,
-                                    fix="export the model with its recurrent bias as an initializer (constant)")
-    return a, ins, x, ndir, direction, acts, T, B, H, W, R, Bias
+    w = _Weights(em, consts, x)
+    mask = None  # per step t: [B, 1] 1/0 of t < sequence_lens, or None when every length is T
+    if ins[4] and not (ins[4] in consts and np.all(consts[ins[4]] == T)):
+        lens = em.op("Cast", [em.reshape(ins[4], [B, 1])], to=onnx.TensorProto.INT64)
+        mask = {t: em.op("CastLike", [em.op("Less", [em.const(np.array(t, np.int64), "t"), lens]), x])
+                for t in range(T)}
+    return a, ins, x, ndir, direction, acts, T, B, H, w, mask
 
 
-def _initial(em: Emitter, ins, idx, d, B, H, dtype, layout: int) -> str:
+def _initial(em: Emitter, w: _Weights, ins, idx, d, B, H, layout: int) -> str:
     """Initial state of direction d: [dirs, B, H] (layout 0) or [B, dirs, H] (layout 1)."""
     if ins[idx]:
         return em.reshape(em.take(ins[idx], d, axis=1 if layout else 0), [B, H])
-    return em.const(np.zeros((B, H), dtype), "zeros")
+    return em.op("CastLike", [em.const(np.zeros((B, H), np.float32), "zeros"), w.x])
 
 
-def _act(em: Emitter, name: str, x: str, clip) -> str:
+def _act(em: Emitter, w: _Weights, name: str, x: str, clip) -> str:
     if clip is not None:
-        x = em.op("Clip", [x, em.const(np.float32(-clip)), em.const(np.float32(clip))])
+        x = em.op("Min", [em.op("Max", [x, w.scalar(-clip)]), w.scalar(clip)])  # Clip's form varies by opset
     return em.op(ACTIVATIONS[name], [x])
 
 
 def _steps(direction: str, d: int, T: int):
     reverse = direction == "reverse" or (direction == "bidirectional" and d == 1)
     return list(range(T - 1, -1, -1)) if reverse else list(range(T))
+
+
+def _masked(em: Emitter, mask, t: int, new: str, old: str) -> str:
+    """new where step t is inside the batch entry's sequence, else old (the state carried through)."""
+    if mask is None:
+        return new
+    return em.op("Add", [old, em.op("Mul", [mask[t], em.op("Sub", [new, old])])])
+
+
+def _out(em: Emitter, mask, t: int, h: str) -> str:
+    return h if mask is None else em.op("Mul", [h, mask[t]])
 
 
 def _finish(node, em: Emitter, a, per_dir, T, B, H, ndir):
@@ -92,58 +132,88 @@ def _finish(node, em: Emitter, a, per_dir, T, B, H, ndir):
             em.op("Concat", parts, out=name, axis=axis)
 
 
+def _project(em: Emitter, w: _Weights, x: str, ins, d: int, G: int, H: int, bias: str | None) -> str:
+    """X @ W[d].T (+ bias) for all time steps at once: [T, B, G*H]."""
+    xw = em.op("MatMul", [x, w.mat_t(ins[1], d, 0, G * H, "Wt")])
+    return em.op("Add", [xw, bias]) if bias else xw
+
+
 def decompose_lstm(node, em: Emitter, shapes, consts, where) -> None:
-    a, ins, x, ndir, direction, acts, T, B, H, W, R, Bias = _setup(node, em, shapes, consts, where, 4, ["Sigmoid", "Tanh", "Tanh"])
+    a, ins, x, ndir, direction, acts, T, B, H, w, mask = _setup(node, em, shapes, consts, where, 4,
+                                                                ["Sigmoid", "Tanh", "Tanh"])
     clip, input_forget = a.get("clip"), a.get("input_forget", 0)
-    P = consts.get(ins[7]) if ins[7] else None
+    layout = a.get("layout", 0)
     per_dir = []
     for d in range(ndir):
         f, g, hact = acts[3 * d: 3 * d + 3]
-        xw = em.op("Add", [em.op("MatMul", [x, em.const(W[d].T.copy(), "Wt")]), em.const(Bias[d][:4 * H] + Bias[d][4 * H:], "b")])
-        rt = em.const(R[d].T.copy(), "Rt")
-        layout = a.get("layout", 0)
-        h, c = _initial(em, ins, 5, d, B, H, W.dtype, layout), _initial(em, ins, 6, d, B, H, W.dtype, layout)
+        xw = _project(em, w, x, ins, d, 4, H, w.bias_sum(ins[3], d, 4 * H, "b") if ins[3] else None)
+        rt = w.mat_t(ins[2], d, 0, 4 * H, "Rt")
+        pi, po, pf = ((w.vec(ins[7], d, k * H, (k + 1) * H, "p") for k in range(3)) if ins[7] else (None,) * 3)
+        h, c = _initial(em, w, ins, 5, d, B, H, layout), _initial(em, w, ins, 6, d, B, H, layout)
         ys = {}
         for t in _steps(direction, d, T):
             gates = em.op("Add", [em.reshape(em.take(xw, t), [B, 4 * H]), em.op("MatMul", [h, rt])])
             gi, go, gf, gc = (em.slice(gates, k * H, (k + 1) * H, 1) for k in range(4))
-            if P is not None:
-                gi = em.op("Add", [gi, em.op("Mul", [c, em.const(P[d][:H])])])
-                gf = em.op("Add", [gf, em.op("Mul", [c, em.const(P[d][2 * H:])])])
-            i = _act(em, f, gi, clip)
-            fg = em.op("Sub", [em.const(np.ones((), W.dtype)), i]) if input_forget else _act(em, f, gf, clip)
-            c = em.op("Add", [em.op("Mul", [fg, c]), em.op("Mul", [i, _act(em, g, gc, clip)])])
-            if P is not None:
-                go = em.op("Add", [go, em.op("Mul", [c, em.const(P[d][H:2 * H])])])
-            h = em.op("Mul", [_act(em, f, go, clip), em.op(ACTIVATIONS[hact], [c])])
-            ys[t] = h
+            if pi is not None:
+                gi = em.op("Add", [gi, em.op("Mul", [c, pi])])
+                gf = em.op("Add", [gf, em.op("Mul", [c, pf])])
+            i = _act(em, w, f, gi, clip)
+            fg = em.op("Sub", [w.scalar(1.0), i]) if input_forget else _act(em, w, f, gf, clip)
+            c_new = em.op("Add", [em.op("Mul", [fg, c]), em.op("Mul", [i, _act(em, w, g, gc, clip)])])
+            if po is not None:
+                go = em.op("Add", [go, em.op("Mul", [c_new, po])])
+            h_new = em.op("Mul", [_act(em, w, f, go, clip), em.op(ACTIVATIONS[hact], [c_new])])
+            ys[t] = _out(em, mask, t, h_new)
+            h, c = _masked(em, mask, t, h_new, h), _masked(em, mask, t, c_new, c)
         per_dir.append(([ys[t] for t in range(T)], h, c))
     _finish(node, em, a, per_dir, T, B, H, ndir)
 
 
 def decompose_gru(node, em: Emitter, shapes, consts, where) -> None:
-    a, ins, x, ndir, direction, acts, T, B, H, W, R, Bias = _setup(node, em, shapes, consts, where, 3, ["Sigmoid", "Tanh"])
+    a, ins, x, ndir, direction, acts, T, B, H, w, mask = _setup(node, em, shapes, consts, where, 3,
+                                                                ["Sigmoid", "Tanh"])
     clip, lbr = a.get("clip"), a.get("linear_before_reset", 0)
     per_dir = []
     for d in range(ndir):
         f, g = acts[2 * d: 2 * d + 2]
-        wb, rb = Bias[d][:3 * H], Bias[d][3 * H:]
-        xw = em.op("Add", [em.op("MatMul", [x, em.const(W[d].T.copy(), "Wt")]), em.const(wb, "wb")])
-        rt_zr, rt_h = em.const(R[d][:2 * H].T.copy(), "Rzr"), em.const(R[d][2 * H:].T.copy(), "Rh")
-        rb_zr, rb_h = em.const(rb[:2 * H], "rbzr"), em.const(rb[2 * H:], "rbh")
-        h = _initial(em, ins, 5, d, B, H, W.dtype, a.get("layout", 0))
+        xw = _project(em, w, x, ins, d, 3, H, w.vec(ins[3], d, 0, 3 * H, "wb") if ins[3] else None)
+        rt_zr, rt_h = w.mat_t(ins[2], d, 0, 2 * H, "Rzr"), w.mat_t(ins[2], d, 2 * H, 3 * H, "Rh")
+        rb_zr = w.vec(ins[3], d, 3 * H, 5 * H, "rbzr") if ins[3] else None
+        rb_h = w.vec(ins[3], d, 5 * H, 6 * H, "rbh") if ins[3] else None
+        add_b = lambda v, b: em.op("Add", [v, b]) if b else v  # noqa: E731
+        h = _initial(em, w, ins, 5, d, B, H, a.get("layout", 0))
         ys = {}
         for t in _steps(direction, d, T):
             xt = em.reshape(em.take(xw, t), [B, 3 * H])
-            hzr = em.op("Add", [em.op("MatMul", [h, rt_zr]), rb_zr])
-            z = _act(em, f, em.op("Add", [em.slice(xt, 0, H, 1), em.slice(hzr, 0, H, 1)]), clip)
-            r = _act(em, f, em.op("Add", [em.slice(xt, H, 2 * H, 1), em.slice(hzr, H, 2 * H, 1)]), clip)
+            hzr = add_b(em.op("MatMul", [h, rt_zr]), rb_zr)
+            z = _act(em, w, f, em.op("Add", [em.slice(xt, 0, H, 1), em.slice(hzr, 0, H, 1)]), clip)
+            r = _act(em, w, f, em.op("Add", [em.slice(xt, H, 2 * H, 1), em.slice(hzr, H, 2 * H, 1)]), clip)
             if lbr:
-                rec = em.op("Mul", [r, em.op("Add", [em.op("MatMul", [h, rt_h]), rb_h])])
+                rec = em.op("Mul", [r, add_b(em.op("MatMul", [h, rt_h]), rb_h)])
             else:
-                rec = em.op("Add", [em.op("MatMul", [em.op("Mul", [r, h]), rt_h]), rb_h])
-            hh = _act(em, g, em.op("Add", [em.slice(xt, 2 * H, 3 * H, 1), rec]), clip)
-            h = em.op("Add", [hh, em.op("Mul", [z, em.op("Sub", [h, hh])])])  # (1-z)*hh + z*h
-            ys[t] = h
+                rec = add_b(em.op("MatMul", [em.op("Mul", [r, h]), rt_h]), rb_h)
+            hh = _act(em, w, g, em.op("Add", [em.slice(xt, 2 * H, 3 * H, 1), rec]), clip)
+            h_new = em.op("Add", [hh, em.op("Mul", [z, em.op("Sub", [h, hh])])])  # (1-z)*hh + z*h
+            ys[t] = _out(em, mask, t, h_new)
+            h = _masked(em, mask, t, h_new, h)
+        per_dir.append(([ys[t] for t in range(T)], h, None))
+    _finish(node, em, a, per_dir, T, B, H, ndir)
+
+
+def decompose_rnn(node, em: Emitter, shapes, consts, where) -> None:
+    """The plain RNN: H_t = f(X_t W^T + H_{t-1} R^T + Wb + Rb), f Tanh by default."""
+    a, ins, x, ndir, direction, acts, T, B, H, w, mask = _setup(node, em, shapes, consts, where, 1, ["Tanh"])
+    clip = a.get("clip")
+    per_dir = []
+    for d in range(ndir):
+        f = acts[d]
+        xw = _project(em, w, x, ins, d, 1, H, w.bias_sum(ins[3], d, H, "b") if ins[3] else None)
+        rt = w.mat_t(ins[2], d, 0, H, "Rt")
+        h = _initial(em, w, ins, 5, d, B, H, a.get("layout", 0))
+        ys = {}
+        for t in _steps(direction, d, T):
+            h_new = _act(em, w, f, em.op("Add", [em.reshape(em.take(xw, t), [B, H]), em.op("MatMul", [h, rt])]), clip)
+            ys[t] = _out(em, mask, t, h_new)
+            h = _masked(em, mask, t, h_new, h)
         per_dir.append(([ys[t] for t in range(T)], h, None))
     _finish(node, em, a, per_dir, T, B, H, ndir)
