@@ -14,10 +14,12 @@ from .llm_ops import REWRITES as LLM_REWRITES
 from .quant import CONTRIB_REWRITES, REWRITES as QUANT_REWRITES
 from .rnn import decompose_gru, decompose_lstm, decompose_rnn
 from .standard import REWRITES as STANDARD_REWRITES
+from .standard_math import REWRITES as MATH_REWRITES
 
 # op type -> rewrite(node, emitter, shapes, consts, where); a rewrite may return False to keep the node
 REWRITES = {"LSTM": decompose_lstm, "GRU": decompose_gru, "RNN": decompose_rnn, **QUANT_REWRITES}
 REWRITES.update(STANDARD_REWRITES)  # standard ops TVM lacks or converts wrongly (standard.py)
+REWRITES.update(MATH_REWRITES)  # math, norms, layout ops TVM lacks or gets wrong (standard_math.py)
 REWRITES.update(LLM_REWRITES)  # LinearAttention, TensorScatter (llm_ops.py)
 REWRITES.update(CONTROL_FLOW_REWRITES)  # Loop/Scan with static trip counts, unrolled (control_flow.py)
 REWRITES.update(CONTRIB_DEFAULT_REWRITES)  # onnxruntime's SimplifiedLayerNormalization (default domain)
