@@ -1,6 +1,7 @@
 """ConvertLayout: run conv nets in NHWC (or keep NCHW). Transforms are inserted only at the graph
 edges: TVM's ConvertLayout propagates the layout through layout-agnostic ops, and weight
-transposes are constants that FoldConstants computes at compile time.
+transposes are constants that FoldConstants computes at compile time. layout_guards keeps TVM's
+ConvertLayout away from the ops it mis-converts on a blocked tensor (each reads NCHW instead).
 `stats["layout_transforms"]` counts the data transforms left in the graph."""
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from tvm import relax
 from tvm.ir.expr import GenericConst
 
 from ...errors import OptionsError
+from .layout_guards import guard, unguard
 
 LAYOUTS = ("NCHW", "NHWC", "NCHWc")
 
@@ -68,12 +70,16 @@ class ConvertLayout:
             raise OptionsError(f"unknown layout {layout!r}", where="--layout", fix=f"use one of {', '.join(LAYOUTS + ('auto',))}")
         self.layout, self.block = layout, block
         self.stats = {"layout_transforms": 0}
+        self.guarded = 0  # ops layout_guards kept from TVM's mis-conversions (not a report counter)
 
     def transform_module(self, mod: tvm.IRModule, ctx) -> tvm.IRModule:
         before = count_layout_transforms(mod)
         desired = desired_layouts(self.layout, self.block)
         if desired and has_conv2d(mod):  # TVM's ConvertLayout breaks on some ops (stack) it has no reason to touch
+            mod, guarded = guard(mod, blocked=self.layout == "NCHWc")  # the ops TVM mis-converts read NCHW
             mod = relax.transform.ConvertLayout(desired)(mod)
             mod = relax.transform.FoldConstant()(mod)  # weights re-laid out now, not at run time
+            mod, ungrouped = unguard(mod)
+            self.guarded = guarded + ungrouped
         self.stats["layout_transforms"] = count_layout_transforms(mod) - before
         return mod
