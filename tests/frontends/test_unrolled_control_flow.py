@@ -1,6 +1,6 @@
 """Loop and Scan unrolled with static trip counts (decompose/control_flow.py), recurrent ops with
 weights fed as graph inputs and data sequence_lens (decompose/rnn.py), checked against onnxruntime;
-Loops whose iteration count depends on data stay refused by name."""
+SplitToSequence written as tensors; Loops whose iteration count depends on data stay refused by name."""
 import numpy as np
 import pytest
 from onnx import TensorProto, helper
@@ -82,3 +82,23 @@ def test_loop_whose_condition_is_computed_in_the_body_is_refused(tmp_path):
                    {"n": np.array(5, np.int64), "one": np.float32(1), "ten": np.float32(10)})
     with pytest.raises(kiln.UnsupportedModelError, match="Loop whose condition is computed in its body"):
         kiln.compile(m, tmp_path / "m.kiln")
+
+
+def test_split_to_sequence_uneven_chunks_as_tensors(tmp_path):
+    # chunk size 4 of a 6-wide axis: chunks of 4 and 2 (TVM's own converter asks for equal sections)
+    nodes = [helper.make_node("SplitToSequence", ["x", "sp"], ["seq"], axis=1),
+             helper.make_node("SequenceAt", ["seq", "last"], ["a"]),
+             helper.make_node("SequenceLength", ["seq"], ["n"]),
+             helper.make_node("ConcatFromSequence", ["seq"], ["c"], axis=1)]
+    feeds = {"x": rand(3, 6)}
+    m = make_model(nodes, feeds, ["a", "n", "c"], {"sp": np.array(4, np.int64), "last": np.array(-1, np.int64)})
+    out = check_against_ort(m, feeds, tmp_path)
+    assert out["a"].shape == (3, 2) and int(out["n"]) == 2
+
+
+def test_split_to_sequence_with_a_data_split_is_refused(tmp_path):
+    feeds = {"x": rand(3, 6), "sp": np.array(2, np.int64)}
+    nodes = [helper.make_node("SplitToSequence", ["x", "sp"], ["seq"], axis=1),
+             helper.make_node("ConcatFromSequence", ["seq"], ["c"], axis=0)]
+    with pytest.raises(kiln.UnsupportedModelError, match="SplitToSequence with a split 'sp' computed from data"):
+        kiln.compile(make_model(nodes, feeds, ["c"]), tmp_path / "m.kiln")

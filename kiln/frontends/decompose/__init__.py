@@ -13,6 +13,7 @@ from .emitter import Emitter
 from .llm_ops import REWRITES as LLM_REWRITES
 from .quant import CONTRIB_REWRITES, REWRITES as QUANT_REWRITES
 from .rnn import decompose_gru, decompose_lstm, decompose_rnn
+from .sequences import REWRITES as SEQUENCE_REWRITES
 from .standard import REWRITES as STANDARD_REWRITES
 from .standard_math import REWRITES as MATH_REWRITES
 
@@ -22,6 +23,7 @@ REWRITES.update(STANDARD_REWRITES)  # standard ops TVM lacks or converts wrongly
 REWRITES.update(MATH_REWRITES)  # math, norms, layout ops TVM lacks or gets wrong (standard_math.py)
 REWRITES.update(LLM_REWRITES)  # LinearAttention, TensorScatter (llm_ops.py)
 REWRITES.update(CONTROL_FLOW_REWRITES)  # Loop/Scan with static trip counts, unrolled (control_flow.py)
+REWRITES.update(SEQUENCE_REWRITES)  # SplitToSequence as Split + SequenceConstruct (sequences.py)
 REWRITES.update(CONTRIB_DEFAULT_REWRITES)  # onnxruntime's SimplifiedLayerNormalization (default domain)
 # contrib domains: domain -> {op type -> rewrite}
 DOMAIN_REWRITES = {**CONTRIB_REWRITES,
