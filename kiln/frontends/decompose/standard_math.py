@@ -455,9 +455,142 @@ def max_pool(node, em: Emitter, shapes, consts, where):
     return True
 
 
+# ------------------------------------------------------------------------------------------ resize
+
+def _resize_ref(node, opset: int, data: np.ndarray, params: list, extrapolation: float | None = None) -> np.ndarray:
+    """onnx's reference Resize (or Upsample) of `data` with the node's attributes and constant params."""
+    from onnx.reference import ReferenceEvaluator
+
+    names = [f"p{k}" if p is not None else "" for k, p in enumerate(params)]
+    while names and not names[-1]:
+        names.pop()
+    n = onnx.NodeProto()
+    n.CopyFrom(node)
+    del n.input[:], n.output[:]
+    n.input.extend(["x"] + names)
+    n.output.append("y")
+    if extrapolation is not None:
+        for a in n.attribute:
+            if a.name == "extrapolation_value":
+                a.f = extrapolation
+    inits = [onnx.numpy_helper.from_array(p, nm) for p, nm in zip(params, names) if p is not None]
+    g = helper.make_graph([n], "r", [helper.make_tensor_value_info("x", TensorProto.DOUBLE, list(data.shape))],
+                          [helper.make_tensor_value_info("y", TensorProto.DOUBLE, None)], inits)
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", opset)])
+    return np.asarray(ReferenceEvaluator(m).run(None, {"x": data.astype(np.float64)})[0])
+
+
+def resize(node, em: Emitter, shapes, consts, where):
+    """Resize is separable and linear in x (plus the extrapolation value): each resized axis is a constant
+    (out, in) matrix, probed from onnx's reference Resize, applied as a Gather (nearest) or a MatMul.
+    Kept on TVM's converter where that one is right: 4-D, nearest/linear, integer upsampling factors."""
+    shape, oshape = shapes.get(node.input[0]), shapes.get(node.output[0])
+    inputs = list(node.input[1:]) + [""] * (3 - len(node.input[1:]))
+    if node.op_type == "Upsample":
+        inputs = [""] + inputs[:1] + [""]
+    missing = [i for i in inputs if i and i not in consts]
+    if missing:
+        raise UnsupportedModelError(f"{node.op_type} needs constant roi/scales/sizes ({', '.join(missing)})",
+                                    where=where, fix="export them as initializers, or freeze those inputs (--freeze-input)")
+    t = _dtype(node.input[0], consts)
+    if shape is None or oshape is None or t is None:
+        return False
+    a = _attrs(node)
+    dec = lambda v: v.decode() if isinstance(v, bytes) else v  # noqa: E731
+    mode, ctm = dec(a.get("mode", b"nearest")), dec(a.get("coordinate_transformation_mode", b"half_pixel"))
+    params = [np.asarray(consts[i]) if i and np.asarray(consts[i]).size else None for i in inputs]
+    if node.op_type == "Upsample":
+        params = params[1:2]
+    rank = len(shape)
+    ratios = [o / i for o, i in zip(oshape, shape)]
+    simple = (rank == 4 and mode in ("nearest", "linear") and "axes" not in a and not a.get("antialias", 0)
+              and dec(a.get("keep_aspect_ratio_policy", b"stretch")) == "stretch" and ctm != "half_pixel_symmetric"
+              and ctm != "tf_crop_and_resize" and all(r >= 1 and r == int(r) for r in ratios)
+              and node.op_type == "Resize")
+    if simple:
+        return False
+    if t not in FLOATS and mode != "nearest":
+        return False
+    opset = _opset()
+    try:
+        ones = _resize_ref(node, opset, np.ones(shape), params, 0.0)  # 1 inside, 0 where extrapolated
+        mats = {i: _axis_matrix(node, opset, shape, params, i) for i in range(rank)}
+    except Exception:  # noqa: BLE001 - a mode the reference lacks (Upsample linear): TVM's converter decides
+        return False
+    mats = {i: M for i, M in mats.items() if M.shape[0] != M.shape[1] or not np.allclose(M, np.eye(M.shape[0]))}
+    x = node.input[0]
+    if not mats:
+        em.op("Identity", [x], out=node.output[0])
+        return True
+    onehot = all(np.all((M == 0) | (M == 1)) and np.all(M.sum(1) == 1) for M in mats.values())
+    if t not in FLOATS and not onehot:
+        return False
+    y = x
+    for i, M in mats.items():
+        if onehot:
+            y = em.op("Gather", [y, em.const(M.argmax(1).astype(np.int64), "idx")], axis=i)
+            continue
+        perm = [k for k in range(rank) if k != i] + [i]
+        inv = list(np.argsort(perm))
+        yt = em.op("Transpose", [y], perm=perm)
+        yt = em.op("MatMul", [yt, em.const(M.T.astype(_np(t)), "interp")])
+        y = em.op("Transpose", [yt], perm=inv)
+    ev = float(a.get("extrapolation_value", 0.0))
+    if ctm == "tf_crop_and_resize" and ev != 0 and not np.all(ones == 1):
+        em.op("Add", [y, em.const((ev * (1 - ones)).astype(_np(t)), "extrap")], out=node.output[0])
+    else:
+        em.op("Identity", [y], out=node.output[0])
+    return True
+
+
+def _probe_params(params: list, shape, node, axis: int, n: int, probe_shape) -> list:
+    """The node's params for a probe of shape `probe_shape`: sizes of the axes probed at size 1 become 1."""
+    out = list(params)
+    sizes = out[2] if node.op_type == "Resize" and len(out) > 2 else None
+    if sizes is not None:
+        axes = _attrs(node).get("axes") or list(range(len(shape)))
+        s = sizes.copy()
+        for k, ax in enumerate(axes):
+            ax = _axis(ax, len(shape))
+            if probe_shape[ax] != shape[ax]:
+                s[k] = probe_shape[ax]
+        out[2] = s
+    return out
+
+
+def _identity_axis(node, shape, params: list, k: int) -> bool:
+    """Whether the params leave axis k alone by their values (scale 1, or its own size): probed at size 1."""
+    axes = [_axis(ax, len(shape)) for ax in (_attrs(node).get("axes") or range(len(shape)))]
+    if k not in axes:
+        return True
+    j = axes.index(k)
+    scales = params[1] if node.op_type == "Resize" else params[0]
+    sizes = params[2] if node.op_type == "Resize" else None
+    if scales is not None and scales.size:
+        return float(scales[j]) == 1.0
+    return sizes is not None and int(sizes[j]) == shape[k]
+
+
+def _axis_matrix(node, opset: int, shape, params: list, i: int) -> np.ndarray:
+    """(out_i, in_i): the reference Resize of one-hot probes along axis i, every other axis size 1."""
+    n = shape[i]
+    probe = [shape[k] if k == i or not _identity_axis(node, shape, params, k) else 1 for k in range(len(shape))]
+    pp = _probe_params(params, shape, node, i, n, probe)
+    r1 = _resize_ref(node, opset, np.ones(probe), pp, 0.0)
+    at = list(np.unravel_index(int(np.argmax(r1)), r1.shape))  # a sample inside the image on the other axes
+    at[i] = slice(None)
+    cols = []
+    for j in range(n):
+        e = np.zeros(n)
+        e[j] = 1
+        e = np.ones(probe) * e.reshape([n if k == i else 1 for k in range(len(shape))])
+        cols.append(_resize_ref(node, opset, e, pp, 0.0)[tuple(at)])
+    return np.stack(cols, 1)
+
+
 REWRITES = {
     "Pow": pow_, "Mod": mod, "IsInf": is_inf, "Cosh": _hyperbolic(1.0), "Sinh": _hyperbolic(-1.0), "Equal": equal,
     "CumProd": cum_prod, "LpNormalization": lp_normalization, "BatchNormalization": batch_norm, "Det": det,
     "ReverseSequence": reverse_sequence, "SpaceToDepth": space_to_depth, "EyeLike": eye_like, "Dropout": dropout,
-    "ConvTranspose": conv_transpose, "Col2Im": col2im, "MaxPool": max_pool,
+    "ConvTranspose": conv_transpose, "Col2Im": col2im, "MaxPool": max_pool, "Resize": resize, "Upsample": resize,
 }
