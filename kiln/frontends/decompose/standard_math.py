@@ -491,7 +491,7 @@ def resize(node, em: Emitter, shapes, consts, where):
     missing = [i for i in inputs if i and i not in consts]
     if missing:
         raise UnsupportedModelError(f"{node.op_type} needs constant roi/scales/sizes ({', '.join(missing)})",
-                                    where=where, fix="export them as initializers, or freeze those inputs (--freeze-input)")
+                                    where=where, fix="export them as initializers, or freeze them (--freeze-input)")
     t = _dtype(node.input[0], consts)
     if shape is None or oshape is None or t is None:
         return False
