@@ -1,6 +1,7 @@
 """This CPU's fp32 FMA peak: the ceiling any direct-convolution schedule (Kiln's, onnxruntime's)
-works under. Compiles a loop of 12 independent AVX-512 FMA chains with the system C compiler and
-runs it in 1 and in N processes at once. With --models, also what a speed goal "p50 at most R x
+works under. Compiles a loop of 12 independent AVX-512 (else AVX2) FMA chains with the system C
+compiler (kiln/runtime/peak.py, which `kiln profile` runs briefly) and runs it in 1 and in N
+processes at once. With --models, also what a speed goal "p50 at most R x
 onnxruntime's" demands of this CPU for each zoo model: onnxruntime's p50 (N threads, warm-up, median
 of runs, alternating with Kiln's float32 build as `kiln bench --onnx` does), the model's float32
 FLOPs as a direct convolution (what onnxruntime computes) and as Kiln builds it (Winograd convs do
@@ -10,39 +11,14 @@ measured peak, beside what Kiln sustains now. Run by hand:
 from __future__ import annotations
 
 import argparse
-import shutil
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
 
 from report import save, table
 
-SOURCE = r"""
-#include <immintrin.h>
-#include <stdio.h>
-#include <time.h>
-#define F(x) x = _mm512_fmadd_ps(x, b, c);
-int main(void) {
-  __m512 b = _mm512_set1_ps(1.0000001f), c = _mm512_set1_ps(1e-7f);
-  __m512 a0 = _mm512_set1_ps(0), a1 = _mm512_set1_ps(1), a2 = _mm512_set1_ps(2), a3 = _mm512_set1_ps(3),
-         a4 = _mm512_set1_ps(4), a5 = _mm512_set1_ps(5), a6 = _mm512_set1_ps(6), a7 = _mm512_set1_ps(7),
-         a8 = _mm512_set1_ps(8), a9 = _mm512_set1_ps(9), a10 = _mm512_set1_ps(10), a11 = _mm512_set1_ps(11);
-  long n = 400000000 / 12;
-  struct timespec t0, t1;
-  clock_gettime(CLOCK_MONOTONIC, &t0);
-  for (long i = 0; i < n; i++) {
-    F(a0) F(a1) F(a2) F(a3) F(a4) F(a5) F(a6) F(a7) F(a8) F(a9) F(a10) F(a11)
-    __asm__ volatile("" : : "v"(a0), "v"(a1), "v"(a2), "v"(a3), "v"(a4), "v"(a5), "v"(a6), "v"(a7), "v"(a8), "v"(a9), "v"(a10), "v"(a11));
-  }
-  clock_gettime(CLOCK_MONOTONIC, &t1);
-  double s = (t1.tv_sec - t0.tv_sec) + (t1.tv_nsec - t0.tv_nsec) * 1e-9;
-  __m512 r = _mm512_add_ps(_mm512_add_ps(_mm512_add_ps(a0, a1), _mm512_add_ps(a2, a3)), _mm512_add_ps(_mm512_add_ps(a4, a5), _mm512_add_ps(a6, a7)));
-  r = _mm512_add_ps(r, _mm512_add_ps(_mm512_add_ps(a8, a9), _mm512_add_ps(a10, a11)));
-  printf("%.1f %g\n", n * 12.0 * 16 * 2 / s / 1e9, _mm512_reduce_add_ps(r));
-  return 0;
-}
-"""
+from kiln.runtime.peak import build_fma, run_at_once  # the FMA loop, shared with `kiln profile`
+
 
 
 def model_gflop(name: str, disabled: tuple[str, ...] = ()) -> float:
@@ -76,13 +52,8 @@ def bench_model(name: str, threads: int, seconds: float) -> dict:
 
 def _peak(exe: Path, procs: int, tries: int) -> tuple[float, list[float]]:
     """The best of `tries` runs: on one core, and in `procs` processes at once (per process)."""
-    one = max(float(subprocess.run([str(exe)], capture_output=True, text=True, check=True).stdout.split()[0]) for _ in range(tries))
-    return one, max((_at_once(exe, procs) for _ in range(tries)), key=sum)
-
-
-def _at_once(exe: Path, n: int) -> list[float]:
-    procs = [subprocess.Popen([str(exe)], stdout=subprocess.PIPE, text=True) for _ in range(n)]
-    return [float(p.communicate()[0].split()[0]) for p in procs]
+    one = max(run_at_once(exe, 1)[0] for _ in range(tries))
+    return one, max((run_at_once(exe, procs) for _ in range(tries)), key=sum)
 
 
 def demands(models: list[str], peak: float, procs: int, ratio: float, seconds: float) -> list[dict]:
@@ -109,17 +80,12 @@ def main(argv=None) -> int:
     ap.add_argument("--seconds", type=float, default=5.0, help="onnxruntime's timed runs per model")
     ap.add_argument("--out", default=None, help="write OUT.json and OUT.md")
     a = ap.parse_args(argv)
-    cc = shutil.which("cc") or shutil.which("gcc") or shutil.which("clang")
-    if cc is None:
-        print("peak: no C compiler on PATH (install gcc)")
-        return 0
     with tempfile.TemporaryDirectory() as tmp:
-        src, exe = Path(tmp) / "fma.c", Path(tmp) / "fma"
-        src.write_text(SOURCE)
-        r = subprocess.run([cc, "-O2", "-mavx512f", "-mfma", str(src), "-o", str(exe)], capture_output=True, text=True)
-        if r.returncode:
-            print(f"peak: this compiler or CPU has no AVX-512 ({r.stderr.strip()[:200]})")
+        built = build_fma(tmp, n=400_000_000)
+        if built is None:
+            print("peak: no C compiler on PATH (install gcc), or no AVX2/AVX-512 on it or this CPU")
             return 0
+        exe = built[0]
         one, each = _peak(exe, a.procs, a.tries)
         print(f"fp32 FMA peak: {one:.1f} GFLOP/s on one core; {sum(each):.1f} GFLOP/s on {a.procs} at once ({', '.join(f'{x:.1f}' for x in each)})")
         if not a.models:

@@ -22,6 +22,7 @@ from ..runtime import artifact as art
 from ..runtime.hostinfo import host_arch
 from .autolayout import choose_layout
 from .fallback import blame, with_fallback
+from .kernel_info import for_manifest
 from .limits import check_planned_memory, check_tensor_sizes, io_bytes
 from .optimize import optimize
 from .options import CompileOptions
@@ -113,7 +114,7 @@ def compile_model(model: str | os.PathLike | onnx.ModelProto, output: str | os.P
         buckets.append({"name": "+".join(f"{s.name}:{'x'.join(map(str, s.shape))}" for s in imported.inputs),
                         "inputs": [s.to_json() for s in imported.inputs], "outputs": [s.to_json() for s in imported.outputs],
                         "library": name, "weights": weights.add_all(opt.weights), "kernels": report["kernels"],
-                        "_blob": library})
+                        "kernel_info": for_manifest(opt.mod, imported.onnx_model, options.tuning_db), "_blob": library})
         reports.append(report)
         first = first or imported
     report = reports[0] if len(reports) == 1 else dict(reports[0], buckets=[{"name": b["name"], **r} for b, r in zip(buckets, reports)])

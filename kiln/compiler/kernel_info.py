@@ -1,0 +1,191 @@
+"""The manifest's `kernel_info`: static facts about every compiled kernel, computed at compile time
+because the runtime never imports the compiler. For each PrimFunc the entry function calls: the
+ONNX nodes it came from, its calls per run, FLOPs (TVM's estimate), bytes read and written (its
+arguments and outputs), and its schedule (tuned record, Kiln's default rule, a C kernel, or none:
+TVM's plain lowering). `kiln profile` / `kiln bench --profile` join these with measured times.
+
+Source nodes: TVM 0.27's ONNX importer sets no spans or names on what it emits, and Kiln's passes
+rebuild calls, so the names are recovered by matching. The compute ops (convolutions, matmuls,
+pools, softmax) keep their relative order through the pipeline, so the k-th conv kernel gets the
+k-th Conv node (a fused depthwise+pointwise kernel two); the element-wise nodes that follow one of
+them (bias, BatchNorm, activation, residual Add) go with it when the kernel's name shows them
+fused; a kernel with no compute op takes the next unclaimed node whose op its name shows. Layout
+transforms come from no node. Best effort: a kernel the matching cannot place lists no ops."""
+from __future__ import annotations
+
+import re
+
+import tvm
+import tvm_ffi
+from tvm import relax
+
+# kernel-name fragment -> the group of ONNX compute ops it stands for (checked in this order)
+ANCHORS = (("dwpw_conv2d", "conv", 2), ("conv_transpose", "convT", 1), ("conv2d_transpose", "convT", 1),
+           ("conv1d_transpose", "convT", 1), ("conv", "conv", 1), ("matmul", "matmul", 1), ("dense", "matmul", 1),
+           ("max_pool", "maxpool", 1), ("avg_pool", "avgpool", 1), ("mean", "avgpool", 1), ("softmax", "softmax", 1))
+GROUPS = {"Conv": "conv", "ConvInteger": "conv", "QLinearConv": "conv", "ConvTranspose": "convT", "MatMul": "matmul",
+          "Gemm": "matmul", "MatMulInteger": "matmul", "QLinearMatMul": "matmul", "MaxPool": "maxpool",
+          "GlobalMaxPool": "maxpool", "AveragePool": "avgpool", "GlobalAveragePool": "avgpool", "ReduceMean": "avgpool",
+          "Softmax": "softmax", "LogSoftmax": "softmax"}
+# ONNX op -> the words its lowering leaves in a fused kernel's name (default: the op's name in lower case)
+TOKENS = {"Relu": ("relu",), "Add": ("add",), "Sum": ("add",), "Sub": ("subtract",), "Mul": ("multiply",),
+          "Div": ("divide",), "Clip": ("clip", "relu", "minimum", "maximum"), "Sigmoid": ("sigmoid",),
+          "Tanh": ("tanh",),
+          "LeakyRelu": ("leakyrelu", "leaky_relu"), "HardSwish": ("hardswish", "sigmoid", "multiply", "clip"),
+          "HardSigmoid": ("clip", "hardsigmoid"), "Flatten": ("reshape",), "Reshape": ("reshape",),
+          "Squeeze": ("reshape", "squeeze"), "Unsqueeze": ("reshape", "expand_dims"),
+          "Transpose": ("transpose", "permute_dims"), "Concat": ("concat", "concatenate"),
+          "Pow": ("power",), "Sqrt": ("sqrt",), "Exp": ("exp",), "Erf": ("erf",), "Gelu": ("gelu", "erf"),
+          "ReduceSum": ("sum",), "ReduceMax": ("max",), "Resize": ("resize", "image")}
+FOLDED = {"BatchNormalization", "Identity", "Dropout"}  # folded into the op before them: no kernel of their own
+
+
+def for_manifest(mod: tvm.IRModule, onnx_model=None, tuning_db: str | None = None) -> dict:
+    """kernel_info for the artifact's manifest; {} (no profile facts, never a failed compile) when
+    the module is not one it can read (e.g. an accelerator flow's)."""
+    try:
+        return kernel_info(mod, onnx_model, tuning_db)
+    except Exception:  # noqa: BLE001 - the profile's static facts are optional
+        return {}
+
+
+def kernel_info(mod: tvm.IRModule, onnx_model=None, tuning_db: str | None = None, func: str = "main") -> dict:
+    """name -> {ops, calls, flops, bytes_read, bytes_written, schedule} for every PrimFunc `func`
+    calls; flops and bytes are per call. onnx_model: the (simplified) model that was imported;
+    tuning_db: the database folder the compile applied (tells tuned kernels from default ones)."""
+    from ..schedules.apply import estimated_flops
+    info: dict = {}
+    order = []
+    for name, args, out in _call_sites(mod, func):
+        order.append(name)
+        if name in info:
+            info[name]["calls"] += 1
+            continue
+        info[name] = {"ops": [], "calls": 1, "flops": int(estimated_flops(mod[name])),
+                      "bytes_read": sum(_nbytes(a) for a in args), "bytes_written": _nbytes(out)}
+    tuned = tuned_hashes(tuning_db, frozenset(v["flops"] for v in info.values())) if tuning_db else frozenset()
+    for name, v in info.items():
+        v["schedule"] = schedule_kind(name, mod[name], tuned)
+    if onnx_model is not None:
+        for name, ops in source_ops(order, onnx_model).items():
+            info[name]["ops"] = ops
+    return info
+
+
+def schedule_kind(name: str, f, tuned: frozenset = frozenset()) -> str:
+    """c-kernel (Kiln's hand-written C), tuned (a database record), default (Kiln's rule), none
+    (TVM's plain lowering). A tuned kernel carries no mark of its own (the same attributes as a
+    default one), so it is told by its TIR: the same as one the database's records produce."""
+    from ..schedules.apply import is_scheduled
+    from .passes.bf16_conv_kernel import EXTERN
+    if EXTERN in name:
+        return "c-kernel"
+    if not is_scheduled(f):
+        return "none"
+    return "tuned" if tuned and _bare_hash(f) in tuned else "default"
+
+
+def tuned_hashes(db_dir: str, flops: frozenset | None = None) -> frozenset:
+    """Structural hashes (attributes dropped) of the kernel each workload's best record in the
+    database produces: what ApplyTuningDatabase put in the module. Applying a record costs ~0.1 s,
+    so only workloads whose FLOP estimate is one of `flops` (the module's kernels': a schedule
+    does not change it) are applied."""
+    from ..schedules.apply import estimated_flops
+    from ..schedules.database import database_for_compile
+    db = database_for_compile(db_dir)
+    seen: dict = {}
+    for r in db.get_all_tuning_records():
+        key = tvm_ffi.structural_hash(r.workload.mod)
+        if key in seen:
+            continue
+        seen[key] = None
+        if flops is None or int(estimated_flops(r.workload.mod["main"])) in flops:
+            sch = db.query_schedule(r.workload.mod, r.target, workload_name="main")
+            seen[key] = _bare_hash(sch.mod["main"]) if sch is not None else None
+    return frozenset(h for h in seen.values() if h is not None)
+
+
+def _bare_hash(f) -> int:
+    for k in list(f.attrs.keys()) if f.attrs else []:
+        f = f.without_attr(k)
+    return tvm_ffi.structural_hash(f)
+
+
+def _call_sites(mod, func: str):
+    """(PrimFunc name, argument types, output type) of each call_tir of `func`, in order."""
+    for block in mod[func].body.blocks:
+        for b in block.bindings:
+            v = b.value
+            if isinstance(v, relax.Call) and isinstance(v.op, tvm.ir.Op) and v.op.name == "relax.call_tir":
+                args = v.args[1].fields if isinstance(v.args[1], relax.Tuple) else [v.args[1]]
+                yield str(v.args[0].name_hint), [a.ty for a in args], b.var.ty
+
+
+def _nbytes(ty) -> int:
+    from .analysis import _nbytes as nbytes
+    return int(nbytes(ty))
+
+
+def _words(name: str) -> set[str]:
+    return set(re.split(r"[_\d]+", name.lower())) | {name.lower()}
+
+
+def source_ops(kernels: list[str], onnx_model) -> dict[str, list[str]]:
+    """kernel name -> the ONNX node names it came from (see the module docstring). kernels: one
+    entry per call, in call order (a kernel called twice takes two nodes' worth)."""
+    nodes = list(onnx_model.graph.node)
+    label = {id(n): n.name or f"{n.op_type}_{i}" for i, n in enumerate(nodes)}
+    producer = {o: n for n in nodes for o in n.output}
+    consumers: dict = {}
+    for n in nodes:
+        for i in n.input:
+            consumers.setdefault(i, []).append(n)
+    owner: dict = {}  # id(element-wise node) -> the compute node it follows
+    for n in nodes:
+        if n.op_type in GROUPS:
+            continue
+        for i in n.input:
+            p = producer.get(i)
+            if p is None:
+                continue
+            root = p if p.op_type in GROUPS else owner.get(id(p))
+            if root is not None and len(consumers.get(i, ())) == 1:
+                owner[id(n)] = root
+            break  # the first tensor input decides
+    queues: dict = {}
+    for n in nodes:
+        if n.op_type in GROUPS:
+            queues.setdefault(GROUPS[n.op_type], []).append(n)
+    followers: dict = {}
+    for n in nodes:
+        if id(n) in owner:
+            followers.setdefault(id(owner[id(n)]), []).append(n)
+    claimed: set = set()
+    out: dict = {}
+    for k in kernels:
+        low, words = k.lower(), _words(k)
+        if "layout_transform" in low:
+            out.setdefault(k, [])
+            continue
+        anchors = []
+        for frag, group, count in ANCHORS:
+            if frag in low:
+                q = queues.get(group, [])
+                anchors, queues[group] = q[:count], q[count:]
+                break
+        ops = []
+        for i, a in enumerate(anchors):  # between two anchors of one kernel (dw -> act -> pw): all inside it
+            ops.append(a)
+            ops.extend(f for f in followers.get(id(a), []) if i < len(anchors) - 1 or f.op_type in FOLDED
+                       or words & set(_tokens(f.op_type)))
+        if not anchors:  # an element-wise or data-movement kernel: the next unclaimed node its name shows
+            ops = [next((n for n in nodes if id(n) not in claimed and n.op_type not in GROUPS
+                         and words & set(_tokens(n.op_type))), None)]
+            ops = [n for n in ops if n is not None]
+        claimed.update(id(n) for n in ops)
+        out.setdefault(k, []).extend(label[id(n)] for n in ops)
+    return out
+
+
+def _tokens(op_type: str) -> tuple:
+    return TOKENS.get(op_type, (op_type.lower(),))

@@ -1,0 +1,123 @@
+"""This CPU's measured fp32 FMA peak and memory bandwidth: the roofline a kernel's GFLOP/s and
+bytes/s are set against (`kiln profile`; benchmarks/peak.py measures the same peak longer).
+The peak is a loop of 12 independent FMA chains (AVX-512, else AVX2) built with the system C
+compiler and run in N processes at once (one per thread the model uses); without a C compiler or
+those instructions, numpy's float32 matmul stands in (a little under the peak). Cached per process."""
+from __future__ import annotations
+
+import functools
+import shutil
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+# WIDTH: 512 (AVX-512) or 256 (AVX2); N: FMA instructions per chain (the loop runs N / 12 rounds)
+SOURCE = r"""
+#include <immintrin.h>
+#include <stdio.h>
+#include <time.h>
+#if WIDTH == 512
+#define V __m512
+#define SET _mm512_set1_ps
+#define FMA _mm512_fmadd_ps
+#define ADD _mm512_add_ps
+#define LANES 16
+#else
+#define V __m256
+#define SET _mm256_set1_ps
+#define FMA _mm256_fmadd_ps
+#define ADD _mm256_add_ps
+#define LANES 8
+#endif
+#define F(x) x = FMA(x, b, c);
+int main(void) {
+  V b = SET(1.0000001f), c = SET(1e-7f);
+  V a0 = SET(0), a1 = SET(1), a2 = SET(2), a3 = SET(3), a4 = SET(4), a5 = SET(5), a6 = SET(6), a7 = SET(7),
+    a8 = SET(8), a9 = SET(9), a10 = SET(10), a11 = SET(11);
+  long n = (long)(N) / 12;
+  struct timespec t0, t1;
+  clock_gettime(CLOCK_MONOTONIC, &t0);
+  for (long i = 0; i < n; i++) {
+    F(a0) F(a1) F(a2) F(a3) F(a4) F(a5) F(a6) F(a7) F(a8) F(a9) F(a10) F(a11)
+    __asm__ volatile("" : : "v"(a0), "v"(a1), "v"(a2), "v"(a3), "v"(a4), "v"(a5), "v"(a6), "v"(a7), "v"(a8), "v"(a9),
+                     "v"(a10), "v"(a11));
+  }
+  clock_gettime(CLOCK_MONOTONIC, &t1);
+  double s = (t1.tv_sec - t0.tv_sec) + (t1.tv_nsec - t0.tv_nsec) * 1e-9;
+  V r = ADD(ADD(ADD(a0, a1), ADD(a2, a3)), ADD(ADD(a4, a5), ADD(a6, a7)));
+  r = ADD(r, ADD(ADD(a8, a9), ADD(a10, a11)));
+  printf("%.1f %g\n", n * 12.0 * LANES * 2 / s / 1e9, ((float *)&r)[0]);
+  return 0;
+}
+"""
+FLAGS = {512: ["-mavx512f", "-mfma"], 256: ["-mavx2", "-mfma"]}
+
+
+def build_fma(directory: str | Path, n: int = 24_000_000) -> tuple[Path, int] | None:
+    """Compile the FMA loop (n FMAs per run) in `directory`: (executable, vector width), or None
+    without a C compiler or AVX2/AVX-512 (on the compiler or this CPU)."""
+    cc = shutil.which("cc") or shutil.which("gcc") or shutil.which("clang")
+    if cc is None:
+        return None
+    src = Path(directory) / "fma.c"
+    src.write_text(SOURCE)
+    for width, flags in FLAGS.items():
+        exe = Path(directory) / f"fma{width}"
+        r = subprocess.run([cc, "-O2", *flags, f"-DWIDTH={width}", f"-DN={n}", str(src), "-o", str(exe)],
+                           capture_output=True)
+        if r.returncode == 0 and subprocess.run([str(exe)], capture_output=True).returncode == 0:  # else SIGILL
+            return exe, width
+    return None
+
+
+def run_at_once(exe: Path, procs: int) -> list[float]:
+    """GFLOP/s of each of `procs` copies of the FMA loop run at once."""
+    ps = [subprocess.Popen([str(exe)], stdout=subprocess.PIPE, text=True) for _ in range(procs)]
+    return [float(p.communicate()[0].split()[0]) for p in ps]
+
+
+_build_dir: tempfile.TemporaryDirectory | None = None
+
+
+@functools.lru_cache(maxsize=None)
+def _fma_exe() -> tuple[Path, int] | None:
+    """The FMA loop built once per process (its folder lives as long as the process)."""
+    global _build_dir
+    _build_dir = tempfile.TemporaryDirectory(prefix="kiln-peak-")
+    return build_fma(_build_dir.name)
+
+
+@functools.lru_cache(maxsize=None)
+def fma_peak(threads: int = 1, tries: int = 3) -> dict:
+    """{gflops, method, threads}: the best of `tries` runs of the FMA loop on `threads` cores at
+    once (a busy neighbour only lowers it; a few ms each, after a build of a fraction of a second);
+    numpy's matmul where the loop cannot be built."""
+    built = _fma_exe()
+    if built is not None:
+        exe, width = built
+        best = max(sum(run_at_once(exe, threads)) for _ in range(tries))
+        return {"gflops": round(best, 1), "method": f"fma-avx{width if width == 512 else 2}", "threads": threads}
+    a = np.random.default_rng(0).standard_normal((512, 512)).astype(np.float32)
+    best = 0.0
+    for _ in range(tries * 3):
+        t = time.perf_counter()
+        a @ a
+        best = max(best, 2 * 512 ** 3 / (time.perf_counter() - t) / 1e9)
+    return {"gflops": round(best, 1), "method": "numpy-sgemm", "threads": threads}
+
+
+@functools.lru_cache(maxsize=None)
+def memory_bandwidth(mb: int = 32, tries: int = 3) -> float:
+    """GB/s of a copy far larger than the caches (bytes read + written), one thread: the roofline's
+    memory ceiling."""
+    src = np.ones(mb * 2 ** 20 // 4, np.float32)
+    dst = np.ones_like(src)  # touched: no page faults in the timed copies
+    best = float("inf")
+    for _ in range(tries):
+        t = time.perf_counter()
+        np.copyto(dst, src)
+        best = min(best, time.perf_counter() - t)
+    return round(2 * src.nbytes / best / 1e9, 1)

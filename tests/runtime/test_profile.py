@@ -1,0 +1,143 @@
+"""`kiln profile` / `kiln bench --profile`: every kernel with its source ONNX nodes, time, roofline
+and schedule; the kernels' times add up to the measured latency; --plot fails before any run
+without matplotlib."""
+import json
+import sys
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+import kiln
+from kiln.cli import main
+from kiln.compiler.kernel_info import source_ops
+from kiln.runtime import profile as prof
+from kiln.runtime.profile import ProfileOptions, format_profile, profile, summarize
+
+
+def _rand(*shape, seed=0):
+    return (np.random.default_rng(seed).standard_normal(shape) * 0.2).astype(np.float32)
+
+
+def small_cnn(c: int = 32, hw: int = 64) -> onnx.ModelProto:
+    """conv-relu, strided conv-relu, conv + residual add + relu, global pool, flatten, fc: named nodes."""
+    nodes = [helper.make_node("Conv", ["x", "w1", "b1"], ["c1"], pads=[1, 1, 1, 1], name="conv1"),
+             helper.make_node("Relu", ["c1"], ["r1"], name="relu1"),
+             helper.make_node("Conv", ["r1", "w2", "b2"], ["c2"], pads=[1, 1, 1, 1], strides=[2, 2], name="conv2"),
+             helper.make_node("Relu", ["c2"], ["r2"], name="relu2"),
+             helper.make_node("Conv", ["r2", "w3", "b3"], ["c3"], pads=[1, 1, 1, 1], name="conv3"),
+             helper.make_node("Add", ["c3", "r2"], ["a3"], name="residual"),
+             helper.make_node("Relu", ["a3"], ["r3"], name="relu3"),
+             helper.make_node("GlobalAveragePool", ["r3"], ["g"], name="pool"),
+             helper.make_node("Flatten", ["g"], ["f"], name="flatten"),
+             helper.make_node("Gemm", ["f", "wf", "bf"], ["y"], transB=1, name="fc")]
+    inits = {"w1": _rand(c, 3, 3, 3, seed=1), "b1": _rand(c, seed=2), "w2": _rand(2 * c, c, 3, 3, seed=3),
+             "b2": _rand(2 * c, seed=4), "w3": _rand(2 * c, 2 * c, 3, 3, seed=5), "b3": _rand(2 * c, seed=6),
+             "wf": _rand(10, 2 * c, seed=7), "bf": _rand(10, seed=8)}
+    g = helper.make_graph(nodes, "cnn", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, hw, hw])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 10])],
+                          [numpy_helper.from_array(v, k) for k, v in inits.items()])
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+
+
+@pytest.fixture(scope="module")
+def cnn_artifact(tmp_path_factory):
+    path = tmp_path_factory.mktemp("profile") / "cnn.kiln"
+    kiln.compile(small_cnn(), path, tuning_db="none")
+    return path
+
+
+def test_manifest_kernel_info(cnn_artifact):
+    """Compile time records each kernel's source nodes, FLOPs, bytes and schedule."""
+    from kiln.runtime.artifact import read_manifest
+    info = read_manifest(cnn_artifact)["buckets"][0]["kernel_info"]
+    ops = {k: v["ops"] for k, v in info.items()}
+    claimed = [o for v in ops.values() for o in v]
+    assert sorted(claimed) == sorted(set(claimed))  # no node in two kernels
+    assert {"conv1", "conv2", "conv3", "pool", "fc"} <= set(claimed)
+    conv3 = next(k for k, v in ops.items() if "conv3" in v)
+    assert {"residual", "relu3"} <= set(ops[conv3])  # the fused epilogue
+    for k, v in info.items():
+        assert v["calls"] >= 1 and v["bytes_read"] > 0 and v["bytes_written"] > 0
+        assert v["schedule"] in ("default", "none")
+        if any(o.startswith("conv") for o in v["ops"]):
+            assert v["flops"] > 1e6, k
+
+
+def test_profile_adds_up(cnn_artifact):
+    """The kernels' times (median per kernel over instrumented runs) add up to within 10% of the
+    median latency of the plain runs alternating with them."""
+    p = profile(cnn_artifact, ProfileOptions(threads=1, warmup=5, repeat=60))
+    assert abs(p["kernels_ms"] - p["latency_ms"]) <= 0.10 * p["latency_ms"], (p["kernels_ms"], p["latency_ms"])
+    rows = p["kernels"]
+    assert [r["ms"] for r in rows] == sorted((r["ms"] for r in rows), reverse=True)
+    assert sum(r["share"] for r in rows) == pytest.approx(1.0)
+    assert rows[0]["ops"] and rows[0]["flops"] > 0 and rows[0]["schedule"] == "default"
+    assert 0 < rows[0]["peak_share"] < 1.5 and rows[0]["gflops"] > 0 and rows[0]["bytes"] > 0
+    assert p["peak_gflops"] > 0 and p["bandwidth_gbs"] > 0 and p["static_facts"]
+    text = format_profile(p)
+    assert "total:" in text and rows[0]["kernel"][:40] in text and "% of peak" in text
+
+
+def test_cli_profile_json(cnn_artifact, tmp_path, capsys):
+    out = tmp_path / "p.json"
+    assert main(["profile", str(cnn_artifact), "--threads", "1", "--repeat", "5", "--top", "2",
+                 "--json", str(out)]) == 0
+    text = capsys.readouterr().out
+    p = json.loads(out.read_text())
+    assert len(p["kernels"]) >= 4 and f"{len(p['kernels']) - 2} more kernel(s)" in text
+
+
+def test_bench_profile_json(cnn_artifact, tmp_path, capsys):
+    out = tmp_path / "b.json"
+    assert main(["bench", str(cnn_artifact), "--threads", "1", "--warmup", "1", "--repeat", "5", "--profile",
+                 "--json", str(out)]) == 0
+    r = json.loads(out.read_text())
+    assert r["runs"] == 5 and r["profile"]["runs"] == 5 and r["profile"]["kernels"]
+    assert "source ops" in capsys.readouterr().out
+
+
+def test_plot_without_matplotlib_fails_first(cnn_artifact, tmp_path, monkeypatch, capsys):
+    """No matplotlib: an OptionsError naming the extra, before anything runs."""
+    monkeypatch.setitem(sys.modules, "matplotlib", None)  # import matplotlib -> ImportError
+    monkeypatch.setattr(prof, "profile", lambda *a, **k: pytest.fail("ran before checking matplotlib"))
+    for cmd in (["profile", str(cnn_artifact)], ["bench", str(cnn_artifact), "--repeat", "2", "--profile"]):
+        assert main(cmd + ["--plot", str(tmp_path / "k.png")]) == 2
+        assert "pip install 'kiln[bench]'" in capsys.readouterr().err
+    assert not (tmp_path / "k.png").exists()
+
+
+def test_plot_png(cnn_artifact, tmp_path):
+    pytest.importorskip("matplotlib")
+    assert main(["profile", str(cnn_artifact), "--threads", "1", "--repeat", "3",
+                 "--plot", str(tmp_path / "k.png")]) == 0
+    assert (tmp_path / "k.png").read_bytes()[:4] == b"\x89PNG"
+
+
+def test_summarize_without_static_facts():
+    """An artifact compiled before kernel_info existed: times and shares, no roofline; builtins apart."""
+    runs = [{"k1": 0.002, "k2": 0.001, "vm.builtin.alloc_storage": 0.0001}] * 3
+    p = summarize(runs, {"k1": 1, "k2": 2, "vm.builtin.alloc_storage": 1}, [3.5, 3.2, 3.4], {},
+                  {"gflops": 100.0, "method": "x"}, 10.0,
+                  {"artifact": "a.kiln", "target": "llvm", "threads": 1, "runs": 3})
+    assert [r["kernel"] for r in p["kernels"]] == ["k1", "k2"] and p["kernels_ms"] == pytest.approx(3.0)
+    assert p["latency_ms"] == 3.4 and p["builtins_ms"] == pytest.approx(0.1) and p["kernels"][1]["calls"] == 2
+    assert p["kernels"][0]["gflops"] is None and not p["static_facts"]
+    assert "no kernel_info" in format_profile(p)
+
+
+def test_source_ops_matching():
+    """Compute kernels take the compute nodes in order (a depthwise+pointwise kernel two), with the
+    element-wise nodes their names show fused; layout transforms take none."""
+    nodes = [helper.make_node("Conv", ["x", "w"], ["a"], name="dw"),
+             helper.make_node("Clip", ["a"], ["b"], name="clip"),
+             helper.make_node("Conv", ["b", "w2"], ["c"], name="pw"),
+             helper.make_node("Add", ["c", "x"], ["d"], name="res"),
+             helper.make_node("Relu", ["d"], ["e"], name="act")]
+    model = helper.make_model(helper.make_graph(nodes, "g",
+                                                [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1])],
+                                                [helper.make_tensor_value_info("e", TensorProto.FLOAT, [1])]))
+    got = source_ops(["te_layout_transform", "fused_dwpw_conv2d_relax_add", "relu"], model)
+    assert got == {"te_layout_transform": [], "fused_dwpw_conv2d_relax_add": ["dw", "clip", "pw", "res"],
+                   "relu": ["act"]}
