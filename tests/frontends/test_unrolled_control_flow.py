@@ -102,3 +102,24 @@ def test_split_to_sequence_with_a_data_split_is_refused(tmp_path):
              helper.make_node("ConcatFromSequence", ["seq"], ["c"], axis=0)]
     with pytest.raises(kiln.UnsupportedModelError, match="SplitToSequence with a split 'sp' computed from data"):
         kiln.compile(make_model(nodes, feeds, ["c"]), tmp_path / "m.kiln")
+
+
+def test_loop_in_a_loop_with_an_rnn_reading_the_inner_loop(tmp_path):
+    # the inner Loop is unrolled in a second round, the RNN on its result in a third (shapes inferred again)
+    inner = helper.make_graph(
+        [helper.make_node("Identity", ["ci"], ["co"]), helper.make_node("Add", ["a_in", "x"], ["a_out"])], "inner",
+        [_vi("j", [], TensorProto.INT64), _vi("ci", [], TensorProto.BOOL), _vi("a_in", [2])],
+        [_vi("co", [], TensorProto.BOOL), _vi("a_out", [2])])
+    outer = helper.make_graph(
+        [helper.make_node("Identity", ["cond_in"], ["cond_out"]),
+         helper.make_node("Loop", ["two", "", "v_in"], ["v_out"], body=inner),
+         helper.make_node("Unsqueeze", ["v_out", "ax"], ["v3"]), helper.make_node("Unsqueeze", ["v3", "ax"], ["v4"]),
+         helper.make_node("RNN", ["v4", "W", "R"], ["", "hn"], hidden_size=3)], "outer",
+        [_vi("i", [], TensorProto.INT64), _vi("cond_in", [], TensorProto.BOOL), _vi("v_in", [2])],
+        [_vi("cond_out", [], TensorProto.BOOL), _vi("v_out", [2]), _vi("hn", None)])
+    feeds = {"x": rand(2, seed=9)}
+    m = make_model([helper.make_node("Loop", ["three", "", "x"], ["y", "hs"], body=outer)], feeds, ["y", "hs"],
+                   {"three": np.array(3, np.int64), "two": np.array(2, np.int64), "ax": np.array([0], np.int64),
+                    "W": rand(1, 3, 2, seed=10), "R": rand(1, 3, 3, seed=11)})
+    out = check_against_ort(m, feeds, tmp_path)
+    assert out["hs"].shape == (3, 1, 1, 3)

@@ -30,6 +30,9 @@ DOMAIN_REWRITES = {**CONTRIB_REWRITES,
                    "com.microsoft": {**CONTRIB_REWRITES["com.microsoft"], **MS_FLOAT_REWRITES, **MS_QUANT_REWRITES}}
 
 MAX_ROUNDS = 8  # nesting depth of rewrites that emit rewritable nodes
+# ops whose outputs ONNX's shape inference leaves shapeless (a Loop's carried values): a rewrite reading
+# them waits for the next round, when the unrolled nodes have inferred shapes
+SHAPELESS_OUTPUTS = frozenset({"Loop", "Scan"})
 
 
 def rewrite_for(node):
@@ -39,27 +42,37 @@ def rewrite_for(node):
 
 
 def decompose(model: onnx.ModelProto, shapes: dict, consts: dict, where: str) -> int:
-    """Rewrite every node in REWRITES in place; returns how many were rewritten. Runs to a fixpoint:
-    a rewrite may emit nodes that need rewrites themselves (an unrolled Loop body holding an LSTM),
-    with shapes inferred again for them."""
+    """Rewrite every node in REWRITES in place; returns how many were rewritten. Nodes a rewrite emits
+    that need a rewrite of another op type (an unrolled Loop body holding an LSTM) are rewritten in a
+    next round, with shapes inferred again for them; nothing else is visited twice."""
     opset = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), 1)
-    total = 0
+    total, todo = 0, None
     for round_ in range(MAX_ROUNDS):
         if round_:
             shapes = _shapes_again(model, consts)
-        count = _decompose_once(model, shapes, consts, where, opset, total)
+        count, todo = _decompose_once(model, shapes, consts, where, opset, total, todo)
         total += count
-        if not count or not any(rewrite_for(n) for n in model.graph.node):
+        if not todo:
             break
     return total
 
 
-def _decompose_once(model, shapes, consts, where, opset, first) -> int:
-    g, out, count = model.graph, [], 0
+def _decompose_once(model, shapes, consts, where, opset, first, only) -> tuple[int, set]:
+    """One pass over the nodes (only: names of the nodes to visit, None: all); returns the count and
+    the names of emitted nodes still to rewrite."""
+    g, out, count, todo, fresh = model.graph, [], 0, set(), set()
     for node in g.node:
-        fn = rewrite_for(node)
+        fn = rewrite_for(node) if only is None or node.name in only else None
+        waits = bool(fresh.intersection(node.input))
+        if waits:
+            fresh.update(o for o in node.output if o)
         if fn is None:
             out.append(node)
+            continue
+        if waits:  # reads a value computed from an unrolled loop's: its shape is inferred next round
+            node.name = node.name or f"{node.op_type}_waiting_{first + len(todo)}"
+            out.append(node)
+            todo.add(node.name)
             continue
         em = Emitter(node.name or f"{node.op_type}_{first + count}", consts)
         em.opset = opset  # for rewrites that emit opset-dependent forms (Unsqueeze's axes, control_flow.py)
@@ -68,9 +81,13 @@ def _decompose_once(model, shapes, consts, where, opset, first) -> int:
             continue
         out.extend(em.nodes)
         count += 1
+        nested = node.op_type in SHAPELESS_OUTPUTS  # an unrolled body may hold the same op (a Loop in a Loop)
+        todo |= {n.name for n in em.nodes if n.name and (nested or n.op_type != node.op_type) and rewrite_for(n)}
+        if node.op_type in SHAPELESS_OUTPUTS:
+            fresh.update(o for o in node.output if o)
     del g.node[:]
     g.node.extend(out)
-    return count
+    return count, todo
 
 
 def _shapes_again(model, consts) -> dict:

@@ -30,26 +30,30 @@ def _locals(g: onnx.GraphProto) -> set[str]:
             | {o for n in g.node for o in n.output if o})
 
 
-def _renamed_subgraph(g: onnx.GraphProto, rename: dict) -> onnx.GraphProto:
-    """A copy of a subgraph nested in the body, reading the renamed names of the body's locals
-    (names the nested graph defines itself shadow them)."""
-    inner = {k: v for k, v in rename.items() if k not in _locals(g)}
+def _renamed_subgraph(g: onnx.GraphProto, rename: dict, prefix: str) -> onnx.GraphProto:
+    """A copy of a subgraph nested in the body, reading the renamed names of the body's locals, its
+    own names prefixed (copies of one body must not share names: ONNX's shape inference keys on them)."""
+    inner = dict(rename)
+    inner.update({n: f"{prefix}{n}" for n in _locals(g)})
     c = onnx.GraphProto()
     c.CopyFrom(g)
+    for v in list(c.input) + list(c.initializer):
+        v.name = inner[v.name]
     for n in c.node:
-        _rename_node(n, inner)
-    for o in c.output:  # a nested graph may output an outer value directly
-        o.name = inner.get(o.name, o.name)
+        _rename_node(n, inner, prefix)
+        n.output[:] = [inner.get(o, o) if o else "" for o in n.output]
+    for v in list(c.output) + list(c.value_info):
+        v.name = inner.get(v.name, v.name)
     return c
 
 
-def _rename_node(n: onnx.NodeProto, rename: dict) -> None:
-    n.input[:] = [rename.get(i, i) for i in n.input]
+def _rename_node(n: onnx.NodeProto, rename: dict, prefix: str) -> None:
+    n.input[:] = [rename.get(i, i) if i else "" for i in n.input]
     for a in n.attribute:
         if a.type == onnx.AttributeProto.GRAPH:
-            a.g.CopyFrom(_renamed_subgraph(a.g, rename))
+            a.g.CopyFrom(_renamed_subgraph(a.g, rename, prefix))
         elif a.type == onnx.AttributeProto.GRAPHS:
-            subs = [_renamed_subgraph(s, rename) for s in a.graphs]
+            subs = [_renamed_subgraph(s, rename, prefix) for s in a.graphs]
             del a.graphs[:]
             a.graphs.extend(subs)
 
@@ -70,7 +74,7 @@ def inline_body(em: Emitter, body: onnx.GraphProto, feeds: list[str | None], tag
         c = onnx.NodeProto()
         c.CopyFrom(n)
         c.name = em.name(f"{tag}/{n.name or n.op_type}")
-        _rename_node(c, rename)
+        _rename_node(c, rename, c.name + "/")
         c.output[:] = [rename.get(o, o) if o else "" for o in n.output]
         em.nodes.append(c)
     return [rename.get(o.name, o.name) for o in body.output]
@@ -119,6 +123,15 @@ def _body_keeps_cond(body: onnx.GraphProto) -> bool:
     return False
 
 
+def _body(node, n_in: int, n_out_min: int, where_n: str) -> onnx.GraphProto:
+    """The node's body graph, checked against the node's inputs (a malformed node is refused, not a crash)."""
+    body = _attr(node, "body")
+    if not isinstance(body, onnx.GraphProto) or len(body.input) != n_in or len(body.output) < n_out_min:
+        raise UnsupportedModelError(f"{node.op_type} node without a body graph matching its inputs", where=where_n,
+                                    fix="check the model with onnx.checker.check_model and re-export it")
+    return body
+
+
 def _check_size(node, body, trips: int, where_n: str) -> None:
     if trips * max(len(body.node), 1) > MAX_UNROLLED_NODES:
         raise UnsupportedModelError(f"{node.op_type} of {trips} iterations x {len(body.node)} nodes is too large "
@@ -130,7 +143,7 @@ def unroll_loop(node, em: Emitter, shapes, consts, where) -> None:
     """ONNX Loop: inputs (M, cond, v_initial...), body (iter_num, cond_in, v_in...) ->
     (cond_out, v_out..., scan_out...); outputs v_final..., scan outputs stacked on a new axis 0."""
     where_n = f"{where}: node {node.name!r}"
-    body = _attr(node, "body")
+    body = _body(node, max(len(node.input), 2), max(len(node.input) - 1, 1), where_n)
     m_name = node.input[0] if len(node.input) > 0 else ""
     c_name = node.input[1] if len(node.input) > 1 else ""
     if not m_name or m_name not in consts:
@@ -215,10 +228,13 @@ def unroll_scan(node, em: Emitter, shapes, consts, where) -> None:
     """ONNX Scan. Opset 9+: inputs (state..., scan_input...); opset 8: (sequence_lens, state...,
     scan_input...) with a batch axis 0 in front of everything, unrolled per batch entry."""
     where_n = f"{where}: node {node.name!r}"
-    body = _attr(node, "body")
     m = _attr(node, "num_scan_inputs")
     batched = getattr(em, "opset", 9) < 9
     ins = list(node.input)
+    if not isinstance(m, int) or not 0 < m <= len(ins) - batched:
+        raise UnsupportedModelError("Scan node with a num_scan_inputs that does not match its inputs", where=where_n,
+                                    fix="check the model with onnx.checker.check_model and re-export it")
+    body = _body(node, len(ins) - batched, len(ins) - batched - m, where_n)
     if batched:
         if ins[0]:
             raise UnsupportedModelError("opset-8 Scan with sequence_lens is not supported", where=where_n,
