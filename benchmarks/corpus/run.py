@@ -22,6 +22,7 @@ import datetime
 import json
 import os
 import platform
+import re
 import subprocess
 import sys
 import tempfile
@@ -72,7 +73,8 @@ def compare(ours: list[np.ndarray], ref: list[np.ndarray]) -> dict:
         if ratio > worst:
             worst = ratio
             if ratio > 1:
-                why = f"output {i}: max |diff| {float(np.nanmax(diff)):.3g}, {ratio:.3g}x the tolerance"
+                why = (f"output {i}: max |diff| {float(np.nanmax(diff)):.3g} (max|ort| {scale:.3g}), "
+                       f"{ratio:.3g}x the tolerance")
     return {"ok": worst <= 1.0, "max_abs_diff": max_abs, "worst_over_tol": worst, "why": why}
 
 
@@ -123,7 +125,9 @@ def one(corpus: Path, name: str, layout: str | None, record: Path) -> None:
     rec["input_shapes"] = shapes
     del m
     save(phase="compile")
-    art = Path(tempfile.mkdtemp(prefix="kiln-corpus-")) / f"{name}.kiln"
+    art = corpus / "kiln" / f"{name}{'.' + layout if layout else ''}.kiln"  # kept, to reproduce a failure
+    art.parent.mkdir(exist_ok=True)
+    rec["artifact"] = str(art)
     kw = {"input_shapes": shapes} if shapes else {}
     if layout:
         kw["layout"] = layout
@@ -202,11 +206,21 @@ def cpu_name() -> str:
     return platform.processor() or "unknown CPU"
 
 
+def kiln_state() -> str:
+    """The commit Kiln ran at and whether kiln/ had uncommitted changes (the tree is shared with the engineers
+    fixing the compiler: a table is only as good as the code it measured)."""
+    def git(*args):
+        return subprocess.run(["git", *args], capture_output=True, text=True, cwd=ROOT).stdout.strip()
+    dirty = git("status", "--porcelain", "--", "kiln")
+    head = git("rev-parse", "--short", "HEAD")
+    return head + (f" + uncommitted changes in {len(dirty.splitlines())} kiln/ files" if dirty else "")
+
+
 def cell(text) -> str:
     return str(text).replace("|", "\\|").replace("\n", " ")
 
 
-def write_report(out: Path, records: list[dict], manifest: dict, command: str, started: str) -> None:
+def write_report(out: Path, records: list[dict], manifest: dict, command: str, started: str, state: str) -> None:
     import kiln
     from kiln._io import atomic_write_text
     from report import table
@@ -218,7 +232,8 @@ def write_report(out: Path, records: list[dict], manifest: dict, command: str, s
         meta = manifest.get(r["model"], {})
         err = ""
         if r["status"] in ("error", "ort-error", "export-error"):
-            err = f"{r.get('error_class', '')}: {r.get('error', '')}"
+            msg = re.sub(r"^\S+\.(onnx|kiln): ", "", r.get("error") or "")  # the file is in the model column
+            err = f"{r.get('error_class', '')}: {msg[:220]}"
         elif r["status"] == "mismatch":
             err = r.get("check", {}).get("why", "")
         nchw = r.get("nchw")
@@ -228,13 +243,15 @@ def write_report(out: Path, records: list[dict], manifest: dict, command: str, s
         exporter = meta.get("exporter", "")
         opset = meta.get("opset", {}).get("ai.onnx", "")
         fmt = (lambda v: "" if v is None else f"{v:g}")
-        rows.append([r["model"], cell(meta.get("source", "")), cell(f"{exporter}, opset {opset}" if opset else exporter),
+        rows.append([r["model"], cell(meta.get("source", "")),
+                     cell(f"{exporter}, opset {opset}" if opset else exporter),
                      r["status"], cell(err[:300]), fmt(r.get("compile_s")), fmt(r.get("kiln_p50_ms")),
                      fmt(r.get("ort_p50_ms")), fmt(r.get("ratio"))])
     lines = [f"# Kiln corpus: {n} exported models", "",
              f"CPU: {cpu_name()} ({os.cpu_count()} logical CPUs); Kiln {kiln.__version__}, "
              f"onnxruntime {__import__('onnxruntime').__version__}; {THREADS} threads each.",
-             f"Command: `{command}`; started {started}, finished {datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M UTC}.",
+             f"Command: `{command}`; started {started}, finished "
+             f"{datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M UTC}; Kiln at {state}.",
              "", f"**{counts['pass']} pass, {counts['mismatch']} mismatch, {counts['error']} error**"
              + (f", {counts['ort-error']} onnxruntime error" if counts["ort-error"] else "")
              + (f", {counts['export-error']} export error" if counts["export-error"] else "")
@@ -246,8 +263,8 @@ def write_report(out: Path, records: list[dict], manifest: dict, command: str, s
              "One model: `.venv/bin/python benchmarks/corpus/run.py --one NAME [--layout NCHW]`.", ""]
     lines += table(["model", "source", "exporter", "status", "error class: message", "compile s", "kiln p50 ms",
                     "ort p50 ms", "ratio"], rows)
-    data = {"cpu": cpu_name(), "command": command, "started": started, "counts": counts, "records": records,
-            "manifest": manifest}
+    data = {"cpu": cpu_name(), "command": command, "started": started, "kiln": state, "counts": counts,
+            "records": records, "manifest": manifest}
     atomic_write_text(out.with_suffix(".json"), json.dumps(data, indent=2))
     atomic_write_text(out.with_suffix(".md"), "\n".join(lines) + "\n")
 
@@ -261,6 +278,9 @@ def main(argv=None) -> int:
     ap.add_argument("--layout", default=None)
     ap.add_argument("--record", default=None)
     ap.add_argument("--no-retry", action="store_true", help="do not compile failures again with layout=NCHW")
+    ap.add_argument("--report-only", action="store_true", help="write OUT.md again from OUT.json")
+    ap.add_argument("--merge", action="store_true",
+                    help="with --only: replace those models' records in OUT.json, keep the others")
     a = ap.parse_args(argv)
     corpus = Path(a.corpus)
     if a.one:
@@ -270,16 +290,29 @@ def main(argv=None) -> int:
             print(json.dumps(json.loads(record.read_text()), indent=2))
         return 0
     sys.path.insert(0, str(ROOT / "benchmarks"))
+    if a.report_only:
+        d = json.loads(Path(a.out).with_suffix(".json").read_text())
+        write_report(Path(a.out), d["records"], d["manifest"], d["command"], d["started"], d.get("kiln", kiln_state()))
+        return 0
     started = f"{datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M UTC}"
     command = "python benchmarks/corpus/run.py" + "".join(f" {x}" for x in (argv or sys.argv[1:]))
     manifest = json.loads((corpus / "manifest.json").read_text())
     only = set(filter(None, a.only.split(",")))
-    records = []
+    records, state = [], kiln_state()
+    earlier = {}
+    if a.merge and Path(a.out).with_suffix(".json").exists():
+        d = json.loads(Path(a.out).with_suffix(".json").read_text())
+        earlier, command, started = {r["model"]: r for r in d["records"]}, d["command"], d["started"]
+        state = f"{d.get('kiln', '?')}; {a.only} rerun at {state}"
+        command += f"; then {'python benchmarks/corpus/run.py' + ''.join(f' {x}' for x in (argv or sys.argv[1:]))}"
     for name, meta in manifest.items():
         if only and name not in only:
+            if name in earlier:
+                records.append(earlier[name])
             continue
         if meta.get("status") != "ok":
-            rec = {"model": name, "status": "export-error", "error_class": "ExportError", "error": meta.get("error", "")}
+            rec = {"model": name, "status": "export-error", "error_class": "ExportError",
+                   "error": meta.get("error", "")}
         else:
             rec = run_child(corpus, name, a.layout, COMPILE_TIMEOUT_S + RUN_TIMEOUT_S)
             if rec["status"] in ("error", "mismatch") and not a.no_retry and not a.layout:
@@ -292,7 +325,7 @@ def main(argv=None) -> int:
         print(json.dumps({k: rec.get(k) for k in ("model", "status", "error_class", "error", "compile_s",
                                                   "kiln_p50_ms", "ort_p50_ms", "wall_s")}
                          | ({"nchw": rec["nchw"]["status"]} if "nchw" in rec else {})), file=sys.stderr, flush=True)
-        write_report(Path(a.out), records, manifest, command, started)  # partial results survive an interruption
+        write_report(Path(a.out), records, manifest, command, started, state)  # partial results survive an interruption
     return 0
 
 
