@@ -1,14 +1,15 @@
 """The LLM-era ops of opsets 24-27 (decompose/llm_ops.py) against onnxruntime: LinearAttention's unrolled
 recurrence (GQA, per-head decay, past state), TensorScatter's data write offsets (wrapping in circular mode),
-CausalConvWithState with k = 1 (an empty present_state) and with a past state, bias and SiLU."""
+CausalConvWithState with k = 1 (an empty present_state) and with a past state, bias and SiLU, and BitCast bit-exact
+on specials, subnormals and negative int64."""
 from __future__ import annotations
 
 import numpy as np
 import pytest
-from onnx import helper
+from onnx import TensorProto, helper
 
 import kiln
-from tests.helpers import check_against_ort, make_model, rand
+from tests.helpers import check_against_ort, compile_and_run, make_model, rand
 
 OPSET = 27
 
@@ -53,3 +54,27 @@ def test_causal_conv_kernel_one_and_silu_with_past_state(tmp_path):
     nodes = [helper.make_node("CausalConvWithState", ["x", "w1"], ["y1", "s1"]),
              helper.make_node("CausalConvWithState", ["x", "w3", "bias", "past"], ["y3", "s3"], activation="silu")]
     check_against_ort(make_model(nodes, feeds, ["y1", "s1", "y3", "s3"], opset=OPSET), feeds, tmp_path)
+
+
+def test_bitcast_is_exact_on_specials_subnormals_and_negative_int64(tmp_path):
+    f32 = np.array([1.0, -2.5, -0.0, np.inf, -np.inf, np.nan, 1e-45, 1.1754942e-38, 3.4028235e38, 2.0 ** -20,
+                    np.nextafter(np.float32(8), np.float32(0))], np.float32)
+    i64 = np.array([4607182418800017408, -4611686018427387904, -1, np.iinfo(np.int64).min, 1], np.int64)
+    i8 = np.array([-1, -128, 127, 0], np.int8)
+    feeds = {"f": f32, "i": i64, "b": i8}
+    types = {"f": TensorProto.FLOAT, "i": TensorProto.INT64, "b": TensorProto.INT8}
+    nodes = [helper.make_node("BitCast", ["f"], ["fi"], to=TensorProto.INT32),
+             helper.make_node("BitCast", ["fi"], ["ff"], to=TensorProto.FLOAT),
+             helper.make_node("BitCast", ["i"], ["id"], to=TensorProto.DOUBLE),
+             helper.make_node("BitCast", ["id"], ["ii"], to=TensorProto.INT64),
+             helper.make_node("BitCast", ["b"], ["bu"], to=TensorProto.UINT8)]
+    g = helper.make_graph(nodes, "bitcast", [helper.make_tensor_value_info(n, types[n], list(a.shape))
+                                             for n, a in feeds.items()],
+                          [helper.make_tensor_value_info(o, TensorProto.UNDEFINED, None)
+                           for o in ("fi", "ff", "id", "ii", "bu")])
+    out = compile_and_run(helper.make_model(g, opset_imports=[helper.make_opsetid("", 26)]), feeds, tmp_path)
+    np.testing.assert_array_equal(out["fi"], f32.view(np.int32))
+    np.testing.assert_array_equal(out["ff"].view(np.int32), f32.view(np.int32))
+    np.testing.assert_array_equal(out["id"].view(np.int64)[[0, 1, 3, 4]], i64[[0, 1, 3, 4]])  # -1 is a NaN
+    np.testing.assert_array_equal(out["ii"][[0, 1, 3, 4]], i64[[0, 1, 3, 4]])
+    np.testing.assert_array_equal(out["bu"], i8.view(np.uint8))

@@ -6,19 +6,20 @@ LinearAttention's ONNX function body is a Scan, which TVM cannot import; with th
 accumulates. TensorScatter (a KV-cache write at per-batch offsets that are data) becomes a gather of the
 update at each cache position plus a Where that keeps the old cache where nothing is written.
 CausalConvWithState (ONNX's body inlines fine in general) is written out for its k = 1 and fp16 SiLU cases.
+BitCast (opset 26) is in bitcast.py.
 
 The rewrite interface passes no element types, so dtypes are carried with CastLike (to the query, the past
 state, the cache) rather than read."""
 from __future__ import annotations
 
 import math
-import sys
 
 import numpy as np
-import onnx
 
 from ...errors import UnsupportedModelError
+from .bitcast import bitcast
 from .emitter import Emitter
+from .llm_common import elem_type
 from .quant import _attrs, _ins
 
 F32, I64 = np.float32, np.int64
@@ -36,28 +37,6 @@ def _shape(node, shapes, name, where, rank=None):
         _fail(node, where, f"input {name!r} needs a static shape{f' of rank {rank}' if rank else ''} "
                            f"(got {s})", "pin the input shapes (--input-shape) so the sequence length is known")
     return tuple(int(d) for d in s)
-
-
-def _elem_type(name: str) -> int | None:
-    """The ONNX element type of a tensor of the model decompose() is rewriting (its frame's `model`; the
-    rewrite interface passes no types): graph inputs and initializers first, shape inference after."""
-    f = sys._getframe(1)
-    while f is not None and not isinstance(f.f_locals.get("model"), onnx.ModelProto):
-        f = f.f_back
-    if f is None:
-        return None
-    g = f.f_locals["model"].graph
-    for t in g.initializer:
-        if t.name == name:
-            return t.data_type
-    for vi in list(g.input) + list(g.value_info):
-        if vi.name == name:
-            return vi.type.tensor_type.elem_type
-    try:
-        inferred = onnx.shape_inference.infer_shapes(f.f_locals["model"], strict_mode=False)
-    except Exception:  # noqa: BLE001 - no type known: the caller takes the input's own
-        return None
-    return next((vi.type.tensor_type.elem_type for vi in inferred.graph.value_info if vi.name == name), None)
 
 
 def _heads_first(em: Emitter, x: str, b: int, t: int, h: int, d: int) -> str:
@@ -184,7 +163,7 @@ def causal_conv_with_state(node, em: Emitter, shapes, consts, where):
         padded = em.op("Concat", [pad, x], axis=2)
     else:
         padded = x
-    low = _elem_type(x) in (FLOAT16, BFLOAT16)  # the reference accumulates them in float32
+    low = elem_type(x) in (FLOAT16, BFLOAT16)  # the reference accumulates them in float32
     ins = [padded, w] + ([bias] if bias else [])
     conv = em.op("Conv", [em.op("Cast", [i], to=FLOAT) for i in ins] if low else ins, group=ch, kernel_shape=[k],
                  pads=[0, 0], strides=[1], dilations=[1])
@@ -202,4 +181,4 @@ def causal_conv_with_state(node, em: Emitter, shapes, consts, where):
 
 
 REWRITES = {"LinearAttention": linear_attention, "TensorScatter": tensor_scatter,
-            "CausalConvWithState": causal_conv_with_state}
+            "CausalConvWithState": causal_conv_with_state, "BitCast": bitcast}
