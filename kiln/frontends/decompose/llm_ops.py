@@ -8,8 +8,8 @@ update at each cache position plus a Where that keeps the old cache where nothin
 CausalConvWithState (ONNX's body inlines fine in general) is written out for its k = 1 and fp16 SiLU cases.
 BitCast (opset 26) is in bitcast.py.
 
-The rewrite interface passes no element types, so dtypes are carried with CastLike (to the query, the past
-state, the cache) rather than read."""
+The rewrite interface passes no element types: LinearAttention carries them with CastLike (to the query, the
+past state); CausalConvWithState and BitCast read them from the model (llm_common.elem_type)."""
 from __future__ import annotations
 
 import math
