@@ -13,6 +13,7 @@ from onnx import helper
 
 import kiln
 from kiln.compiler import CompileOptions, analysis
+from kiln.compiler.passes.convert_layout import count_layout_transforms
 from kiln.compiler.pipeline import pipeline_for
 from kiln.frontends import import_onnx
 
@@ -176,7 +177,7 @@ def after_conv(tail, inits, c=32):
     return _model(nodes, rand(1, 16, 8, 8), {"w0": W(c, 16, 1, 1, seed=1), "b0": W(c, seed=2), **inits})
 
 
-GUARDED = {  # name -> (tail, inits, conv layouts on TARGET)
+GUARDED = {  # name -> (tail, inits, conv layouts on TARGET): guarded ops, and slices PropagateBlockedLayout moves
     "layernorm_axis1": ([N("LayerNormalization", ["a", "g", "b"], ["y"], axis=1)],
                         {"g": 1 + W(32, 8, 8), "b": W(32, 8, 8)}, {"NCHW16c": 1}),
     "mean_c_keepdims": ([N("ReduceMean", ["a"], ["m"], axes=[1], keepdims=1), N("Sub", ["a", "m"], ["y"])], {},
@@ -196,6 +197,12 @@ GUARDED = {  # name -> (tail, inits, conv layouts on TARGET)
                           {"wg": W(256, 16, 3, 3)}, {"NCHW16c": 1, "NCHW": 1}),
     "squeeze_negative": ([N("GlobalAveragePool", ["a"], ["g"]), N("Squeeze", ["g", "ax"], ["y"])],
                          {"ax": i64(-1, -2)}, {"NCHW16c": 1}),
+    "slice_blocks_concat_h": ([N("Slice", ["a", "sb0", "se0", "sa0"], ["p"]),  # whole blocks of channels; H from -3
+                               N("Slice", ["a", "sb1", "se1", "sa1"], ["q"]), N("Concat", ["p", "q"], ["y"], axis=2)],
+                              {"sb0": i64(16, 5), "se0": i64(32, 8), "sa0": i64(1, 2), "sb1": i64(-3, 16),
+                               "se1": i64(100, 32), "sa1": i64(2, 1)}, {"NCHW16c": 1}),
+    "slice_part_of_block": ([N("Slice", ["a", "sb0", "se0", "sa0"], ["y"])],
+                            {"sb0": i64(8), "se0": i64(24), "sa0": i64(1)}, {"NCHW16c": 1}),
     "compare_where": ([N("Greater", ["a", "z"], ["m"]), N("Where", ["m", "a", "z"], ["y"])], {"z": f32(0)},
                       {"NCHW16c": 1}),
 }
@@ -246,6 +253,13 @@ def _graph_passes(model):
 def test_pattern_keeps_convs_blocked(name):
     build, layouts = PATTERNS[name]
     assert analysis.conv_layouts(_graph_passes(build()[0])) == layouts
+
+
+@pytest.mark.parametrize("name", ["c2f_32", "c2f_slice"])
+def test_c2f_runs_blocked_end_to_end(name):
+    """The split (by sections) and the slices (whole blocks, PropagateBlockedLayout) stay blocked: the
+    only transforms are into the block at the input and out of it at the output."""
+    assert count_layout_transforms(_graph_passes(PATTERNS[name][0]()[0])) == 2
 
 
 @pytest.mark.parametrize("name", list(PATTERNS))

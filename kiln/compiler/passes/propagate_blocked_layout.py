@@ -11,6 +11,9 @@ depthwise conv, bias and clip on an unblocked tensor. Rules, applied to a call w
   - add/multiply of two unblocked tensors:             unblock(x) + unblock(y) -> unblock(x + y)
   - depthwise conv2d (groups = channels, constant weight): conv(unblock(x), w) -> unblock(conv_c(x, block(w)))
   - spatial constant pad:                              pad(unblock(x))      -> unblock(pad_c(x))
+  - a slice of whole blocks of channels (or of N/H/W): slice(unblock(x))   -> unblock(slice_c(x))
+    (TVM's ConvertLayout slices NCHW: a C2f block written with Slice instead of Split)
+  - concat of unblocked tensors of one block:          concat(unblock(x), unblock(y)) -> unblock(concat(x, y))
   - block(unblock(x)) -> x
 The unblocked values no one uses any more are removed, and transforms of one tensor that
 ConvertLayout repeats per consumer are merged (common subexpressions). `stats["transforms_moved"]`
@@ -77,6 +80,8 @@ class _Propagate(relax.PyExprMutator):
                 self.moved += 1
                 return x
             return call
+        if name == "relax.concat":
+            return self._concat(call)
         x = self._unblocked_source(call.args[0])
         if x is None:
             return call
@@ -93,7 +98,46 @@ class _Propagate(relax.PyExprMutator):
             return self._depthwise(call, x, channels, c)
         if name == "relax.nn.pad":
             return self._pad(call, x)
+        if name == "relax.strided_slice":
+            return self._slice(call, x, channels, c)
         return call
+
+    def _concat(self, call):
+        """concat(unblock(x), unblock(y), ...) -> unblock(concat(x, y, ...)) when all share one block."""
+        t = call.args[0]
+        if isinstance(t, relax.Var):
+            t = self.lookup_binding(t)
+        if not isinstance(t, relax.Tuple) or not t.fields:
+            return call
+        xs = [self._unblocked_source(f) for f in t.fields]
+        if any(x is None for x in xs) or len({static_shape(x)[4] for x in xs}) != 1:
+            return call
+        axis = int(call.attrs.axis) % 4
+        return self._unblock(relax.op.concat(xs, axis=axis))
+
+    def _slice(self, call, x, channels: int, c: int):
+        """A strided_slice whose channel range is whole blocks (stride 1), in the blocked layout; the
+        other axes keep their positions (N, C/c, H, W, c)."""
+        def ints(t):
+            return [int(f.value) for f in t.fields] if isinstance(t, relax.Tuple) else None
+        axes, begin, end = (ints(t) for t in call.args[1:4])
+        strides = ints(call.args[4]) if len(call.args) > 4 else [1] * len(axes or [])
+        if axes is None or begin is None or end is None or strides is None:
+            return call
+        axes = [a % 4 for a in axes]
+        for i, ax in enumerate(axes):
+            if ax != 1:
+                continue
+            b, e = (min(max(v + channels if v < 0 else v, 0), channels) for v in (begin[i], end[i]))
+            if strides[i] != 1 or b % c or e % c:
+                return call
+            begin[i], end[i] = b // c, e // c
+        out = static_shape(call)
+        new = relax.op.strided_slice(x, axes, begin, end, strides, assume_inbound=bool(call.attrs.assume_inbound))
+        new = self.builder_.normalize(new)
+        if out is None or static_shape(new) != (out[0], out[1] // c, out[2], out[3], c):
+            return call
+        return self._unblock(new)
 
     def _pad(self, call, x):
         """Spatial constant padding (an int8 input's zero-point padding) in the blocked layout."""
