@@ -8,8 +8,8 @@ reported but not held against Kiln.
 Kiln's outcome per case: pass, mismatch (wrong values, shape or dtype), unsupported (a KilnError
 other than CompileError and InternalError: what Kiln answers with exit code 2 for a model it cannot
 compile), internal (CompileError, InternalError or any other exception: a bug), crash (the worker
-process died or hung past the per-case timeout). Every case runs in a worker subprocess (fuzz/executor.py's protocol), which
-is restarted when it dies, so nothing a case does can stop the run.
+process died or hung past the per-case timeout). Every case runs in a worker subprocess
+(fuzz/executor.py's protocol), which is restarted when it dies, so nothing a case does can stop the run.
 
 Cases whose models take a shape-determining value (Reshape's shape, Slice's starts, TopK's k, ...)
 as a graph input are also compiled with that input frozen to the case's value
@@ -46,6 +46,7 @@ SHAPE_INPUTS = {
     "Reshape": (1,), "Expand": (1,), "Tile": (1,), "Pad": (1, 3), "Slice": (1, 2, 3, 4), "Resize": (1, 2, 3),
     "Upsample": (1,), "TopK": (1,), "Split": (1,), "Squeeze": (1,), "Unsqueeze": (1,), "ConstantOfShape": (0,),
     "Range": (0, 1, 2), "OneHot": (1,), "CenterCropPad": (1,), "Col2Im": (1, 2, 3), "Trilu": (1,), "CumSum": (1,),
+    "CumProd": (1,),
     "MaxUnpool": (2,), "DFT": (1, 2), "STFT": (1, 3), "HannWindow": (0,), "HammingWindow": (0,),
     "BlackmanWindow": (0,), "MelWeightMatrix": (0, 1, 2, 3, 4), "ReduceSum": (1,), "ReduceMean": (1,),
     "ReduceMax": (1,), "ReduceMin": (1,), "ReduceProd": (1,), "ReduceL1": (1,), "ReduceL2": (1,),
@@ -251,7 +252,8 @@ class CaseExecutor(Executor):
         env.setdefault("OMP_NUM_THREADS", "1")
         self._log_f = open(self.log, "wb")  # noqa: SIM115 - lives as long as the worker
         self.proc = subprocess.Popen([sys.executable, "-m", "benchmarks.conformance", "--worker"],
-                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._log_f, cwd=ROOT, env=env)
+                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._log_f, cwd=ROOT,
+                                     env=env)
 
     def _tail(self) -> str:
         try:
@@ -274,7 +276,8 @@ class CaseExecutor(Executor):
 
 # ---------------------------------------------------------------------------------------------- the run
 
-def select(cases: dict, ops: list[str] | None, sample: int | None, seed: int, names: list[str] | None = None) -> list[str]:
+def select(cases: dict, ops: list[str] | None, sample: int | None, seed: int,
+           names: list[str] | None = None) -> list[str]:
     """Case names to run: those of `ops` (op types, as case_op names them) or `names`, then a fixed
     random sample of n of them (sorted back into onnx's order)."""
     chosen = list(cases)
@@ -335,6 +338,8 @@ def message_group(r: dict) -> str:
     text = r.get("detail") or ""
     text = re.sub(r"^(<model>|/tmp/\S+):\s*", "", text)
     text = re.sub(r"first node .*", "first node #)", text)
+    text = re.sub(r" -> .*", "", text)  # the fix: the same for every case of a cause
+    text = re.sub(r"(must be known at compile time).*", r"\1", text)  # which op and input: the per-op table
     text = re.sub(r"node '[^']*'|node \"[^\"]*\"", "node #", text)
     text = re.sub(r"-?\d+(\.\d+)?(e-?\d+)?", "#", text)
     return f"{r.get('type', r['outcome'])}: {text.strip()}"[:160]
@@ -389,7 +394,8 @@ def markdown(records: list[dict], command: str, seconds: float) -> str:
         f"| Kiln passes (all cases) | {t['kiln_pass_all']} |",
         f"| crashes (all cases) | {t['crashes']} |",
         "",
-        "Kiln outcomes on the cases onnxruntime passes: " + ", ".join(f"{k} {t['outcomes'].get(k, 0)}" for k in OUTCOMES)
+        "Kiln outcomes on the cases onnxruntime passes: "
+        + ", ".join(f"{k} {t['outcomes'].get(k, 0)}" for k in OUTCOMES)
         + f". {t['with_shape_inputs']} cases take a shape-determining value as a graph input; the freeze column "
         "compiles those with it frozen to the case's value (the plain result where that already passed or the case "
         "has no such input).",
@@ -436,7 +442,8 @@ def markdown(records: list[dict], command: str, seconds: float) -> str:
             lines.append(f"| `{r['name']}` | {', '.join(r['freeze_inputs'])} | {fr['outcome']} | "
                          f"{fr.get('type', '')}: {(fr.get('detail') or '').replace('|', chr(92) + '|')[:160]} |")
     ort_fail = collections.Counter(message_group(r["ort"]) for r in records if r["ort"]["outcome"] != "pass")
-    lines += ["", "## Cases onnxruntime does not pass (not counted)", "", "| count | onnxruntime's error |", "|---|---|"]
+    lines += ["", "## Cases onnxruntime does not pass (not counted)", "",
+              "| count | onnxruntime's error |", "|---|---|"]
     lines += [f"| {n} | {m.replace('|', chr(92) + '|')} |" for m, n in ort_fail.most_common(15)]
     return "\n".join(lines) + "\n"
 
@@ -462,7 +469,8 @@ def main(argv=None) -> int:
     ap.add_argument("--ops", default=None, help="only the cases of these ops (comma-separated)")
     ap.add_argument("--cases", default=None, help="only these cases (comma-separated names)")
     ap.add_argument("--jobs", type=int, default=1, help="worker processes (only 1 is implemented)")
-    ap.add_argument("--timeout", type=float, default=60.0, help="seconds per case and phase before it counts as a crash")
+    ap.add_argument("--timeout", type=float, default=60.0,
+                    help="seconds per case and phase before it counts as a crash")
     ap.add_argument("--out", default="benchmarks/conformance.md")
     ap.add_argument("--json", action="store_true", help="also write the per-case records next to --out (.json)")
     ap.add_argument("--merge", default=None,
@@ -473,7 +481,8 @@ def main(argv=None) -> int:
     if a.jobs != 1:
         print("conformance: --jobs other than 1 is not implemented; running with one worker", file=sys.stderr)
     cases = all_cases()
-    names = select(cases, a.ops.split(",") if a.ops else None, a.sample, a.seed, a.cases.split(",") if a.cases else None)
+    names = select(cases, a.ops.split(",") if a.ops else None, a.sample, a.seed,
+                   a.cases.split(",") if a.cases else None)
     t0 = time.perf_counter()
 
     def progress(k, n, rec):
@@ -485,7 +494,8 @@ def main(argv=None) -> int:
     records = run_cases(names, cases, a.timeout, progress)
     if a.merge:
         done = {r["name"] for r in records}
-        old = [r for r in json.loads(Path(a.merge).read_text())["records"] if r["name"] not in done and r["name"] in cases]
+        old = [r for r in json.loads(Path(a.merge).read_text())["records"]
+               if r["name"] not in done and r["name"] in cases]
         order = {n: i for i, n in enumerate(cases)}
         records = sorted(records + old, key=lambda r: order[r["name"]])
     seconds = time.perf_counter() - t0

@@ -6,7 +6,9 @@ Attention, the two losses, CenterCropPad, RMSNormalization, RotaryEmbedding, Swi
 the rewrite is the body ONNX ships, inlined with the node's attributes and inputs: correct by the
 spec's own definition, for every opset the schema covers. A context-dependent body (most of them) is
 built from the node's input types; a body may call another function op (SoftmaxCrossEntropyLoss
-calls NegativeLogLikelihoodLoss), which is inlined in turn. The rest are written out by hand below.
+calls NegativeLogLikelihoodLoss), which is inlined in turn; then the body's shape arithmetic is
+folded with the pinned shapes (TVM takes shapes as values nowhere). Ops without a body are written
+out by hand in standard_math.py.
 
 The rewrite interface passes shapes but not element types, so the types come from ONNX's shape
 inference over the model being decomposed (found on the caller's frame: decompose()'s `model`)."""
@@ -16,9 +18,8 @@ import sys
 
 import numpy as np
 import onnx
-from onnx import TensorProto, helper
+from onnx import helper
 
-from ...errors import UnsupportedModelError
 from .emitter import Emitter
 
 DEFAULT_DOMAINS = ("", "ai.onnx")
@@ -158,7 +159,8 @@ def _infer_types(nodes: list, node, types: dict, opset: int, known: dict | None 
     """Types (with shapes) of the values of an inlined body, the constants found so far given as
     initializers so that the shapes they decide are known too."""
     known = {k: v for k, v in (known or {}).items() if v.size <= FOLD_LIMIT}
-    ins = [helper.make_value_info(i, types[i]) for i in dict.fromkeys(node.input) if i and i in types and i not in known]
+    ins = [helper.make_value_info(i, types[i]) for i in dict.fromkeys(node.input)
+           if i and i in types and i not in known]
     inits = [onnx.numpy_helper.from_array(v, k) for k, v in known.items()]
     g = helper.make_graph(nodes, "body", ins, [helper.make_value_info(o, onnx.TypeProto()) for o in node.output if o],
                           initializer=inits)
@@ -191,12 +193,16 @@ def _fold_node(n, inner: dict, known: dict, folded: dict, opset: int, evaluator)
     value = None
     if n.op_type in ("Shape", "Size") and n.input[0] in inner:
         t = inner[n.input[0]].tensor_type
-        dims = [d.dim_value if d.HasField("dim_value") else None for d in t.shape.dim] if t.HasField("shape") else [None]
+        dims = [d.dim_value if d.HasField("dim_value") else None for d in t.shape.dim] \
+            if t.HasField("shape") else [None]
         if None not in dims:
             a = _attrs(n)
             shape = np.array(dims, np.int64)
             value = [shape[a.get("start", 0):a.get("end", len(dims))]] if n.op_type == "Shape" \
                 else [np.array(int(np.prod(dims)), np.int64)]
+    elif n.op_type == "CastLike" and n.input[0] in known and n.input[1] in inner \
+            and inner[n.input[1]].tensor_type.elem_type:  # only the target's type matters, not its value
+        value = [known[n.input[0]].astype(helper.tensor_dtype_to_np_dtype(inner[n.input[1]].tensor_type.elem_type))]
     elif (n.op_type not in NOT_FOLDED and all(not i or i in known for i in n.input)
           and not any(a.type in (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS) for a in n.attribute)):
         try:
@@ -265,11 +271,8 @@ FUNCTION_OPS = {
     "RotaryEmbedding": None,
     "Swish": None,
     "Celu": None,
-    "CausalConvWithState": None,
     "LayerNormalization": _extra_outputs,
 }
 
-
-# ------------------------------------------------------------------------------------------ written out
 
 REWRITES = {op: function_body for op in FUNCTION_OPS}
