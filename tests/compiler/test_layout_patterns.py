@@ -8,7 +8,7 @@ target (16-lane blocks whatever the host), the numerics on the host."""
 import numpy as np
 import pytest
 import tvm
-from helpers import make_model, ort_run, rand
+from helpers import check_against_ort, make_model, ort_run, rand
 from onnx import helper
 
 import kiln
@@ -260,6 +260,12 @@ def test_c2f_runs_blocked_end_to_end(name):
     """The split (by sections) and the slices (whole blocks, PropagateBlockedLayout) stay blocked: the
     only transforms are into the block at the input and out of it at the output."""
     assert count_layout_transforms(_graph_passes(PATTERNS[name][0]()[0])) == 2
+
+
+def test_layernorm_over_chw_matches_onnxruntime_in_nhwc(tmp_path):
+    """--layout NHWC permutes a LayerNorm's axes but not its [C, H, W] gamma: it reads NCHW there too."""
+    model, feeds = PATTERNS["op_layernorm_axis1"][0]()
+    check_against_ort(model, feeds, tmp_path, layout="NHWC")
 
 
 @pytest.mark.parametrize("name", list(PATTERNS))

@@ -8,6 +8,8 @@ reaches an op whose layout inference mishandles sub-indexed layouts (TVM 0.27, s
     channel size is T.int64(0)" (YOLOv8's C2f: conv -> Split(2) -> ...);
   - layer_norm / rms_norm / group_norm over the channel axis map the axis to the outer C/c axis and
     leave gamma at C: "(T.int64(32),) and (T.int64(256),) that are unequal" (ConvNeXt's channel LayerNorm);
+    over several axes with C among them (ONNX LayerNormalization axis=1 of [N, C, H, W]) even NHWC is
+    wrong: the axes are permuted, gamma [C, H, W] is not (wrong numbers, no error);
   - mean/sum/max/... over the channel axis with keepdims make a [N, 1, H, W, 1] tensor labelled
     NCHW{c}c ("Could not parse mapping as sum of iterators"), and a binary op of a blocked tensor and
     a [N, 1, H, W] one (x - mean(x, axis=1), a spatial attention mask) blocks the 1-channel operand:
@@ -81,9 +83,13 @@ class _Guard(relax.PyExprMutator):
         if name == "relax.squeeze" and call.attrs.axis is not None and any(int(a) < 0 for a in call.attrs.axis):
             self.count += 1
             return relax.op.squeeze(call.args[0], _axes(call.attrs.axis, len(call.args[0].ty.shape.values)))
-        if not self.blocked or name is None or not call.args or not _is_4d(call.args[0]):
+        if name is None or not call.args or not _is_4d(call.args[0]):
             return call
         x = call.args[0]
+        if name in NORMS and len(call.attrs.axes) > 1 and 1 in _axes(call.attrs.axes, 4):
+            return self._with_args(call, [self._barrier(x), *call.args[1:]])  # NHWC too: gamma [C, H, W] stays CHW
+        if not self.blocked:
+            return call
         if name == "relax.nn.conv2d" and int(call.attrs.groups) > 1:
             return self._grouped(call, x)
         if name == "relax.split" and int(call.attrs.axis) in (1, -3):
