@@ -165,8 +165,9 @@ def one(corpus: Path, name: str, layout: str | None, record: Path) -> None:
          runs=runs)
 
 
-def run_child(corpus: Path, name: str, layout: str | None, timeout_s: int) -> dict:
-    """One model in a fresh subprocess of this interpreter (Kiln's venv); a timeout or crash becomes an error."""
+def run_child(corpus: Path, name: str, layout: str | None, timeout_s: int, src: Path | None = None) -> dict:
+    """One model in a fresh subprocess of this interpreter (Kiln's venv); a timeout or crash becomes an error.
+    With src, the subprocess imports Kiln from that tree (--kiln-rev) instead of the working tree."""
     with tempfile.NamedTemporaryFile(suffix=".json", delete=False) as f:
         record = Path(f.name)
     cmd = [sys.executable, __file__, "--corpus", str(corpus), "--one", name, "--record", str(record)]
@@ -174,7 +175,9 @@ def run_child(corpus: Path, name: str, layout: str | None, timeout_s: int) -> di
         cmd += ["--layout", layout]
     t = time.perf_counter()
     try:
-        p = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s, cwd=ROOT)
+        env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(src or ""),
+                                                                       os.environ.get("PYTHONPATH")])))
+        p = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s, cwd=ROOT, env=env)
         tail = (p.stderr or "").strip().splitlines()[-3:]
         rc = p.returncode
     except subprocess.TimeoutExpired:
@@ -214,6 +217,20 @@ def kiln_state() -> str:
     dirty = git("status", "--porcelain", "--", "kiln")
     head = git("rev-parse", "--short", "HEAD")
     return head + (f" + uncommitted changes in {len(dirty.splitlines())} kiln/ files" if dirty else "")
+
+
+def export_rev(rev: str, corpus: Path) -> tuple[Path, str]:
+    """A committed revision's kiln/ and tuning_logs/ (git archive) to import Kiln from: the working tree is
+    shared with engineers editing the compiler, and a half-saved file there is not a result about Kiln."""
+    sha = subprocess.run(["git", "rev-parse", "--short", rev], capture_output=True, text=True, cwd=ROOT,
+                         check=True).stdout.strip()
+    src = corpus / "kiln-src" / sha
+    if not (src / "kiln" / "__init__.py").exists():
+        src.mkdir(parents=True, exist_ok=True)
+        tar = subprocess.run(["git", "archive", sha, "kiln", "tuning_logs"], capture_output=True, cwd=ROOT,
+                             check=True).stdout
+        subprocess.run(["tar", "-x", "-C", str(src)], input=tar, check=True)
+    return src, f"{sha} (committed tree via --kiln-rev {rev}; uncommitted changes not included)"
 
 
 def cell(text) -> str:
@@ -279,6 +296,8 @@ def main(argv=None) -> int:
     ap.add_argument("--record", default=None)
     ap.add_argument("--no-retry", action="store_true", help="do not compile failures again with layout=NCHW")
     ap.add_argument("--report-only", action="store_true", help="write OUT.md again from OUT.json")
+    ap.add_argument("--kiln-rev", default=None,
+                    help="measure this committed revision of Kiln (git archive) instead of the working tree")
     ap.add_argument("--merge", action="store_true",
                     help="with --only: replace those models' records in OUT.json, keep the others")
     a = ap.parse_args(argv)
@@ -299,6 +318,9 @@ def main(argv=None) -> int:
     manifest = json.loads((corpus / "manifest.json").read_text())
     only = set(filter(None, a.only.split(",")))
     records, state = [], kiln_state()
+    src = None
+    if a.kiln_rev:
+        src, state = export_rev(a.kiln_rev, corpus)
     earlier = {}
     if a.merge and Path(a.out).with_suffix(".json").exists():
         d = json.loads(Path(a.out).with_suffix(".json").read_text())
@@ -314,9 +336,9 @@ def main(argv=None) -> int:
             rec = {"model": name, "status": "export-error", "error_class": "ExportError",
                    "error": meta.get("error", "")}
         else:
-            rec = run_child(corpus, name, a.layout, COMPILE_TIMEOUT_S + RUN_TIMEOUT_S)
+            rec = run_child(corpus, name, a.layout, COMPILE_TIMEOUT_S + RUN_TIMEOUT_S, src)
             if rec["status"] in ("error", "mismatch") and not a.no_retry and not a.layout:
-                alt = run_child(corpus, name, "NCHW", COMPILE_TIMEOUT_S + RUN_TIMEOUT_S)
+                alt = run_child(corpus, name, "NCHW", COMPILE_TIMEOUT_S + RUN_TIMEOUT_S, src)
                 rec["nchw"] = {k: alt.get(k) for k in ("status", "error_class", "error", "compile_s", "check",
                                                         "kiln_p50_ms", "ort_p50_ms")}
         rec["onnx"] = str((corpus / f"{name}.onnx").relative_to(ROOT) if (corpus / f"{name}.onnx").is_relative_to(ROOT)
