@@ -80,9 +80,10 @@ class _Guard(relax.PyExprMutator):
     def visit_call_(self, call):
         call = super().visit_call_(call)
         name = op_name(call)
-        if name == "relax.squeeze" and call.attrs.axis is not None and any(int(a) < 0 for a in call.attrs.axis):
+        if (name == "relax.squeeze" and call.attrs.axis is not None and int(call.args[0].ty.ndim) > 0
+                and any(int(a) < 0 for a in call.attrs.axis)):
             self.count += 1
-            return relax.op.squeeze(call.args[0], _axes(call.attrs.axis, len(call.args[0].ty.shape.values)))
+            return relax.op.squeeze(call.args[0], _axes(call.attrs.axis, int(call.args[0].ty.ndim)))
         if name is None or not call.args or not _is_4d(call.args[0]):
             return call
         x = call.args[0]
