@@ -24,13 +24,11 @@ def _options(a):
 
 
 def _tune(a) -> int:
-    from .schedules.tuning import TuneOptions, parse_duration, tune
+    from .schedules.tuning import TuneOptions, format_summary, parse_duration, tune
     opts = TuneOptions(db_root=a.db, trials=a.trials, budget_s=parse_duration(a.budget) if a.budget else None,
                        rpc_tracker=a.rpc_tracker, rpc_key=a.rpc_key, rpc_workers=a.rpc_workers)
     r = tune(a.model, _options(a), opts, progress=lambda line: print(line, flush=True))
-    print(f"tuned {r['tasks']} tasks: {r['trials']} trials in {r['seconds']} s ({r['seconds_per_trial']} s/trial), "
-          f"{r['new_records']} new records, {r['records']} in {r['db']}"
-          + (f"; {r['build_timeouts']} candidate(s) killed at the build time limit" if r.get("build_timeouts") else ""))
+    print(format_summary(r))
     if a.compact:
         from .schedules.database import compact
         before, after = compact(r["db"])

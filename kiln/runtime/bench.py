@@ -19,6 +19,7 @@ from .model import load
 
 BLOCK = 8  # runs per engine before switching (when comparing with onnxruntime)
 BLOCK_PAUSE_S = 0.3  # measured: 0.05 s left onnxruntime 3x slower on MobileNetV2 (spinning TVM workers)
+TAIL_FLAG_RATIO = 2.0  # p99 over p50 above this flags the run: its tail is not the model's speed
 
 
 @dataclasses.dataclass(frozen=True)
@@ -36,10 +37,25 @@ class BenchOptions:
 
 
 def percentiles(ms: list[float], prefix: str = "") -> dict:
+    """Latency percentiles, the worst run, and the tail: p99 over p50, flagged above TAIL_FLAG_RATIO
+    (a tail that long comes from the machine or the runtime, not from the model's kernels)."""
     a = np.asarray(ms)
-    return {f"{prefix}p50_ms": float(np.percentile(a, 50)), f"{prefix}p90_ms": float(np.percentile(a, 90)),
-            f"{prefix}p99_ms": float(np.percentile(a, 99)), f"{prefix}mean_ms": float(a.mean()),
-            f"{prefix}min_ms": float(a.min()), f"{prefix}qps": float(1e3 / a.mean())}
+    p50, p99 = float(np.percentile(a, 50)), float(np.percentile(a, 99))
+    ratio = p99 / p50 if p50 > 0 else float("inf")
+    return {f"{prefix}p50_ms": p50, f"{prefix}p90_ms": float(np.percentile(a, 90)),
+            f"{prefix}p99_ms": p99, f"{prefix}mean_ms": float(a.mean()),
+            f"{prefix}min_ms": float(a.min()), f"{prefix}max_ms": float(a.max()), f"{prefix}qps": float(1e3 / a.mean()),
+            f"{prefix}p99_over_p50": ratio, f"{prefix}tail_flag": bool(ratio > TAIL_FLAG_RATIO)}
+
+
+def slow_runs(ms: list[float], switches: list[int], prefix: str = "") -> dict:
+    """How many runs took over TAIL_FLAG_RATIO times the median, and how many of those the kernel
+    preempted (an involuntary context switch of some thread of this process during the run): the
+    cause benchmarks/tail.py measured for such runs on a busy machine."""
+    a, c = np.asarray(ms), np.asarray(switches)
+    slow = a > TAIL_FLAG_RATIO * float(np.median(a))
+    return {f"{prefix}slow_runs": int(slow.sum()), f"{prefix}slow_runs_preempted": int((slow & (c > 0)).sum()),
+            f"{prefix}runs_preempted": int((c > 0).sum())}
 
 
 def _peak_rss_mb() -> float:
@@ -90,6 +106,7 @@ def bench(path: str | os.PathLike, opts: BenchOptions = BenchOptions(), feed: di
         for _, fn in runners:
             fn()
     times: dict[str, list[float]] = {p: [] for p, _ in runners}
+    switches: dict[str, list[int]] = {p: [] for p, _ in runners}  # involuntary context switches during each run
     blocks: dict[str, list[int]] = {p: [] for p, _ in runners}  # where each block of runs starts in times[p]
     start = time.perf_counter()
 
@@ -107,18 +124,23 @@ def bench(path: str | os.PathLike, opts: BenchOptions = BenchOptions(), feed: di
             for _ in range(BLOCK):
                 if prefix == "" and not more():
                     break
+                c = resource.getrusage(resource.RUSAGE_SELF).ru_nivcsw  # every thread of the process: the pool's too
                 t = time.perf_counter()
                 fn()
                 times[prefix].append((time.perf_counter() - t) * 1e3)
+                switches[prefix].append(resource.getrusage(resource.RUSAGE_SELF).ru_nivcsw - c)
     n = len(times[""])
     if "ort_" in times:
         times["ort_"] = times["ort_"][:n] or times["ort_"]
+        switches["ort_"] = switches["ort_"][:len(times["ort_"])]
     result = {"artifact": str(path), "target": model.manifest["target"], "threads": model.num_threads, "runs": len(times[""]),
-              "warmup": opts.warmup, **percentiles(times[""]), "cold_start_ms": cold_ms, "peak_rss_mb": rss_mb,
+              "warmup": opts.warmup, **percentiles(times[""]), **slow_runs(times[""], switches[""]),
+              "cold_start_ms": cold_ms, "peak_rss_mb": rss_mb,
               "first_run_ms": first_ms, "first_run_after_warmup_ms": first_warm_ms, "warmup_ms": warmup_ms,
               "latencies_ms": times[""]}
     if sess is not None:
         result.update(percentiles(times["ort_"], "ort_"))
+        result.update(slow_runs(times["ort_"], switches["ort_"], "ort_"))
         result["ratio_p50"] = result["p50_ms"] / result["ort_p50_ms"]
         result.update(block_ratios(times, blocks))
         result["ort_latencies_ms"] = times["ort_"]
@@ -144,15 +166,32 @@ def block_ratios(times: dict, blocks: dict) -> dict:
 def format_bench(r: dict) -> str:
     lines = [f"{r['artifact']} on {r['target']}, {r['threads']} thread(s), {r['runs']} runs after {r['warmup']} warm-up",
              f"  kiln         p50 {r['p50_ms']:9.3f} ms  p90 {r['p90_ms']:9.3f}  p99 {r['p99_ms']:9.3f}  mean {r['mean_ms']:9.3f}"
-             f"  min {r['min_ms']:9.3f}  {r['qps']:8.1f} QPS",
+             f"  min {r['min_ms']:9.3f}  max {r['max_ms']:9.3f}  {r['qps']:8.1f} QPS",
              f"  cold start {r['cold_start_ms']:.1f} ms (load + first run), peak RSS {r['peak_rss_mb']:.1f} MB",
              f"  first run {r['first_run_ms']:.1f} ms without warm-up, {r['first_run_after_warmup_ms']:.1f} ms after "
              f"warm-up (load with warmup: {r['warmup_ms']:.1f} ms)"]
     if "ort_p50_ms" in r:
         lines.insert(2, f"  onnxruntime  p50 {r['ort_p50_ms']:9.3f} ms  p90 {r['ort_p90_ms']:9.3f}  p99 {r['ort_p99_ms']:9.3f}"
-                        f"  mean {r['ort_mean_ms']:9.3f}  min {r['ort_min_ms']:9.3f}  {r['ort_qps']:8.1f} QPS")
+                        f"  mean {r['ort_mean_ms']:9.3f}  min {r['ort_min_ms']:9.3f}  max {r['ort_max_ms']:9.3f}"
+                        f"  {r['ort_qps']:8.1f} QPS")
         lines.append(f"  kiln / onnxruntime p50 = {r['ratio_p50']:.2f}x   max abs diff {r['max_abs_diff']:.3g}")
         if "ratio_block_median" in r:
             lines.append(f"  per block pair ({r['ratio_block_pairs']} pairs of {BLOCK} runs): median {r['ratio_block_median']:.2f}x, "
                          f"middle half {r['ratio_block_q25']:.2f}-{r['ratio_block_q75']:.2f}x")
+    lines += tail_lines(r)
     return "\n".join(lines)
+
+
+def tail_lines(r: dict) -> list[str]:
+    """One line per engine whose p99 is more than TAIL_FLAG_RATIO times its p50."""
+    out = []
+    for prefix, name in (("", "kiln"), ("ort_", "onnxruntime")):
+        if r.get(f"{prefix}tail_flag"):
+            ratio, worst = r[f"{prefix}p99_over_p50"], r[f"{prefix}max_ms"]
+            line = f"  TAIL: {name} p99 is {ratio:.1f}x its p50 (worst run {worst:.1f} ms)"
+            if f"{prefix}slow_runs" in r:
+                line += (f"; {r[f'{prefix}slow_runs']} run(s) over {TAIL_FLAG_RATIO:g}x p50, "
+                         f"{r[f'{prefix}slow_runs_preempted']} of them preempted by another process "
+                         "(see benchmarks/tail.md)")
+            out.append(line)
+    return out

@@ -68,6 +68,26 @@ def measured_defaults(db_dir: str | Path) -> dict[str, list[str]]:
     return {str(k): [str(x) for x in v] for k, v in d.items() if isinstance(v, list)} if isinstance(d, dict) else {}
 
 
+def trace_digest(trace) -> str:
+    """The ledger's name for a schedule: a digest of its trace's JSON."""
+    return hashlib.sha256(str(trace.as_json()).encode()).hexdigest()[:16]
+
+
+def best_is_default(db, db_dir: str | Path, funcs: dict) -> dict[str, bool | None]:
+    """For each {name: PrimFunc}: True when the database's best record of its workload is a default
+    schedule the ledger says was measured, False when it is another (it beat the default, which was
+    measured first), None when the database has no record of it (or this lookup does not find one)."""
+    import tvm_ffi
+    from tvm.s_tir.meta_schedule.tune_context import _normalize_mod
+    ledger = measured_defaults(db_dir)
+    out: dict[str, bool | None] = {}
+    for name, func in funcs.items():
+        wl = _normalize_mod(func)
+        top = db.get_top_k(db.commit_workload(wl), 1) if db.has_workload(wl) else []
+        out[name] = trace_digest(top[0].trace) in ledger.get(str(tvm_ffi.structural_hash(wl)), ()) if top else None
+    return out
+
+
 def save_measured_defaults(db_dir: str | Path, ledger: dict[str, list[str]]) -> None:
     atomic_write_text(Path(db_dir) / DEFAULTS, json.dumps(ledger, sort_keys=True, indent=1) + "\n")
 

@@ -5,8 +5,11 @@
 - builds in one reused worker process with a time limit per candidate (kiln/schedules/builder.py;
   MetaSchedule's LocalBuilder spends ~20 s per batch starting workers), measures in MetaSchedule's LocalRunner;
 - rounds: each round tunes up to `round_trials` more trials across tasks (MetaSchedule's
-  gradient task scheduler shares them by each task's weighted latency), and a wall-clock budget
-  is checked between rounds;
+  gradient task scheduler shares them by each task's weighted latency); under --budget (the whole
+  command's wall time) a round is only started, and sized, when its estimated time fits in what is
+  left (round_size), and builds stop at a deadline as the backstop (BudgetBuilder);
+- honest summary: how many tasks have a record faster than their default schedule (not just a
+  record), and the model's estimated latency with default schedules and with the best records;
 - resumable: records go to the JSON database as they are measured; a killed run loses only the
   candidates in flight, and a rerun skips what is already measured;
 - never worse than no tuning: before searching, each workload's default schedule (Kiln's rule,
@@ -25,7 +28,9 @@ from pathlib import Path
 from typing import Callable
 
 import tvm
+from tvm.ir.utils import derived_object
 from tvm.s_tir import meta_schedule as ms
+from tvm.s_tir.meta_schedule.builder import BuilderResult
 
 from ..errors import OptionsError
 from .apply import is_scheduled
@@ -144,15 +149,13 @@ def record_default_schedules(tasks, target, db, builder, runner, lanes: int, db_
     like a MetaSchedule candidate; returns how many it recorded. With `db_dir`, the database's ledger
     of measured defaults (database.DEFAULTS) also counts as a record: a compacted database keeps only
     each workload's best record, which beat the default when both were measured."""
-    import hashlib
-
     import tvm_ffi
     from tvm.s_tir.meta_schedule.arg_info import ArgInfo
     from tvm.s_tir.meta_schedule.builder import BuilderInput
     from tvm.s_tir.meta_schedule.runner import RunnerInput
 
     from .apply import first_rule_that_applies
-    from .database import measured_defaults, save_measured_defaults
+    from .database import measured_defaults, save_measured_defaults, trace_digest
     from .registry import target_family
     ledger = measured_defaults(db_dir) if db_dir is not None else {}
     done = noted = 0
@@ -162,7 +165,7 @@ def record_default_schedules(tasks, target, db, builder, runner, lanes: int, db_
         if sch is None:
             continue
         trace = str(sch.trace.as_json())
-        key, digest = str(tvm_ffi.structural_hash(mod)), hashlib.sha256(trace.encode()).hexdigest()[:16]
+        key, digest = str(tvm_ffi.structural_hash(mod)), trace_digest(sch.trace)
         if db.has_workload(mod):
             if digest in ledger.get(key, ()):
                 continue
@@ -187,14 +190,131 @@ def record_default_schedules(tasks, target, db, builder, runner, lanes: int, db_
     return done
 
 
+@derived_object
+class BudgetBuilder(WorkerBuilder._cls):
+    """WorkerBuilder that stops building at a deadline: a candidate asked for after it is a failed
+    build (MetaSchedule then skips measuring it), so a round that runs past --budget ends within a
+    candidate's build instead of finishing its batch. deadline None: no limit."""
+
+    def __init__(self, out_dir: str, **kwargs):
+        super().__init__(out_dir, **kwargs)
+        self.deadline: float | None = None
+        self.skipped = 0
+
+    def build(self, build_inputs):
+        out = []
+        for bi in build_inputs:
+            if self.deadline is not None and time.perf_counter() >= self.deadline:
+                self.skipped += 1
+                out.append(BuilderResult(None, "not built: the --budget is spent"))
+            else:
+                out.append(self._build_one(bi))
+        return out
+
+
+FIRST_TRIAL_GUESS_S = 1.0  # seconds a trial is assumed to cost before any was timed (no default measured this run)
+# a first-round trial over one default schedule's measurement (the search, cost model and runner come on top)
+FIRST_ROUND_FACTOR = 4.0
+BUDGET_SAFETY = 1.15  # a round is started only if its estimated time, times this, fits in what is left of the budget
+BUDGET_RESERVE_S = 2.0  # at least this long before the budget ends, builds stop (then the batch's runs and the summary)
+POST_BUILD_SHARE = 0.4  # of a batch's time, what comes after its builds (measuring, the cost model's update)
+
+
+def round_size(opts: TuneOptions, done_trials: int, elapsed: float, per_trial_s: float) -> int:
+    """How many trials the next round may have: the rest of --trials, or under --budget the most
+    whole batches (trials_per_iter) whose estimated time fits in what is left; 0 when none does.
+    MetaSchedule's rounds cannot be cut short (a batch searches, builds, then measures; the search
+    and the measurements are most of it), so the budget is kept by not starting a round that would
+    end past it; BudgetBuilder's deadline is the backstop for an estimate that was wrong."""
+    if opts.trials is not None:
+        return max(0, min(opts.round_trials, opts.trials - done_trials))
+    left = opts.budget_s - elapsed
+    batch_s = max(per_trial_s, 1e-3) * opts.trials_per_iter
+    fit = int(left / (batch_s * BUDGET_SAFETY)) * opts.trials_per_iter
+    return max(0, min(opts.round_trials, fit))
+
+
+def _task_times(tasks, db, db_dir: Path) -> list[tuple[float | None, float | None]]:
+    """(default schedule's measured seconds, best record's seconds) of each task, None where
+    unknown (a default record compacted away, or no record)."""
+    import statistics
+
+    import tvm_ffi
+
+    from .database import measured_defaults, trace_digest
+    ledger = measured_defaults(db_dir)
+    out = []
+    for t in tasks:
+        mod = t.dispatched[0]
+        if not db.has_workload(mod):
+            out.append((None, None))
+            continue
+        recs = db.get_top_k(db.commit_workload(mod), 1 << 20)
+        digests = set(ledger.get(str(tvm_ffi.structural_hash(mod)), ()))
+
+        def secs(r):
+            return statistics.fmean(float(x) for x in r.run_secs)
+        default = next((secs(r) for r in recs if trace_digest(r.trace) in digests), None)
+        out.append((default, secs(recs[0]) if recs else None))
+    return out
+
+
+def faster_than_default(times) -> int:
+    """Tasks whose best record is faster than their measured default schedule."""
+    return sum(1 for d, b in times if d is not None and b is not None and b < d)
+
+
+def estimated_latency(tasks, times) -> tuple[float | None, float | None]:
+    """The model's latency as the sum of its kernels' measured times (each times how often it
+    runs), with default schedules and with the best records, in ms; None when a kernel's default
+    time is unknown (then the two are not comparable)."""
+    if not times or any(d is None or b is None for d, b in times):
+        return None, None
+    w = [float(t.weight) for t in tasks]
+    return (sum(wi * d for wi, (d, _) in zip(w, times)) * 1e3, sum(wi * b for wi, (_, b) in zip(w, times)) * 1e3)
+
+
+def _cheap_stack(context: int = 1) -> list:
+    """inspect.stack() without its per-frame module lookup (inspect.getmodule scans sys.modules for
+    every frame): the same frames, file names, line numbers and one line of context each."""
+    import inspect
+    import linecache
+    import sys
+    out, f = [], sys._getframe(1)
+    while f is not None:
+        name, line = f.f_code.co_filename, f.f_lineno
+        text = linecache.getline(name, line)
+        out.append(inspect.FrameInfo(f, name, line, f.f_code.co_name, [text] if text else None, 0 if text else None))
+        f = f.f_back
+    return out
+
+
+def import_tensor_intrinsics() -> None:
+    """Import TVM's tensor intrinsics, which MetaSchedule's first TuneContext imports: hundreds of
+    TVMScript functions, each parsed with inspect.stack(), whose module lookups dominate the import
+    in a process that has loaded Kiln (see benchmarks/tail.md for the numbers). inspect.stack is
+    swapped for an equivalent without them for the import only."""
+    import inspect
+    import sys
+    if "tvm.s_tir.tensor_intrin" in sys.modules:
+        return
+    stack, inspect.stack = inspect.stack, _cheap_stack
+    try:
+        import tvm.s_tir.tensor_intrin  # noqa: F401
+    finally:
+        inspect.stack = stack
+
+
 def tune_module(mod: tvm.IRModule, target, db_dir: Path, opts: TuneOptions,
-                progress: Callable[[str], None] = print, lanes: int = 16) -> dict:
+                progress: Callable[[str], None] = print, lanes: int = 16, start: float | None = None) -> dict:
+    """Tune the module's tasks into the database at db_dir; `start` (perf_counter) is when the
+    budget started (tune() passes its own start, so import and optimization count too)."""
     logging.getLogger("tvm.s_tir.meta_schedule").setLevel(logging.WARNING)  # Kiln prints its own progress
+    start = time.perf_counter() if start is None else start
     tasks = extract(mod, target)
     if not tasks:
         raise OptionsError("the model has no kernels to tune", where="kiln tune",
                            fix="every kernel already has a fixed schedule (or the model computes nothing); compile it directly")
-    start = time.perf_counter()
     db_path = Path(db_dir)
     db = open_database(db_path)  # opened (and repaired) once; every round commits to it
     before = have = len(db.get_all_tuning_records())
@@ -204,26 +324,43 @@ def tune_module(mod: tvm.IRModule, target, db_dir: Path, opts: TuneOptions,
     runner, devices = rpc_runner(opts) if opts.rpc_tracker else (None, 1)
     if opts.rpc_tracker:
         progress(f"measuring on {opts.rpc_workers or devices} device(s) with key {opts.rpc_key!r} at {opts.rpc_tracker}")
+    t = time.perf_counter()
+    import_tensor_intrinsics()  # before the budget sizes any round, not inside the first one
+    phases = {"setup": t - start, "tvm_import": time.perf_counter() - t}
+    search_s, per_trial = 0.0, FIRST_TRIAL_GUESS_S
     with tempfile.TemporaryDirectory(prefix="kiln-tune-", ignore_cleanup_errors=True) as tmp, \
-            contextlib.closing(WorkerBuilder(tmp)) as builder:  # closing: stops the worker process
+            contextlib.closing(BudgetBuilder(tmp)) as builder:  # closing: stops the worker process
         builder.start()  # here, so a worker that cannot start is a ResourceError, not an error inside MetaSchedule
         runner = runner or ms.runner.LocalRunner(timeout_sec=30)
+        t = time.perf_counter()
         seeded = record_default_schedules(tasks, target, db, builder, runner, lanes, db_path)
+        phases["defaults"] = time.perf_counter() - t
         if seeded:
+            # one build + one measurement each, like a trial, which also runs the search and the cost model
+            per_trial = max(per_trial, FIRST_ROUND_FACTOR * phases["defaults"] / seeded)
             have = len(db.get_all_tuning_records())
             progress(f"measured the default schedules of {seeded} kernel(s) new to the database: the baseline each candidate must beat "
                      f"({time.perf_counter() - start:.0f}s)")
         while True:
             elapsed = time.perf_counter() - start
-            if total is not None and done_trials >= total or opts.budget_s is not None and elapsed >= opts.budget_s:
+            n = round_size(opts, done_trials, elapsed, per_trial)
+            if opts.budget_s is not None:  # set after the defaults: the baseline is always measured
+                reserve = max(BUDGET_RESERVE_S, POST_BUILD_SHARE * per_trial * opts.trials_per_iter)
+                builder.deadline = start + opts.budget_s - reserve
+            if opts.budget_s is not None and not rounds:
+                n = min(n, opts.trials_per_iter)  # one batch first: what it costs sizes the later rounds
+            if n <= 0:
+                if opts.budget_s is not None and (total is None):
+                    progress(f"stopping with {max(0.0, opts.budget_s - elapsed):.0f}s of the budget left: a batch of "
+                             f"{opts.trials_per_iter} trials is estimated at {per_trial * opts.trials_per_iter:.0f}s")
                 break
-            n = opts.round_trials if total is None else min(opts.round_trials, total - done_trials)
             # each round tunes the tasks with the most estimated latency per trial so far: a fresh
             # MetaSchedule task scheduler per round would otherwise start at task 0 every time
             chosen = pick_tasks(shares, per_task, max(1, n // opts.trials_per_iter))
             ctxs, weights = _contexts([tasks[i] for i in chosen], opts, opts.seed + rounds)
             for i in chosen:
                 per_task[i] += opts.trials_per_iter
+            t = time.perf_counter()
             # max_trials_global counts this call's trials
             ms.tune.tune_tasks(tasks=ctxs, task_weights=weights, work_dir=str(db_path), max_trials_global=n,
                                max_trials_per_task=None, num_trials_per_iter=opts.trials_per_iter, builder=builder,
@@ -232,36 +369,79 @@ def tune_module(mod: tvm.IRModule, target, db_dir: Path, opts: TuneOptions,
             measured, have = now - have, now
             rounds += 1
             done_trials += max(measured, 1)  # a round that finds nothing new still counts, so we terminate
+            search_s += time.perf_counter() - t
+            per_trial = search_s / done_trials  # a round's whole cost (search, cost model, builds, runs) per trial
             elapsed = time.perf_counter() - start
-            per_trial = elapsed / max(done_trials, 1)
             left = f"{max(0.0, opts.budget_s - elapsed):.0f}s left" if opts.budget_s else f"{max(0, total - done_trials)} trials left"
-            covered = sum(1 for c in per_task if c)
-            progress(f"round {rounds}: {covered}/{len(tasks)} tasks tuned, {done_trials} trials, {per_trial:.2f} s/trial, "
-                     f"{elapsed:.0f}s elapsed, {left}")
+            searched = sum(1 for c in per_task if c)
+            faster = faster_than_default(_task_times(tasks, db, db_path))
+            progress(f"round {rounds}: {searched}/{len(tasks)} tasks searched, {faster} with a record faster than the "
+                     f"default, {done_trials} trials, {per_trial:.2f} s/trial, {elapsed:.0f}s elapsed, {left}")
             empty = 0 if measured else empty + 1
             if empty >= -(-len(tasks) // max(1, n // opts.trials_per_iter)):  # a whole rotation found nothing new
                 break
-    records = have
-    return {"tasks": len(tasks), "trials": done_trials, "defaults_measured": seeded, "new_records": records - before, "records": records,
-            "seconds": round(time.perf_counter() - start, 1), "seconds_per_trial": round((time.perf_counter() - start) / max(done_trials, 1), 2),
-            "db": str(db_path), "devices": devices, "build_timeouts": builder.timeouts}
+    phases["search"] = search_s
+    times = _task_times(tasks, db, db_path)
+    default_ms, tuned_ms = estimated_latency(tasks, times)
+    seconds = time.perf_counter() - start
+    phases["other"] = max(0.0, seconds - sum(phases.values()))  # worker start, runner check, database reads
+    return {"tasks": len(tasks), "tasks_searched": sum(1 for c in per_task if c),
+            "tasks_faster": faster_than_default(times), "trials": done_trials, "rounds": rounds,
+            "defaults_measured": seeded, "new_records": have - before, "records": have,
+            "default_latency_ms": default_ms, "tuned_latency_ms": tuned_ms,
+            "seconds": round(seconds, 1), "seconds_per_trial": round(seconds / max(done_trials, 1), 2),
+            "phase_seconds": {k: round(v, 1) for k, v in phases.items()}, "budget_s": opts.budget_s,
+            "db": str(db_path), "devices": devices, "build_timeouts": builder.timeouts,
+            "not_built_past_budget": builder.skipped}
 
 
-def tune(model, compile_options, opts: TuneOptions, progress: Callable[[str], None] = print) -> dict:
-    """Import and optimize the model as `kiln compile` would, then tune its kernels."""
+def format_summary(r: dict) -> str:
+    """The closing line of `kiln tune`: tasks and how many beat their default, trials, time, the
+    estimated latency before and after (sum of the kernels' measured times)."""
+    line = (f"{r['tasks']} tasks, {r['tasks_faster']} with a record faster than the default "
+            f"({r['tasks_searched']} searched): {r['trials']} trials in {r['seconds']} s"
+            + (f" of a {r['budget_s']:g} s budget" if r.get("budget_s") else "")
+            + (f" ({r['seconds_per_trial']} s/trial)" if r["trials"] else "")
+            + f", {r['new_records']} new records, {r['records']} in {r['db']}")
+    if r.get("default_latency_ms") is not None:
+        d, t = r["default_latency_ms"], r["tuned_latency_ms"]
+        line += (f"\nestimated latency (sum of the kernels' measured times): {d:.3f} ms with default schedules "
+                 f"-> {t:.3f} ms with the best records ({d / t:.2f}x)")
+    else:
+        line += "\nestimated latency: unknown (some kernel's default schedule has no measured record in this database)"
+    ph = r.get("phase_seconds") or {}
+    if ph:
+        line += "\ntime: " + ", ".join(f"{k} {v} s" for k, v in ph.items())
+    if r.get("build_timeouts"):
+        line += f"\n{r['build_timeouts']} candidate(s) killed at the build time limit"
+    return line
+
+
+def prepare(model, compile_options):
+    """(module, TVM target, database folder under db_root, vector lanes): the model imported and
+    optimized as `kiln compile` would, every kernel left unscheduled (no database applied, no
+    default schedules): what MetaSchedule searches from."""
     from ..compiler.optimize import optimize
     from ..compiler.pipeline import SCHEDULE_ROW
     from ..frontends.importer import import_onnx
-    # every kernel untuned (no database applied, no default schedules): what MetaSchedule searches from
     row = SCHEDULE_ROW[compile_options.target.kind]
     co = dataclasses.replace(compile_options, tuning_db=None, disabled_passes=tuple(dict.fromkeys(compile_options.disabled_passes + (row,))))
-    if not opts.rpc_tracker:
-        from ..compiler.hostrun import require_host_runs
-        require_host_runs(co.target, "kiln tune", "--target", "measure on devices of the target's kind with --rpc-tracker "
-                          "HOST:PORT --rpc-key KEY, or tune on such a machine")
     imported = import_onnx(model, co.shapes, frozen=co.freeze_inputs)
     layout = co.layout if co.layout != "auto" else "NCHWc"
     mod = optimize(imported.mod, co, layout=layout).mod
     from ..compiler.passes.convert_layout import vector_block
-    return tune_module(mod, co.target.tvm(), db_dir_for(opts.db_root, co.target), opts, progress,
-                       lanes=vector_block(co.target.required_features()))
+    return mod, co.target.tvm(), vector_block(co.target.required_features())
+
+
+def tune(model, compile_options, opts: TuneOptions, progress: Callable[[str], None] = print) -> dict:
+    """Import and optimize the model as `kiln compile` would, then tune its kernels (under --budget,
+    the import and optimization count against it: the budget is the command's wall time)."""
+    start = time.perf_counter()
+    if not opts.rpc_tracker:
+        from ..compiler.hostrun import require_host_runs
+        require_host_runs(compile_options.target, "kiln tune", "--target",
+                          "measure on devices of the target's kind with --rpc-tracker HOST:PORT --rpc-key KEY, "
+                          "or tune on such a machine")
+    mod, target, lanes = prepare(model, compile_options)
+    db_dir = db_dir_for(opts.db_root, compile_options.target)
+    return tune_module(mod, target, db_dir, opts, progress, lanes=lanes, start=start)

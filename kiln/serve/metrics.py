@@ -1,5 +1,7 @@
 """Server metrics in Prometheus text format. Fixed memory: latencies are kept in a sliding window
-(quantiles over the last WINDOW requests), counters and histograms are plain integers."""
+(quantiles over the last WINDOW requests), counters and histograms are plain integers. The tail is
+shown as `kiln bench` shows it: the worst request in the window, p99 over p50, and a flag when that
+ratio exceeds bench's TAIL_FLAG_RATIO."""
 from __future__ import annotations
 
 import collections
@@ -10,6 +12,7 @@ import numpy as np
 WINDOW = 10_000
 BATCH_BUCKETS = (1, 2, 4, 8, 16, 32, 64)
 QUANTILES = (0.5, 0.95, 0.99)
+TAIL_FLAG_RATIO = 2.0  # the same threshold as kiln bench (kiln/runtime/bench.py)
 
 
 class Metrics:
@@ -40,6 +43,16 @@ class Metrics:
             lat = np.fromiter(self.latency.get(version, ()), dtype=np.float64)
         return {q: float(np.quantile(lat, q)) if lat.size else float("nan") for q in QUANTILES}
 
+    def tail(self, version: str) -> dict[str, float]:
+        """max, p99 over p50, and the flag (1 when that ratio exceeds TAIL_FLAG_RATIO) over the window."""
+        with self._lock:
+            lat = np.fromiter(self.latency.get(version, ()), dtype=np.float64)
+        if not lat.size:
+            return {"max": float("nan"), "p99_over_p50": float("nan"), "flag": 0}
+        p50, p99 = np.quantile(lat, [0.5, 0.99])
+        ratio = float(p99 / p50) if p50 > 0 else float("inf")
+        return {"max": float(lat.max()), "p99_over_p50": ratio, "flag": int(ratio > TAIL_FLAG_RATIO)}
+
     def render(self, model: str) -> str:
         out = ["# HELP kiln_requests_total Predict requests by model version and HTTP status.",
                "# TYPE kiln_requests_total counter"]
@@ -57,6 +70,16 @@ class Metrics:
                 out.append(f'kiln_request_latency_seconds_sum{{model="{model}",version="{v}"}} {self.latency_sum[v]:.6f}')
                 out.append(f'kiln_request_latency_seconds_count{{model="{model}",version="{v}"}} '
                            f'{sum(n for (ver, c), n in self.requests.items() if ver == v and c == 200)}')
+        tails = {v: self.tail(v) for v in versions}
+        for name, key, what in (("max_seconds", "max", "The slowest successful predict request"),
+                                ("p99_over_p50", "p99_over_p50", "p99 over p50 of predict latency"),
+                                ("tail_flag", "flag", f"1 when p99 over p50 exceeds {TAIL_FLAG_RATIO:g}")):
+            out += [f"# HELP kiln_request_latency_{name} {what} (over the last {WINDOW}).",
+                    f"# TYPE kiln_request_latency_{name} gauge"]
+            for v in versions:
+                val = tails[v][key]
+                text = f"{val}" if key == "flag" else f"{val:.6f}"
+                out.append(f'kiln_request_latency_{name}{{model="{model}",version="{v}"}} {text}')
         out += ["# HELP kiln_batch_size Requests per executed batch.", "# TYPE kiln_batch_size histogram"]
         for v in versions:
             with self._lock:

@@ -41,7 +41,9 @@ def test_tune_resume_and_apply(tmp_path, tiny):
     assert _records(db) == first + r2["new_records"] and 1 <= r2["new_records"] <= 8  # continues, keeps the old records
     assert r2["trials"] <= 8 and r2["defaults_measured"] == 0  # asked for 4; MetaSchedule measures in batches of up to 8
     out = kiln.compile(tiny, tmp_path / "t.kiln", tuning_db=str(tmp_path))
-    assert out.report["tuned_kernels"] >= 1 and out.report["tuned_coverage"] > 0.5
+    rep = out.report  # records applied: each beat its default or is that default (tuned_coverage counts the first)
+    assert rep["tuned_kernels"] == rep["tuned_faster_kernels"] + rep["tuned_default_kernels"] >= 1
+    assert 0 <= rep["tuned_coverage"] <= 1
     assert out.manifest["compile_options"]["tuning_db_sha256"]
     x = rand(1, 16, 8, 8, seed=3)
     np.testing.assert_allclose(kiln.load(tmp_path / "t.kiln").run({"input": x})["output"], ort_run(tiny, {"input": x})[0],
@@ -167,7 +169,9 @@ def test_tune_a_bf16_build(tmp_path, tiny):
     r = tune(m, CompileOptions.make(precision="bf16"), TuneOptions(db_root=str(tmp_path), trials=2), progress=lambda s: None)
     assert r["new_records"] >= r["tasks"] >= 1
     out = kiln.compile(m, tmp_path / "t.kiln", tuning_db=str(tmp_path), precision="bf16")
-    assert out.report["winograd_convs"] == 1 and out.report["tuned_coverage"] == 1.0
+    rep = out.report  # every task's kernel runs a record: one that beat its default schedule, or that default
+    assert rep["winograd_convs"] == 1
+    assert rep["tuned_kernels"] == rep["tuned_faster_kernels"] + rep["tuned_default_kernels"] == r["tasks"]
     assert out.report["bf16_kernel_convs"] == (1 if "avx512bf16" in out.manifest["cpu_features"] else 0)
     assert kiln.compile(m, tmp_path / "f.kiln", tuning_db=str(tmp_path)).report["tuned_coverage"] == 0.0
     x = rand(1, 16, 16, 16, seed=3)

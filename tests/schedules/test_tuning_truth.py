@@ -1,0 +1,118 @@
+"""kiln tune tells the truth: the budget is the wall time, a kernel whose best record is its default
+schedule is not counted as tuned, and the progress lines, the summary and the compile report agree."""
+import re
+import time
+
+import pytest
+import tvm
+from onnx import helper
+from tvm.s_tir import meta_schedule as ms
+from tvm.s_tir.meta_schedule.arg_info import ArgInfo
+
+import kiln
+from helpers import make_model, rand
+from kiln.compiler import CompileOptions
+from kiln.schedules.builder import WorkerBuilder
+from kiln.schedules.database import open_database, target_key
+from kiln.schedules.tuning import (TuneOptions, estimated_latency, extract, format_summary, prepare,
+                                   record_default_schedules, round_size, tune)
+
+
+@pytest.fixture(scope="module")
+def tiny():
+    nodes = [helper.make_node("Conv", ["input", "w"], ["c"], pads=[1, 1, 1, 1]),
+             helper.make_node("Relu", ["c"], ["output"])]
+    return make_model(nodes, {"input": rand(1, 16, 8, 8)}, ["output"], {"w": rand(16, 16, 3, 3, seed=1) * 0.2})
+
+
+def test_round_size_fits_the_budget():
+    b = TuneOptions(budget_s=20, round_trials=16, trials_per_iter=8)
+    assert round_size(b, 0, 0.0, 1.0) == 16  # 20 s left: two batches of 8 at 1 s/trial (and a margin)
+    assert round_size(b, 0, 8.0, 1.0) == 8  # 12 s left: one batch
+    assert round_size(b, 0, 15.0, 1.0) == 0  # 5 s left: a batch would end past the budget, so none starts
+    assert round_size(b, 0, 25.0, 0.1) == 0
+    t = TuneOptions(trials=20, round_trials=16)
+    assert [round_size(t, d, 1e6, 99.0) for d in (0, 16, 20)] == [16, 4, 0]  # --trials ignores the clock
+
+
+def test_budget_is_the_wall_time(tmp_path, tiny):
+    budget = 20.0
+    lines = []
+    t = time.perf_counter()
+    r = tune(tiny, CompileOptions.make(), TuneOptions(db_root=str(tmp_path), budget_s=budget), progress=lines.append)
+    wall = time.perf_counter() - t
+    assert wall <= budget * 1.1 + 3.0, (wall, r["phase_seconds"], lines)
+    assert r["seconds"] <= wall + 0.1
+    assert set(r["phase_seconds"]) == {"setup", "tvm_import", "defaults", "search", "other"}
+    assert f"of a {budget:g} s budget" in format_summary(r)
+
+
+def _only_defaults(tmp_path, tiny):
+    co = CompileOptions.make()
+    mod, target, lanes = prepare(tiny, co)
+    tasks = extract(mod, target)
+    path = tmp_path / target_key(co.target)
+    db = open_database(path)
+    builder = WorkerBuilder(str(tmp_path))
+    try:
+        runner = ms.runner.LocalRunner(timeout_sec=30)
+        assert record_default_schedules(tasks, target, db, builder, runner, lanes, path) == len(tasks) >= 1
+    finally:
+        builder.close()
+    return tasks, target, db
+
+
+def test_a_kernel_whose_best_record_is_its_default_is_not_tuned(tmp_path, tiny):
+    tasks, target, db = _only_defaults(tmp_path, tiny)
+    r = kiln.compile(tiny, tmp_path / "d.kiln", tuning_db=str(tmp_path)).report
+    assert r["tuned_kernels"] == r["tuned_default_kernels"] == len(tasks) and r["tuned_faster_kernels"] == 0
+    assert r["tuned_coverage"] == 0.0  # every record applied is a measured default schedule: nothing is tuned
+    for t in tasks:  # a record faster than each default (a trace that schedules nothing, timed 0.1 us)
+        mod = t.dispatched[0]
+        sch = tvm.s_tir.Schedule(mod)
+        sch.get_child_blocks(sch.get_sblock("root"))  # (MetaSchedule ignores records with an empty trace)
+        db.commit_tuning_record(ms.database.TuningRecord(sch.trace, db.commit_workload(mod), [1e-7], target,
+                                                         ArgInfo.from_prim_func(mod["main"])))
+    r = kiln.compile(tiny, tmp_path / "t.kiln", tuning_db=str(tmp_path)).report
+    assert r["tuned_faster_kernels"] == r["tuned_kernels"] == len(tasks) and r["tuned_default_kernels"] == 0
+    assert r["tuned_coverage"] == 1.0
+
+
+def test_progress_summary_and_compile_report_agree(tmp_path, tiny):
+    lines = []
+    r = tune(tiny, CompileOptions.make(), TuneOptions(db_root=str(tmp_path), trials=8), progress=lines.append)
+    pattern = r"(\d+)/(\d+) tasks searched, (\d+) with a record faster than the default"
+    rounds = [m for m in (re.search(pattern, x) for x in lines) if m]
+    assert rounds, lines
+    searched, tasks, faster = (int(g) for g in rounds[-1].groups())
+    assert (tasks, faster, searched) == (r["tasks"], r["tasks_faster"], r["tasks_searched"])
+    summary = format_summary(r)
+    assert summary.startswith(f"{r['tasks']} tasks, {r['tasks_faster']} with a record faster than the default")
+    assert r["default_latency_ms"] > 0 and 0 < r["tuned_latency_ms"] <= r["default_latency_ms"]  # best: never slower
+    assert "ms with default schedules ->" in summary
+    report = kiln.compile(tiny, tmp_path / "t.kiln", tuning_db=str(tmp_path)).report
+    assert report["tuned_faster_kernels"] == r["tasks_faster"]  # one call site per kernel in this model
+    assert report["tuned_kernels"] == report["tuned_faster_kernels"] + report["tuned_default_kernels"] == r["tasks"]
+    assert (report["tuned_coverage"] > 0) == (r["tasks_faster"] > 0)
+
+
+def test_estimated_latency_needs_every_default():
+    class T:
+        weight = 2
+    assert estimated_latency([T(), T()], [(1e-3, 5e-4), (2e-3, 2e-3)]) == pytest.approx((6.0, 5.0))
+    assert estimated_latency([T()], [(None, 1e-3)]) == (None, None)
+
+
+def test_no_build_starts_past_the_deadline(tmp_path):
+    """BudgetBuilder, the backstop when a round's estimate was wrong: past its deadline every
+    candidate is a failed build at once (no worker is started, nothing compiles)."""
+    from tvm.s_tir.meta_schedule.builder import BuilderInput
+
+    from kiln.schedules.tuning import BudgetBuilder
+    b = BudgetBuilder(str(tmp_path))
+    b.deadline = time.perf_counter() - 1
+    mod = tvm.IRModule()
+    results = b.build([BuilderInput(mod, tvm.target.Target("llvm"))] * 3)
+    assert [r.error_msg for r in results] == ["not built: the --budget is spent"] * 3 and b.skipped == 3
+    assert b._proc is None
+    b.close()
