@@ -107,7 +107,7 @@ def _nbytes(ty) -> int:
     if isinstance(ty, relax.TensorType) and ty.shape is not None:
         try:
             return math.prod(int(v) for v in ty.shape.values) * tvm.runtime.DataType(ty.dtype).bits // 8  # Python ints: no overflow
-        except (TypeError, ValueError):
+        except (TypeError, ValueError, AttributeError):  # a symbolic dim, or a shape held in a variable
             return 0
     if isinstance(ty, relax.TupleType):
         return sum(_nbytes(f) for f in ty.fields)
@@ -148,7 +148,8 @@ def planned_storage(mod: tvm.IRModule, func: str = "main") -> tuple[int, int]:
     total = count = 0
     for call in _calls(planned[func]):
         if isinstance(call.op, tvm.ir.Op) and call.op.name == "relax.memory.alloc_storage":
-            total += int(call.args[0].values[0])
+            size = call.args[0].values[0]
+            total += int(size) if isinstance(size, (int, tvm.tirx.IntImm)) else 0  # sized at run time: not planned
             count += 1
     return total, count
 

@@ -2,8 +2,8 @@
 subgraph of the (pinned, simplified) ONNX model that fails at the same stage, name its node, and
 write it as an .onnx file beside the output with the command that fails on it.
 
-The search: the shortest prefix of the graph (in its topological order) whose last node's outputs
-already fail, by bisection; then that last node alone, its other inputs made graph inputs. Each
+The search: the shortest prefix of the graph (in its topological order) that already fails (the
+prefix's dangling values are its outputs), by bisection; then that last node alone, its other inputs made graph inputs. Each
 probe is a compile, so the search stops at a time budget and keeps the best found."""
 from __future__ import annotations
 
@@ -32,8 +32,12 @@ def reduce_failure(model: onnx.ModelProto, fails: Callable[[onnx.ModelProto], bo
     inputs = [i.name for i in model.graph.input if i.name not in inits]
     cache: dict = {}
 
+    graph_outputs = {o.name for o in model.graph.output}
+
     def prefix(k):
-        outs = [o for o in nodes[k].output if o]
+        """Nodes 0..k with every value they make that nothing among them reads (and the graph's outputs)."""
+        read = {i for n in nodes[:k + 1] for i in n.input}
+        outs = [o for n in nodes[:k + 1] for o in n.output if o and (o not in read or o in graph_outputs)]
         return _extract(extractor, inputs, outs)
 
     def probe(k, make=prefix):

@@ -15,6 +15,8 @@ from . import preflight, simplify as simplify_mod
 from .constant_inputs import check_constant_inputs
 from .decompose import decompose, rewrite_for
 from .freeze import freeze_inputs, parse_frozen_inputs
+from .shape_values import cast_shape_values, clamp_slice_bounds
+from .tvm_converters import kiln_converters
 from .onnx_load import check_onnx, load_onnx, to_array
 from .shapes import graph_inputs, parse_input_shapes, pin_input_shapes
 
@@ -42,6 +44,8 @@ def prepare_onnx(model: onnx.ModelProto, input_shapes=None, where: str = "<model
         consts = {i.name: to_array(i, where) for i in simple.graph.initializer}
         stats["rewritten"] = decompose(simple, simplify_mod._static_shapes(simple), consts, where)
         simplify_mod._write_constants(simple.graph, consts)
+    stats["shape_casts"] = cast_shape_values(simple)
+    clamp_slice_bounds(simple)
     check_constant_inputs(simple, where)
     return simple, stats
 
@@ -59,7 +63,7 @@ def import_onnx(model: str | os.PathLike | onnx.ModelProto, input_shapes=None, w
     inputs = [TensorSpec(vi.name, tuple(d.dim_value for d in vi.type.tensor_type.shape.dim),
                          _np_dtype(vi.type.tensor_type.elem_type, vi.name, where)) for vi in graph_inputs(simple)]
     from tvm.relax.frontend.onnx import from_onnx
-    with pass_errors("TVM's ONNX importer", where), warnings.catch_warnings():
+    with pass_errors("TVM's ONNX importer", where), warnings.catch_warnings(), kiln_converters():
         warnings.simplefilter("ignore")
         mod = from_onnx(simple, shape_dict={i.name: list(i.shape) for i in inputs},
                         dtype_dict={i.name: i.dtype for i in inputs}, keep_params_in_input=False)
