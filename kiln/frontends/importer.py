@@ -34,6 +34,7 @@ class ImportedModel:
 def prepare_onnx(model: onnx.ModelProto, input_shapes=None, where: str = "<model>", frozen=()) -> tuple[onnx.ModelProto, dict]:
     """Preflight, freeze, pin, simplify, decompose: the ONNX-level half of the import."""
     preflight.check_supported(model, where)
+    _check_tensor_io(model, where)
     model_c = onnx.ModelProto()
     model_c.CopyFrom(model)
     freeze_inputs(model_c, parse_frozen_inputs(frozen), where)
@@ -69,6 +70,17 @@ def import_onnx(model: str | os.PathLike | onnx.ModelProto, input_shapes=None, w
                         dtype_dict={i.name: i.dtype for i in inputs}, keep_params_in_input=False)
     outputs = _output_specs(mod, [o.name for o in simple.graph.output], where)
     return ImportedModel(mod, inputs, outputs, preflight.opsets(model), stats, simple)
+
+
+def _check_tensor_io(model: onnx.ModelProto, where: str) -> None:
+    """An artifact takes and returns tensors: a sequence, map or optional at the graph's boundary cannot be compiled."""
+    inits = {i.name for i in model.graph.initializer}
+    bad = [f"{kind} {vi.name!r} ({vi.type.WhichOneof('value')})" for kind, vis in (("input", model.graph.input), ("output", model.graph.output))
+           for vi in vis if vi.name not in inits and vi.type.WhichOneof("value") not in ("tensor_type", None)]
+    if bad:
+        raise UnsupportedModelError(f"the graph takes or returns values that are not tensors: {', '.join(bad)}", where=where,
+                                    fix="a compiled model takes and returns tensors: export the sequence's elements as separate "
+                                        "inputs/outputs (a fixed number of them)")
 
 
 def _np_dtype(elem_type: int, name: str, where: str) -> str:

@@ -52,6 +52,8 @@ def _try_fold(node, consts, shapes, opsets, out_nodes, stats, where) -> bool:
     if node.domain not in ("", "ai.onnx"):
         return False
     op = node.op_type
+    if op == "Concat" and len(node.input) > 1:
+        _drop_empty_inputs(node, consts)
     if op == "Constant":
         value = _eval(node, consts, opsets, stats, where)
         if value is None:
@@ -94,6 +96,14 @@ def _try_fold(node, consts, shapes, opsets, out_nodes, stats, where) -> bool:
             consts[name] = val
     stats["folded"] += 1
     return True
+
+
+def _drop_empty_inputs(node, consts) -> None:
+    """A Concat of a constant with a zero-size axis and something else is that something else: TVM would
+    keep the empty constant, which its saved executable cannot load back ("Invalid DLTensor file format")."""
+    keep = [i for i in node.input if not (i in consts and np.asarray(consts[i]).size == 0)]
+    if keep and len(keep) < len(node.input):
+        node.input[:] = keep
 
 
 def _eval(node, consts, opsets, stats, where) -> list[np.ndarray] | None:

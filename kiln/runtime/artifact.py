@@ -50,7 +50,7 @@ def pack_weights(arrays: list[np.ndarray]) -> tuple[bytes, list[dict]]:
     """Concatenate arrays (each 64-byte aligned) into one blob; returns it and its index."""
     buf, index = io.BytesIO(), []
     for i, a in enumerate(arrays):
-        a = np.ascontiguousarray(a)
+        a = np.ascontiguousarray(a).reshape(np.shape(a))  # keeps a 0-d weight 0-d
         pad = (-buf.tell()) % WEIGHT_ALIGN
         buf.write(b"\0" * pad)
         index.append({"name": f"w{i}", "shape": list(a.shape), "dtype": str(a.dtype), "offset": buf.tell(), "nbytes": a.nbytes})
@@ -184,8 +184,8 @@ def _is_dtype(v) -> bool:
 
 
 def _tensor_problems(key: str, specs, weight: bool = False) -> list[str]:
-    if not isinstance(specs, list) or not specs and not weight:
-        return [f"{key} is not a non-empty list"]
+    if not isinstance(specs, list) or not specs and key.endswith("outputs"):
+        return [f"{key} is not a {'non-empty ' if key.endswith('outputs') else ''}list"]  # a model may take no inputs
     lo = -1 if key.endswith("outputs") else 0  # -1: an output dimension that depends on the data
     for i, t in enumerate(specs):
         if not isinstance(t, dict) or not isinstance(t.get("name"), str) or not _is_dtype(t.get("dtype")) or \

@@ -141,7 +141,7 @@ class Model:
             if x.ndim != len(spec.shape):
                 raise InputError(f"input {spec.name!r} has rank {x.ndim} ({_fmt(x.shape)}), the model expects rank {len(spec.shape)} "
                                  f"({_fmt(spec.shape)})", where=str(self.path), fix=f"reshape it to {_fmt(spec.shape)}")
-            arrays.append(np.ascontiguousarray(x))
+            arrays.append(np.ascontiguousarray(x).reshape(x.shape))  # ascontiguousarray makes a 0-d array 1-d
         return arrays
 
     def select(self, arrays: list[np.ndarray]) -> int:
