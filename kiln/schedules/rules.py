@@ -35,6 +35,16 @@ def block_named(sch: s_tir.Schedule, name: str):
     return found[0]
 
 
+def tile_consumers(sch: s_tir.Schedule, anchor) -> list:
+    """The anchor's consumers that can be computed tile by tile: those writing exactly the anchor's
+    output domain (as many elements, in any layout). A consumer that writes more (a Pad after a conv) stays at the root: computed at a
+    tile it covers only the anchor's region (reverse_compute_at derives it from the producer), and the
+    padding border is never written (seen as garbage in a ConvTranspose -> Pad kernel)."""
+    def size(block):
+        return math.prod(int(v) for v in sch.get(block).writes[0].buffer.shape)  # a layout transform keeps it
+    return [c for c in sch.get_consumers(anchor) if size(c) == size(anchor)]
+
+
 def tile_accumulator(sch: s_tir.Schedule, anchor, tile_loop, consumers: list):
     """The anchor's results accumulated in a local (register) tile written back at `tile_loop`, its
     epilogue blocks computed there too, tile by tile; returns the write-back block."""
@@ -156,7 +166,7 @@ def reduction_tiled(sch: s_tir.Schedule, anchor, lanes: int) -> None:
     strided = _strided_lanes(sch, anchor)
     if strided:  # e.g. a stride-2 NCHW pool: lanes along W would each gather, so they run as unrolled scalars, 4 of them
         lanes = min(lanes, STRIDED_LANES)  # (ResNet-50's 3x3/2 max pool: 0.45 ms vectorized by 8, 0.28 unrolled by 8, 0.14 by 4)
-    consumers = sch.get_consumers(anchor)
+    consumers = tile_consumers(sch, anchor)
     types = iter_types(sch, anchor)
     loops = sch.get_loops(anchor)
     if len(loops) != len(types):
@@ -281,7 +291,7 @@ def conv_nchw_oc_vectorized(sch: s_tir.Schedule, anchor, lanes: int) -> None:
         if shape[1] * extent(sch, loops[5]) * shape[3] > MAX_STACK_FLOATS:
             pad = None
     inline_all_but(sch, [anchor] + ([pad] if pad is not None else []))
-    consumers = sch.get_consumers(anchor)
+    consumers = tile_consumers(sch, anchor)
     wcache = sch.cache_read(anchor, 1, "global")
     sch.transform_layout(wcache, ("write", 0), lambda o, i, h, w: (o // lanes, i, h, w, o % lanes))
     n, oc, oh, ow, ic, kh, kw = sch.get_loops(anchor)
@@ -321,7 +331,7 @@ def conv_nchw_pointwise(sch: s_tir.Schedule, anchor, lanes: int) -> None:
     if (h * w) % lanes or extent(sch, loops[1]) % 8:
         raise s_tir.ScheduleError("pixels not divisible by the lanes, or output channels by 8")
     inline_all_but(sch, [anchor])
-    consumers = sch.get_consumers(anchor)
+    consumers = tile_consumers(sch, anchor)
     if not consumers:  # the conv writes the kernel's output: flattening that buffer would change the signature
         raise s_tir.ScheduleError("no epilogue block to write the output in its own layout")
     if any(len(sch.get_loops(c)) != 4 for c in consumers):
@@ -360,7 +370,7 @@ def depthwise_nchw(sch: s_tir.Schedule, anchor, lanes: int) -> None:
         raise s_tir.ScheduleError("not a depthwise NCHW conv (one input channel per group)")
     pad = pad_producer(sch, anchor)
     inline_all_but(sch, [anchor] + ([pad] if pad is not None else []))
-    consumers = sch.get_consumers(anchor)
+    consumers = tile_consumers(sch, anchor)
     n, c, oh, ow, rc, ry, rx = sch.get_loops(anchor)
     width = extent(sch, ow)
     stride = _conv_stride_w(sch, anchor, pad, rx, width)
@@ -452,7 +462,7 @@ def conv2d_int8_vnni(sch: s_tir.Schedule, anchor, lanes: int) -> None:
         raise s_tir.ScheduleError("not an int8 NCHWc conv")
     prologue = [b for b in sch.get_producers(anchor)]
     inline_all_but(sch, [anchor, *prologue])
-    consumers = sch.get_consumers(anchor)
+    consumers = tile_consumers(sch, anchor)
     n, o, y, x, k, ic, ry, rx, i4o, i4i = sch.get_loops(anchor)
     t = _divisor_at_most(extent(sch, x), 8)
     xo, xi = sch.split(x, [None, t])
@@ -478,7 +488,7 @@ def matmul_int8_vnni(sch: s_tir.Schedule, anchor, lanes: int) -> None:
         raise s_tir.ScheduleError("the target has no AVX-512 VNNI")
     inline_all_but(sch, [anchor, *sch.get_producers(anchor)])
     prologue = sch.get_producers(anchor)
-    consumers = sch.get_consumers(anchor)
+    consumers = tile_consumers(sch, anchor)
     loops = sch.get_loops(anchor)
     *lead, n, ko, ki = loops
     m = sch.fuse(*lead) if len(lead) > 1 else lead[0]
