@@ -41,7 +41,7 @@ def tile_consumers(sch: s_tir.Schedule, anchor) -> list:
     tile it covers only the anchor's region (reverse_compute_at derives it from the producer), and the
     padding border is never written (seen as garbage in a ConvTranspose -> Pad kernel)."""
     def size(block):
-        return math.prod(int(v) for v in sch.get(block).writes[0].buffer.shape)  # a layout transform keeps it
+        return math.prod(int(v) for v in sch.get(block).writes[0].source.shape)  # a layout transform keeps it
     return [c for c in sch.get_consumers(anchor) if size(c) == size(anchor)]
 
 
