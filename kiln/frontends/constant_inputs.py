@@ -31,16 +31,15 @@ def check_constant_inputs(model: onnx.ModelProto, where: str) -> None:
             name = node.input[idx] if idx < len(node.input) else ""
             if name and name not in consts and not _constant_node(producer.get(name)):
                 src, via_shape = _sources(name, producer, inputs)
-                if src or not via_shape:  # a Shape of a run-time-sized tensor: TVM's shape expressions take it
+                if src:  # fed by a graph input (a Shape of a run-time-sized tensor, or constants TVM folds, are left to TVM)
                     bad.append((node, idx, name, sorted(src)))
     if not bad:
         return
-    listing = "; ".join(f"{n.op_type} node {n.name or n.output[0]!r} input {i} ({name!r}"
-                        + (f", from graph input(s) {src})" if src else ", computed from the data at run time)")
+    listing = "; ".join(f"{n.op_type} node {n.name or n.output[0]!r} input {i} ({name!r}, from graph input(s) {src})"
                         for n, i, name, src in bad)
     feeds = sorted({s for *_, src in bad for s in src})
-    fix = (f"freeze the graph input(s) {feeds} to the values you deploy with: {FLAG} {feeds[0]}=VALUE (repeatable)"
-           if feeds else "these values must be known ahead of time; export the model with them as constants")
+    fix = (f"if these inputs are known when you deploy, freeze them: {FLAG} {feeds[0]}=VALUE (repeatable); "
+           "values computed from the data at run time cannot decide these ahead of time")
     raise UnsupportedModelError(f"{len(bad)} op input(s) must be known at compile time: {listing}",
                                 ops=[{"op_type": n.op_type, "node": n.name, "input": name} for n, _, name, _ in bad],
                                 where=where, fix=fix)
@@ -65,5 +64,6 @@ def _sources(name: str, producer: dict, inputs: set[str]) -> tuple[set[str], boo
             if producer[v].op_type in ("Shape", "Size"):
                 via_shape = True
                 continue
-            stack.extend(i for i in producer[v].input if i)
+            ins = producer[v].input[:1] if producer[v].op_type == "CastLike" else producer[v].input  # its 2nd input: a type
+            stack.extend(i for i in ins if i)
     return out, via_shape

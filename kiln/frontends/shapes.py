@@ -77,7 +77,7 @@ def pin_input_shapes(model: onnx.ModelProto, shapes: dict[str, tuple[int, ...]],
                 if len(dims) != len(decl):
                     raise ShapeError(f"input {vi.name!r} has rank {len(decl)} ({_fmt(decl)}), but {FLAG} gives rank {len(dims)} ({_fmt(dims)})",
                                      where=where, fix=f"give {len(decl)} dims, e.g. {FLAG} {vi.name}:{_example(decl)}")
-                bad = [(i, d, p) for i, (d, p) in enumerate(zip(decl, dims)) if isinstance(d, int) and d > 0 and d != p]
+                bad = [(i, d, p) for i, (d, p) in enumerate(zip(decl, dims)) if isinstance(d, int) and d >= 0 and d != p]
                 if bad:
                     i, d, p = bad[0]
                     raise ShapeError(f"input {vi.name!r} dim {i} is fixed at {d} in the model, but {FLAG} gives {p}",
@@ -88,7 +88,7 @@ def pin_input_shapes(model: onnx.ModelProto, shapes: dict[str, tuple[int, ...]],
         if decl is None:
             unpinned.append((vi.name, "shape not declared", "?"))
             continue
-        sym = [(i, d) for i, d in enumerate(decl) if not (isinstance(d, int) and d > 0)]
+        sym = [(i, d) for i, d in enumerate(decl) if not (isinstance(d, int) and d >= 0)]  # 0: an empty axis, as onnxruntime reads it
         if sym:
             unpinned.append((vi.name, ", ".join(f"dim {i} ({d or '?'})" for i, d in sym), _example(decl)))
         else:
