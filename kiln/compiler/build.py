@@ -185,7 +185,18 @@ def _import(model: onnx.ModelProto, shapes, options: CompileOptions, where: str,
                 return False
             found = reduce_failure(simple, fails, budget_s)
             return write_reproducer(found, output, compile_flags(options)) if found and write else found
-        raise blame(e, model, where, reproduce) from None
+        raise blame(e, model, where, reproduce, hint=_if_hint(model)) from None
+
+
+def _if_hint(model: onnx.ModelProto) -> str | None:
+    """Ifs on graph inputs compile both branches for the pinned shapes, and a branch onnxruntime never
+    takes for these shapes may not be valid for them (a VAD's 8 kHz branch on a 16 kHz frame)."""
+    from ..frontends.constant_inputs import graph_input_sources
+    feeds = sorted({s for n in model.graph.node if n.op_type == "If" for s in graph_input_sources(model, n.input[0])})
+    if not feeds:
+        return None
+    return (f"the model branches on input(s) {feeds} (If): both branches are compiled for the pinned shapes; if the "
+            f"value is known when you deploy, --freeze-input {feeds[0]}=VALUE compiles only the branch taken")
 
 
 def _reproducer(simple: onnx.ModelProto, options: CompileOptions, layout: str, where: str, output):

@@ -70,8 +70,9 @@ def with_fallback(attempt: Callable, options, layout: str, where: str, model: on
     raise blame(first, model, where, reproduce)
 
 
-def blame(err: CompileError, model: onnx.ModelProto | None, where: str, reproduce: Callable | None):
-    """The model's fault only if ONNX itself rejects it; else an InternalError with a reproducer."""
+def blame(err: CompileError, model: onnx.ModelProto | None, where: str, reproduce: Callable | None, hint: str | None = None):
+    """The model's fault only if ONNX itself rejects it; else an InternalError with a reproducer (and
+    the hint, when the caller knows a likelier cause than a bug)."""
     invalid = _onnx_rejects(model) if model is not None else None
     if invalid:
         return ModelLoadError(f"{err.what}; ONNX's own checks reject the model too: {invalid}", where=where,
@@ -81,7 +82,7 @@ def blame(err: CompileError, model: onnx.ModelProto | None, where: str, reproduc
     node = found.get("node") if found else None
     repro = found.get("path") if found else None
     at = f" at node {node!r}" if node else ""
-    fix = "this is a bug in Kiln, not in your model: rerun with --debug for the trace and report it"
+    fix = (f"{hint}; otherwise " if hint else "") + "this is a bug in Kiln, not in your model: rerun with --debug for the trace and report it"
     if repro:
         fix += f" with {repro} ({found['nodes']} node(s)), which fails the same way: {found['command']}"
     return InternalError(f"internal error in {stage}{at}: {getattr(err, 'detail', err.what)}", stage=stage, node=node,

@@ -67,3 +67,11 @@ def _sources(name: str, producer: dict, inputs: set[str]) -> tuple[set[str], boo
             ins = producer[v].input[:1] if producer[v].op_type == "CastLike" else producer[v].input  # its 2nd input: a type
             stack.extend(i for i in ins if i)
     return out, via_shape
+
+
+def graph_input_sources(model: onnx.ModelProto, name: str) -> set[str]:
+    """The graph inputs `name` is computed from (not counting reads through Shape/Size)."""
+    g = model.graph
+    consts = {i.name for i in g.initializer}
+    producer = {o: n for n in g.node for o in n.output if o}
+    return _sources(name, producer, {i.name for i in g.input if i.name not in consts})[0]

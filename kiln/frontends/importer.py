@@ -41,10 +41,7 @@ def prepare_onnx(model: onnx.ModelProto, input_shapes=None, where: str = "<model
     pin_input_shapes(model_c, parse_input_shapes(input_shapes), where)
     simple, stats = simplify_mod.simplify(model_c, where)
     preflight.check_supported(simple, where)  # what the rewrites below and TVM's importer take
-    if any(rewrite_for(n) for n in simple.graph.node):
-        consts = {i.name: to_array(i, where) for i in simple.graph.initializer}
-        stats["rewritten"] = decompose(simple, simplify_mod._static_shapes(simple), consts, where)
-        simplify_mod._write_constants(simple.graph, consts)
+    stats["rewritten"] = _decompose(simple, where)
     stats["shape_casts"] = cast_shape_values(simple)
     clamp_slice_bounds(simple)
     check_constant_inputs(simple, where)
@@ -70,6 +67,22 @@ def import_onnx(model: str | os.PathLike | onnx.ModelProto, input_shapes=None, w
                         dtype_dict={i.name: i.dtype for i in inputs}, keep_params_in_input=False)
     outputs = _output_specs(mod, [o.name for o in simple.graph.output], where)
     return ImportedModel(mod, inputs, outputs, preflight.opsets(model), stats, simple)
+
+
+def _decompose(model: onnx.ModelProto, where: str) -> int:
+    """The rewrites of decompose/ on the graph and, recursively, on the branches of its Ifs (in place)."""
+    consts = {i.name: to_array(i, where) for i in model.graph.initializer}
+    count = 0
+    if any(rewrite_for(n) for n in model.graph.node):
+        count = decompose(model, simplify_mod._static_shapes(model), consts, where)
+        simplify_mod._write_constants(model.graph, consts)
+    if any(n.op_type == "If" for n in model.graph.node):
+        def branch(sub):
+            nonlocal count
+            count += _decompose(sub, where)
+            return sub
+        simplify_mod.map_branches(model, consts, branch)
+    return count
 
 
 def _check_tensor_io(model: onnx.ModelProto, where: str) -> None:

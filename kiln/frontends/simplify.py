@@ -44,8 +44,76 @@ def simplify(model: onnx.ModelProto, where: str) -> tuple[onnx.ModelProto, dict[
         _write_constants(g, consts)
         if not changed:
             break
+    if any(n.op_type == "If" for n in g.node):
+        _simplify_branches(m, consts, stats, where)
+        _write_constants(g, consts)
     stats["nodes_after"] = len(g.node)
     return m, stats
+
+
+def _simplify_branches(m: onnx.ModelProto, consts: dict, stats: dict, where: str) -> None:
+    """Fold inside the branches of the Ifs left (their condition is data), so shape arithmetic inside
+    them (a VAD's per-sample-rate front end) is constant for TVM too."""
+    def fold(sub):
+        simple, sub_stats = simplify(sub, where)
+        for k in ("folded", "shapes_resolved", "ifs_inlined"):
+            stats[k] += sub_stats[k]
+        return simple
+    map_branches(m, consts, fold)
+
+
+def map_branches(m: onnx.ModelProto, consts: dict, fn) -> None:
+    """Apply fn (model -> model) to each branch of the graph's If nodes, in place: the branch as a model
+    of its own whose inputs are the outer values it reads, with their inferred types and shapes, and
+    whose initializers include the outer constants it reads."""
+    typed = _typed_values(m)
+    for node in m.graph.node:
+        if node.op_type != "If" or node.domain not in ("", "ai.onnx"):
+            continue
+        for a in node.attribute:
+            if a.type != onnx.AttributeProto.GRAPH:
+                continue
+            outer = sorted(_outer_refs_of(a.g))
+            inputs = [onnx.helper.make_tensor_value_info(n, typed[n][0], typed[n][1]) for n in outer if n not in consts and n in typed]
+            if len(inputs) != len([n for n in outer if n not in consts]):
+                continue  # an outer value of unknown type: leave the branch as it is
+            inits = [numpy_helper.from_array(np.asarray(consts[n]), n) for n in outer if n in consts] + list(a.g.initializer)
+            sub = onnx.helper.make_model(onnx.helper.make_graph(list(a.g.node), a.g.name, inputs, list(a.g.output), inits),
+                                         opset_imports=list(m.opset_import), ir_version=m.ir_version)
+            done = fn(sub)
+            del a.g.node[:]
+            a.g.node.extend(done.graph.node)
+            del a.g.initializer[:]
+            a.g.initializer.extend(i for i in done.graph.initializer if i.name not in outer or i.name not in consts)
+            del a.g.output[:]
+            a.g.output.extend(done.graph.output)
+
+
+def _outer_refs_of(g: onnx.GraphProto) -> set[str]:
+    """Names a subgraph (and the subgraphs inside it) reads that it does not define."""
+    own = {i.name for i in g.input} | {i.name for i in g.initializer} | {o for n in g.node for o in n.output if o}
+    reads = {i for n in g.node for i in n.input if i}
+    for n in g.node:
+        for a in n.attribute:
+            for sub in ([a.g] if a.type == onnx.AttributeProto.GRAPH else list(a.graphs)):
+                reads |= _outer_refs_of(sub)
+    return reads - own
+
+
+def _typed_values(m: onnx.ModelProto) -> dict[str, tuple[int, list | None]]:
+    """name -> (element type, dims or None) of every value ONNX's shape inference types."""
+    try:
+        inferred = onnx.shape_inference.infer_shapes(m, strict_mode=False, data_prop=True)
+    except Exception:  # noqa: BLE001 - no types: no branch folding
+        return {}
+    out = {}
+    for vi in list(inferred.graph.value_info) + list(inferred.graph.input) + list(inferred.graph.output):
+        t = vi.type.tensor_type
+        if vi.type.WhichOneof("value") == "tensor_type" and t.elem_type:
+            dims = [d.dim_value if d.HasField("dim_value") else (d.dim_param or None) for d in t.shape.dim] \
+                if t.HasField("shape") else None
+            out[vi.name] = (t.elem_type, dims)
+    return out
 
 
 def _try_fold(node, consts, shapes, opsets, out_nodes, stats, where) -> bool:
@@ -152,9 +220,26 @@ def _inline(node, sub: onnx.GraphProto, consts, out_nodes) -> None:
         c.name = prefix + (n.name or n.op_type)
         c.input[:] = [rename.get(i, i) for i in n.input]
         c.output[:] = [rename.get(o, o) for o in n.output]
+        for a in c.attribute:  # a nested branch reads this branch's locals by their old names
+            for g in ([a.g] if a.type == onnx.AttributeProto.GRAPH else list(a.graphs)):
+                _rename_outer_refs(g, rename)
         out_nodes.append(c)
     for src, dst in zip(sub.output, node.output):
         out_nodes.append(onnx.helper.make_node("Identity", [rename.get(src.name, src.name)], [dst], name=prefix + "out/" + dst))
+
+
+def _rename_outer_refs(g: onnx.GraphProto, rename: dict) -> None:
+    """Rename, in place, the values a subgraph reads from outside it (its own locals shadow them)."""
+    own = {i.name for i in g.input} | {i.name for i in g.initializer} | {o for n in g.node for o in n.output if o}
+    outer = {k: v for k, v in rename.items() if k not in own}
+    for n in g.node:
+        n.input[:] = [outer.get(i, i) for i in n.input]
+        for a in n.attribute:
+            for sub in ([a.g] if a.type == onnx.AttributeProto.GRAPH else list(a.graphs)):
+                _rename_outer_refs(sub, outer)
+    for o in g.output:
+        if o.name in outer:
+            o.name = outer[o.name]
 
 
 def _static_shapes(m: onnx.ModelProto) -> dict[str, tuple[int, ...]]:

@@ -109,3 +109,47 @@ def test_loop_with_a_data_trip_count_is_refused_by_name(tmp_path):
         kiln.compile(m, tmp_path / "m.kiln")
     assert "--freeze-input" in str(e.value)
     assert not (tmp_path / "m.kiln").exists()
+
+
+def _tv(name, shape=None):
+    return helper.make_tensor_value_info(name, TensorProto.FLOAT, shape)
+
+
+def test_nested_if_reads_a_local_of_the_inlined_branch(tmp_path):
+    # both conditions are constant once the shape is pinned; the inner branch reads the outer branch's local 't'
+    # (silero-vad's decoder: KeyError in TVM's importer when inlining renamed 't' but not the inner reads)
+    inner_then = _branch([helper.make_node("Neg", ["t"], ["it"])], "it")
+    inner_else = _branch([helper.make_node("Abs", ["t"], ["ie"])], "ie")
+    outer_then = helper.make_graph([helper.make_node("Relu", ["x"], ["t"]),
+                                    helper.make_node("If", ["c"], ["o1"], then_branch=inner_then, else_branch=inner_else)],
+                                   "ot", [], [_tv("o1")])
+    outer_else = _branch([helper.make_node("Sigmoid", ["x"], ["oe"])], "oe")
+    nodes = [helper.make_node("Shape", ["x"], ["s"]), helper.make_node("ReduceProd", ["s"], ["n"], keepdims=0),
+             helper.make_node("Greater", ["n", "two"], ["c"]),
+             helper.make_node("If", ["c"], ["y"], then_branch=outer_then, else_branch=outer_else)]
+    m = make_model(nodes, {"x": rand(2, 3)}, ["y"], {"two": np.array(2, np.int64)}, in_shapes={"x": ["N", 3]})
+    out = check_against_ort(m, {"x": rand(2, 3, seed=3)}, tmp_path, input_shapes=["x:2x3"])
+    np.testing.assert_allclose(out["y"], -np.maximum(rand(2, 3, seed=3), 0), rtol=1e-6)
+
+
+def test_data_dependent_if_branches_are_folded_and_decomposed(tmp_path):
+    # the then branch pads by an amount computed from the input's shape (folded inside the branch), the else
+    # branch runs an LSTM (decomposed inside the branch): both were left to TVM, which refused them
+    h, t = 3, 6
+    r = np.random.default_rng(0)
+    then_g = _branch([helper.make_node("Shape", ["x"], ["s"]), helper.make_node("Slice", ["s", "i2", "i3"], ["w"]),
+                      helper.make_node("Mod", ["w", "four"], ["rem"]), helper.make_node("Concat", ["z5", "rem"], ["pads"], axis=0),
+                      helper.make_node("Pad", ["x", "pads"], ["p"]),
+                      helper.make_node("ReduceMean", ["p"], ["t_out"], axes=[2], keepdims=1)], "t_out")
+    else_g = _branch([helper.make_node("Transpose", ["x"], ["xt"], perm=[2, 0, 1]),
+                      helper.make_node("LSTM", ["xt", "W", "R"], ["", "yh"], hidden_size=h),
+                      helper.make_node("Transpose", ["yh"], ["e_out"], perm=[1, 2, 0])], "e_out")
+    nodes = [helper.make_node("ReduceSum", ["x"], ["sum"], keepdims=0), helper.make_node("Greater", ["sum", "zero"], ["c"]),
+             helper.make_node("If", ["c"], ["y"], then_branch=then_g, else_branch=else_g)]
+    inits = {"i2": np.array([2], np.int64), "i3": np.array([3], np.int64), "four": np.array([4], np.int64),
+             "z5": np.zeros(5, np.int64), "zero": np.float32(0), "W": r.standard_normal((1, 4 * h, 4)).astype(np.float32),
+             "R": r.standard_normal((1, 4 * h, h)).astype(np.float32)}
+    m = make_model(nodes, {"x": rand(1, 4, t)}, ["y"], inits, opset=13)
+    x = np.abs(rand(1, 4, t, seed=5))
+    assert check_against_ort(m, {"x": x}, tmp_path)["y"].shape == (1, 4, 1)
+    assert check_against_ort(m, {"x": -x}, tmp_path)["y"].shape == (1, h, 1)
