@@ -277,7 +277,10 @@ def write_report(out: Path, records: list[dict], manifest: dict, command: str, s
              "Kiln default options (layout NCHWc, the shipped tuning records); input_shapes only for symbolic dims. "
              "p50: medians of alternating blocks, 2 threads each; ratio = kiln / ort.", "",
              "Rebuild: `make corpus` (exports into build/corpus with .venv-corpus, then this table). "
-             "One model: `.venv/bin/python benchmarks/corpus/run.py --one NAME [--layout NCHW]`.", ""]
+             "One model: `.venv/bin/python benchmarks/corpus/run.py --one NAME [--layout NCHW]` (the artifact and a "
+             "failing compile's repro.onnx land in build/corpus/kiln/); at the revision this table measured, with "
+             "--kiln-rev: prefix `PYTHONPATH=build/corpus/kiln-src/SHA`. Latencies are from a machine shared with "
+             "other jobs: compare ratios, not absolute times.", ""]
     lines += table(["model", "source", "exporter", "status", "error class: message", "compile s", "kiln p50 ms",
                     "ort p50 ms", "ratio"], rows)
     data = {"cpu": cpu_name(), "command": command, "started": started, "kiln": state, "counts": counts,
