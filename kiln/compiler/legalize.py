@@ -128,6 +128,41 @@ def _fast_math(compute, attrs=lambda call: ()):
     return legalize
 
 
-LEGALIZE = {"relax.nn.conv2d": _conv2d, "relax.matmul": _matmul, "relax.exp": _fast_math(topi.fast_exp),
+def _inf_identity_reduce(kind: str):
+    """float max/min reductions whose identity is -inf/+inf, as ONNX's ReduceMax/ReduceMin are (topi's use
+    the lowest/highest finite value, so the max of a row of -inf was -3.4e38 and the attention test
+    'is the row fully masked: max == -inf' never fired, leaving NaN where ONNX gives 0)."""
+    combine = tvm.tirx.max if kind == "max" else tvm.tirx.min
+    ident = float("-inf") if kind == "max" else float("inf")
+    reducer = te.comm_reducer(lambda a, b: combine(a, b), lambda t: tvm.tirx.const(ident, t), name=kind)
+
+    def compute(x, axes, keepdims: bool):
+        rank = len(x.shape)
+        axes = sorted({a % rank for a in axes}) if axes is not None else list(range(rank))
+        rs = {a: te.reduce_axis((0, x.shape[a]), name=f"k{a}") for a in axes}
+        out_shape = [1 if a in rs else d for a, d in enumerate(x.shape) if keepdims or a not in rs]
+
+        def body(*idx):
+            it = iter(idx)
+            full = []
+            for a in range(rank):
+                if a in rs:
+                    if keepdims:
+                        next(it)
+                    full.append(rs[a])
+                else:
+                    full.append(next(it))
+            return reducer(x(*full), axis=list(rs.values()))
+        return te.compute(out_shape, body, name=f"T_{kind}")
+
+    def legalize(bb, call):
+        if str(call.ty.dtype) not in ("float32", "float16", "float64", "bfloat16"):
+            return tvm.ir.Op.get(call.op.name).get_attr("FLegalize")(bb, call)
+        axes = [int(a) for a in call.attrs.axis] if call.attrs.axis is not None else None
+        return bb.call_te(compute, call.args[0], axes, bool(call.attrs.keepdims), primfunc_name_hint=kind)
+    return legalize
+
+
+LEGALIZE = {"relax.max": _inf_identity_reduce("max"), "relax.min": _inf_identity_reduce("min"), "relax.nn.conv2d": _conv2d, "relax.matmul": _matmul, "relax.exp": _fast_math(topi.fast_exp),
             "relax.erf": _fast_math(topi.fast_erf), "relax.tanh": _fast_math(topi.fast_tanh),
             "relax.nn.softmax": _fast_math(softmax_fast_exp, lambda call: (int(call.attrs.axis),))}
