@@ -51,7 +51,7 @@ SHAPE_INPUTS = {
     "BlackmanWindow": (0,), "MelWeightMatrix": (0, 1, 2, 3, 4), "ReduceSum": (1,), "ReduceMean": (1,),
     "ReduceMax": (1,), "ReduceMin": (1,), "ReduceProd": (1,), "ReduceL1": (1,), "ReduceL2": (1,),
     "ReduceLogSum": (1,), "ReduceLogSumExp": (1,), "ReduceSumSquare": (1,), "AffineGrid": (1,),
-    "NonMaxSuppression": (2, 3, 4),
+    "NonMaxSuppression": (2, 3, 4), "Loop": (0, 1),
 }
 OUTCOMES = ("pass", "mismatch", "unsupported", "internal", "crash")
 
@@ -176,11 +176,19 @@ def run_kiln(case, tmp: Path, freeze: bool = False) -> dict:
     if freeze:
         frozen = shape_inputs(case)
         kwargs["freeze_inputs"] = frozen
-        fed = {k: v for k, v in fed.items() if k not in frozen}
     stage = "compile"
     try:
         out = tmp / "m.kiln"
-        kiln.compile(case.model, out, **kwargs)
+        for _ in range(3):  # Kiln's refusal names the graph inputs to freeze (an _expanded case feeds them elsewhere)
+            try:
+                kiln.compile(case.model, out, **kwargs)
+                break
+            except kiln.UnsupportedModelError as e:
+                more = {s: fed[s] for op in e.ops for s in op.get("sources", ()) if s in fed and s not in kwargs.get("freeze_inputs", {})}
+                if not freeze or not more:
+                    raise
+                kwargs["freeze_inputs"] = {**kwargs["freeze_inputs"], **more}
+        fed = {k: v for k, v in fed.items() if k not in kwargs.get("freeze_inputs", {})}
         stage = "run"
         m = kiln.load(out)
         res = m.run(fed)
@@ -190,7 +198,9 @@ def run_kiln(case, tmp: Path, freeze: bool = False) -> dict:
     except internal as e:  # a KilnError that says Kiln (or TVM under it) has a bug
         return {"outcome": "internal", "type": type(e).__name__, "stage": stage, "detail": _first_line(e)}
     except kiln.KilnError as e:
-        return {"outcome": "unsupported", "type": type(e).__name__, "stage": stage, "detail": _first_line(e)}
+        sources = sorted({s for op in getattr(e, "ops", ()) for s in op.get("sources", ())})
+        return {"outcome": "unsupported", "type": type(e).__name__, "stage": stage, "detail": _first_line(e),
+                **({"freeze_sources": sources} if sources else {})}
     except TypeError as e:
         if freeze and "freeze_inputs" in str(e):
             return {"outcome": "n/a", "detail": "kiln.compile has no freeze_inputs= yet"}
@@ -317,8 +327,8 @@ def run_cases(names: list[str], cases: dict, timeout_s: float = 60.0, progress=N
         for k, name in enumerate(names):
             case = cases[name]
             rec = {"name": name, "op": case_op(case, cases), "ort": ex.case("ort", name), "kiln": ex.case("kiln", name)}
-            if freeze and shape_inputs(case):
-                rec["freeze_inputs"] = sorted(shape_inputs(case))
+            if freeze and (shape_inputs(case) or rec["kiln"].get("freeze_sources")):
+                rec["freeze_inputs"] = sorted(set(shape_inputs(case)) | set(rec["kiln"].get("freeze_sources", ())))
                 rec["freeze"] = rec["kiln"] if rec["kiln"]["outcome"] == "pass" else ex.case("freeze", name)
             records.append(rec)
             if progress:

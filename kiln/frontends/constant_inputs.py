@@ -41,7 +41,7 @@ def check_constant_inputs(model: onnx.ModelProto, where: str) -> None:
     fix = (f"if these inputs are known when you deploy, freeze them: {FLAG} {feeds[0]}=VALUE (repeatable); "
            "values computed from the data at run time cannot decide these ahead of time")
     raise UnsupportedModelError(f"{len(bad)} op input(s) must be known at compile time: {listing}",
-                                ops=[{"op_type": n.op_type, "node": n.name, "input": name} for n, _, name, _ in bad],
+                                ops=[{"op_type": n.op_type, "node": n.name, "input": name, "sources": src} for n, _, name, src in bad],
                                 where=where, fix=fix)
 
 
