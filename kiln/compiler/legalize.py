@@ -155,11 +155,17 @@ def _inf_identity_reduce(kind: str):
             return reducer(x(*full), axis=list(rs.values()))
         return te.compute(out_shape, body, name=f"T_{kind}")
 
+    def boolean(x, axes, keepdims: bool):  # any / all: topi has no identity for bool
+        reduce = topi.max if kind == "max" else topi.min
+        return topi.cast(reduce(topi.cast(x, "int8"), axis=axes, keepdims=keepdims), "bool")
+
     def legalize(bb, call):
-        if str(call.ty.dtype) not in ("float32", "float16", "float64", "bfloat16"):
+        dtype = str(call.ty.dtype)
+        if dtype not in ("float32", "float16", "float64", "bfloat16", "bool"):
             return tvm.ir.Op.get(call.op.name).get_attr("FLegalize")(bb, call)
         axes = [int(a) for a in call.attrs.axis] if call.attrs.axis is not None else None
-        return bb.call_te(compute, call.args[0], axes, bool(call.attrs.keepdims), primfunc_name_hint=kind)
+        return bb.call_te(boolean if dtype == "bool" else compute, call.args[0], axes, bool(call.attrs.keepdims),
+                          primfunc_name_hint=kind)
     return legalize
 
 

@@ -10,6 +10,7 @@ from .control_flow import REWRITES as CONTROL_FLOW_REWRITES
 from .contrib import DEFAULT_DOMAIN_REWRITES as CONTRIB_DEFAULT_REWRITES, REWRITES as MS_FLOAT_REWRITES
 from .contrib_quant import REWRITES as MS_QUANT_REWRITES
 from .emitter import Emitter
+from .ml import ML_REWRITES
 from .llm_ops import REWRITES as LLM_REWRITES
 from .quant import CONTRIB_REWRITES, REWRITES as QUANT_REWRITES
 from .rnn import decompose_gru, decompose_lstm, decompose_rnn
@@ -27,7 +28,8 @@ REWRITES.update(SEQUENCE_REWRITES)  # SplitToSequence as Split + SequenceConstru
 REWRITES.update(CONTRIB_DEFAULT_REWRITES)  # onnxruntime's SimplifiedLayerNormalization (default domain)
 # contrib domains: domain -> {op type -> rewrite}
 DOMAIN_REWRITES = {**CONTRIB_REWRITES,
-                   "com.microsoft": {**CONTRIB_REWRITES["com.microsoft"], **MS_FLOAT_REWRITES, **MS_QUANT_REWRITES}}
+                   "com.microsoft": {**CONTRIB_REWRITES["com.microsoft"], **MS_FLOAT_REWRITES, **MS_QUANT_REWRITES},
+                   **ML_REWRITES}  # ai.onnx.ml's tensor-arithmetic ops (ml.py)
 
 MAX_ROUNDS = 8  # nesting depth of rewrites that emit rewritable nodes
 # ops whose outputs ONNX's shape inference leaves shapeless (a Loop's carried values): a rewrite reading
