@@ -103,6 +103,12 @@ def _matmul(bb, call):
             and int(w.shape[1]) % VNNI_BLOCK == 0 and int(w.shape[0]) % 4 == 0):
         packed = bb.emit_te(pack_int8_dense, call.args[1], primfunc_name_hint="int8_dense_pack")
         return bb.call_te(matmul_int8, call.args[0], packed, primfunc_name_hint="matmul_int8")
+    if str(x.dtype) == "float16" and str(w.dtype) == "float16" and str(call.ty.dtype) == "float16":
+        # fp16 products summed in fp16 lose a bit per add (onnxruntime's CPU kernels, like ONNX's reference,
+        # sum in float32): the same matmul in float32, cast back once
+        from tvm import relax
+        f32 = [relax.op.astype(a, "float32") for a in call.args[:2]]
+        return relax.op.astype(relax.op.matmul(*f32, out_dtype="float32"), "float16")
     return tvm.ir.Op.get("relax.matmul").get_attr("FLegalize")(bb, call)
 
 

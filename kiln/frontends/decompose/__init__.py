@@ -9,6 +9,7 @@ from onnx import numpy_helper
 from .control_flow import REWRITES as CONTROL_FLOW_REWRITES
 from .contrib import DEFAULT_DOMAIN_REWRITES as CONTRIB_DEFAULT_REWRITES, REWRITES as MS_FLOAT_REWRITES
 from .contrib_quant import REWRITES as MS_QUANT_REWRITES
+from .activations import REWRITES as ACTIVATION_REWRITES
 from .emitter import Emitter
 from .ml import ML_REWRITES
 from .llm_ops import REWRITES as LLM_REWRITES
@@ -25,6 +26,7 @@ REWRITES.update(MATH_REWRITES)  # math, norms, layout ops TVM lacks or gets wron
 REWRITES.update(LLM_REWRITES)  # LinearAttention, TensorScatter (llm_ops.py)
 REWRITES.update(CONTROL_FLOW_REWRITES)  # Loop/Scan with static trip counts, unrolled (control_flow.py)
 REWRITES.update(SEQUENCE_REWRITES)  # SplitToSequence as Split + SequenceConstruct (sequences.py)
+REWRITES.update(ACTIVATION_REWRITES)  # Elu with constants typed like its input (activations.py)
 REWRITES.update(CONTRIB_DEFAULT_REWRITES)  # onnxruntime's SimplifiedLayerNormalization (default domain)
 # contrib domains: domain -> {op type -> rewrite}
 DOMAIN_REWRITES = {**CONTRIB_REWRITES,
