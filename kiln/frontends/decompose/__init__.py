@@ -10,7 +10,7 @@ from .control_flow import REWRITES as CONTROL_FLOW_REWRITES
 from .contrib import DEFAULT_DOMAIN_REWRITES as CONTRIB_DEFAULT_REWRITES, REWRITES as MS_FLOAT_REWRITES
 from .contrib_quant import REWRITES as MS_QUANT_REWRITES
 from .activations import REWRITES as ACTIVATION_REWRITES
-from .emitter import Emitter
+from .emitter import CURRENT_MODEL, Emitter
 from .ml import ML_REWRITES
 from .llm_ops import REWRITES as LLM_REWRITES
 from .quant import CONTRIB_REWRITES, REWRITES as QUANT_REWRITES
@@ -50,6 +50,14 @@ def decompose(model: onnx.ModelProto, shapes: dict, consts: dict, where: str) ->
     that need a rewrite of another op type (an unrolled Loop body holding an LSTM) are rewritten in a
     next round, with shapes inferred again for them; nothing else is visited twice."""
     opset = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), 1)
+    token = CURRENT_MODEL.set(model)
+    try:
+        return _decompose_rounds(model, shapes, consts, where, opset)
+    finally:
+        CURRENT_MODEL.reset(token)
+
+
+def _decompose_rounds(model, shapes, consts, where, opset) -> int:
     total, todo = 0, None
     for round_ in range(MAX_ROUNDS):
         if round_:

@@ -1,8 +1,13 @@
 """A tiny ONNX node emitter used by the decompositions: fresh unique names, constants as initializers."""
 from __future__ import annotations
 
+import contextvars
+
 import numpy as np
 import onnx
+
+# the model decompose() is rewriting: rewrites that need element types (the interface passes shapes) read it
+CURRENT_MODEL: contextvars.ContextVar = contextvars.ContextVar("kiln_decompose_model", default=None)
 
 
 class Emitter:

@@ -14,13 +14,12 @@ The rewrite interface passes shapes but not element types, so the types come fro
 inference over the model being decomposed (found on the caller's frame: decompose()'s `model`)."""
 from __future__ import annotations
 
-import sys
 
 import numpy as np
 import onnx
 from onnx import helper
 
-from .emitter import Emitter
+from .emitter import CURRENT_MODEL, Emitter
 
 DEFAULT_DOMAINS = ("", "ai.onnx")
 MAX_DEPTH = 4  # function bodies calling function ops, inlined this deep at most
@@ -39,13 +38,8 @@ _TYPES: list = [None, None]  # [model, {value name: TypeProto}]: inference once 
 
 
 def _caller_model() -> onnx.ModelProto | None:
-    f = sys._getframe(1)
-    while f is not None:
-        m = f.f_locals.get("model")
-        if isinstance(m, onnx.ModelProto):
-            return m
-        f = f.f_back
-    return None
+    """The model decompose() is rewriting (the rewrite interface passes shapes, not element types)."""
+    return CURRENT_MODEL.get()
 
 
 def _model_types(model: onnx.ModelProto | None) -> dict:

@@ -11,14 +11,13 @@ Every rewrite relies on static shapes (the importer pins them first); a rewrite 
 TVM's converter where that one is right (or where the shapes it needs are unknown)."""
 from __future__ import annotations
 
-import sys
 
 import numpy as np
 import onnx
 from onnx import TensorProto, helper
 
 from ...errors import UnsupportedModelError
-from .emitter import Emitter
+from .emitter import CURRENT_MODEL, Emitter
 
 FLOATS = (TensorProto.FLOAT, TensorProto.DOUBLE, TensorProto.FLOAT16, TensorProto.BFLOAT16)
 MAX_CONST = 1 << 22  # elements of a constant a rewrite builds (Col2Im's scatter matrix, MaxPool's index map)
@@ -31,14 +30,8 @@ def _attrs(node) -> dict:
 
 
 def _model() -> onnx.ModelProto | None:
-    """The model decompose() is rewriting (its local `model`): the rewrite interface passes shapes, not types."""
-    f = sys._getframe(1)
-    while f is not None:
-        m = f.f_locals.get("model")
-        if isinstance(m, onnx.ModelProto):
-            return m
-        f = f.f_back
-    return None
+    """The model decompose() is rewriting (the rewrite interface passes shapes, not element types)."""
+    return CURRENT_MODEL.get()
 
 
 def _dtype(name: str, consts: dict) -> int | None:
