@@ -3,7 +3,8 @@ converter map for the duration of one import (wrapped, not forked: every other o
 
 - TopK with k known only at run time (torchvision detection heads: k = min(candidates, topk) after a
   score threshold): TVM needs a constant k. Sort everything (relax topk with k = -1 returns all),
-  then keep the first k along the axis with a dynamic strided slice.
+  then keep the first k along the axis: k becomes a symbolic dim (tensor_to_shape + match_cast) and the
+  slice a strided_slice ending at it, so the result has a shape (k) downstream ops can be legalized with.
 - ConstantOfShape of the shape of a run-time-sized tensor (`shape_of`, not a literal shape): TVM converts
   only literal shapes or tensors; relax full takes the shape value as it is.
 - Cast of such a shape value: made a tensor first (TVM's Cast converts only literal shapes).
@@ -11,7 +12,12 @@ converter map for the duration of one import (wrapped, not forked: every other o
   match-cast to a symbolic shape first; non-constant limits are refused (TVM took its defaults).
 - Slice bounds and NMS's box limit beyond int32 (exporters write INT64_MAX / sys.maxsize for "no limit"):
   clamped to INT32_MAX, the same value for any real tensor; TVM's legalization of run-time-sized
-  tensors builds int32 index arithmetic and rejects the int64 literal."""
+  tensors builds int32 index arithmetic and rejects the int64 literal.
+- Every converter's tensors of known rank but unknown shape (a dynamic strided slice, a broadcast of two
+  run-time sizes, an If whose branches differ) are match-cast to fresh symbolic dims, inputs and outputs:
+  relax ops infer no shape from such a tensor, so everything downstream stayed shapeless and LegalizeOps
+  left those ops as they were (tvm.compile then failed in codegen: "InternalError: R.add(alloc.., alloc..)").
+  The match-cast checks the rank at run time and binds the dims from the tensor itself."""
 from __future__ import annotations
 
 import contextlib
@@ -37,16 +43,23 @@ def _topk():
             if attr.get("sorted", 1) != 1:
                 raise ValueError("TopK sorted must be 1 for Relax frontend")
             both = bb.normalize(relax.op.topk(data, -1, axis, ret_type="both", largest=attr.get("largest", 1), dtype="int64"))
-            k = bb.normalize(relax.op.reshape(relax.op.astype(k, "int64"), [1]))
-            big = np.iinfo(np.int32).max  # "to the end" (an int64 max overflows the int32 index arithmetic)
-
-            def const(v):
-                return relax.const(np.array(v, np.int64), "int64")
-            end = bb.normalize(relax.op.concat([const([big] * axis), k, const([big] * (ndim - axis - 1))], axis=0)) \
-                if ndim > 1 else k
-            begin, step = const([0] * ndim), const([1] * ndim)
-            outs = [bb.normalize(relax.op.dynamic_strided_slice(bb.normalize(relax.TupleGetItem(both, i)), begin, end, step))
-                    for i in range(2)]
+            # k as a symbolic dim and the slice a strided_slice ending at it: a dynamic_strided_slice has no shape
+            # (nothing downstream legalizes), and TVM's FoldConstant legalizes it, emitting its shape function's
+            # call, then drops the PrimFunc. k is clamped to [0, n] first (ONNX has k <= n; onnxruntime refuses
+            # more), so the slice is in bounds and its length is exactly k: with bounds checks the inferred length
+            # is an if_then_else expression that FuseOps cannot type, and a match_cast of it crashes
+            # CanonicalizeBindings.
+            n = bb.normalize(relax.op.astype(relax.op.take(relax.op.shape_to_tensor(relax.op.shape_of(data)),
+                                                           relax.const(np.array([axis], np.int64), "int64")), "int64"))
+            k = relax.op.reshape(relax.op.astype(k, "int64"), [1])
+            k = relax.op.maximum(relax.op.minimum(k, n), relax.const(np.array([0], np.int64), "int64"))
+            k = bb.normalize(relax.op.tensor_to_shape(bb.normalize(k)))
+            kv = tvm.tirx.Var("topk_k", "int64")
+            bb.match_cast(k, relax.ShapeType([kv]))
+            if data.ty.shape is not None:
+                _bound(kv, data.ty.shape.values[axis])
+            outs = [bb.normalize(relax.op.strided_slice(bb.normalize(relax.TupleGetItem(both, i)), [axis], [0], [kv],
+                                                        assume_inbound=True)) for i in range(2)]
             return relax.Tuple(outs)
     return TopK
 
@@ -100,10 +113,84 @@ def _nms():
                     ins[i] = f.get_constant(ins[i], params)
                     if not isinstance(ins[i], tvm.ir.GenericConst):
                         raise ValueError(f"NonMaxSuppression input {i} must be a constant")
-            if len(ins) > 2 and ins[2] is not None:  # torchvision writes sys.maxsize: int32 index arithmetic
-                ins[2] = _clamped(ins[2])
+            if len(ins) > 2 and ins[2] is not None:
+                ins[2] = _nms_limit(ins[2], ins[1])
             return super()._impl_v10(bb, ins, attr, params)
     return NonMaxSuppression
+
+
+# upper bounds of the symbolic dims made during one import (NonZero's count, TopK's k): tirx.Var -> int
+_BOUNDS: dict = {}
+NMS_ROWS_LIMIT = 1 << 24  # selected-index rows TVM's NMS may allocate (batch * classes * per-class limit)
+
+
+def _bound(var, of) -> None:
+    """Record var <= the static upper bound of the dim `of` (an int or an expression of bounded vars)."""
+    b = _upper(of)
+    if b is not None:
+        _BOUNDS[var] = b
+
+
+def _upper(expr) -> int | None:
+    import tvm
+    if isinstance(expr, int):
+        return expr
+    if isinstance(expr, tvm.tirx.IntImm):
+        return int(expr.value)
+    from tvm.sym import Analyzer
+    ana = Analyzer()
+    for v, b in _BOUNDS.items():
+        ana.bind(v, tvm.ir.Range.from_min_extent(tvm.tirx.const(0, "int64"), tvm.tirx.const(b + 1, "int64")))
+    r = ana.const_int_bound(expr)
+    return int(r.max_value) if r.max_value < (1 << 62) else None
+
+
+def _nms_limit(c, scores):
+    """NMS's max_output_boxes_per_class as a constant no larger than the box count's static bound. TVM's
+    NMS allocates batch * classes * limit rows of selected indices: torchvision writes sys.maxsize, which
+    asked for 2^31 rows (std::bad_alloc at run time); no class can keep more boxes than there are, so the
+    limit clamped to the count's bound selects the same. A count without a static bound (TVM would
+    size the output by a guess, and write past it) is refused."""
+    from tvm import relax
+    from ..errors import UnsupportedModelError
+    limit = int(np.asarray(c.value.numpy()).reshape(-1)[0])
+    ty = scores.ty
+    count = _upper(ty.shape.values[-1]) if isinstance(ty, relax.TensorType) and ty.shape is not None else None
+    if count is not None:
+        limit = min(limit, max(count, 1))
+    rows = limit
+    if isinstance(ty, relax.TensorType) and ty.shape is not None:
+        for d in ty.shape.values[:-1]:
+            u = _upper(d)
+            rows = rows * u if u is not None else None
+            if rows is None:
+                break
+    if rows is None or rows > NMS_ROWS_LIMIT:
+        raise UnsupportedModelError(
+            f"NonMaxSuppression with max_output_boxes_per_class={limit} on scores of shape {ty}: its output would need "
+            f"{'an unbounded number of' if rows is None else rows} rows (TVM sizes it as batch * classes * limit "
+            "and has no bound on a run-time box count)",
+            fix="export with a smaller max_output_boxes_per_class, or with a static number of boxes")
+    return relax.const(np.array([limit], np.int64), "int64")
+
+
+def _nonzero():
+    from tvm.relax.frontend.onnx import onnx_frontend as f
+
+    class NonZero(f.NonZero):
+        @classmethod
+        def _impl_v9(cls, bb, inputs, attr, params):
+            out = super()._impl_v9(bb, inputs, attr, params)
+            ty = inputs[0].ty
+            if ty.shape is not None:
+                n = 1
+                for d in ty.shape.values:
+                    u = _upper(d)
+                    n = None if n is None or u is None else n * u
+                if n is not None:
+                    _bound(out.ty.shape.values[-1], n)
+            return out
+    return NonZero
 
 
 def _clamped(c):
@@ -125,12 +212,189 @@ def _slice():
             for k in (1, 2):  # inputs is TVM's onnx_input (None past its end): edit it in place
                 if isinstance(inputs[k], tvm.ir.GenericConst):
                     inputs[k] = _clamped(inputs[k])
+            whole = _drop_whole_axes(inputs)
+            if whole is not None:
+                return whole
             return super()._impl_v13(bb, inputs, attr, params)
     return Slice
 
 
-OVERRIDES = {"TopK": _topk, "ConstantOfShape": _constant_of_shape, "Cast": _cast, "NonMaxSuppression": _nms,
+def _drop_whole_axes(inputs):
+    """Slice entries that keep a whole axis of a tensor (start 0, end "to the end", step 1) dropped from
+    the slice, in place; the data itself when none is left (None otherwise). TVM infers such a slice of a
+    run-time-sized axis S as min(INT32_MAX, S) - min(0, S), which it cannot prove equal to S: an Add of
+    it with a tensor of length S broadcasts to an unknown shape, LegalizeOps leaves that add as it is,
+    and tvm.compile fails in codegen ("InternalError: R.add(alloc.., alloc..)")."""
+    import tvm
+    from tvm import relax
+    data = inputs[0]
+    if not isinstance(data, relax.Expr) or not isinstance(getattr(data, "ty", None), relax.TensorType) or data.ty.ndim < 0:
+        return None
+    consts = [inputs[k] if k < len(inputs) else None for k in range(1, 5)]
+    if not all(isinstance(c, tvm.ir.GenericConst) for c in consts[:2]) or \
+            not all(c is None or isinstance(c, tvm.ir.GenericConst) for c in consts[2:]):
+        return None
+    starts, ends = (c.value.numpy().astype(np.int64).reshape(-1) for c in consts[:2])
+    ndim = data.ty.ndim
+    axes = consts[2].value.numpy().astype(np.int64).reshape(-1) % max(ndim, 1) if consts[2] is not None else np.arange(len(starts))
+    steps = consts[3].value.numpy().astype(np.int64).reshape(-1) if consts[3] is not None else np.ones(len(starts), np.int64)
+    if not (len(starts) == len(ends) == len(axes) == len(steps)):
+        return None
+    keep = ~((starts == 0) & (ends >= INT32_MAX) & (steps == 1))
+    if keep.all():
+        return None
+    if not keep.any():
+        return data
+    while len(inputs) < 5:
+        inputs.append(None)
+    for k, a in zip(range(1, 5), (starts, ends, axes, steps)):
+        inputs[k] = relax.const(a[keep], "int64")
+    return None
+
+
+OVERRIDES = {"NonZero": _nonzero, "TopK": _topk, "ConstantOfShape": _constant_of_shape, "Cast": _cast, "NonMaxSuppression": _nms,
              "Slice": _slice}
+
+
+# converters whose result is a sequence or an optional (a tuple that _construct_nodes keeps whole)
+_TUPLE_RESULTS = frozenset({"Optional", "OptionalGetElement", "SequenceConstruct", "SequenceEmpty", "SequenceErase",
+                            "SequenceInsert", "ConcatFromSequence", "SplitToSequence", "SequenceAt", "SequenceLength"})
+
+
+def _shapeless(x) -> bool:
+    from tvm import relax
+    ty = getattr(x, "ty", None) if isinstance(x, relax.Expr) else None
+    return isinstance(ty, relax.TensorType) and ty.shape is None and ty.ndim >= 0
+
+
+class _Shaped:
+    """A converter class of TVM's map whose shapeless tensors (inputs and results) get symbolic dims."""
+
+    def __init__(self, name, cls, cache):
+        self.name, self.cls, self.cache = name, cls, cache
+
+    def __getattr__(self, attr):
+        return getattr(self.cls, attr)
+
+    def get_converter(self, opset):
+        convert = self.cls.get_converter(opset)
+        if self.name in _TUPLE_RESULTS:
+            return convert
+
+        def converter(bb, inputs, attr, params):
+            for i, x in enumerate(inputs):  # TVM's onnx_input: edited in place
+                if x is not None and _shapeless(x):
+                    inputs[i] = self._cast(bb, x)
+            if self.name == "Concat":
+                _same_other_dims(bb, inputs, attr.get("axis", 0))
+            return self._shaped(bb, convert(bb, inputs, attr, params))
+        return converter
+
+    def _cast(self, bb, x):
+        import tvm
+        from tvm import relax
+        key = id(x)
+        hit = self.cache.get(key)
+        if hit is not None and hit[0].same_as(x):
+            return hit[1]
+        ty = x.ty
+        n = len(self.cache)
+        dims = [tvm.tirx.Var(f"dyn{n}_{d}", "int64") for d in range(ty.ndim)]
+        for d, b in zip(dims, _branch_bounds(bb, x, ty.ndim)):
+            if b is not None:
+                _BOUNDS[d] = b
+        cast = bb.match_cast(x, relax.TensorType(dims, ty.dtype))
+        self.cache[key] = (x, cast)
+        return cast
+
+    def _shaped(self, bb, out):
+        from tvm import relax
+        if not isinstance(out, relax.Expr):
+            return out
+        if isinstance(out, relax.Tuple):
+            fields = [self._shaped(bb, x) for x in out.fields]
+            return out if all(a.same_as(b) for a, b in zip(fields, out.fields)) else relax.Tuple(fields)
+        out = bb.normalize(out)
+        if _shapeless(out):
+            return self._cast(bb, out)
+        if isinstance(out.ty, relax.TupleType) and any(isinstance(t, relax.TensorType) and t.shape is None and t.ndim >= 0
+                                                       for t in out.ty.fields):
+            return relax.Tuple([self._shaped(bb, bb.emit(relax.TupleGetItem(out, i))) for i in range(len(out.ty.fields))])
+        return out
+
+
+def _same_other_dims(bb, inputs, axis: int) -> None:
+    """Concat's inputs match-cast to the first one's dims off the axis where they differ symbolically (in
+    place): ONNX requires them equal, and a run-time check says so where they are not, but relax cannot
+    prove two run-time sizes equal, infers no shape for the concat, and LegalizeOps leaves it as it is
+    (tvm.compile: "InternalError: R.concat(alloc.., alloc..)")."""
+    import tvm
+    from tvm import relax
+    tensors = [(i, x) for i, x in enumerate(inputs) if isinstance(x, relax.Expr) and isinstance(x.ty, relax.TensorType)
+               and x.ty.shape is not None]
+    if len(tensors) < 2:
+        return
+    ref = list(tensors[0][1].ty.shape.values)
+    axis = axis % len(ref)
+    for i, x in tensors[1:]:
+        dims = list(x.ty.shape.values)
+        if len(dims) != len(ref) or all(d == axis or _equal(dims[d], ref[d]) for d in range(len(ref))):
+            continue
+        want = [dims[d] if d == axis else ref[d] for d in range(len(ref))]
+        inputs[i] = bb.match_cast(x, relax.TensorType(want, x.ty.dtype))
+
+
+def _equal(a, b) -> bool:
+    """Two dims provably equal (the same expression, or the same static size)."""
+    from tvm.sym import Analyzer
+    if a.same_as(b):
+        return True
+    try:
+        return bool(Analyzer().can_prove_equal(a, b))
+    except Exception:  # noqa: BLE001 - not provable: cast
+        return False
+
+
+def _dims_upper(ty, ndim: int):
+    """The static upper bound of each dim of a tensor type; None unless every dim has one."""
+    from tvm import relax
+    if not isinstance(ty, relax.TensorType) or ty.shape is None or len(ty.shape.values) != ndim:
+        return None
+    out = [_upper(d) for d in ty.shape.values]
+    return None if any(b is None for b in out) else out
+
+
+def _branch_bounds(bb, x, ndim: int) -> list:
+    """Static upper bounds of the dims of a shapeless x, from what made it: a slice (no longer than its
+    input), a concat, an If (the larger of the branches' bounds per dim: torchvision's batched NMS is
+    `empty if no boxes else nms(...)`); None where unknown."""
+    from tvm import relax
+    none = [None] * ndim
+    try:
+        value, index = (bb.lookup_binding(x) if isinstance(x, relax.Var) else x), None
+        if isinstance(value, relax.TupleGetItem) and isinstance(value.tuple_value, relax.Var):
+            value, index = bb.lookup_binding(value.tuple_value), value.index
+        if isinstance(value, relax.Call) and getattr(value.op, "name", "") in ("relax.dynamic_strided_slice", "relax.strided_slice"):
+            return _dims_upper(value.args[0].ty, ndim) or none  # a slice is no longer than its input
+        if isinstance(value, relax.Call) and getattr(value.op, "name", "") == "relax.concat":
+            parts = [_dims_upper(t, ndim) for t in value.args[0].ty.fields]
+            if any(p is None for p in parts):
+                return none
+            axis = int(value.attrs.axis) % ndim
+            return [sum(p[d] for p in parts) if d == axis else max(p[d] for p in parts) for d in range(ndim)]
+        if not isinstance(value, relax.If):
+            return none
+        out = []
+        for branch in (value.true_branch, value.false_branch):
+            ty = branch.body.ty if isinstance(branch, relax.SeqExpr) else branch.ty
+            if index is not None:
+                ty = ty.fields[index] if isinstance(ty, relax.TupleType) else None
+            if not isinstance(ty, relax.TensorType) or ty.shape is None or len(ty.shape.values) != ndim:
+                return none
+            out.append([_upper(d) for d in ty.shape.values])
+        return [None if a is None or b is None else max(a, b) for a, b in zip(*out)]
+    except Exception:  # noqa: BLE001 - a bound is an optimization of the NMS buffer; without one NMS is refused
+        return none
 
 
 @contextlib.contextmanager
@@ -139,11 +403,14 @@ def kiln_converters():
     from tvm.relax.frontend.onnx import onnx_frontend as f
     original = f._get_convert_map
     extra = {name: make() for name, make in OVERRIDES.items()}
+    cache: dict = {}
+    _BOUNDS.clear()
 
     def convert_map():
-        return {**original(), **extra}
+        return {name: _Shaped(name, cls, cache) for name, cls in {**original(), **extra}.items()}
     f._get_convert_map = convert_map
     try:
         yield
     finally:
         f._get_convert_map = original
+        _BOUNDS.clear()
