@@ -3,6 +3,7 @@ PY ?= $(shell command -v python3.11 || command -v python3)
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
+TEST_WORKERS ?= 2  # pytest-xdist workers: the suite is mostly single-threaded compiles
 
 .PHONY: demo test test-all edge-deps edge-test clean corpus conformance
 
@@ -19,7 +20,7 @@ demo: $(STAMP)
 # tests/edge skips and -rs prints why
 test: $(STAMP)
 	@$(MAKE) -s edge-deps || echo "make test: could not install the edge tools (cross toolchain, qemu-user, aarch64 TVM runtime): tests/edge will skip"
-	$(BIN)/python -m pytest -q -rs
+	$(BIN)/python -m pytest -q -rs -n $(TEST_WORKERS) --durations=15
 
 # The edge checks: cross toolchain and qemu-user (Debian packages), the aarch64 TVM runtime (from the
 # aarch64 apache-tvm wheel), then the C++ runner's tests. `make test` runs them too when these are there.

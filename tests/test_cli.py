@@ -81,7 +81,7 @@ def _flip_weights_byte(src, dst):
 def _two_unsupported(path):
     import onnx
     from onnx import helper
-    g = helper.make_graph([helper.make_node("Det", ["x"], ["a"], name="d0"), helper.make_node("Relu", ["a"], ["y"], name="r0"),
+    g = helper.make_graph([helper.make_node("TfIdfVectorizer", ["x"], ["a"], name="d0"), helper.make_node("Relu", ["a"], ["y"], name="r0"),
                            helper.make_node("Einsum", ["x"], ["z"], equation="ii->i", name="e0"),
                            helper.make_node("StringNormalizer", ["x"], ["s"], name="s0")], "g",
                           [helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [3, 3])],
@@ -101,7 +101,7 @@ def test_every_bad_input_exits_2(tmp_path, small_onnx_path, small_artifact, caps
         else:
             model = small_onnx_path
         argv, expect = ["compile", str(model), "-o", out + ".kiln"], {
-            "truncated": "not a readable ONNX model", "unsupported": "Det", "unpinned": "dynamic input dimensions must be pinned"}[case]
+            "truncated": "not a readable ONNX model", "unsupported": "TfIdfVectorizer", "unpinned": "dynamic input dimensions must be pinned"}[case]
     elif case in ("name", "shape", "dtype"):
         feed = {"name": {"x": np.zeros((1, 3, 8, 8), np.float32)}, "shape": {"input": np.zeros((2, 3, 8, 8), np.float32)},
                 "dtype": {"input": np.zeros((1, 3, 8, 8), np.int32)}}[case]

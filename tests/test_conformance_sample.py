@@ -28,7 +28,6 @@ KNOWN_FAILURES = {
                     _FROZEN),
     "test_constantofshape_float_ones": "the output's shape is the input's value: no static shape even frozen",
     # ops with no ahead-of-time lowering: UnsupportedModelError naming the op
-    "test_ai_onnx_ml_array_feature_extractor": "ai.onnx.ml op, not converted",
     "test_ai_onnx_ml_label_encoder_string_int": "ai.onnx.ml op on strings",
     "test_basic_deform_conv_with_padding": "DeformConv: no TVM converter, no rewrite yet",
     "test_regex_full_match_basic": "string op",
@@ -38,7 +37,6 @@ KNOWN_FAILURES = {
     "test_sequence_map_identity_1_sequence": "sequence op",
     # bugs elsewhere, reported: a rank-0 input arrives as shape (1,) (np.ascontiguousarray in the runtime's
     # validate); SplitToSequence ends in an InternalError instead of UnsupportedModelError
-    "test_if": "runtime: a rank-0 input is validated as shape (1,)",
     "test_split_to_sequence_1": "sequence op: InternalError from TVM's converter, should be UnsupportedModelError",
 }
 

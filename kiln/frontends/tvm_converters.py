@@ -170,7 +170,7 @@ def _nms_limit(c, scores):
             f"NonMaxSuppression with max_output_boxes_per_class={limit} on scores of shape {ty}: its output would need "
             f"{'an unbounded number of' if rows is None else rows} rows (TVM sizes it as batch * classes * limit "
             "and has no bound on a run-time box count)",
-            fix="export with a smaller max_output_boxes_per_class, or with a static number of boxes")
+            where="NonMaxSuppression", fix="export with a smaller max_output_boxes_per_class, or with a static number of boxes")
     return relax.const(np.array([limit], np.int64), "int64")
 
 

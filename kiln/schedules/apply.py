@@ -32,7 +32,7 @@ def first_rule_that_applies(func, family: str, lanes: int):
 
 def _static(func) -> bool:
     """Every buffer of the kernel has a static shape."""
-    return all(isinstance(d, tirx.IntImm) for b in func.buffer_map.values() for d in b.shape)
+    return all(isinstance(d, (int, tirx.IntImm)) for p in func.params if hasattr(p.ty, "shape") for d in p.ty.shape)
 
 
 @tvm.transform.module_pass(opt_level=2, name="DefaultSchedules")

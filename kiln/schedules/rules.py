@@ -92,6 +92,8 @@ def _vector_width(n: int, lanes: int) -> int:
 def parallel_vectorize(sch: s_tir.Schedule, block, lanes: int, max_parallel_extent: int = 1 << 30) -> None:
     """Fuse all loops of an injective block, vectorize by the lanes that divide, parallelize the rest."""
     loops = sch.get_loops(block)
+    if not loops:  # a scalar (rank-0) block: nothing to parallelize or vectorize
+        return
     fused = sch.fuse(*loops) if len(loops) > 1 else loops[0]
     total = extent(sch, fused)
     vec = _divisor_at_most(total, lanes) if total % lanes == 0 or total < lanes else 1
