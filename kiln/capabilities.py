@@ -18,10 +18,14 @@ import dataclasses
 import functools
 import os
 from collections.abc import Iterable
-from typing import TYPE_CHECKING
 
-if TYPE_CHECKING:
-    from .target import Target
+# ISA features an artifact may depend on, in LLVM spelling; the manifest records the subset
+# that the target enables, and the runtime refuses a host that lacks one of them.
+ISA_FEATURES = (
+    "sse4.1", "sse4.2", "avx", "avx2", "fma", "f16c", "avx512f", "avx512cd", "avx512bw", "avx512dq",
+    "avx512vl", "avx512vnni", "avx512bf16", "avx512fp16", "avx512vbmi", "avxvnni", "amx-tile",
+    "amx-int8", "amx-bf16", "neon", "dotprod", "i8mm", "fullfp16",
+)
 
 # element widths for lanes(); the short spellings are Kiln's --precision names
 DTYPE_BITS = {"float64": 64, "float32": 32, "int32": 32, "uint32": 32, "float16": 16, "fp16": 16, "bfloat16": 16,
@@ -51,7 +55,7 @@ class Capabilities:
     native_fp16: bool  # fp16 arithmetic in vectors (AVX512-FP16, ARMv8.2 fullfp16), not just conversion
     amx: bool  # Intel AMX tiles
     sve: bool  # Arm SVE (Kiln's kernels use NEON; recorded for schedules that want it)
-    isa_features: tuple[str, ...]  # the ISA features (target.ISA_FEATURES) code for this target may use
+    isa_features: tuple[str, ...]  # the ISA features (ISA_FEATURES) code for this target may use
     llvm_features: frozenset[str] = dataclasses.field(repr=False)  # everything LLVM enables
 
     @property
@@ -146,7 +150,7 @@ class GpuCapabilities:
 
 
 @functools.lru_cache(maxsize=None)
-def capabilities(target: Target) -> Capabilities | GpuCapabilities:
+def capabilities(target: "Target") -> Capabilities | GpuCapabilities:  # noqa: F821 - kiln.target.Target (imports this module)
     """The capabilities of a parsed (frozen) Target, computed once per target."""
     if target.is_gpu:
         return _gpu(target)
@@ -157,7 +161,6 @@ def capabilities(target: Target) -> Capabilities | GpuCapabilities:
 
 def from_features(feats: frozenset[str], *, arch: str, cpu: str = "generic", target: str = "") -> Capabilities:
     """Capabilities from an LLVM feature set (the rules, separate from asking LLVM, to test them alone)."""
-    from .target import ISA_FEATURES
     has = feats.__contains__
     x86, arm = arch == "x86_64", arch == "aarch64"
     if x86 and has("avx512f"):
@@ -181,7 +184,7 @@ def from_features(feats: frozenset[str], *, arch: str, cpu: str = "generic", tar
         isa_features=tuple(f for f in ISA_FEATURES if has(f)), llvm_features=feats)
 
 
-def _gpu(target: Target) -> GpuCapabilities:
+def _gpu(target: "Target") -> GpuCapabilities:  # noqa: F821
     sm = target.gpu_arch or "sm_80"
     cc = int("".join(c for c in sm[3:] if c.isdigit()) or 0)
     return GpuCapabilities(
@@ -235,7 +238,6 @@ def llvm_features_of_cpus(triple: str) -> frozenset[str]:
     import tvm
     from tvm.target import codegen
 
-    from .target import ISA_FEATURES
     feats = set(ISA_FEATURES)
     for cpu in llvm_cpus(triple):
         feats.update(str(f) for f in codegen.llvm_get_cpu_features(

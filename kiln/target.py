@@ -52,13 +52,7 @@ PRESETS = {
 LLVM_OPTIONS = ("mcpu", "mtriple", "mattr", "num-cores")
 DEFAULT_ENV = "KILN_TARGET"  # the target used when none is given (unset: the host CPU)
 
-# ISA features an artifact may depend on, in LLVM spelling; the manifest records the subset
-# that the target enables, and the runtime refuses a host that lacks one of them.
-ISA_FEATURES = (
-    "sse4.1", "sse4.2", "avx", "avx2", "fma", "f16c", "avx512f", "avx512cd", "avx512bw", "avx512dq",
-    "avx512vl", "avx512vnni", "avx512bf16", "avx512fp16", "avx512vbmi", "avxvnni", "amx-tile",
-    "amx-int8", "amx-bf16", "neon", "dotprod", "i8mm", "fullfp16",
-)
+from .capabilities import ISA_FEATURES  # noqa: E402,F401 - re-exported: the features an artifact may depend on
 
 
 @dataclasses.dataclass(frozen=True)

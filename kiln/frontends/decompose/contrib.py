@@ -16,16 +16,9 @@ import math
 
 import numpy as np
 
-from ...errors import UnsupportedModelError
+from .contrib_common import F32, _cumsum, _fail, _ones_like  # noqa: F401 - also used by contrib_attention
 from .emitter import Emitter
 from .quant import _attrs, _ins
-
-F32 = np.float32
-
-
-def _fail(node, where, msg, fix):
-    raise UnsupportedModelError(f"{node.op_type}: {msg}", where=f"{where}: node {node.name!r}", fix=fix)
-
 
 def _gelu(em: Emitter, x: str, out: str) -> str:
     """0.5 x (1 + erf(x / sqrt 2))"""
@@ -187,14 +180,6 @@ def simplified_layer_norm(node, em, shapes, consts, where):
     if a.get("axis", -1) not in (-1, (r - 1) if r else -1):
         _fail(node, where, "normalization over more than the last axis is not supported", "normalize the last axis")
     _rms(em, x, gamma, float(a.get("epsilon", 1e-5)), _width(node, gamma, consts, shapes, where), node.output[0])
-
-
-def _ones_like(em: Emitter, x: str) -> str:
-    return em.op("Add", [em.op("Mul", [x, em.const(F32(0))]), em.const(F32(1))])
-
-
-def _cumsum(em: Emitter, x: str, axis: int) -> str:
-    return em.op("CumSum", [x, em.const(np.int64(axis), "axis")])
 
 
 def embed_layer_norm(node, em, shapes, consts, where):

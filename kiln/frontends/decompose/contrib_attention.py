@@ -11,7 +11,7 @@ import math
 
 import numpy as np
 
-from .contrib import F32, _cumsum, _fail, _ones_like
+from .contrib_common import F32, _cumsum, _fail, _ones_like
 from .emitter import Emitter
 from .quant import _attrs, _ins
 
