@@ -14,7 +14,7 @@ from kiln.frontends import import_onnx
 
 
 def _graph_passes(model, disabled=()):
-    co = CompileOptions.make(disabled_passes=disabled)
+    co = CompileOptions.make(target="llvm -mcpu=znver4", disabled_passes=disabled)  # AVX-512: 16-lane blocks (graph passes only, nothing runs)
     mod = import_onnx(model, {}).mod
     stats = {}
     with co.target.tvm(), tvm.transform.PassContext(opt_level=3):

@@ -5,6 +5,7 @@ import pytest
 from onnx import helper
 
 import kiln
+from kiln.target import Target
 from helpers import make_model, ort_run, rand
 
 
@@ -29,7 +30,7 @@ def test_winograd_convs_match_onnxruntime(tmp_path, disabled, batch):
     r = kiln.compile(m, tmp_path / "m.kiln", disabled_passes=disabled)
     assert r.report["winograd_convs"] == (0 if disabled else 3)
     assert r.report["ops_after"].get("nn.conv2d_winograd", 0) == r.report["winograd_convs"]
-    assert r.report["conv_layouts"] == {"NCHW16c": 5}
+    assert r.report["conv_layouts"] == {f"NCHW{Target.parse(None).caps.f32_block}c": 5}  # the host's vector block
     x = rand(batch, 32, 16, 16, seed=99)
     out = kiln.load(tmp_path / "m.kiln").run({"input": x})["output"]
     ref = ort_run(m, {"input": x})[0]
@@ -60,8 +61,9 @@ def test_reduced_precision_3x3_convs_take_winograd(tmp_path, precision, dtype, t
     if vdpbf16ps:
         assert r.report["bf16_kernel_convs"] == 3 and direct.report["bf16_kernel_convs"] == 5
     stored = {(tuple(w["shape"]), w["dtype"]) for w in r.manifest["weights"]}
-    assert ((6, 6, 2, 32, 16), dtype) in stored  # U of F(4x4) at 16x16
-    assert (((4, 4, 2, 32, 16), dtype) in stored) == (not vdpbf16ps)  # U of F(2x2) at 6x6
+    lanes = Target.parse(None).caps.f32_block  # the host's vector block: 16 on AVX-512, 8 on AVX2
+    assert ((6, 6, 32 // lanes, 32, lanes), dtype) in stored  # U of F(4x4) at 16x16
+    assert (((4, 4, 32 // lanes, 32, lanes), dtype) in stored) == (not vdpbf16ps)  # U of F(2x2) at 6x6
     x = rand(1, 32, 16, 16, seed=99)
     ref = ort_run(m, {"input": x})[0]
     for path in ("m.kiln", "d.kiln"):
