@@ -429,8 +429,11 @@ def prepare(model, compile_options):
     imported = import_onnx(model, co.shapes, frozen=co.freeze_inputs)
     layout = co.layout if co.layout != "auto" else "NCHWc"
     mod = optimize(imported.mod, co, layout=layout).mod
-    from ..compiler.passes.convert_layout import vector_block
-    return mod, co.target.tvm(), vector_block(co.target.required_features())
+    target = co.target
+    if not target.is_gpu and not target.num_cores:  # MetaSchedule needs num-cores ("llvm -mcpu=znver3" has none)
+        from ..runtime.hostinfo import physical_cores
+        target = dataclasses.replace(target, num_cores=physical_cores())
+    return mod, target.tvm(), co.target.caps.f32_block
 
 
 def tune(model, compile_options, opts: TuneOptions, progress: Callable[[str], None] = print) -> dict:
