@@ -64,6 +64,13 @@ def _topk():
     return TopK
 
 
+def _shape_value(x) -> bool:
+    """A shape held in a variable (`shape_of` a run-time-sized tensor), not a literal ShapeExpr: what TVM's
+    ConstantOfShape and Cast converters do not take."""
+    from tvm import relax
+    return not isinstance(x, relax.ShapeExpr) and isinstance(getattr(x, "ty", None), relax.ShapeType)
+
+
 def _constant_of_shape():
     from tvm import relax
     from tvm.relax.frontend.onnx import onnx_frontend as f
@@ -72,7 +79,7 @@ def _constant_of_shape():
         @classmethod
         def _impl_v9(cls, bb, inputs, attr, params):
             shape = inputs[0]
-            if isinstance(shape, relax.ShapeExpr) or not isinstance(getattr(shape, "ty", None), relax.ShapeType):
+            if not _shape_value(shape):
                 return super()._impl_v9(bb, inputs, attr, params)
             value = f.get_numpy(attr["value"]) if attr.get("value") is not None else np.zeros(1, np.float32)
             return relax.op.full(shape, relax.const(value.reshape(()), str(value.dtype)), str(value.dtype))
@@ -87,7 +94,7 @@ def _cast():
         @classmethod
         def _impl_v13(cls, bb, inputs, attr, params):
             x = inputs[0]
-            if not isinstance(x, relax.ShapeExpr) and isinstance(getattr(x, "ty", None), relax.ShapeType):
+            if _shape_value(x):
                 x = bb.normalize(relax.op.shape_to_tensor(x))
             inputs[0] = x
             return super()._impl_v13(bb, inputs, attr, params)
