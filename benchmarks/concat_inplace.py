@@ -2,6 +2,7 @@
 1x1 conv branches -> Concat -> 1x1 conv), the whole block's latency and planned memory, and the
 latency of the Concat kernel alone on the same shapes. Run by hand:
     .venv/bin/python benchmarks/concat_inplace.py"""
+
 from __future__ import annotations
 
 import statistics
@@ -28,11 +29,18 @@ def _model(concat_only: bool):
         inputs = [helper.make_tensor_value_info("input", TensorProto.FLOAT, [1, C, HW, HW])]
         for i in range(BRANCHES):
             inits.append(numpy_helper.from_array((r.standard_normal((C, C, 1, 1)) * 0.1).astype(np.float32), f"w{i}"))
-            nodes += [helper.make_node("Conv", ["input", f"w{i}"], [f"c{i}"]), helper.make_node("Relu", [f"c{i}"], [f"b{i}"])]
+            nodes += [
+                helper.make_node("Conv", ["input", f"w{i}"], [f"c{i}"]),
+                helper.make_node("Relu", [f"c{i}"], [f"b{i}"]),
+            ]
         nodes.append(helper.make_node("Concat", [f"b{i}" for i in range(BRANCHES)], ["cat"], axis=1))
-        inits.append(numpy_helper.from_array((r.standard_normal((C, C * BRANCHES, 1, 1)) * 0.1).astype(np.float32), "wo"))
+        inits.append(
+            numpy_helper.from_array((r.standard_normal((C, C * BRANCHES, 1, 1)) * 0.1).astype(np.float32), "wo")
+        )
         nodes.append(helper.make_node("Conv", ["cat", "wo"], ["output"]))
-    g = helper.make_graph(nodes, "block", inputs, [helper.make_tensor_value_info("output", TensorProto.FLOAT, None)], inits)
+    g = helper.make_graph(
+        nodes, "block", inputs, [helper.make_tensor_value_info("output", TensorProto.FLOAT, None)], inits
+    )
     return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
 
 
@@ -56,12 +64,18 @@ def main() -> int:
     cat_ms = _median_ms(mc, {f"b{i}": rng.standard_normal((1, C, HW, HW)).astype(np.float32) for i in range(BRANCHES)})
     r = block.report
     inputs_mb = BRANCHES * C * HW * HW * 4 / 1e6
-    print(f"block: {block_ms:.2f} ms, kernels {r['kernels']}, planned {r['activation_bytes_planned'] / 1e6:.2f} MB "
-          f"in {r['buffers_planned']} buffers (naive {r['activation_bytes_naive'] / 1e6:.2f} MB)")
-    print(f"concat kernel alone (includes the runtime's input copies): {cat_ms:.2f} ms = at most "
-          f"{100 * cat_ms / block_ms:.1f}% of the block")
-    print(f"in-place concat would drop one kernel and the {inputs_mb:.2f} MB of branch outputs that live beside "
-          f"the {inputs_mb:.2f} MB concat output")
+    print(
+        f"block: {block_ms:.2f} ms, kernels {r['kernels']}, planned {r['activation_bytes_planned'] / 1e6:.2f} MB "
+        f"in {r['buffers_planned']} buffers (naive {r['activation_bytes_naive'] / 1e6:.2f} MB)"
+    )
+    print(
+        f"concat kernel alone (includes the runtime's input copies): {cat_ms:.2f} ms = at most "
+        f"{100 * cat_ms / block_ms:.1f}% of the block"
+    )
+    print(
+        f"in-place concat would drop one kernel and the {inputs_mb:.2f} MB of branch outputs that live beside "
+        f"the {inputs_mb:.2f} MB concat output"
+    )
     return 0
 
 

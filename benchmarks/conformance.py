@@ -18,6 +18,7 @@ as a graph input are also compiled with that input frozen to the case's value
     .venv/bin/python -m benchmarks.conformance [--sample N --seed S] [--ops A,B] [--out benchmarks/conformance.md]
         [--json] [--timeout 60]
 """
+
 from __future__ import annotations
 
 import argparse
@@ -43,20 +44,51 @@ EXCLUDED_DOMAINS = ("ai.onnx.preview.training",)
 # (op type, input index) of node inputs whose value decides an output shape (or an attribute TVM needs
 # as a constant): a graph input feeding one of these is frozen for the "pass with freeze" column
 SHAPE_INPUTS = {
-    "Reshape": (1,), "Expand": (1,), "Tile": (1,), "Pad": (1, 3), "Slice": (1, 2, 3, 4), "Resize": (1, 2, 3),
-    "Upsample": (1,), "TopK": (1,), "Split": (1,), "Squeeze": (1,), "Unsqueeze": (1,), "ConstantOfShape": (0,),
-    "Range": (0, 1, 2), "OneHot": (1,), "CenterCropPad": (1,), "Col2Im": (1, 2, 3), "Trilu": (1,), "CumSum": (1,),
+    "Reshape": (1,),
+    "Expand": (1,),
+    "Tile": (1,),
+    "Pad": (1, 3),
+    "Slice": (1, 2, 3, 4),
+    "Resize": (1, 2, 3),
+    "Upsample": (1,),
+    "TopK": (1,),
+    "Split": (1,),
+    "Squeeze": (1,),
+    "Unsqueeze": (1,),
+    "ConstantOfShape": (0,),
+    "Range": (0, 1, 2),
+    "OneHot": (1,),
+    "CenterCropPad": (1,),
+    "Col2Im": (1, 2, 3),
+    "Trilu": (1,),
+    "CumSum": (1,),
     "CumProd": (1,),
-    "MaxUnpool": (2,), "DFT": (1, 2), "STFT": (1, 3), "HannWindow": (0,), "HammingWindow": (0,),
-    "BlackmanWindow": (0,), "MelWeightMatrix": (0, 1, 2, 3, 4), "ReduceSum": (1,), "ReduceMean": (1,),
-    "ReduceMax": (1,), "ReduceMin": (1,), "ReduceProd": (1,), "ReduceL1": (1,), "ReduceL2": (1,),
-    "ReduceLogSum": (1,), "ReduceLogSumExp": (1,), "ReduceSumSquare": (1,), "AffineGrid": (1,),
-    "NonMaxSuppression": (2, 3, 4), "Loop": (0, 1),
+    "MaxUnpool": (2,),
+    "DFT": (1, 2),
+    "STFT": (1, 3),
+    "HannWindow": (0,),
+    "HammingWindow": (0,),
+    "BlackmanWindow": (0,),
+    "MelWeightMatrix": (0, 1, 2, 3, 4),
+    "ReduceSum": (1,),
+    "ReduceMean": (1,),
+    "ReduceMax": (1,),
+    "ReduceMin": (1,),
+    "ReduceProd": (1,),
+    "ReduceL1": (1,),
+    "ReduceL2": (1,),
+    "ReduceLogSum": (1,),
+    "ReduceLogSumExp": (1,),
+    "ReduceSumSquare": (1,),
+    "AffineGrid": (1,),
+    "NonMaxSuppression": (2, 3, 4),
+    "Loop": (0, 1),
 }
 OUTCOMES = ("pass", "mismatch", "unsupported", "internal", "crash")
 
 
 # ---------------------------------------------------------------------------------------------- cases
+
 
 def all_cases() -> dict:
     """name -> onnx TestCase, in onnx's order, without the training-domain cases."""
@@ -65,9 +97,9 @@ def all_cases() -> dict:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         from onnx.backend.test.case.node import collect_testcases
+
         cases = collect_testcases(None)
-    return {c.name: c for c in cases
-            if not any(o.domain in EXCLUDED_DOMAINS for o in c.model.opset_import)}
+    return {c.name: c for c in cases if not any(o.domain in EXCLUDED_DOMAINS for o in c.model.opset_import)}
 
 
 def case_op(case, names: dict) -> str:
@@ -127,8 +159,10 @@ def compare(expected, got, rtol: float, atol: float) -> str | None:
     except AssertionError:
         diff = np.abs(g.astype(np.float64) - e.astype(np.float64))
         diff = np.where(np.isnan(diff), np.inf, diff)
-        return f"values differ: max abs err {float(diff.max()):.3g} ({int((diff > atol + rtol * np.abs(e)).sum())}" \
-               f"/{e.size} elements)"
+        return (
+            f"values differ: max abs err {float(diff.max()):.3g} ({int((diff > atol + rtol * np.abs(e)).sum())}"
+            f"/{e.size} elements)"
+        )
     return None
 
 
@@ -145,6 +179,7 @@ def compare_all(case, outs: list, names: list[str]) -> str | None:
 
 # ---------------------------------------------------------------------------------------------- worker
 
+
 def _first_line(e: BaseException) -> str:
     s = str(e).strip().splitlines()
     return (s[0] if s else "")[:300]
@@ -159,7 +194,7 @@ def run_ort(case) -> dict:
     try:
         sess = ort.InferenceSession(case.model.SerializeToString(), so, providers=["CPUExecutionProvider"])
         outs = sess.run(None, feeds(case))
-    except Exception as e:  # noqa: BLE001 - onnxruntime's failure is data here
+    except Exception as e:
         return {"outcome": "fail", "type": type(e).__name__, "detail": _first_line(e)}
     d = compare_all(case, outs, [o.name for o in case.model.graph.output])
     return {"outcome": "fail", "type": "mismatch", "detail": d} if d else {"outcome": "pass"}
@@ -184,7 +219,12 @@ def run_kiln(case, tmp: Path, freeze: bool = False) -> dict:
                 kiln.compile(case.model, out, **kwargs)
                 break
             except kiln.UnsupportedModelError as e:
-                more = {s: fed[s] for op in e.ops for s in op.get("sources", ()) if s in fed and s not in kwargs.get("freeze_inputs", {})}
+                more = {
+                    s: fed[s]
+                    for op in e.ops
+                    for s in op.get("sources", ())
+                    if s in fed and s not in kwargs.get("freeze_inputs", {})
+                }
                 if not freeze or not more:
                     raise
                 kwargs["freeze_inputs"] = {**kwargs["freeze_inputs"], **more}
@@ -199,13 +239,18 @@ def run_kiln(case, tmp: Path, freeze: bool = False) -> dict:
         return {"outcome": "internal", "type": type(e).__name__, "stage": stage, "detail": _first_line(e)}
     except kiln.KilnError as e:
         sources = sorted({s for op in getattr(e, "ops", ()) for s in op.get("sources", ())})
-        return {"outcome": "unsupported", "type": type(e).__name__, "stage": stage, "detail": _first_line(e),
-                **({"freeze_sources": sources} if sources else {})}
+        return {
+            "outcome": "unsupported",
+            "type": type(e).__name__,
+            "stage": stage,
+            "detail": _first_line(e),
+            **({"freeze_sources": sources} if sources else {}),
+        }
     except TypeError as e:
         if freeze and "freeze_inputs" in str(e):
             return {"outcome": "n/a", "detail": "kiln.compile has no freeze_inputs= yet"}
         return {"outcome": "internal", "type": "TypeError", "stage": stage, "detail": _first_line(e)}
-    except BaseException as e:  # noqa: BLE001 - a finding
+    except BaseException as e:
         return {"outcome": "internal", "type": type(e).__name__, "stage": stage, "detail": _first_line(e)}
     return {"outcome": "mismatch", "type": "mismatch", "detail": d} if d else {"outcome": "pass"}
 
@@ -226,6 +271,7 @@ def worker_main() -> int:
     sys.stdout = sys.stderr
     cases = all_cases()
     import kiln  # noqa: F401 - before the first case, so its import time is not a case's
+
     stdin = sys.stdin.buffer
     with tempfile.TemporaryDirectory(prefix="kiln-conf-") as d:
         while True:
@@ -260,10 +306,15 @@ class CaseExecutor(Executor):
         env.setdefault("KILN_TUNING_LOGS", "none")  # default schedules: what the suite tests is the result
         env.setdefault("TVM_NUM_THREADS", "1")
         env.setdefault("OMP_NUM_THREADS", "1")
-        self._log_f = open(self.log, "wb")  # noqa: SIM115 - lives as long as the worker
-        self.proc = subprocess.Popen([sys.executable, "-m", "benchmarks.conformance", "--worker"],
-                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._log_f, cwd=ROOT,
-                                     env=env)
+        self._log_f = open(self.log, "wb")
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "benchmarks.conformance", "--worker"],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=self._log_f,
+            cwd=ROOT,
+            env=env,
+        )
 
     def _tail(self) -> str:
         try:
@@ -279,15 +330,20 @@ class CaseExecutor(Executor):
     def case(self, kind: str, name: str) -> dict:
         r = self.run(kind, name.encode())
         if r["outcome"] in ("crash", "hang"):
-            r = {"outcome": "crash", "type": "timeout" if r["outcome"] == "hang" else "died",
-                 "detail": r["detail"] + (f": {t}" if (t := self._tail()) else "")}
+            r = {
+                "outcome": "crash",
+                "type": "timeout" if r["outcome"] == "hang" else "died",
+                "detail": r["detail"] + (f": {t}" if (t := self._tail()) else ""),
+            }
         return r
 
 
 # ---------------------------------------------------------------------------------------------- the run
 
-def select(cases: dict, ops: list[str] | None, sample: int | None, seed: int,
-           names: list[str] | None = None) -> list[str]:
+
+def select(
+    cases: dict, ops: list[str] | None, sample: int | None, seed: int, names: list[str] | None = None
+) -> list[str]:
     """Case names to run: those of `ops` (op types, as case_op names them) or `names`, then a fixed
     random sample of n of them (sorted back into onnx's order)."""
     chosen = list(cases)
@@ -313,7 +369,7 @@ def spread(cases: dict, n: int) -> list[str]:
         ops = [ops[i * len(ops) // n] for i in range(n)]
     chosen: list[str] = []
     for k in range(max((len(by_op[o]) for o in ops), default=0)):
-        chosen += [by_op[o][k] for o in ops if k < len(by_op[o])][:n - len(chosen)]
+        chosen += [by_op[o][k] for o in ops if k < len(by_op[o])][: n - len(chosen)]
     keep = set(chosen)
     return [name for name in cases if name in keep]
 
@@ -360,12 +416,16 @@ def totals(records: list[dict]) -> dict:
     kiln_pass = [r for r in ort_pass if r["kiln"]["outcome"] == "pass"]
     frz = [r for r in records if "freeze" in r]
     frz_na = any(r["freeze"]["outcome"] == "n/a" for r in frz)
-    return {"cases": len(records), "ort_pass": len(ort_pass), "kiln_pass": len(kiln_pass),
-            "kiln_pass_freeze": None if frz_na else sum(freeze_outcome(r) == "pass" for r in ort_pass),
-            "kiln_pass_all": sum(r["kiln"]["outcome"] == "pass" for r in records),
-            "crashes": sum(r["kiln"]["outcome"] == "crash" or freeze_outcome(r) == "crash" for r in records),
-            "with_shape_inputs": len(frz),
-            "outcomes": dict(collections.Counter(r["kiln"]["outcome"] for r in ort_pass))}
+    return {
+        "cases": len(records),
+        "ort_pass": len(ort_pass),
+        "kiln_pass": len(kiln_pass),
+        "kiln_pass_freeze": None if frz_na else sum(freeze_outcome(r) == "pass" for r in ort_pass),
+        "kiln_pass_all": sum(r["kiln"]["outcome"] == "pass" for r in records),
+        "crashes": sum(r["kiln"]["outcome"] == "crash" or freeze_outcome(r) == "crash" for r in records),
+        "with_shape_inputs": len(frz),
+        "outcomes": dict(collections.Counter(r["kiln"]["outcome"] for r in ort_pass)),
+    }
 
 
 def _pct(a: int, b: int) -> str:
@@ -376,14 +436,17 @@ def cpu_name() -> str:
     try:
         out = subprocess.run(["lscpu"], capture_output=True, text=True, timeout=10).stdout
         return next(x.split(":", 1)[1].strip() for x in out.splitlines() if x.startswith("Model name"))
-    except Exception:  # noqa: BLE001 - a header line only
+    except Exception:
         return "unknown"
 
 
 def markdown(records: list[dict], command: str, seconds: float) -> str:
     t = totals(records)
-    frz = "n/a (kiln.compile has no freeze_inputs= yet)" if t["kiln_pass_freeze"] is None else \
-        f"{t['kiln_pass_freeze']} ({_pct(t['kiln_pass_freeze'], t['ort_pass'])})"
+    frz = (
+        "n/a (kiln.compile has no freeze_inputs= yet)"
+        if t["kiln_pass_freeze"] is None
+        else f"{t['kiln_pass_freeze']} ({_pct(t['kiln_pass_freeze'], t['ort_pass'])})"
+    )
     lines = [
         "# ONNX backend node tests through Kiln",
         "",
@@ -431,8 +494,13 @@ def markdown(records: list[dict], command: str, seconds: float) -> str:
         else:
             f = ""
         lines.append(f"| {op} | {len(ok)}" + (f" ({len(bad)})" if bad else "") + f" | {' | '.join(cells)} | {f} |")
-    lines += ["", "## Failure causes (the cases onnxruntime passes), most frequent first", "",
-              "| outcome | count | cause | ops | example case |", "|---|---|---|---|---|"]
+    lines += [
+        "",
+        "## Failure causes (the cases onnxruntime passes), most frequent first",
+        "",
+        "| outcome | count | cause | ops | example case |",
+        "|---|---|---|---|---|",
+    ]
     groups: dict[tuple, list[dict]] = collections.defaultdict(list)
     for r in records:
         if r["ort"]["outcome"] == "pass" and r["kiln"]["outcome"] != "pass":
@@ -442,30 +510,47 @@ def markdown(records: list[dict], command: str, seconds: float) -> str:
         opl = ", ".join(o for o, _ in ops.most_common(6)) + (", ..." if len(ops) > 6 else "")
         ex = rs[0]["kiln"].get("detail", "").replace("|", "\\|")[:200]
         lines.append(f"| {outcome} | {len(rs)} | {msg.replace('|', chr(92) + '|')} | {opl} | `{rs[0]['name']}`: {ex} |")
-    frz_fail = [r for r in records if "freeze" in r and r["ort"]["outcome"] == "pass"
-                and freeze_outcome(r) not in ("pass", "n/a")]
+    frz_fail = [
+        r
+        for r in records
+        if "freeze" in r and r["ort"]["outcome"] == "pass" and freeze_outcome(r) not in ("pass", "n/a")
+    ]
     if frz_fail:
-        lines += ["", "## With --freeze-input: the cases still failing", "",
-                  "| case | frozen | outcome | error |", "|---|---|---|---|"]
+        lines += [
+            "",
+            "## With --freeze-input: the cases still failing",
+            "",
+            "| case | frozen | outcome | error |",
+            "|---|---|---|---|",
+        ]
         for r in frz_fail:
             fr = r["freeze"]
-            lines.append(f"| `{r['name']}` | {', '.join(r['freeze_inputs'])} | {fr['outcome']} | "
-                         f"{fr.get('type', '')}: {(fr.get('detail') or '').replace('|', chr(92) + '|')[:160]} |")
+            lines.append(
+                f"| `{r['name']}` | {', '.join(r['freeze_inputs'])} | {fr['outcome']} | "
+                f"{fr.get('type', '')}: {(fr.get('detail') or '').replace('|', chr(92) + '|')[:160]} |"
+            )
     ort_fail = collections.Counter(message_group(r["ort"]) for r in records if r["ort"]["outcome"] != "pass")
-    lines += ["", "## Cases onnxruntime does not pass (not counted)", "",
-              "| count | onnxruntime's error |", "|---|---|"]
+    lines += [
+        "",
+        "## Cases onnxruntime does not pass (not counted)",
+        "",
+        "| count | onnxruntime's error |",
+        "|---|---|",
+    ]
     lines += [f"| {n} | {m.replace('|', chr(92) + '|')} |" for m, n in ort_fail.most_common(15)]
     return "\n".join(lines) + "\n"
 
 
 def _onnx_version() -> str:
     import onnx
+
     return onnx.__version__
 
 
 def _ort_version() -> str:
     try:
         import onnxruntime
+
         return onnxruntime.__version__
     except ImportError:
         return "(not installed)"
@@ -479,43 +564,53 @@ def main(argv=None) -> int:
     ap.add_argument("--ops", default=None, help="only the cases of these ops (comma-separated)")
     ap.add_argument("--cases", default=None, help="only these cases (comma-separated names)")
     ap.add_argument("--jobs", type=int, default=1, help="worker processes (only 1 is implemented)")
-    ap.add_argument("--timeout", type=float, default=60.0,
-                    help="seconds per case and phase before it counts as a crash")
+    ap.add_argument(
+        "--timeout", type=float, default=60.0, help="seconds per case and phase before it counts as a crash"
+    )
     ap.add_argument("--out", default="benchmarks/conformance.md")
     ap.add_argument("--json", action="store_true", help="also write the per-case records next to --out (.json)")
-    ap.add_argument("--merge", default=None,
-                    help="a previous --json file: its records for the cases not run now go into the report")
+    ap.add_argument(
+        "--merge", default=None, help="a previous --json file: its records for the cases not run now go into the report"
+    )
     a = ap.parse_args(argv)
     if a.worker:
         return worker_main()
     if a.jobs != 1:
         print("conformance: --jobs other than 1 is not implemented; running with one worker", file=sys.stderr)
     cases = all_cases()
-    names = select(cases, a.ops.split(",") if a.ops else None, a.sample, a.seed,
-                   a.cases.split(",") if a.cases else None)
+    names = select(
+        cases, a.ops.split(",") if a.ops else None, a.sample, a.seed, a.cases.split(",") if a.cases else None
+    )
     t0 = time.perf_counter()
 
     def progress(k, n, rec):
         kr = rec["kiln"]
         fr = f" freeze={rec['freeze']['outcome']}" if "freeze" in rec else ""
-        print(f"[{k + 1}/{n} {time.perf_counter() - t0:.0f}s] {rec['name']}: ort={rec['ort']['outcome']} "
-              f"kiln={kr['outcome']}{fr} {kr.get('type', '')} {(kr.get('detail') or '')[:150]}", flush=True)
+        print(
+            f"[{k + 1}/{n} {time.perf_counter() - t0:.0f}s] {rec['name']}: ort={rec['ort']['outcome']} "
+            f"kiln={kr['outcome']}{fr} {kr.get('type', '')} {(kr.get('detail') or '')[:150]}",
+            flush=True,
+        )
 
     records = run_cases(names, cases, a.timeout, progress)
     if a.merge:
         done = {r["name"] for r in records}
-        old = [r for r in json.loads(Path(a.merge).read_text())["records"]
-               if r["name"] not in done and r["name"] in cases]
+        old = [
+            r for r in json.loads(Path(a.merge).read_text())["records"] if r["name"] not in done and r["name"] in cases
+        ]
         order = {n: i for i, n in enumerate(cases)}
         records = sorted(records + old, key=lambda r: order[r["name"]])
     seconds = time.perf_counter() - t0
     command = "python -m benchmarks.conformance " + " ".join(argv if argv is not None else sys.argv[1:])
     from kiln._io import atomic_write_text
+
     out = Path(a.out)
     atomic_write_text(out, markdown(records, command.strip(), seconds))
     if a.json:
-        atomic_write_text(out.with_suffix(".json"), json.dumps({"command": command, "totals": totals(records),
-                                                                "records": records}, indent=1))
+        atomic_write_text(
+            out.with_suffix(".json"),
+            json.dumps({"command": command, "totals": totals(records), "records": records}, indent=1),
+        )
     print(json.dumps(totals(records)))
     return 0
 

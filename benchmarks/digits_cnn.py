@@ -1,5 +1,6 @@
 """A small CNN for scikit-learn's digits (8x8 grey images, 10 classes), trained here in numpy
 (im2col convolutions, Adam), and exported to ONNX. Used by benchmarks/quantize.py."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -9,6 +10,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 def load_digits_split(seed: int = 0):
     from sklearn.datasets import load_digits
+
     d = load_digits()
     x = (d.images / 16.0).astype(np.float32)[:, None]  # [N, 1, 8, 8] in [0, 1]
     y = d.target.astype(np.int64)
@@ -20,7 +22,7 @@ def load_digits_split(seed: int = 0):
 def _im2col(x, k=3, pad=1):
     b, c, h, w = x.shape
     xp = np.pad(x, ((0, 0), (0, 0), (pad, pad), (pad, pad)))
-    cols = np.stack([xp[:, :, i:i + h, j:j + w] for i in range(k) for j in range(k)], axis=2)  # [B, C, k*k, H, W]
+    cols = np.stack([xp[:, :, i : i + h, j : j + w] for i in range(k) for j in range(k)], axis=2)  # [B, C, k*k, H, W]
     return cols.transpose(0, 3, 4, 1, 2).reshape(b, h, w, c * k * k)
 
 
@@ -29,8 +31,8 @@ def _col2im(dcols, shape, k=3, pad=1):
     d = dcols.reshape(b, h, w, c, k * k).transpose(0, 3, 4, 1, 2)
     dx = np.zeros((b, c, h + 2 * pad, w + 2 * pad), dcols.dtype)
     for n, (i, j) in enumerate((i, j) for i in range(k) for j in range(k)):
-        dx[:, :, i:i + h, j:j + w] += d[:, :, n]
-    return dx[:, :, pad:pad + h, pad:pad + w]
+        dx[:, :, i : i + h, j : j + w] += d[:, :, n]
+    return dx[:, :, pad : pad + h, pad : pad + w]
 
 
 class DigitsCNN:
@@ -38,9 +40,17 @@ class DigitsCNN:
 
     def __init__(self, seed: int = 0):
         r = np.random.default_rng(seed)
-        he = lambda *s: (r.standard_normal(s) * np.sqrt(2.0 / np.prod(s[1:]))).astype(np.float32)  # noqa: E731
-        self.p = {"w1": he(16, 1, 3, 3), "b1": np.zeros(16, np.float32), "w2": he(32, 16, 3, 3), "b2": np.zeros(32, np.float32),
-                  "w3": he(64, 512).T.copy(), "b3": np.zeros(64, np.float32), "w4": he(10, 64).T.copy(), "b4": np.zeros(10, np.float32)}
+        he = lambda *s: (r.standard_normal(s) * np.sqrt(2.0 / np.prod(s[1:]))).astype(np.float32)
+        self.p = {
+            "w1": he(16, 1, 3, 3),
+            "b1": np.zeros(16, np.float32),
+            "w2": he(32, 16, 3, 3),
+            "b2": np.zeros(32, np.float32),
+            "w3": he(64, 512).T.copy(),
+            "b3": np.zeros(64, np.float32),
+            "w4": he(10, 64).T.copy(),
+            "b4": np.zeros(10, np.float32),
+        }
 
     def _forward(self, x):
         p, c = self.p, {}
@@ -68,13 +78,13 @@ class DigitsCNN:
         for _ in range(epochs):
             order = r.permutation(len(x))
             for s in range(0, len(x), batch):
-                i = order[s:s + batch]
+                i = order[s : s + batch]
                 g = self._grads(x[i], y[i])
                 t += 1
                 for k in self.p:
                     m[k] = 0.9 * m[k] + 0.1 * g[k]
                     v[k] = 0.999 * v[k] + 0.001 * g[k] ** 2
-                    self.p[k] -= lr * (m[k] / (1 - 0.9 ** t)) / (np.sqrt(v[k] / (1 - 0.999 ** t)) + 1e-8)
+                    self.p[k] -= lr * (m[k] / (1 - 0.9**t)) / (np.sqrt(v[k] / (1 - 0.999**t)) + 1e-8)
         return self
 
     def _grads(self, x, y):
@@ -103,18 +113,24 @@ class DigitsCNN:
 
     def to_onnx(self) -> onnx.ModelProto:
         p = self.p
-        nodes = [helper.make_node("Conv", ["input", "w1", "b1"], ["c1"], pads=[1] * 4, name="conv1"),
-                 helper.make_node("Relu", ["c1"], ["r1"], name="relu1"),
-                 helper.make_node("Conv", ["r1", "w2", "b2"], ["c2"], pads=[1] * 4, name="conv2"),
-                 helper.make_node("Relu", ["c2"], ["r2"], name="relu2"),
-                 helper.make_node("MaxPool", ["r2"], ["mp"], kernel_shape=[2, 2], strides=[2, 2], name="pool"),
-                 helper.make_node("Flatten", ["mp"], ["f"], name="flatten"),
-                 helper.make_node("Gemm", ["f", "w3", "b3"], ["h"], name="fc1"),
-                 helper.make_node("Relu", ["h"], ["hr"], name="relu3"),
-                 helper.make_node("Gemm", ["hr", "w4", "b4"], ["logits"], name="fc2")]
-        g = helper.make_graph(nodes, "digits_cnn", [helper.make_tensor_value_info("input", TensorProto.FLOAT, [1, 1, 8, 8])],
-                              [helper.make_tensor_value_info("logits", TensorProto.FLOAT, [1, 10])],
-                              [numpy_helper.from_array(v, k) for k, v in p.items()])
+        nodes = [
+            helper.make_node("Conv", ["input", "w1", "b1"], ["c1"], pads=[1] * 4, name="conv1"),
+            helper.make_node("Relu", ["c1"], ["r1"], name="relu1"),
+            helper.make_node("Conv", ["r1", "w2", "b2"], ["c2"], pads=[1] * 4, name="conv2"),
+            helper.make_node("Relu", ["c2"], ["r2"], name="relu2"),
+            helper.make_node("MaxPool", ["r2"], ["mp"], kernel_shape=[2, 2], strides=[2, 2], name="pool"),
+            helper.make_node("Flatten", ["mp"], ["f"], name="flatten"),
+            helper.make_node("Gemm", ["f", "w3", "b3"], ["h"], name="fc1"),
+            helper.make_node("Relu", ["h"], ["hr"], name="relu3"),
+            helper.make_node("Gemm", ["hr", "w4", "b4"], ["logits"], name="fc2"),
+        ]
+        g = helper.make_graph(
+            nodes,
+            "digits_cnn",
+            [helper.make_tensor_value_info("input", TensorProto.FLOAT, [1, 1, 8, 8])],
+            [helper.make_tensor_value_info("logits", TensorProto.FLOAT, [1, 10])],
+            [numpy_helper.from_array(v, k) for k, v in p.items()],
+        )
         m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
         m.ir_version = 8
         return m

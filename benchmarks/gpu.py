@@ -2,6 +2,7 @@
 after warm-up. Run through benchmarks/gpu.sh, which skips cleanly on a host without a GPU.
 Kiln's GPU kernels are dlight's default schedules (convolutions on the generic fallback) unless
 records from `kiln tune` on the GPU host are given with --tuning-db."""
+
 from __future__ import annotations
 
 import argparse
@@ -13,14 +14,19 @@ from pathlib import Path
 
 import numpy as np
 import onnx
+from report import save, table
 
 import kiln
 from kiln import zoo
-from report import save, table
 
 
 def compute_capability() -> str:
-    out = subprocess.run(["nvidia-smi", "--query-gpu=compute_cap,name", "--format=csv,noheader"], capture_output=True, text=True, check=True)
+    out = subprocess.run(
+        ["nvidia-smi", "--query-gpu=compute_cap,name", "--format=csv,noheader"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     cap, name = [x.strip() for x in out.stdout.splitlines()[0].split(",", 1)]
     return "sm_" + cap.replace(".", ""), name
 
@@ -44,6 +50,7 @@ def main(argv=None) -> int:
     a = ap.parse_args(argv)
     arch, gpu = compute_capability()
     import onnxruntime as ort
+
     providers = ort.get_available_providers()
     tmp = Path(tempfile.mkdtemp(prefix="kiln-gpu-"))
     rows = []
@@ -51,7 +58,9 @@ def main(argv=None) -> int:
         build, shape = zoo.MODELS[name]
         src = tmp / f"{name}.onnx"
         onnx.save(build(), src)
-        kiln.compile(src, tmp / f"{name}.kiln", input_shapes=[shape], target=f"cuda -arch={arch}", tuning_db=a.tuning_db)
+        kiln.compile(
+            src, tmp / f"{name}.kiln", input_shapes=[shape], target=f"cuda -arch={arch}", tuning_db=a.tuning_db
+        )
         m = kiln.load(tmp / f"{name}.kiln")
         x = np.random.default_rng(0).standard_normal(m.inputs[0].shape).astype(np.float32)
         feed = {m.inputs[0].name: x}
@@ -63,10 +72,23 @@ def main(argv=None) -> int:
             row |= {"ort_gpu_ms": median_ms(lambda: s.run(None, feed)), "max_abs_diff": float(np.abs(ours - ref).max())}
         rows.append(row)
         print(row, file=sys.stderr, flush=True)
-    lines = [f"Kiln {kiln.__version__} on {gpu} ({arch}), batch 1, medians of 50 runs after 5 warm-up (host<->device copies included).", ""]
-    lines += table(["model", "kiln ms", "onnxruntime-gpu ms", "kiln/ort", "max abs diff"],
-                   [[r["model"], f"{r['kiln_ms']:.2f}", f"{r.get('ort_gpu_ms', float('nan')):.2f}",
-                     f"{r['kiln_ms'] / r['ort_gpu_ms']:.2f}x" if "ort_gpu_ms" in r else "-", f"{r.get('max_abs_diff', float('nan')):.1e}"] for r in rows])
+    lines = [
+        f"Kiln {kiln.__version__} on {gpu} ({arch}), batch 1, medians of 50 runs after 5 warm-up (host<->device copies included).",
+        "",
+    ]
+    lines += table(
+        ["model", "kiln ms", "onnxruntime-gpu ms", "kiln/ort", "max abs diff"],
+        [
+            [
+                r["model"],
+                f"{r['kiln_ms']:.2f}",
+                f"{r.get('ort_gpu_ms', float('nan')):.2f}",
+                f"{r['kiln_ms'] / r['ort_gpu_ms']:.2f}x" if "ort_gpu_ms" in r else "-",
+                f"{r.get('max_abs_diff', float('nan')):.1e}",
+            ]
+            for r in rows
+        ],
+    )
     if "CUDAExecutionProvider" not in providers:
         lines += ["", "onnxruntime-gpu is not installed: Kiln only (pip install onnxruntime-gpu for the comparison)."]
     save(a.out, rows, lines)

@@ -1,6 +1,7 @@
 """Which layout wins on which zoo model, on this host: compile each model in each layout, time it
 (warm-up, then the median of N runs, layouts interleaved so drift hits all), and print a markdown
 table. Run by hand:  .venv/bin/python benchmarks/layout.py [--repeat 7] [--models resnet18,...]"""
+
 from __future__ import annotations
 
 import argparse
@@ -46,16 +47,25 @@ def main(argv=None) -> int:
                 m.run(x)
                 times[layout].append((time.perf_counter() - t) * 1e3)
         med = {k: statistics.median(v) for k, v in times.items()}
-        rows.append({"model": name, **{f"{k}_ms": round(v, 2) for k, v in med.items()},
-                     **{f"{k}_compile_s": round(loaded[k][1], 1) for k in LAYOUTS}, "winner": min(med, key=med.get)})
+        rows.append(
+            {
+                "model": name,
+                **{f"{k}_ms": round(v, 2) for k, v in med.items()},
+                **{f"{k}_compile_s": round(loaded[k][1], 1) for k in LAYOUTS},
+                "winner": min(med, key=med.get),
+            }
+        )
         print(json.dumps(rows[-1]), file=sys.stderr)
-    print(f"Layout, untuned default schedules, batch 1, {physical_cores()} threads, -mcpu={cpu}, median of {a.repeat}\n")
+    print(
+        f"Layout, untuned default schedules, batch 1, {physical_cores()} threads, -mcpu={cpu}, median of {a.repeat}\n"
+    )
     print("| model | " + " | ".join(f"{k} ms" for k in LAYOUTS) + " | winner |")
     print("|---|" + "---|" * (len(LAYOUTS) + 1))
     for r in rows:
         print(f"| {r['model']} | " + " | ".join(f"{r[k + '_ms']:.1f}" for k in LAYOUTS) + f" | {r['winner']} |")
     if a.json:
         from kiln._io import atomic_write_text
+
         atomic_write_text(a.json, json.dumps(rows, indent=2))
     return 0
 

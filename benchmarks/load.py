@@ -11,6 +11,7 @@ stays small). Every phase is bounded in requests and seconds.
 
     .venv/bin/python benchmarks/load.py [--model mobilenet_v2] [--shape 1x3x224x224] [--levels 1,2,4,8,16]
         [--requests 400] [--seconds 20] [--overload-requests 10000] [--out benchmarks/load]"""
+
 from __future__ import annotations
 
 import argparse
@@ -29,16 +30,19 @@ from pathlib import Path
 import numpy as np
 import onnx
 import psutil
+from report import save, table
 
 import kiln
 from kiln import zoo
-from report import save, table
 
 
 class Server:
     def __init__(self, artifact: Path, *args: str):
-        self.p = subprocess.Popen([sys.executable, "-m", "kiln", "serve", str(artifact), "--port", "0", *args],
-                                  stdout=subprocess.PIPE, text=True)
+        self.p = subprocess.Popen(
+            [sys.executable, "-m", "kiln", "serve", str(artifact), "--port", "0", *args],
+            stdout=subprocess.PIPE,
+            text=True,
+        )
         self.port = int(re.search(r":(\d+)\s", self.p.stdout.readline()).group(1))
         for _ in range(600):
             try:
@@ -81,8 +85,11 @@ class Client:
 
 def pct(lat: list[float]) -> dict:
     a = np.asarray(lat) * 1e3 if lat else np.asarray([np.nan])
-    return {"p50_ms": round(float(np.percentile(a, 50)), 2), "p95_ms": round(float(np.percentile(a, 95)), 2),
-            "p99_ms": round(float(np.percentile(a, 99)), 2)}
+    return {
+        "p50_ms": round(float(np.percentile(a, 50)), 2),
+        "p95_ms": round(float(np.percentile(a, 95)), 2),
+        "p99_ms": round(float(np.percentile(a, 99)), 2),
+    }
 
 
 def closed_loop(server: Server, path: str, body: bytes, clients: int, requests: int, seconds: float) -> dict:
@@ -141,8 +148,15 @@ def overload(server: Server, path: str, body: bytes, rate: float, requests: int,
     for code, _ in results:
         codes[code] = codes.get(code, 0) + 1
     ok = [s for code, s in results if code == 200]
-    return {"offered_rps": round(rate, 1), "requests": len(results), "codes": codes, "accepted_rps": round(len(ok) / wall, 1),
-            **pct(ok), "rss_mb": rss, "wall_s": round(wall, 1)}
+    return {
+        "offered_rps": round(rate, 1),
+        "requests": len(results),
+        "codes": codes,
+        "accepted_rps": round(len(ok) / wall, 1),
+        **pct(ok),
+        "rss_mb": rss,
+        "wall_s": round(wall, 1),
+    }
 
 
 def main(argv=None) -> int:
@@ -168,16 +182,22 @@ def main(argv=None) -> int:
     onnx.save(build(batch=None), onnx_path)  # symbolic batch: the buckets pin it
     single, batched = tmp / "single.kiln", tmp / "batched.kiln"
     kiln.compile(onnx_path, single, input_shapes=[f"{name}:{a.shape}"])
-    kiln.compile(onnx_path, batched, shape_buckets=f"{name}:" + ",".join("x".join(map(str, [int(b)] + dims[1:])) for b in a.buckets.split(",")))
+    kiln.compile(
+        onnx_path,
+        batched,
+        shape_buckets=f"{name}:" + ",".join("x".join(map(str, [int(b)] + dims[1:])) for b in a.buckets.split(",")),
+    )
     buf = io.BytesIO()
     np.savez(buf, **{name: np.random.default_rng(0).standard_normal(dims).astype(np.float32)})
     body = buf.getvalue()
     rows = {"model": a.model, "shape": a.shape, "buckets": a.buckets, "closed_loop": [], "overload": None}
     top = a.buckets.split(",")[-1]
     threads = ["--threads", a.threads] if a.threads else []
-    for label, art, extra in (("batch-1", single, ["--max-batch", "1", "--max-wait-ms", "0"]),
-                              ("dynamic batching", batched, ["--max-batch", top, "--max-wait-ms", a.max_wait_ms]),
-                              ("dynamic batching, no wait", batched, ["--max-batch", top, "--max-wait-ms", "0"])):
+    for label, art, extra in (
+        ("batch-1", single, ["--max-batch", "1", "--max-wait-ms", "0"]),
+        ("dynamic batching", batched, ["--max-batch", top, "--max-wait-ms", a.max_wait_ms]),
+        ("dynamic batching, no wait", batched, ["--max-batch", top, "--max-wait-ms", "0"]),
+    ):
         srv = Server(art, "--queue", "256", *extra, *threads)
         path = f"/v1/models/{art.stem}:predict"
         try:
@@ -188,21 +208,53 @@ def main(argv=None) -> int:
         finally:
             srv.stop()
     capacity = max(r["rps"] for r in rows["closed_loop"] if r["server"].startswith("dynamic batching"))
-    srv = Server(batched, "--queue", "32", "--max-batch", a.buckets.split(",")[-1], "--max-wait-ms", a.max_wait_ms, "--timeout-ms", "2000", *threads)
+    srv = Server(
+        batched,
+        "--queue",
+        "32",
+        "--max-batch",
+        a.buckets.split(",")[-1],
+        "--max-wait-ms",
+        a.max_wait_ms,
+        "--timeout-ms",
+        "2000",
+        *threads,
+    )
     try:
-        rows["overload"] = {"capacity_rps": capacity, **overload(srv, f"/v1/models/{batched.stem}:predict", body, 2 * capacity,
-                                                                 a.overload_requests, a.overload_seconds, a.overload_clients)}
+        rows["overload"] = {
+            "capacity_rps": capacity,
+            **overload(
+                srv,
+                f"/v1/models/{batched.stem}:predict",
+                body,
+                2 * capacity,
+                a.overload_requests,
+                a.overload_seconds,
+                a.overload_clients,
+            ),
+        }
         print(json.dumps(rows["overload"]), flush=True)
     finally:
         srv.stop()
-    lines = [f"`kiln serve` on loopback, {a.model} {a.shape}, batch buckets {a.buckets}, max wait {a.max_wait_ms} ms "
-             f"(`benchmarks/load.py`, client in the same 2-core machine).", ""]
-    lines += table(["server", "clients", "requests", "req/s", "p50 ms", "p95 ms", "p99 ms"],
-                   [[r["server"], r["clients"], r["ok"], r["rps"], r["p50_ms"], r["p95_ms"], r["p99_ms"]] for r in rows["closed_loop"]])
+    lines = [
+        f"`kiln serve` on loopback, {a.model} {a.shape}, batch buckets {a.buckets}, max wait {a.max_wait_ms} ms "
+        f"(`benchmarks/load.py`, client in the same 2-core machine).",
+        "",
+    ]
+    lines += table(
+        ["server", "clients", "requests", "req/s", "p50 ms", "p95 ms", "p99 ms"],
+        [
+            [r["server"], r["clients"], r["ok"], r["rps"], r["p50_ms"], r["p95_ms"], r["p99_ms"]]
+            for r in rows["closed_loop"]
+        ],
+    )
     o = rows["overload"]
-    lines += ["", f"Overload: {o['offered_rps']} req/s offered (2x the measured capacity {o['capacity_rps']}), {o['requests']} requests: "
-                  f"status counts {o['codes']}, accepted {o['accepted_rps']} req/s, accepted p50/p99 {o['p50_ms']}/{o['p99_ms']} ms, "
-                  f"server RSS {o['rss_mb']} MB (after n requests)."]
+    lines += [
+        "",
+        f"Overload: {o['offered_rps']} req/s offered (2x the measured capacity {o['capacity_rps']}), {o['requests']} requests: "
+        f"status counts {o['codes']}, accepted {o['accepted_rps']} req/s, accepted p50/p99 {o['p50_ms']}/{o['p99_ms']} ms, "
+        f"server RSS {o['rss_mb']} MB (after n requests).",
+    ]
     save(a.out, rows, lines)
     return 0
 

@@ -1,6 +1,7 @@
 """What Kiln's graph passes buy: each zoo model at --opt-level 0 (lowering only) and 2 (default),
 timed in the same process, interleaved, median of N. Run by hand:
     .venv/bin/python benchmarks/passes.py [--models resnet18,mobilenet_v2] [--repeat 5]"""
+
 from __future__ import annotations
 
 import argparse
@@ -43,8 +44,11 @@ def main(argv=None) -> int:
                 ts[level].append((time.perf_counter() - t) * 1e3)
         med = {k: statistics.median(v) for k, v in ts.items()}
         r0, r2 = runs[0][1], runs[2][1]
-        print(f"| {name} | {r0['kernels']} | {r2['kernels']} | {med[0]:.1f} | {med[2]:.1f} | {med[0] / med[2]:.2f}x | "
-              f"{r0['activation_bytes_planned'] / 1e6:.1f} | {r2['activation_bytes_planned'] / 1e6:.1f} |", flush=True)
+        print(
+            f"| {name} | {r0['kernels']} | {r2['kernels']} | {med[0]:.1f} | {med[2]:.1f} | {med[0] / med[2]:.2f}x | "
+            f"{r0['activation_bytes_planned'] / 1e6:.1f} | {r2['activation_bytes_planned'] / 1e6:.1f} |",
+            flush=True,
+        )
     return 0
 
 

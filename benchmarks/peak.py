@@ -8,6 +8,7 @@ FLOPs as a direct convolution (what onnxruntime computes) and as Kiln builds it 
 fewer), and the GFLOP/s each would need to sustain, end to end, to meet the goal, as a share of the
 measured peak, beside what Kiln sustains now. Run by hand:
   .venv/bin/python benchmarks/peak.py [--procs 2] [--models resnet50,mobilenet_v2 --ratio 0.8 --out benchmarks/peak]"""
+
 from __future__ import annotations
 
 import argparse
@@ -20,7 +21,6 @@ from report import save, table
 from kiln.runtime.peak import build_fma, run_at_once  # the FMA loop, shared with `kiln profile`
 
 
-
 def model_gflop(name: str, disabled: tuple[str, ...] = ()) -> float:
     """The float32 FLOPs (TVM's estimate, summed over every kernel call) of zoo model `name` as
     Kiln's pipeline builds it, without the passes in `disabled`."""
@@ -30,6 +30,7 @@ def model_gflop(name: str, disabled: tuple[str, ...] = ()) -> float:
     from kiln.compiler.options import CompileOptions
     from kiln.frontends.importer import import_onnx
     from kiln.schedules.apply import estimated_flops
+
     opts = CompileOptions.make(input_shapes=[zoo.MODELS[name][1]], disabled_passes=disabled, tuning_db=None)
     mod = optimize(import_onnx(zoo.build(name), opts.shapes).mod, opts).mod
     return sum(estimated_flops(mod[k]) for k in kernels(mod)) / 1e9
@@ -43,6 +44,7 @@ def bench_model(name: str, threads: int, seconds: float) -> dict:
     import kiln
     from kiln import zoo
     from kiln.runtime.bench import BenchOptions, bench
+
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / f"{name}.onnx"
         onnx.save(zoo.build(name), path)
@@ -63,11 +65,24 @@ def demands(models: list[str], peak: float, procs: int, ratio: float, seconds: f
         ort, kln, ort_min = b["ort_p50_ms"], b["p50_ms"], b["ort_min_ms"]
         direct, built = model_gflop(name, ("Winograd",)), model_gflop(name)
         goal = ratio * ort
-        rows.append({"model": name, "threads": procs, "ort_p50_ms": round(ort, 3), "kiln_p50_ms": round(kln, 3), "direct_gflop": round(direct, 3),
-                     "kiln_gflop": round(built, 3), "ort_gflops": round(direct / ort * 1e3, 1), "kiln_gflops": round(built / kln * 1e3, 1),
-                     "goal_ms": round(goal, 3), "goal_direct_gflops": round(direct / goal * 1e3, 1),
-                     "goal_kiln_gflops": round(built / goal * 1e3, 1), "ort_min_ms": round(ort_min, 3),
-                     "goal_at_min_kiln_gflops": round(built / (ratio * ort_min) * 1e3, 1), "peak_gflops": round(peak, 1)})
+        rows.append(
+            {
+                "model": name,
+                "threads": procs,
+                "ort_p50_ms": round(ort, 3),
+                "kiln_p50_ms": round(kln, 3),
+                "direct_gflop": round(direct, 3),
+                "kiln_gflop": round(built, 3),
+                "ort_gflops": round(direct / ort * 1e3, 1),
+                "kiln_gflops": round(built / kln * 1e3, 1),
+                "goal_ms": round(goal, 3),
+                "goal_direct_gflops": round(direct / goal * 1e3, 1),
+                "goal_kiln_gflops": round(built / goal * 1e3, 1),
+                "ort_min_ms": round(ort_min, 3),
+                "goal_at_min_kiln_gflops": round(built / (ratio * ort_min) * 1e3, 1),
+                "peak_gflops": round(peak, 1),
+            }
+        )
     return rows
 
 
@@ -76,7 +91,9 @@ def main(argv=None) -> int:
     ap.add_argument("--procs", type=int, default=2)
     ap.add_argument("--models", default="", help="comma-separated zoo models: what --ratio x onnxruntime demands")
     ap.add_argument("--ratio", type=float, default=0.8)
-    ap.add_argument("--tries", type=int, default=5, help="peak: the best of this many runs (a busy neighbour only lowers it)")
+    ap.add_argument(
+        "--tries", type=int, default=5, help="peak: the best of this many runs (a busy neighbour only lowers it)"
+    )
     ap.add_argument("--seconds", type=float, default=5.0, help="onnxruntime's timed runs per model")
     ap.add_argument("--out", default=None, help="write OUT.json and OUT.md")
     a = ap.parse_args(argv)
@@ -87,7 +104,9 @@ def main(argv=None) -> int:
             return 0
         exe = built[0]
         one, each = _peak(exe, a.procs, a.tries)
-        print(f"fp32 FMA peak: {one:.1f} GFLOP/s on one core; {sum(each):.1f} GFLOP/s on {a.procs} at once ({', '.join(f'{x:.1f}' for x in each)})")
+        print(
+            f"fp32 FMA peak: {one:.1f} GFLOP/s on one core; {sum(each):.1f} GFLOP/s on {a.procs} at once ({', '.join(f'{x:.1f}' for x in each)})"
+        )
         if not a.models:
             return 0
         rows = demands([m for m in a.models.split(",") if m], sum(each), a.procs, a.ratio, a.seconds)
@@ -96,18 +115,55 @@ def main(argv=None) -> int:
     peak = sum(each)
     for r in rows:
         r["peak_gflops"] = round(peak, 1)
-    pct = lambda g: f"{g:.0f} ({g / peak:.0%})"  # noqa: E731
-    lines = [f"What p50 <= {a.ratio}x onnxruntime's demands here: float32 GFLOP/s sustained end to end, and its share of "
-             f"the {peak:.0f} GFLOP/s FMA peak measured on {a.procs} cores (`benchmarks/peak.py --models ...`). "
-             "Direct: the FLOPs onnxruntime computes; Kiln: with its Winograd convs. A busy machine slows both engines "
-             "and lowers what the goal seems to need; the last column asks the same of onnxruntime's fastest run.", "",
-             *table(["model", "threads", "ort p50 ms", "ort GFLOP/s (share)", "goal ms", "direct GFLOP", "needs (share)",
-                     "Kiln GFLOP", "needs (share)", "Kiln p50 ms", "Kiln GFLOP/s (share)", "ort min ms", "needs at its min (share)"],
-                    [[r["model"], r["threads"], r["ort_p50_ms"], pct(r["ort_gflops"]), r["goal_ms"], r["direct_gflop"],
-                      pct(r["goal_direct_gflops"]), r["kiln_gflop"], pct(r["goal_kiln_gflops"]), r["kiln_p50_ms"],
-                      pct(r["kiln_gflops"]), r["ort_min_ms"], pct(r["goal_at_min_kiln_gflops"])] for r in rows])]
+    pct = lambda g: f"{g:.0f} ({g / peak:.0%})"
+    lines = [
+        f"What p50 <= {a.ratio}x onnxruntime's demands here: float32 GFLOP/s sustained end to end, and its share of "
+        f"the {peak:.0f} GFLOP/s FMA peak measured on {a.procs} cores (`benchmarks/peak.py --models ...`). "
+        "Direct: the FLOPs onnxruntime computes; Kiln: with its Winograd convs. A busy machine slows both engines "
+        "and lowers what the goal seems to need; the last column asks the same of onnxruntime's fastest run.",
+        "",
+        *table(
+            [
+                "model",
+                "threads",
+                "ort p50 ms",
+                "ort GFLOP/s (share)",
+                "goal ms",
+                "direct GFLOP",
+                "needs (share)",
+                "Kiln GFLOP",
+                "needs (share)",
+                "Kiln p50 ms",
+                "Kiln GFLOP/s (share)",
+                "ort min ms",
+                "needs at its min (share)",
+            ],
+            [
+                [
+                    r["model"],
+                    r["threads"],
+                    r["ort_p50_ms"],
+                    pct(r["ort_gflops"]),
+                    r["goal_ms"],
+                    r["direct_gflop"],
+                    pct(r["goal_direct_gflops"]),
+                    r["kiln_gflop"],
+                    pct(r["goal_kiln_gflops"]),
+                    r["kiln_p50_ms"],
+                    pct(r["kiln_gflops"]),
+                    r["ort_min_ms"],
+                    pct(r["goal_at_min_kiln_gflops"]),
+                ]
+                for r in rows
+            ],
+        ),
+    ]
     if a.out:
-        save(a.out, {"peak_one_core_gflops": one, "peak_gflops": peak, "procs": a.procs, "ratio": a.ratio, "models": rows}, lines)
+        save(
+            a.out,
+            {"peak_one_core_gflops": one, "peak_gflops": peak, "procs": a.procs, "ratio": a.ratio, "models": rows},
+            lines,
+        )
     else:
         print("\n".join(lines))
     return 0

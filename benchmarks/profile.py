@@ -5,6 +5,7 @@ percent); the uninstrumented end-to-end median is printed first. With --isolated
 instead timed alone, many times in a row (caches warm: its weights and activations in cache), and
 the sum over the model's calls is set against the end-to-end time: what the kernels cost when memory
 is not in the way, i.e. how much of the end-to-end time is waiting for memory."""
+
 from __future__ import annotations
 
 import argparse
@@ -30,6 +31,7 @@ def main(argv=None) -> int:
     from kiln.compiler.optimize import optimize
     from kiln.compiler.options import CompileOptions
     from kiln.frontends.importer import import_onnx
+
     opts = CompileOptions.make(input_shapes=[zoo.MODELS[a.model][1]])
     imported = import_onnx(zoo.build(a.model), opts.shapes)
     opt = optimize(imported.mod, opts)
@@ -56,6 +58,7 @@ def main(argv=None) -> int:
             spent[name] += time.perf_counter() - start[name]
             calls[name] += 1
         return 0
+
     vm.set_instrument(hook)
     for _ in range(a.runs):
         vm["main"](x, *weights)
@@ -71,14 +74,22 @@ def isolated(mod, ex, top: int) -> int:
     import tvm
 
     from kiln.compiler import analysis
+
     calls = collections.Counter(analysis.kernels(mod))
     lib, dev, rng = ex.mod.imports[0], tvm.cpu(), np.random.default_rng(1)
     rows = []
     for gv, f in mod.functions.items():
         if gv.name_hint not in calls or not isinstance(f, tvm.tirx.PrimFunc):
             continue
-        args = [tvm.runtime.tensor(rng.standard_normal([int(s) for s in p.shape]).astype(str(p.dtype)) if "float" in str(p.dtype)
-                                   else np.zeros([int(s) for s in p.shape], str(p.dtype)), dev) for p in f.params]
+        args = [
+            tvm.runtime.tensor(
+                rng.standard_normal([int(s) for s in p.shape]).astype(str(p.dtype))
+                if "float" in str(p.dtype)
+                else np.zeros([int(s) for s in p.shape], str(p.dtype)),
+                dev,
+            )
+            for p in f.params
+        ]
         t = float(np.median(lib.time_evaluator(gv.name_hint, dev, number=50, repeat=5)(*args).results))
         rows.append((t * calls[gv.name_hint], t, gv.name_hint))
     rows.sort(reverse=True)

@@ -7,6 +7,7 @@
    int8 and bf16 against onnxruntime fp32 and onnxruntime int8 (quantize_static QDQ, per-channel,
    same calibration data), all in the same run, engines alternating in blocks (warm-up first).
 Writes benchmarks/quantize.{md,json}."""
+
 from __future__ import annotations
 
 import argparse
@@ -17,15 +18,16 @@ from pathlib import Path
 
 import numpy as np
 import onnx
+from report import save, table
 
 import kiln
 from kiln import zoo
 from kiln.runtime.bench import BLOCK_PAUSE_S
-from report import save, table
 
 
 def ort_session(path, threads: int = 2):
     import onnxruntime as ort
+
     so = ort.SessionOptions()
     so.intra_op_num_threads = threads
     so.inter_op_num_threads = 1
@@ -41,14 +43,23 @@ def ort_int8(src: Path, dst: Path, samples: list[dict]) -> Path:
 
         def get_next(self):
             return next(self.it, None)
-    quantize_static(str(src), str(dst), Reader(), quant_format=QuantFormat.QDQ, per_channel=True,
-                    activation_type=QuantType.QUInt8, weight_type=QuantType.QInt8)
+
+    quantize_static(
+        str(src),
+        str(dst),
+        Reader(),
+        quant_format=QuantFormat.QDQ,
+        per_channel=True,
+        activation_type=QuantType.QUInt8,
+        weight_type=QuantType.QInt8,
+    )
     return dst
 
 
 def digits(tmp: Path) -> dict:
     sys.path.insert(0, str(Path(__file__).parent))
     from digits_cnn import DigitsCNN, load_digits_split
+
     (xt, yt), (xs, ys) = load_digits_split()
     net = DigitsCNN().train(xt, yt)
     src = tmp / "digits.onnx"
@@ -58,12 +69,18 @@ def digits(tmp: Path) -> dict:
     kiln.compile(src, tmp / "d32.kiln")
     r = kiln.compile(src, tmp / "d8.kiln", quantize="int8", calibration=tmp / "digits_calib.npz", calib_samples=112)
     f32, i8 = kiln.load(tmp / "d32.kiln"), kiln.load(tmp / "d8.kiln")
-    o8 = ort_session(ort_int8(src, tmp / "digits_ort8.onnx", [{"input": calib[i:i + 1]} for i in range(len(calib))]))
-    acc = lambda f: float(np.mean([f(xs[i:i + 1]).argmax() == ys[i] for i in range(len(xs))]))  # noqa: E731
+    o8 = ort_session(ort_int8(src, tmp / "digits_ort8.onnx", [{"input": calib[i : i + 1]} for i in range(len(calib))]))
+    acc = lambda f: float(np.mean([f(xs[i : i + 1]).argmax() == ys[i] for i in range(len(xs))]))
     q = r.report["quantization"]
-    return {"test_samples": len(xs), "numpy_fp32": float((net.logits(xs).argmax(1) == ys).mean()),
-            "kiln_fp32": acc(lambda x: f32.run({"input": x})["logits"]), "kiln_int8": acc(lambda x: i8.run({"input": x})["logits"]),
-            "ort_int8": acc(lambda x: o8.run(None, {"input": x})[0]), "int8_layers": q["int8_layers"], "float_layers": q["float_layers"]}
+    return {
+        "test_samples": len(xs),
+        "numpy_fp32": float((net.logits(xs).argmax(1) == ys).mean()),
+        "kiln_fp32": acc(lambda x: f32.run({"input": x})["logits"]),
+        "kiln_int8": acc(lambda x: i8.run({"input": x})["logits"]),
+        "ort_int8": acc(lambda x: o8.run(None, {"input": x})[0]),
+        "int8_layers": q["int8_layers"],
+        "float_layers": q["float_layers"],
+    }
 
 
 def timed(engines: dict, seconds: float, block: int = 5) -> dict:
@@ -76,12 +93,17 @@ def timed(engines: dict, seconds: float, block: int = 5) -> dict:
     end = time.perf_counter() + seconds
     while time.perf_counter() < end:
         for k, f in engines.items():
-            time.sleep(BLOCK_PAUSE_S)  # 0.05 s left onnxruntime's MobileNetV2 3x slower here (the other engines' spinning workers)
+            time.sleep(
+                BLOCK_PAUSE_S
+            )  # 0.05 s left onnxruntime's MobileNetV2 3x slower here (the other engines' spinning workers)
             for _ in range(block):
                 t = time.perf_counter()
                 f()
                 times[k].append((time.perf_counter() - t) * 1e3)
-    return {k: {"p50_ms": float(np.median(v)), "p90_ms": float(np.percentile(v, 90)), "runs": len(v)} for k, v in times.items()}
+    return {
+        k: {"p50_ms": float(np.median(v)), "p90_ms": float(np.percentile(v, 90)), "runs": len(v)}
+        for k, v in times.items()
+    }
 
 
 def zoo_model(name: str, tmp: Path, seconds: float) -> dict:
@@ -97,23 +119,38 @@ def zoo_model(name: str, tmp: Path, seconds: float) -> dict:
     kiln.compile(src, tmp / f"{name}_fp32.kiln", input_shapes=[shape])
     arts["fp32_compile_s"] = time.perf_counter() - t
     t = time.perf_counter()
-    r8 = kiln.compile(src, tmp / f"{name}_int8.kiln", input_shapes=[shape], quantize="int8", calibration=tmp / f"{name}_calib.npz", calib_samples=12)
+    r8 = kiln.compile(
+        src,
+        tmp / f"{name}_int8.kiln",
+        input_shapes=[shape],
+        quantize="int8",
+        calibration=tmp / f"{name}_calib.npz",
+        calib_samples=12,
+    )
     arts["int8_compile_s"] = time.perf_counter() - t
     kiln.compile(src, tmp / f"{name}_bf16.kiln", input_shapes=[shape], precision="bf16")
-    ort8 = ort_int8(src, tmp / f"{name}_ort8.onnx", [{"input": calib[i:i + 1]} for i in range(len(calib))])
+    ort8 = ort_int8(src, tmp / f"{name}_ort8.onnx", [{"input": calib[i : i + 1]} for i in range(len(calib))])
     x = rng.standard_normal(dims).astype(np.float32)
     models = {k: kiln.load(tmp / f"{name}_{k}.kiln", num_threads=2) for k in ("fp32", "int8", "bf16")}
     sessions = {"ort_fp32": ort_session(src), "ort_int8": ort_session(ort8)}
     ref = sessions["ort_fp32"].run(None, {"input": x})[0]
-    outs = {k: m.run({"input": x})["output"] for k, m in models.items()} | {k: s.run(None, {"input": x})[0] for k, s in sessions.items()}
+    outs = {k: m.run({"input": x})["output"] for k, m in models.items()} | {
+        k: s.run(None, {"input": x})[0] for k, s in sessions.items()
+    }
     engines = {f"kiln_{k}": (lambda m=m: m.run({"input": x})) for k, m in models.items()}
     engines |= {k: (lambda s=s: s.run(None, {"input": x})) for k, s in sessions.items()}
     t = timed(engines, seconds)
     q = r8.report["quantization"]
-    return {"model": name, **{k: round(v, 1) for k, v in arts.items()}, "latency": t,
-            "max_abs_diff_vs_ort_fp32": {k: float(np.abs(v - ref).max()) for k, v in outs.items()},
-            "top1_same_as_ort_fp32": {k: bool(v.argmax() == ref.argmax()) for k, v in outs.items()},
-            "int8_layers": len(q["int8_layers"]), "float_layers": q["float_layers"], "int8_accuracy_check": q["accuracy"]["outputs"]}
+    return {
+        "model": name,
+        **{k: round(v, 1) for k, v in arts.items()},
+        "latency": t,
+        "max_abs_diff_vs_ort_fp32": {k: float(np.abs(v - ref).max()) for k, v in outs.items()},
+        "top1_same_as_ort_fp32": {k: bool(v.argmax() == ref.argmax()) for k, v in outs.items()},
+        "int8_layers": len(q["int8_layers"]),
+        "float_layers": q["float_layers"],
+        "int8_accuracy_check": q["accuracy"]["outputs"],
+    }
 
 
 def main(argv=None) -> int:
@@ -125,20 +162,58 @@ def main(argv=None) -> int:
     tmp = Path(tempfile.mkdtemp(prefix="kiln-quant-"))
     d = digits(tmp)
     rows = [zoo_model(m, tmp, a.seconds) for m in a.models.split(",")]
-    lines = [f"Kiln {kiln.__version__}, `-mcpu={kiln.target.Target.parse(None).mcpu}`, 2 threads, batch 1, untuned default schedules.", "",
-             f"## Digits (scikit-learn), small CNN trained by benchmarks/digits_cnn.py, {d['test_samples']} test images", ""]
-    lines += table(["engine", "test accuracy"], [[k, f"{d[k] * 100:.2f}%"] for k in ("numpy_fp32", "kiln_fp32", "kiln_int8", "ort_int8")])
-    lines += ["", f"int8 layers: {', '.join(d['int8_layers'])}; float: " + "; ".join(f"{k} ({v})" for k, v in d["float_layers"].items()), ""]
+    lines = [
+        f"Kiln {kiln.__version__}, `-mcpu={kiln.target.Target.parse(None).mcpu}`, 2 threads, batch 1, untuned default schedules.",
+        "",
+        f"## Digits (scikit-learn), small CNN trained by benchmarks/digits_cnn.py, {d['test_samples']} test images",
+        "",
+    ]
+    lines += table(
+        ["engine", "test accuracy"],
+        [[k, f"{d[k] * 100:.2f}%"] for k in ("numpy_fp32", "kiln_fp32", "kiln_int8", "ort_int8")],
+    )
+    lines += [
+        "",
+        f"int8 layers: {', '.join(d['int8_layers'])}; float: "
+        + "; ".join(f"{k} ({v})" for k, v in d["float_layers"].items()),
+        "",
+    ]
     for r in rows:
         lat = r["latency"]
         base, ort = lat["kiln_fp32"]["p50_ms"], lat["ort_fp32"]["p50_ms"]
         lines += [f"## {r['model']} (same input, engines alternating in blocks, medians)", ""]
-        lines += table(["engine", "p50 ms", "p90 ms", "runs", "vs Kiln fp32", "vs onnxruntime fp32", "max abs diff vs ORT fp32", "top-1 = ORT fp32"],
-                       [[k, f"{v['p50_ms']:.2f}", f"{v['p90_ms']:.2f}", v["runs"], f"{v['p50_ms'] / base:.2f}x", f"{v['p50_ms'] / ort:.2f}x",
-                         f"{r['max_abs_diff_vs_ort_fp32'][k.removeprefix('kiln_')]:.3g}", r["top1_same_as_ort_fp32"][k.removeprefix('kiln_')]]
-                        for k, v in lat.items()])
-        lines += ["", f"int8: {r['int8_layers']} layers int8; float: " + "; ".join(f"{k} ({v})" for k, v in r["float_layers"].items()),
-                  f"compile: fp32 {r['fp32_compile_s']} s, int8 {r['int8_compile_s']} s (calibration + accuracy check included)", ""]
+        lines += table(
+            [
+                "engine",
+                "p50 ms",
+                "p90 ms",
+                "runs",
+                "vs Kiln fp32",
+                "vs onnxruntime fp32",
+                "max abs diff vs ORT fp32",
+                "top-1 = ORT fp32",
+            ],
+            [
+                [
+                    k,
+                    f"{v['p50_ms']:.2f}",
+                    f"{v['p90_ms']:.2f}",
+                    v["runs"],
+                    f"{v['p50_ms'] / base:.2f}x",
+                    f"{v['p50_ms'] / ort:.2f}x",
+                    f"{r['max_abs_diff_vs_ort_fp32'][k.removeprefix('kiln_')]:.3g}",
+                    r["top1_same_as_ort_fp32"][k.removeprefix("kiln_")],
+                ]
+                for k, v in lat.items()
+            ],
+        )
+        lines += [
+            "",
+            f"int8: {r['int8_layers']} layers int8; float: "
+            + "; ".join(f"{k} ({v})" for k, v in r["float_layers"].items()),
+            f"compile: fp32 {r['fp32_compile_s']} s, int8 {r['int8_compile_s']} s (calibration + accuracy check included)",
+            "",
+        ]
     save(a.out, {"digits": d, "models": rows}, lines)
     return 0
 

@@ -1,5 +1,6 @@
 """What every benchmark script ends with: the raw rows as JSON and a markdown table, both written
 atomically beside each other (OUT.json, OUT.md), the table also printed."""
+
 from __future__ import annotations
 
 import json
@@ -10,7 +11,9 @@ from kiln._io import atomic_write_text
 
 def table(header: list[str], rows: list[list]) -> list[str]:
     """Markdown table lines."""
-    return ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)] + ["| " + " | ".join(str(c) for c in r) + " |" for r in rows]
+    return ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)] + [
+        "| " + " | ".join(str(c) for c in r) + " |" for r in rows
+    ]
 
 
 def save(out: str | Path, data, lines: list[str]) -> None:

@@ -9,6 +9,7 @@ is then attributed to what it saw, which measures the candidates instead of gues
 
     .venv/bin/python benchmarks/tail.py [--model mobilenet_v2] [--runs 200] [--rounds 3] [--json benchmarks/tail.json]
 """
+
 from __future__ import annotations
 
 import argparse
@@ -49,20 +50,23 @@ def cpu_name() -> str:
 def worker(artifact: str, onnx_path: str, runs: int, opts: dict) -> dict:
     """One variant, in this process: per-run latency, involuntary switches, minor faults, GCs."""
     from kiln.runtime.hostinfo import physical_cores
+
     cores = physical_cores()
     threads = cores - 1 if opts.get("threads") == -1 else cores
     threads = max(1, threads)
     x = np.random.default_rng(0).standard_normal((1, 3, 224, 224)).astype(np.float32)
     if opts.get("ort"):
         import onnxruntime as ort
+
         so = ort.SessionOptions()
         so.intra_op_num_threads, so.inter_op_num_threads = threads, 1
         sess = ort.InferenceSession(onnx_path, so, providers=["CPUExecutionProvider"])
-        fn = lambda: sess.run(None, {"input": x})  # noqa: E731
+        fn = lambda: sess.run(None, {"input": x})
     else:
         import kiln
+
         m = kiln.load(artifact, num_threads=threads)
-        fn = lambda: m.run({"input": x})  # noqa: E731
+        fn = lambda: m.run({"input": x})
     for _ in range(opts.get("warmup", 5)):
         fn()
     collections = [0]
@@ -86,16 +90,22 @@ def summarize(rows: list) -> dict:
     ms = a[:, 0]
     p50, p99 = float(np.percentile(ms, 50)), float(np.percentile(ms, 99))
     slow = ms > 2 * p50
-    return {"runs": len(ms), "p50_ms": p50, "p99_ms": p99, "max_ms": float(ms.max()), "p99_over_p50": p99 / p50,
-            "slow_runs": int(slow.sum()),
-            "slow_with_preemption": int((slow & (a[:, 1] > 0)).sum()),
-            "slow_with_faults": int((slow & (a[:, 2] > 0)).sum()),
-            "slow_with_gc": int((slow & (a[:, 3] > 0)).sum()),
-            "slow_in_first_10_runs": int((slow & (a[:, 4] < 10)).sum()),
-            "runs_with_preemption": int((a[:, 1] > 0).sum()),
-            "p50_ms_preempted": float(np.median(ms[a[:, 1] > 0])) if (a[:, 1] > 0).any() else None,
-            "p50_ms_not_preempted": float(np.median(ms[a[:, 1] == 0])) if (a[:, 1] == 0).any() else None,
-            "gc_runs": int((a[:, 3] > 0).sum())}
+    return {
+        "runs": len(ms),
+        "p50_ms": p50,
+        "p99_ms": p99,
+        "max_ms": float(ms.max()),
+        "p99_over_p50": p99 / p50,
+        "slow_runs": int(slow.sum()),
+        "slow_with_preemption": int((slow & (a[:, 1] > 0)).sum()),
+        "slow_with_faults": int((slow & (a[:, 2] > 0)).sum()),
+        "slow_with_gc": int((slow & (a[:, 3] > 0)).sum()),
+        "slow_in_first_10_runs": int((slow & (a[:, 4] < 10)).sum()),
+        "runs_with_preemption": int((a[:, 1] > 0).sum()),
+        "p50_ms_preempted": float(np.median(ms[a[:, 1] > 0])) if (a[:, 1] > 0).any() else None,
+        "p50_ms_not_preempted": float(np.median(ms[a[:, 1] == 0])) if (a[:, 1] == 0).any() else None,
+        "gc_runs": int((a[:, 3] > 0).sum()),
+    }
 
 
 def main() -> None:
@@ -114,6 +124,7 @@ def main() -> None:
 
     import kiln
     from kiln import zoo
+
     tmp = Path(tempfile.mkdtemp(prefix="kiln-tail-"))
     builder, shape = zoo.MODELS[a.model]
     model = builder()
@@ -128,30 +139,49 @@ def main() -> None:
     for rnd in range(a.rounds):
         for n in names:
             env, opts = VARIANTS[n]
-            cmd = [sys.executable, __file__, "--worker", str(tmp / "m.kiln"), str(tmp / "m.onnx"), str(a.runs),
-                   json.dumps(opts)]
+            cmd = [
+                sys.executable,
+                __file__,
+                "--worker",
+                str(tmp / "m.kiln"),
+                str(tmp / "m.onnx"),
+                str(a.runs),
+                json.dumps(opts),
+            ]
             out = subprocess.run(cmd, env={**os.environ, **env}, capture_output=True, text=True, check=True)
             r = json.loads(out.stdout.strip().splitlines()[-1])
             rows[n] += r["rows"]
             threads[n] = r["threads"]
             load.append(os.getloadavg()[0])
         print(f"round {rnd + 1}/{a.rounds} done", file=sys.stderr)
-    result = {"model": a.model, "cpu": cpu_name(), "cpus": os.cpu_count(), "loadavg_1min": load,
-              "variants": {n: {"threads": threads[n], "env": VARIANTS[n][0], **summarize(rows[n])} for n in names}}
+    result = {
+        "model": a.model,
+        "cpu": cpu_name(),
+        "cpus": os.cpu_count(),
+        "loadavg_1min": load,
+        "variants": {n: {"threads": threads[n], "env": VARIANTS[n][0], **summarize(rows[n])} for n in names},
+    }
     Path(a.json).write_text(json.dumps(result, indent=1) + "\n")
     print(f"{a.model} on {result['cpu']} ({result['cpus']} CPUs), load average {min(load):.1f}-{max(load):.1f}")
-    print("| variant | threads | p50 ms | p99 ms | max ms | p99/p50 | slow (>2x p50) | ...preempted | ...faults "
-          "| ...gc "
-          "| ...in a process's first 10 runs | p50 preempted / not |")
+    print(
+        "| variant | threads | p50 ms | p99 ms | max ms | p99/p50 | slow (>2x p50) | ...preempted | ...faults "
+        "| ...gc "
+        "| ...in a process's first 10 runs | p50 preempted / not |"
+    )
     print("|---|---|---|---|---|---|---|---|---|---|---|---|")
     for n in names:
         v = result["variants"][n]
-        pre = (f"{v['p50_ms_preempted']:.2f} / {v['p50_ms_not_preempted']:.2f}"
-               if v["p50_ms_preempted"] is not None and v["p50_ms_not_preempted"] is not None else "-")
-        print(f"| {n} | {v['threads']} | {v['p50_ms']:.2f} | {v['p99_ms']:.2f} | {v['max_ms']:.2f} "
-              f"| {v['p99_over_p50']:.2f} | {v['slow_runs']}/{v['runs']} | {v['slow_with_preemption']} "
-              f"| {v['slow_with_faults']} | {v['slow_with_gc']} "
-              f"| {v['slow_in_first_10_runs']} | {pre} |")
+        pre = (
+            f"{v['p50_ms_preempted']:.2f} / {v['p50_ms_not_preempted']:.2f}"
+            if v["p50_ms_preempted"] is not None and v["p50_ms_not_preempted"] is not None
+            else "-"
+        )
+        print(
+            f"| {n} | {v['threads']} | {v['p50_ms']:.2f} | {v['p99_ms']:.2f} | {v['max_ms']:.2f} "
+            f"| {v['p99_over_p50']:.2f} | {v['slow_runs']}/{v['runs']} | {v['slow_with_preemption']} "
+            f"| {v['slow_with_faults']} | {v['slow_with_gc']} "
+            f"| {v['slow_in_first_10_runs']} | {pre} |"
+        )
 
 
 if __name__ == "__main__":

@@ -1,5 +1,6 @@
 """Parent side: keeps one worker process, sends it cases, and turns a dead worker into a `crash`
 and a silent one (past the time bound) into a `hang`, then starts a fresh worker."""
+
 from __future__ import annotations
 
 import json
@@ -20,8 +21,14 @@ class Executor:
 
     def _start(self) -> None:
         env = dict(os.environ, PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
-        self.proc = subprocess.Popen([sys.executable, "-m", "fuzz.worker"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                     stderr=subprocess.DEVNULL, cwd=ROOT, env=env)
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "fuzz.worker"],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            cwd=ROOT,
+            env=env,
+        )
 
     def run(self, kind: str, payload: bytes) -> dict:
         if self.proc is None or self.proc.poll() is not None:

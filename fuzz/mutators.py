@@ -1,4 +1,5 @@
 """Hypothesis strategies that damage real models and artifacts the ways the world does."""
+
 from __future__ import annotations
 
 import copy
@@ -7,7 +8,6 @@ import json
 import zipfile
 
 import numpy as np
-import onnx
 from hypothesis import strategies as st
 from onnx import AttributeProto, TensorProto, helper, numpy_helper
 
@@ -15,7 +15,22 @@ from .seeds import SEEDS
 
 HUGE = [0, -1, 2**31, 2**40, 2**62]
 ELEM_TYPES = [TensorProto.STRING, TensorProto.COMPLEX64, TensorProto.BOOL, TensorProto.INT8, TensorProto.FLOAT16, 0, 99]
-OPS = ["Relu", "Conv", "Gemm", "Add", "Reshape", "Concat", "Softmax", "LSTM", "If", "Loop", "NonZero", "Resize", "Where", "TopK"]
+OPS = [
+    "Relu",
+    "Conv",
+    "Gemm",
+    "Add",
+    "Reshape",
+    "Concat",
+    "Softmax",
+    "LSTM",
+    "If",
+    "Loop",
+    "NonZero",
+    "Resize",
+    "Where",
+    "TopK",
+]
 
 
 def _node(m, data):
@@ -30,8 +45,14 @@ def m_attr_type(m, data):
     kind = data.draw(st.sampled_from(["string", "floats", "int", "ints", "graph", "tensor"]))
     name = a.name
     n.attribute.remove(a)
-    value = {"string": "oops", "floats": [1.5, -2.0], "int": data.draw(st.sampled_from(HUGE + [3])), "ints": [data.draw(st.sampled_from(HUGE))] * 3,
-             "graph": helper.make_graph([], "g", [], []), "tensor": numpy_helper.from_array(np.zeros(2, np.float32))}[kind]
+    value = {
+        "string": "oops",
+        "floats": [1.5, -2.0],
+        "int": data.draw(st.sampled_from(HUGE + [3])),
+        "ints": [data.draw(st.sampled_from(HUGE))] * 3,
+        "graph": helper.make_graph([], "g", [], []),
+        "tensor": numpy_helper.from_array(np.zeros(2, np.float32)),
+    }[kind]
     n.attribute.append(helper.make_attribute(name, value))
     return f"attr {n.op_type}.{name} -> {kind}"
 
@@ -150,15 +171,31 @@ def m_const_value(m, data):
     except ValueError:  # an earlier mutation already broke its dims
         return "noop"
     if a.dtype.kind in "iu":
-        new = np.array(data.draw(st.lists(st.sampled_from([-3, -1, 0, 1, 2, 5, 1000, 2**40]), min_size=a.size, max_size=a.size)),
-                       a.dtype).reshape(a.shape)
+        new = np.array(
+            data.draw(st.lists(st.sampled_from([-3, -1, 0, 1, 2, 5, 1000, 2**40]), min_size=a.size, max_size=a.size)),
+            a.dtype,
+        ).reshape(a.shape)
     else:
         new = np.full(a.shape, data.draw(st.sampled_from([0.0, -1.0, float("nan"), float("inf"), 1e38])), a.dtype)
     init.CopyFrom(numpy_helper.from_array(new, init.name))
     return f"values of {init.name}"
 
 
-MODEL_MUTATIONS = [m_attr_value, m_attr_value, m_const_value, m_const_value, m_attr_type, m_drop_input, m_shape, m_cycle, m_domain, m_dtype, m_opset, m_duplicate, m_outputs]
+MODEL_MUTATIONS = [
+    m_attr_value,
+    m_attr_value,
+    m_const_value,
+    m_const_value,
+    m_attr_type,
+    m_drop_input,
+    m_shape,
+    m_cycle,
+    m_domain,
+    m_dtype,
+    m_opset,
+    m_duplicate,
+    m_outputs,
+]
 
 
 @st.composite
@@ -173,12 +210,17 @@ def broken_models(draw) -> tuple[str, bytes, list[str]]:
     raw = m.SerializeToString()
     if draw(st.integers(0, 9)) == 0:
         pos = draw(st.integers(0, len(raw) - 1))
-        raw = raw[:pos] + bytes([raw[pos] ^ draw(st.integers(1, 255))]) + raw[pos + 1:] if draw(st.booleans()) else raw[:pos]
+        raw = (
+            raw[:pos] + bytes([raw[pos] ^ draw(st.integers(1, 255))]) + raw[pos + 1 :]
+            if draw(st.booleans())
+            else raw[:pos]
+        )
         done.append(f"bytes damaged at {pos}")
     return name, raw, done
 
 
 # ---- artifacts ----------------------------------------------------------------------------------
+
 
 def _members(blob: bytes) -> dict[str, bytes]:
     with zipfile.ZipFile(io.BytesIO(blob)) as z:
@@ -254,6 +296,7 @@ def broken_artifacts(draw) -> tuple[bytes, list[str]]:
         members["weights.bin"] = bytes(w)
         doc = json.loads(members["manifest.json"])
         import hashlib
+
         doc["members"]["weights.bin"] = {"sha256": hashlib.sha256(w).hexdigest(), "size": len(w)}
         members["manifest.json"] = json.dumps(doc).encode()
         return _zip(members), ["weights rewritten consistently"]

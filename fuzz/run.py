@@ -1,6 +1,7 @@
 """Longer fuzz runs with totals:
     .venv/bin/python -m fuzz.run [--models N] [--artifacts N] [--seed S] [--out fuzz/results]
 Prints and writes the totals (cases, outcomes, distinct error kinds, findings with their cases)."""
+
 from __future__ import annotations
 
 import argparse
@@ -23,12 +24,15 @@ ACCEPTABLE = ("ok", "kiln_error")
 
 def seed_artifact() -> bytes:
     import kiln
+
     with tempfile.TemporaryDirectory() as d:
         kiln.compile(SEEDS["conv_net"](), Path(d) / "s.kiln")
         return (Path(d) / "s.kiln").read_bytes()
 
 
-def campaign(kind: str, n: int, seed: int, executor: Executor, blob: bytes | None = None, raise_on_finding: bool = False) -> dict:
+def campaign(
+    kind: str, n: int, seed: int, executor: Executor, blob: bytes | None = None, raise_on_finding: bool = False
+) -> dict:
     """Run n cases; returns totals. With raise_on_finding, hypothesis gets an AssertionError for a
     finding (and shrinks it): what the test suite wants."""
     totals = {"cases": 0, "outcomes": collections.Counter(), "kinds": collections.Counter(), "findings": []}
@@ -36,8 +40,14 @@ def campaign(kind: str, n: int, seed: int, executor: Executor, blob: bytes | Non
         set_seed_artifact(blob)
     strategy = broken_models() if kind == "model" else broken_artifacts()
 
-    @settings(max_examples=n, deadline=None, database=None, derandomize=False, suppress_health_check=list(HealthCheck),
-              print_blob=False)
+    @settings(
+        max_examples=n,
+        deadline=None,
+        database=None,
+        derandomize=False,
+        suppress_health_check=list(HealthCheck),
+        print_blob=False,
+    )
     @given(strategy)
     def one(case):
         payload, what = (case[1], [case[0], *case[2]]) if kind == "model" else case
@@ -48,7 +58,9 @@ def campaign(kind: str, n: int, seed: int, executor: Executor, blob: bytes | Non
         if r["outcome"] not in ACCEPTABLE:
             totals["findings"].append({"case": what, **r})
             if raise_on_finding:
-                raise AssertionError(f"{kind} case {what}: {r['outcome']} {r.get('type', '')}: {r.get('detail')}\n{r.get('traceback', '')}")
+                raise AssertionError(
+                    f"{kind} case {what}: {r['outcome']} {r.get('type', '')}: {r.get('detail')}\n{r.get('traceback', '')}"
+                )
 
     hypothesis.seed(seed)(one)()
     return totals
@@ -57,6 +69,7 @@ def campaign(kind: str, n: int, seed: int, executor: Executor, blob: bytes | Non
 def _shape(detail: str) -> str:
     """An error message without its variable parts: which error paths were reached."""
     import re
+
     text = detail.split(": ", 1)[-1] if detail.startswith("/") else detail
     return re.sub(r"\d+|'[^']*'|\"[^\"]*\"", "#", text)[:80]
 
@@ -74,15 +87,24 @@ def main(argv=None) -> int:
         for kind, n, blob in (("model", a.models, None), ("artifact", a.artifacts, seed_artifact())):
             t = time.perf_counter()
             r = campaign(kind, n, a.seed, ex, blob)
-            report[kind] = {"cases": r["cases"], "seconds": round(time.perf_counter() - t, 1), "outcomes": dict(r["outcomes"]),
-                            "distinct_error_paths": len(r["kinds"]), "findings": r["findings"][:20],
-                            "error_paths": dict(r["kinds"].most_common(40))}
-            print(json.dumps({kind: {k: v for k, v in report[kind].items() if k not in ("findings", "error_paths")}}), flush=True)
+            report[kind] = {
+                "cases": r["cases"],
+                "seconds": round(time.perf_counter() - t, 1),
+                "outcomes": dict(r["outcomes"]),
+                "distinct_error_paths": len(r["kinds"]),
+                "findings": r["findings"][:20],
+                "error_paths": dict(r["kinds"].most_common(40)),
+            }
+            print(
+                json.dumps({kind: {k: v for k, v in report[kind].items() if k not in ("findings", "error_paths")}}),
+                flush=True,
+            )
             for f in r["findings"][:5]:
                 print(json.dumps(f)[:1500], flush=True)
     finally:
         ex.close()
     from kiln._io import atomic_write_text
+
     atomic_write_text(Path(a.out).with_suffix(".json"), json.dumps(report, indent=2))
     bad = sum(len(r["findings"]) for r in report.values())
     print(f"findings: {bad}")

@@ -1,6 +1,7 @@
 """Runs fuzz cases sent by the parent: frames of (4-byte kind length, kind, 4-byte length, payload)
 on stdin; one JSON line per case on stdout. A case ends as ok, kiln_error (a KilnError: what we
 want for bad input) or other (any other exception: a bug). Crashes and hangs are seen by the parent."""
+
 from __future__ import annotations
 
 import json
@@ -30,6 +31,7 @@ def run_model(raw: bytes, tmp: Path) -> str:
     import numpy as np
 
     import kiln
+
     src, out = tmp / "m.onnx", tmp / "m.kiln"
     src.write_bytes(raw)
     kiln.compile(src, out)
@@ -42,6 +44,7 @@ def run_artifact(raw: bytes, tmp: Path) -> str:
     import numpy as np
 
     import kiln
+
     p = tmp / "a.kiln"
     p.write_bytes(raw)
     m = kiln.load(p)
@@ -56,6 +59,7 @@ def main() -> int:
     os.dup2(2, 1)
     sys.stdout = sys.stderr
     import kiln
+
     stdin = sys.stdin.buffer
     with tempfile.TemporaryDirectory(prefix="kiln-fuzz-") as d:
         while True:
@@ -71,15 +75,20 @@ def main() -> int:
                 os.abort()
             if kind == "selftest-hang":
                 import time
+
                 time.sleep(3600)
             try:
                 detail = (run_model if kind == "model" else run_artifact)(payload, tmp)
                 result = {"outcome": "ok", "detail": detail}
             except kiln.KilnError as e:
                 result = {"outcome": "kiln_error", "type": type(e).__name__, "detail": str(e)[:300]}
-            except BaseException as e:  # noqa: BLE001 - a finding
-                result = {"outcome": "other", "type": type(e).__name__, "detail": str(e)[:300],
-                          "traceback": traceback.format_exc()[-2000:]}
+            except BaseException as e:
+                result = {
+                    "outcome": "other",
+                    "type": type(e).__name__,
+                    "detail": str(e)[:300],
+                    "traceback": traceback.format_exc()[-2000:],
+                }
             stdout.write(json.dumps(result) + "\n")
             stdout.flush()
             for f in tmp.iterdir():

@@ -6,23 +6,53 @@
     outs = m.run({"input": x})
 
 `kiln.load` and the runtime never import the compiler (nor TVM's compiler library)."""
+
 __version__ = "0.1.0"
 
-from .runtime.hostinfo import raise_thread_pool_cap  # noqa: E402
+from .runtime.hostinfo import raise_thread_pool_cap
 
 raise_thread_pool_cap()  # before anything starts TVM's thread pool
 
-from .errors import (AcceleratorError, AccuracyError, ArtifactError, CompileError,  # noqa: E402
-                     IncompatibleArtifactError, InputError, KilnError, ModelLoadError, OptionsError, ResourceError,
-                     ShapeError, TargetError, UnsupportedModelError)
+from .errors import (
+    AcceleratorError,
+    AccuracyError,
+    ArtifactError,
+    CompileError,
+    IncompatibleArtifactError,
+    InputError,
+    KilnError,
+    ModelLoadError,
+    OptionsError,
+    ResourceError,
+    ShapeError,
+    TargetError,
+    UnsupportedModelError,
+)
 from .runtime import load  # noqa: E402
 
 
-def compile(model, output, **kwargs):  # noqa: A001 - mirrors the CLI verb
+def compile(model, output, **kwargs):
     """Compile an ONNX model to a .kiln artifact; see kiln.compiler.compile_model."""
     from .compiler import compile_model
+
     return compile_model(model, output, **kwargs)
 
 
-__all__ = ["compile", "load", "KilnError", "AcceleratorError", "AccuracyError", "ArtifactError", "CompileError", "IncompatibleArtifactError", "InputError",
-           "ModelLoadError", "OptionsError", "ResourceError", "ShapeError", "TargetError", "UnsupportedModelError", "__version__"]
+__all__ = [
+    "compile",
+    "load",
+    "KilnError",
+    "AcceleratorError",
+    "AccuracyError",
+    "ArtifactError",
+    "CompileError",
+    "IncompatibleArtifactError",
+    "InputError",
+    "ModelLoadError",
+    "OptionsError",
+    "ResourceError",
+    "ShapeError",
+    "TargetError",
+    "UnsupportedModelError",
+    "__version__",
+]

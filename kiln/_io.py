@@ -1,12 +1,14 @@
 """Crash-safe file writes: every file Kiln writes goes to a temporary file beside the target and is
 renamed into place, so a reader never sees half a file and a crash leaves the old file intact."""
+
 from __future__ import annotations
 
 import contextlib
 import os
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
-from typing import IO, Iterator
+from typing import IO
 
 
 @contextlib.contextmanager

@@ -11,6 +11,7 @@ Precedences (the first the target has wins; each names one kernel family a regis
              (the widening multiply-add sequence an int8 kernel falls back to)
   bf16       amx-bf16 > avx512-bf16 > arm-bf16 > None                    (bf16 arithmetic, not just storage)
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -22,24 +23,66 @@ from collections.abc import Iterable
 # ISA features an artifact may depend on, in LLVM spelling; the manifest records the subset
 # that the target enables, and the runtime refuses a host that lacks one of them.
 ISA_FEATURES = (
-    "sse4.1", "sse4.2", "avx", "avx2", "fma", "f16c", "avx512f", "avx512cd", "avx512bw", "avx512dq",
-    "avx512vl", "avx512vnni", "avx512bf16", "avx512fp16", "avx512vbmi", "avxvnni", "amx-tile",
-    "amx-int8", "amx-bf16", "neon", "dotprod", "i8mm", "fullfp16",
+    "sse4.1",
+    "sse4.2",
+    "avx",
+    "avx2",
+    "fma",
+    "f16c",
+    "avx512f",
+    "avx512cd",
+    "avx512bw",
+    "avx512dq",
+    "avx512vl",
+    "avx512vnni",
+    "avx512bf16",
+    "avx512fp16",
+    "avx512vbmi",
+    "avxvnni",
+    "amx-tile",
+    "amx-int8",
+    "amx-bf16",
+    "neon",
+    "dotprod",
+    "i8mm",
+    "fullfp16",
 )
 
 # element widths for lanes(); the short spellings are Kiln's --precision names
-DTYPE_BITS = {"float64": 64, "float32": 32, "int32": 32, "uint32": 32, "float16": 16, "fp16": 16, "bfloat16": 16,
-              "bf16": 16, "int16": 16, "uint16": 16, "int8": 8, "uint8": 8}
-_INT8_DOT = (("amx-int8", "amx-int8"), ("avx512vnni", "avx512-vnni"), ("avxvnni", "avx-vnni"), ("i8mm", "i8mm"),
-             ("dotprod", "dotprod"))
-_INT8_FALLBACK = (("avx512bw", "avx512-pmaddubsw"), ("avx2", "avx2-pmaddubsw"), ("ssse3", "sse-pmaddubsw"),
-                  ("neon", "neon-smlal"))
+DTYPE_BITS = {
+    "float64": 64,
+    "float32": 32,
+    "int32": 32,
+    "uint32": 32,
+    "float16": 16,
+    "fp16": 16,
+    "bfloat16": 16,
+    "bf16": 16,
+    "int16": 16,
+    "uint16": 16,
+    "int8": 8,
+    "uint8": 8,
+}
+_INT8_DOT = (
+    ("amx-int8", "amx-int8"),
+    ("avx512vnni", "avx512-vnni"),
+    ("avxvnni", "avx-vnni"),
+    ("i8mm", "i8mm"),
+    ("dotprod", "dotprod"),
+)
+_INT8_FALLBACK = (
+    ("avx512bw", "avx512-pmaddubsw"),
+    ("avx2", "avx2-pmaddubsw"),
+    ("ssse3", "sse-pmaddubsw"),
+    ("neon", "neon-smlal"),
+)
 _BF16 = (("amx-bf16", "amx-bf16"), ("avx512bf16", "avx512-bf16"), ("bf16", "arm-bf16"))
 
 
 @dataclasses.dataclass(frozen=True)
 class Capabilities:
     """A CPU target's vector unit and special instructions (see the module docstring for precedences)."""
+
     target: str  # the target string these were computed for
     arch: str  # "x86_64", "aarch64", or the triple's first word
     cpu: str  # LLVM -mcpu, "generic" when none was given
@@ -83,6 +126,7 @@ class Capabilities:
         preceded by "arch:<arch>" when the host is another architecture. `host` is the host's Capabilities,
         or its feature names in LLVM spelling or as /proc/cpuinfo flags (either spelling counts)."""
         from .runtime.hostinfo import LLVM_TO_CPUINFO
+
         if isinstance(host, Capabilities):
             if host.arch != self.arch:
                 return [f"arch:{self.arch}", *self.isa_features]
@@ -102,22 +146,25 @@ class Capabilities:
     def describe(self) -> str:
         """A few human lines (kiln inspect --target)."""
         lanes = ", ".join(f"{dt} {self.lanes(dt)}" for dt in ("float32", "float16", "bfloat16", "int16", "int8"))
-        return "\n".join([
-            f"target: {self.target}",
-            f"  cpu      {self.cpu} ({self.arch}); isa {self.isa}, "
-            f"{self.vector_bits}-bit vectors x {self.vector_registers}" + (", SVE" if self.sve else ""),
-            f"  lanes    {lanes}; NCHWc block {self.f32_block}",
-            f"  fma      {f'{self.fma_bits}-bit' if self.fma else 'no'}",
-            f"  int8     {self.int8_dot or 'no dot-product instruction'}; kernels {self.int8_path}",
-            f"  bf16     {self.bf16 or 'no'}; native fp16 {'yes' if self.native_fp16 else 'no'}; "
-            f"AMX {'yes' if self.amx else 'no'}",
-            f"  needs    {', '.join(self.isa_features) or '-'}",
-        ])
+        return "\n".join(
+            [
+                f"target: {self.target}",
+                f"  cpu      {self.cpu} ({self.arch}); isa {self.isa}, "
+                f"{self.vector_bits}-bit vectors x {self.vector_registers}" + (", SVE" if self.sve else ""),
+                f"  lanes    {lanes}; NCHWc block {self.f32_block}",
+                f"  fma      {f'{self.fma_bits}-bit' if self.fma else 'no'}",
+                f"  int8     {self.int8_dot or 'no dot-product instruction'}; kernels {self.int8_path}",
+                f"  bf16     {self.bf16 or 'no'}; native fp16 {'yes' if self.native_fp16 else 'no'}; "
+                f"AMX {'yes' if self.amx else 'no'}",
+                f"  needs    {', '.join(self.isa_features) or '-'}",
+            ]
+        )
 
 
 @dataclasses.dataclass(frozen=True)
 class GpuCapabilities:
     """A CUDA target's compute capability and what its sm generation offers (from NVIDIA's tables)."""
+
     target: str
     arch: str  # "cuda"
     sm: str  # e.g. "sm_80", "sm_90a"
@@ -139,22 +186,25 @@ class GpuCapabilities:
 
     def describe(self) -> str:
         """A few human lines (kiln inspect --target)."""
-        yes = lambda b: "yes" if b else "no"  # noqa: E731
+        yes = lambda b: "yes" if b else "no"
         cc = self.compute_capability
-        return "\n".join([
-            f"target: {self.target}",
-            f"  gpu      {self.sm} (compute capability {cc // 10}.{cc % 10}), warp {self.warp_size}",
-            f"  tensor cores {yes(self.tensor_cores)}; int8 {self.int8_dot or 'no'}; bf16 {self.bf16 or 'no'}; "
-            f"native fp16 {yes(self.native_fp16)}; fp8 {yes(self.fp8)}",
-        ])
+        return "\n".join(
+            [
+                f"target: {self.target}",
+                f"  gpu      {self.sm} (compute capability {cc // 10}.{cc % 10}), warp {self.warp_size}",
+                f"  tensor cores {yes(self.tensor_cores)}; int8 {self.int8_dot or 'no'}; bf16 {self.bf16 or 'no'}; "
+                f"native fp16 {yes(self.native_fp16)}; fp8 {yes(self.fp8)}",
+            ]
+        )
 
 
-@functools.lru_cache(maxsize=None)
-def capabilities(target: "Target") -> Capabilities | GpuCapabilities:  # noqa: F821 - kiln.target.Target (imports this module)
+@functools.cache
+def capabilities(target: Target) -> Capabilities | GpuCapabilities:  # noqa: F821 - kiln.target.Target (imports this module)
     """The capabilities of a parsed (frozen) Target, computed once per target."""
     if target.is_gpu:
         return _gpu(target)
     from tvm.target import codegen
+
     feats = frozenset(str(f) for f in codegen.llvm_get_cpu_features(target.tvm()))
     return from_features(feats, arch=target.arch, cpu=target.mcpu or "generic", target=str(target))
 
@@ -178,35 +228,60 @@ def from_features(feats: frozenset[str], *, arch: str, cpu: str = "generic", tar
     int8_path = int8_dot or next((name for f, name in _INT8_FALLBACK if has(f)), "generic")
     bf16 = next((name for f, name in _BF16 if has(f) and (f != "bf16" or arm)), None)
     return Capabilities(
-        target=target, arch=arch, cpu=cpu, isa=isa, vector_bits=bits, vector_registers=regs, f32_block=block,
-        fma=bool(fma), fma_bits=bits if fma else 0, int8_dot=int8_dot, int8_path=int8_path, bf16=bf16,
-        native_fp16=has("avx512fp16") or (arm and has("fullfp16")), amx=has("amx-tile"), sve=arm and has("sve"),
-        isa_features=tuple(f for f in ISA_FEATURES if has(f)), llvm_features=feats)
+        target=target,
+        arch=arch,
+        cpu=cpu,
+        isa=isa,
+        vector_bits=bits,
+        vector_registers=regs,
+        f32_block=block,
+        fma=bool(fma),
+        fma_bits=bits if fma else 0,
+        int8_dot=int8_dot,
+        int8_path=int8_path,
+        bf16=bf16,
+        native_fp16=has("avx512fp16") or (arm and has("fullfp16")),
+        amx=has("amx-tile"),
+        sve=arm and has("sve"),
+        isa_features=tuple(f for f in ISA_FEATURES if has(f)),
+        llvm_features=feats,
+    )
 
 
-def _gpu(target: "Target") -> GpuCapabilities:  # noqa: F821
+def _gpu(target: Target) -> GpuCapabilities:  # noqa: F821
     sm = target.gpu_arch or "sm_80"
     cc = int("".join(c for c in sm[3:] if c.isdigit()) or 0)
     return GpuCapabilities(
-        target=str(target), arch="cuda", sm=sm, compute_capability=cc, warp_size=32, tensor_cores=cc >= 70,
-        int8_dot="imma" if cc >= 72 else "dp4a" if cc >= 61 else None, bf16="mma-bf16" if cc >= 80 else None,
-        native_fp16=cc >= 53, fp8=cc >= 89)
+        target=str(target),
+        arch="cuda",
+        sm=sm,
+        compute_capability=cc,
+        warp_size=32,
+        tensor_cores=cc >= 70,
+        int8_dot="imma" if cc >= 72 else "dp4a" if cc >= 61 else None,
+        bf16="mma-bf16" if cc >= 80 else None,
+        native_fp16=cc >= 53,
+        fp8=cc >= 89,
+    )
 
 
 # -- what LLVM knows for a triple (target.py validates -mcpu and -mattr against these) --------------------
 
+
 def _triple_target(triple: str):
     import tvm
+
     return tvm.target.Target({"kind": "llvm", "mtriple": triple})
 
 
 _ARCH_ALIASES = {"arm64": "aarch64", "amd64": "x86_64", "i486": "i386", "i586": "i386", "i686": "i386"}
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def llvm_backends() -> tuple[str, ...]:
     """The architectures (triple first words) this LLVM build has a backend for."""
     from tvm.target import codegen
+
     return tuple(str(t) for t in codegen.llvm_get_targets())
 
 
@@ -218,20 +293,22 @@ def llvm_has_backend(triple: str) -> bool:
     return bool(arch) and any(arch == b or arch.startswith(b) for b in llvm_backends())
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def llvm_cpus(triple: str) -> tuple[str, ...]:
     """The -mcpu names LLVM knows for `triple`."""
     from tvm.target import codegen
+
     return tuple(sorted(str(c) for c in codegen.llvm_get_cpu_archlist(_triple_target(triple))))
 
 
 def llvm_is_cpu(cpu: str, triple: str) -> bool:
     """Whether LLVM knows -mcpu=`cpu` for `triple` (asks without building a target: nothing is printed)."""
     from tvm.target import codegen
+
     return bool(codegen.llvm_is_valid_cpu(cpu, triple))
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def llvm_features_of_cpus(triple: str) -> frozenset[str]:
     """Every feature some CPU of `triple` enables, plus Kiln's ISA_FEATURES: the common names, for the
     fast path of llvm_is_feature and for "did you mean" suggestions."""
@@ -240,12 +317,14 @@ def llvm_features_of_cpus(triple: str) -> frozenset[str]:
 
     feats = set(ISA_FEATURES)
     for cpu in llvm_cpus(triple):
-        feats.update(str(f) for f in codegen.llvm_get_cpu_features(
-            tvm.target.Target({"kind": "llvm", "mtriple": triple, "mcpu": cpu})))
+        feats.update(
+            str(f)
+            for f in codegen.llvm_get_cpu_features(tvm.target.Target({"kind": "llvm", "mtriple": triple, "mcpu": cpu}))
+        )
     return frozenset(feats)
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def llvm_is_feature(feature: str, triple: str) -> bool:
     """Whether LLVM knows -mattr feature `feature` (no +/-) for `triple`. Features no CPU enables (rtm,
     retpoline, soft-float, ...) are checked by enabling them and seeing LLVM report them enabled; LLVM's
@@ -254,6 +333,7 @@ def llvm_is_feature(feature: str, triple: str) -> bool:
         return True
     import tvm
     from tvm.target import codegen
+
     with _quiet_stderr():
         t = tvm.target.Target({"kind": "llvm", "mtriple": triple, "mattr": [f"+{feature}"]})
         return feature in {str(f) for f in codegen.llvm_get_cpu_features(t)}

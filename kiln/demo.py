@@ -1,5 +1,6 @@
 """`make demo`: build the default zoo model, compile it for this host, run it, and print its
 max abs difference and median latency beside onnxruntime's on the same input."""
+
 from __future__ import annotations
 
 import statistics
@@ -55,8 +56,11 @@ def main(name: str | None = None, out_dir: str = "build/demo") -> int:
     print(f"model {name}, input {spec.name} {'x'.join(map(str, spec.shape))}, {threads} thread(s)")
     print(f"max abs difference vs onnxruntime: {diff:.3g} ({'within' if ok else 'OUTSIDE'} rtol=atol=1e-4)")
     cov = result.report.get("tuned_coverage", 0.0)
-    how = (f"tuned records from {result.manifest['compile_options']['tuning_db']} cover {cov:.0%} of the FLOPs, default schedules elsewhere"
-           if result.report.get("tuned_kernels") else "untuned default schedules")
+    how = (
+        f"tuned records from {result.manifest['compile_options']['tuning_db']} cover {cov:.0%} of the FLOPs, default schedules elsewhere"
+        if result.report.get("tuned_kernels")
+        else "untuned default schedules"
+    )
     print(f"median latency: kiln {k_ms:.2f} ms, onnxruntime {o_ms:.2f} ms (kiln/ort = {k_ms / o_ms:.2f}x; {how})")
     return 0 if ok else 1
 

@@ -1,5 +1,6 @@
 """`kiln inspect`: what a model or an artifact is, as a dict (the CLI prints it or dumps JSON), and what
 a target's hardware can do (its Capabilities)."""
+
 from __future__ import annotations
 
 import os
@@ -19,24 +20,39 @@ def inspect_path(path: str | os.PathLike) -> dict:
 def inspect_artifact(path) -> dict:
     from .runtime.artifact import read_artifact
     from .runtime.hostinfo import missing_cpu_features
+
     manifest, _ = read_artifact(path)  # verifies every member's checksum
-    return {"kind": "artifact", "path": str(path), "manifest": manifest,
-            "runs_here": not missing_cpu_features(manifest["cpu_features"])}
+    return {
+        "kind": "artifact",
+        "path": str(path),
+        "manifest": manifest,
+        "runs_here": not missing_cpu_features(manifest["cpu_features"]),
+    }
 
 
 def inspect_onnx(path) -> dict:
     from .frontends import load_onnx, preflight
     from .frontends.shapes import declared_dims, graph_inputs
+
     model = load_onnx(path)
-    io = lambda vis: [{"name": v.name, "shape": declared_dims(v), "dtype": _dtype(v)} for v in vis]  # noqa: E731
-    return {"kind": "onnx", "path": str(path), "producer": f"{model.producer_name} {model.producer_version}".strip(),
-            "opsets": preflight.opsets(model), "inputs": io(graph_inputs(model)), "outputs": io(model.graph.output),
-            "nodes": sum(preflight.op_histogram(model).values()), "op_histogram": preflight.op_histogram(model),
-            "initializers": len(model.graph.initializer), "unsupported_ops": preflight.find_unsupported_ops(model)}
+    io = lambda vis: [{"name": v.name, "shape": declared_dims(v), "dtype": _dtype(v)} for v in vis]
+    return {
+        "kind": "onnx",
+        "path": str(path),
+        "producer": f"{model.producer_name} {model.producer_version}".strip(),
+        "opsets": preflight.opsets(model),
+        "inputs": io(graph_inputs(model)),
+        "outputs": io(model.graph.output),
+        "nodes": sum(preflight.op_histogram(model).values()),
+        "op_histogram": preflight.op_histogram(model),
+        "initializers": len(model.graph.initializer),
+        "unsupported_ops": preflight.find_unsupported_ops(model),
+    }
 
 
 def _dtype(vi) -> str:
     import onnx
+
     try:
         return str(onnx.helper.tensor_dtype_to_np_dtype(vi.type.tensor_type.elem_type))
     except Exception:
@@ -47,14 +63,19 @@ def format_text(info: dict) -> str:
     lines = [f"{info['kind']}: {info['path']}"]
     if info["kind"] == "artifact":
         m = info["manifest"]
-        lines += [f"  format {m['format_version']}, kiln {m['kiln_version']}, TVM {m['tvm_version']}",
-                  f"  target   {m['target']} ({m['arch']})", f"  needs    {', '.join(m['cpu_features']) or '-'}"
-                  f"{'' if info['runs_here'] else '  (this host lacks some)'}"]
+        lines += [
+            f"  format {m['format_version']}, kiln {m['kiln_version']}, TVM {m['tvm_version']}",
+            f"  target   {m['target']} ({m['arch']})",
+            f"  needs    {', '.join(m['cpu_features']) or '-'}"
+            f"{'' if info['runs_here'] else '  (this host lacks some)'}",
+        ]
         for kind in ("inputs", "outputs"):
             for t in m[kind]:
                 lines.append(f"  {kind[:-1]:7}  {t['name']}: {'x'.join(map(str, t['shape']))} {t['dtype']}")
         if len(m.get("buckets", [])) > 1:
-            lines.append(f"  buckets  {', '.join(b['name'] for b in m['buckets'])} (policy {m.get('bucket_policy', 'pad')})")
+            lines.append(
+                f"  buckets  {', '.join(b['name'] for b in m['buckets'])} (policy {m.get('bucket_policy', 'pad')})"
+            )
         wbytes = sum(w["nbytes"] for w in m["weights"])
         lines.append(f"  weights  {len(m['weights'])} tensors, {wbytes / 1e6:.2f} MB")
         for name, meta in m["members"].items():
@@ -67,13 +88,21 @@ def format_text(info: dict) -> str:
             lines.append(f"  {kind[:-1]:7}  {t['name']}: {dims} {t['dtype']}")
     lines.append("  ops      " + ", ".join(f"{k} {v}" for k, v in info["op_histogram"].items()))
     bad = info["unsupported_ops"]
-    lines.append("  unsupported: " + ("none" if not bad else "; ".join(f"{b['domain']}::{b['op_type']} x{b['count']} (first {b['first_node']!r})" for b in bad)))
+    lines.append(
+        "  unsupported: "
+        + (
+            "none"
+            if not bad
+            else "; ".join(f"{b['domain']}::{b['op_type']} x{b['count']} (first {b['first_node']!r})" for b in bad)
+        )
+    )
     return "\n".join(lines)
 
 
 def target_capabilities(spec):
     """The capabilities of a --target string (kiln.capabilities); a bad string raises TargetError."""
     from .target import Target
+
     return Target.parse(spec).caps
 
 

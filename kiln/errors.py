@@ -1,5 +1,6 @@
 """Kiln's typed errors. Every error a user can cause is a KilnError: it says what went wrong,
 where (file, node, input) and what to do about it. The CLI turns them into exit code 2."""
+
 from __future__ import annotations
 
 import contextlib
@@ -88,10 +89,19 @@ class PassError(CompileError):
 class InternalError(KilnError):
     """A Kiln (or TVM) bug on a model ONNX's checker and shape inference accept: names the stage and
     the node, and points at a reproducer. The CLI exits 1 for it, not 2: the user did nothing wrong."""
+
     exit_code = 1
 
-    def __init__(self, what: str, *, stage: str, node: str | None = None, reproducer: str | None = None,
-                 where: str | None = None, fix: str | None = None):
+    def __init__(
+        self,
+        what: str,
+        *,
+        stage: str,
+        node: str | None = None,
+        reproducer: str | None = None,
+        where: str | None = None,
+        fix: str | None = None,
+    ):
         self.stage, self.node, self.reproducer = stage, node, reproducer
         super().__init__(what, where=where, fix=fix)
 
@@ -118,4 +128,6 @@ def tvm_errors(stage: str, where: str, fix: str = "rerun with --debug for the fu
         raise
     except Exception as e:
         msg = str(e).strip().splitlines()
-        raise CompileError(f"{stage} failed: {type(e).__name__}: {msg[-1] if msg else ''}", where=where, fix=fix) from None
+        raise CompileError(
+            f"{stage} failed: {type(e).__name__}: {msg[-1] if msg else ''}", where=where, fix=fix
+        ) from None

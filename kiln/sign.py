@@ -1,5 +1,6 @@
 """`kiln keygen` and `kiln sign`: make an Ed25519 key pair, sign an artifact's manifest in place
 (rewritten atomically). Verification lives in the runtime (kiln.runtime.signing)."""
+
 from __future__ import annotations
 
 import base64
@@ -18,14 +19,20 @@ def keygen(private_path: str | os.PathLike, public_path: str | os.PathLike) -> s
     """Write a new key pair (the private key readable by its owner only); returns the key id."""
     serialization, ed25519 = _crypto()
     if Path(private_path).exists():
-        raise OptionsError("the private key file exists; refusing to overwrite a key", where=str(private_path),
-                           fix="choose another path, or delete the old key first if you really mean to")
+        raise OptionsError(
+            "the private key file exists; refusing to overwrite a key",
+            where=str(private_path),
+            fix="choose another path, or delete the old key first if you really mean to",
+        )
     key = ed25519.Ed25519PrivateKey.generate()
     pem = key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption())
     with atomic_open(private_path, "wb") as f:
         os.fchmod(f.fileno(), 0o600)
         f.write(pem)
-    atomic_write_bytes(public_path, key.public_key().public_bytes(serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo))
+    atomic_write_bytes(
+        public_path,
+        key.public_key().public_bytes(serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo),
+    )
     return key_id(key.public_key())
 
 
@@ -34,10 +41,15 @@ def load_private_key(path: str | os.PathLike):
     try:
         key = serialization.load_pem_private_key(Path(path).read_bytes(), password=None)
     except (OSError, ValueError, TypeError) as e:
-        raise OptionsError(f"cannot read the private key ({type(e).__name__}: {e})", where=str(path),
-                           fix="give the PRIVATE file written by `kiln keygen PRIVATE PUBLIC`") from None
+        raise OptionsError(
+            f"cannot read the private key ({type(e).__name__}: {e})",
+            where=str(path),
+            fix="give the PRIVATE file written by `kiln keygen PRIVATE PUBLIC`",
+        ) from None
     if not isinstance(key, ed25519.Ed25519PrivateKey):
-        raise OptionsError(f"the key is {type(key).__name__}, not Ed25519", where=str(path), fix="make one with `kiln keygen`")
+        raise OptionsError(
+            f"the key is {type(key).__name__}, not Ed25519", where=str(path), fix="make one with `kiln keygen`"
+        )
     return key
 
 

@@ -17,25 +17,63 @@ leading + or -, naming a feature LLVM does not know or both enabling and disabli
 no backend for, and a cuda -arch outside CUDA_ARCHS. Each is a TargetError that lists the valid values.
 What the target's hardware can do is `Target.caps` (kiln.capabilities).
 """
+
 from __future__ import annotations
 
 import dataclasses
-import os
 import difflib
+import os
 import shlex
 
 from .errors import TargetError
 
-ACCEPTED_FORMS = ("host", "llvm", "llvm -mcpu=NAME [-mtriple=TRIPLE] [-mattr=+f1,+f2] [-num-cores=N]",
-                  "arm64", "aarch64", "rpi4", "rpi5", "rk3588", "jetson-orin", "graviton3", "vta-sim [-board=pynq|ultra96|zcu104|de10nano|sim] [-config=1x16_i8w8a32_15_15_18_17]",
-                  "cuda [-arch=sm_80|sm_86|sm_89|sm_90] [-gpu=a100|h100|...]")
+ACCEPTED_FORMS = (
+    "host",
+    "llvm",
+    "llvm -mcpu=NAME [-mtriple=TRIPLE] [-mattr=+f1,+f2] [-num-cores=N]",
+    "arm64",
+    "aarch64",
+    "rpi4",
+    "rpi5",
+    "rk3588",
+    "jetson-orin",
+    "graviton3",
+    "vta-sim [-board=pynq|ultra96|zcu104|de10nano|sim] [-config=1x16_i8w8a32_15_15_18_17]",
+    "cuda [-arch=sm_80|sm_86|sm_89|sm_90] [-gpu=a100|h100|...]",
+)
 GPU_OPTIONS = ("arch", "gpu")
 DEFAULT_CUDA_ARCH = "sm_80"
 # -arch values accepted for cuda: the sm targets of CUDA 12/13's nvcc (TVM 0.27 has no list of its own;
 # its GPU tags, -gpu=, carry their arch and are not checked against this). "a": arch-specific features.
-CUDA_ARCHS = ("sm_50", "sm_52", "sm_53", "sm_60", "sm_61", "sm_62", "sm_70", "sm_72", "sm_75", "sm_80", "sm_86",
-              "sm_87", "sm_89", "sm_90", "sm_90a", "sm_100", "sm_100a", "sm_101", "sm_101a", "sm_103", "sm_103a",
-              "sm_110", "sm_110a", "sm_120", "sm_120a", "sm_121", "sm_121a")
+CUDA_ARCHS = (
+    "sm_50",
+    "sm_52",
+    "sm_53",
+    "sm_60",
+    "sm_61",
+    "sm_62",
+    "sm_70",
+    "sm_72",
+    "sm_75",
+    "sm_80",
+    "sm_86",
+    "sm_87",
+    "sm_89",
+    "sm_90",
+    "sm_90a",
+    "sm_100",
+    "sm_100a",
+    "sm_101",
+    "sm_101a",
+    "sm_103",
+    "sm_103a",
+    "sm_110",
+    "sm_110a",
+    "sm_120",
+    "sm_120a",
+    "sm_121",
+    "sm_121a",
+)
 ACCELERATORS = ("vta-sim",)
 ACCEL_OPTIONS = ("board", "config")
 _A64 = {"mtriple": "aarch64-linux-gnu", "mattr": ("+neon",)}
@@ -73,7 +111,9 @@ class Target:
         if isinstance(spec, Target):
             return spec
         if spec is None and os.environ.get(DEFAULT_ENV, "").strip():
-            spec = os.environ[DEFAULT_ENV]  # the default target of this environment (e.g. CI standing in for another CPU)
+            spec = os.environ[
+                DEFAULT_ENV
+            ]  # the default target of this environment (e.g. CI standing in for another CPU)
         if spec is None or spec.strip() in ("", "host", "llvm"):
             return Target.host()
         try:
@@ -113,9 +153,12 @@ class Target:
                 fields.setdefault("num_cores", host.num_cores)
         if fields.get("accel"):
             from .accel.vta.config import DEFAULT, VTAConfig
+
             fields.setdefault("board", "sim")
             fields.setdefault("accel_config", DEFAULT)
-            VTAConfig.parse(fields["accel_config"], fields["board"])  # a bad board or config fails here, listing the valid ones
+            VTAConfig.parse(
+                fields["accel_config"], fields["board"]
+            )  # a bad board or config fails here, listing the valid ones
         _check_llvm(spec, fields)
         return Target(**fields)
 
@@ -125,6 +168,7 @@ class Target:
 
     def vta_config(self):
         from .accel.vta.config import VTAConfig
+
         return VTAConfig.parse(self.accel_config, self.board) if self.accel else None
 
     @staticmethod
@@ -132,6 +176,7 @@ class Target:
         from tvm.target import codegen  # compiler-side only
 
         from .runtime.hostinfo import physical_cores
+
         return Target(mcpu=codegen.llvm_get_system_cpu(), num_cores=physical_cores())
 
     @property
@@ -156,12 +201,25 @@ class Target:
 
     def tvm(self):
         import tvm
+
         if self.is_gpu:
             try:
-                base = tvm.target.Target(self.gpu) if self.gpu else tvm.target.Target(
-                    {"kind": "cuda", "arch": self.gpu_arch, "max_shared_memory_per_block": 49152, "max_threads_per_block": 1024,
-                     "thread_warp_size": 32})
-                return tvm.target.Target(base, host={"kind": "llvm"})  # generic host code: runs on any x86-64 GPU server
+                base = (
+                    tvm.target.Target(self.gpu)
+                    if self.gpu
+                    else tvm.target.Target(
+                        {
+                            "kind": "cuda",
+                            "arch": self.gpu_arch,
+                            "max_shared_memory_per_block": 49152,
+                            "max_threads_per_block": 1024,
+                            "thread_warp_size": 32,
+                        }
+                    )
+                )
+                return tvm.target.Target(
+                    base, host={"kind": "llvm"}
+                )  # generic host code: runs on any x86-64 GPU server
             except Exception as e:
                 raise _bad(str(self), str(e).splitlines()[-1]) from None
         try:
@@ -173,6 +231,7 @@ class Target:
     def caps(self):
         """What the hardware can do (kiln.capabilities): Capabilities, or GpuCapabilities for cuda. Cached."""
         from .capabilities import capabilities
+
         return capabilities(self)
 
     def required_features(self) -> list[str]:
@@ -204,18 +263,26 @@ def _cuda(spec: str, rest: list[str]) -> Target:
         fields[key] = val
     if "gpu" in fields:
         import tvm
+
         tags = tvm.target.list_tags()
         name = fields["gpu"]
-        found = next((t for t in (name, f"nvidia/{name}", f"nvidia/nvidia-{name}", f"nvidia/geforce-{name}") if t in tags), None)
+        found = next(
+            (t for t in (name, f"nvidia/{name}", f"nvidia/nvidia-{name}", f"nvidia/geforce-{name}") if t in tags), None
+        )
         if found is None:
-            raise _bad(spec, f"unknown GPU {name!r} (TVM's tags, e.g. a100, h100, geforce-rtx-4090, nvidia/jetson-orin-nano)")
+            raise _bad(
+                spec, f"unknown GPU {name!r} (TVM's tags, e.g. a100, h100, geforce-rtx-4090, nvidia/jetson-orin-nano)"
+            )
         return Target(kind="cuda", gpu=found, gpu_arch=str(tvm.target.Target(found).attrs["arch"]))
     arch = fields.get("arch", DEFAULT_CUDA_ARCH)
     if not (arch.startswith("sm_") and arch[3:].rstrip("a").isdigit()):
         raise _bad(spec, f"-arch must look like sm_80, got {arch!r}", fix="use one of: " + ", ".join(CUDA_ARCHS))
     if arch not in CUDA_ARCHS:
-        raise _bad(spec, f"unknown CUDA arch {arch!r}{_did_you_mean(arch, CUDA_ARCHS)}",
-                   fix="use one of: " + ", ".join(CUDA_ARCHS))
+        raise _bad(
+            spec,
+            f"unknown CUDA arch {arch!r}{_did_you_mean(arch, CUDA_ARCHS)}",
+            fix="use one of: " + ", ".join(CUDA_ARCHS),
+        )
     return Target(kind="cuda", gpu_arch=arch)
 
 
@@ -223,29 +290,42 @@ def _check_llvm(spec: str, fields: dict) -> None:
     """Refuse an -mcpu or -mattr LLVM does not know for the triple, here rather than deep in the build
     (LLVM itself only prints a line per codegen call and falls back to a generic CPU or drops the feature)."""
     from . import capabilities as caps
+
     triple = fields.get("mtriple") or _host_triple()
     backends = caps.llvm_backends()
     if not caps.llvm_has_backend(triple):  # LLVM would crash on it
-        raise _bad(spec, f"LLVM {_llvm_version()} has no backend for -mtriple={triple}",
-                   fix="use a triple such as x86_64-linux-gnu or aarch64-linux-gnu (LLVM's backends: "
-                   + ", ".join(backends) + ")")
+        raise _bad(
+            spec,
+            f"LLVM {_llvm_version()} has no backend for -mtriple={triple}",
+            fix="use a triple such as x86_64-linux-gnu or aarch64-linux-gnu (LLVM's backends: "
+            + ", ".join(backends)
+            + ")",
+        )
     cpu = fields.get("mcpu")
     if cpu and not caps.llvm_is_cpu(cpu, triple):
         cpus = caps.llvm_cpus(triple)
-        raise _bad(spec, f"LLVM {_llvm_version()} does not know -mcpu={cpu} for {triple}{_did_you_mean(cpu, cpus)}",
-                   fix=f"use one of the {len(cpus)} CPUs LLVM knows for {triple}: " + ", ".join(cpus))
+        raise _bad(
+            spec,
+            f"LLVM {_llvm_version()} does not know -mcpu={cpu} for {triple}{_did_you_mean(cpu, cpus)}",
+            fix=f"use one of the {len(cpus)} CPUs LLVM knows for {triple}: " + ", ".join(cpus),
+        )
     seen: dict[str, str] = {}
     for a in fields.get("mattr", ()):
         sign, name = a[:1], a[1:]
         if sign not in "+-" or not name:
             hint = f"+{a}" if caps.llvm_is_feature(a, triple) else "+FEATURE"
-            raise _bad(spec, f"-mattr entry {a!r} needs a leading + (enable) or - (disable)",
-                       fix=f"write -mattr={hint} (entries comma-separated, e.g. -mattr=+avx2,+fma)")
+            raise _bad(
+                spec,
+                f"-mattr entry {a!r} needs a leading + (enable) or - (disable)",
+                fix=f"write -mattr={hint} (entries comma-separated, e.g. -mattr=+avx2,+fma)",
+            )
         if not caps.llvm_is_feature(name, triple):
             known = sorted(caps.llvm_features_of_cpus(triple))
-            raise _bad(spec, f"LLVM {_llvm_version()} does not know the feature {name!r} for {triple}"
-                       f"{_did_you_mean(name, known)}",
-                       fix=f"use LLVM's feature names for {triple}: " + ", ".join(known))
+            raise _bad(
+                spec,
+                f"LLVM {_llvm_version()} does not know the feature {name!r} for {triple}{_did_you_mean(name, known)}",
+                fix=f"use LLVM's feature names for {triple}: " + ", ".join(known),
+            )
         if seen.get(name, sign) != sign:
             raise _bad(spec, f"-mattr both enables and disables {name!r}", fix=f"keep one of +{name} and -{name}")
         seen[name] = sign
@@ -258,15 +338,18 @@ def _did_you_mean(word: str, choices) -> str:
 
 def _llvm_version() -> int:
     from tvm.target import codegen
+
     return int(codegen.llvm_version_major())
 
 
 def _host_triple() -> str:
     from tvm.target import codegen
+
     return str(codegen.llvm_get_system_triple())
 
 
 def _bad(spec: str, why: str, fix: str | None = None) -> TargetError:
     """The one error of a bad target string; `fix` defaults to the accepted forms."""
-    return TargetError(f"cannot parse target {spec!r}: {why}", where="--target",
-                       fix=fix or "use one of: " + " | ".join(ACCEPTED_FORMS))
+    return TargetError(
+        f"cannot parse target {spec!r}: {why}", where="--target", fix=fix or "use one of: " + " | ".join(ACCEPTED_FORMS)
+    )

@@ -1,4 +1,5 @@
 """Test helpers: build one-node ONNX models, compile them with Kiln and compare with onnxruntime."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -7,25 +8,36 @@ from onnx import TensorProto, helper, numpy_helper
 
 import kiln
 
-NP2ONNX = {np.dtype("float32"): TensorProto.FLOAT, np.dtype("int64"): TensorProto.INT64,
-           np.dtype("int32"): TensorProto.INT32, np.dtype("bool"): TensorProto.BOOL}
+NP2ONNX = {
+    np.dtype("float32"): TensorProto.FLOAT,
+    np.dtype("int64"): TensorProto.INT64,
+    np.dtype("int32"): TensorProto.INT32,
+    np.dtype("bool"): TensorProto.BOOL,
+}
 
 
-def make_model(nodes, inputs: dict, outputs: list[str], inits: dict | None = None, opset: int = 17,
-               in_shapes: dict | None = None) -> onnx.ModelProto:
+def make_model(
+    nodes, inputs: dict, outputs: list[str], inits: dict | None = None, opset: int = 17, in_shapes: dict | None = None
+) -> onnx.ModelProto:
     """inputs: name -> example array (its dtype and, unless in_shapes overrides, its shape)."""
     in_shapes = in_shapes or {}
     g = helper.make_graph(
-        nodes, "test",
-        [helper.make_tensor_value_info(n, NP2ONNX[a.dtype], in_shapes.get(n, list(a.shape))) for n, a in inputs.items()],
+        nodes,
+        "test",
+        [
+            helper.make_tensor_value_info(n, NP2ONNX[a.dtype], in_shapes.get(n, list(a.shape)))
+            for n, a in inputs.items()
+        ],
         [helper.make_tensor_value_info(o, TensorProto.UNDEFINED, None) for o in outputs],
-        [numpy_helper.from_array(np.asarray(v), k) for k, v in (inits or {}).items()])
+        [numpy_helper.from_array(np.asarray(v), k) for k, v in (inits or {}).items()],
+    )
     m = helper.make_model(g, opset_imports=[helper.make_opsetid("", opset)])
     return onnx.shape_inference.infer_shapes(m)  # fills in the output types onnxruntime requires
 
 
 def ort_run(model: onnx.ModelProto, feeds: dict) -> list[np.ndarray]:
     import onnxruntime as ort
+
     so = ort.SessionOptions()
     so.intra_op_num_threads = 1
     return ort.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"]).run(None, feeds)
@@ -55,16 +67,25 @@ def rand(*shape, seed=0, dtype=np.float32):
 
 def mobilenet_block(stride=1, multiplier=1, c=32, batch=1):
     """1x1 expand -> ReLU6 -> 3x3 depthwise -> bias -> ReLU6 -> 1x1 project (+ residual)."""
-    nodes = [helper.make_node("Conv", ["x", "w1", "b1"], ["e"]),
-             helper.make_node("Clip", ["e", "lo", "hi"], ["e6"]),
-             helper.make_node("Conv", ["e6", "wd", "bd"], ["d"], group=c, pads=[1, 1, 1, 1], strides=[stride, stride]),
-             helper.make_node("Clip", ["d", "lo", "hi"], ["d6"]),
-             helper.make_node("Conv", ["d6", "w2", "b2"], ["p"])]
+    nodes = [
+        helper.make_node("Conv", ["x", "w1", "b1"], ["e"]),
+        helper.make_node("Clip", ["e", "lo", "hi"], ["e6"]),
+        helper.make_node("Conv", ["e6", "wd", "bd"], ["d"], group=c, pads=[1, 1, 1, 1], strides=[stride, stride]),
+        helper.make_node("Clip", ["d", "lo", "hi"], ["d6"]),
+        helper.make_node("Conv", ["d6", "w2", "b2"], ["p"]),
+    ]
     if stride == 1 and multiplier == 1:
         nodes.append(helper.make_node("Add", ["p", "x"], ["y"]))
     else:
         nodes.append(helper.make_node("Relu", ["p"], ["y"]))
-    inits = {"w1": rand(c, 16, 1, 1, seed=1) * 0.3, "b1": rand(c, seed=2), "wd": rand(c * multiplier, 1, 3, 3, seed=3) * 0.3,
-             "bd": rand(c * multiplier, seed=4), "w2": rand(16, c * multiplier, 1, 1, seed=5) * 0.3, "b2": rand(16, seed=6),
-             "lo": np.array(0, np.float32), "hi": np.array(6, np.float32)}
+    inits = {
+        "w1": rand(c, 16, 1, 1, seed=1) * 0.3,
+        "b1": rand(c, seed=2),
+        "wd": rand(c * multiplier, 1, 3, 3, seed=3) * 0.3,
+        "bd": rand(c * multiplier, seed=4),
+        "w2": rand(16, c * multiplier, 1, 1, seed=5) * 0.3,
+        "b2": rand(16, seed=6),
+        "lo": np.array(0, np.float32),
+        "hi": np.array(6, np.float32),
+    }
     return make_model(nodes, {"x": rand(batch, 16, 14, 14)}, ["y"], inits)

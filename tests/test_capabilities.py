@@ -1,5 +1,6 @@
 """Capabilities (kiln.capabilities): what each target's hardware can do, from LLVM's feature sets.
 Nothing is compiled and nothing depends on the host CPU (x86 rows name their triple)."""
+
 import json
 
 import pytest
@@ -29,8 +30,18 @@ def test_capabilities_table(spec):
     t = Target.parse(spec)
     c = t.caps
     assert isinstance(c, Capabilities) and c is capabilities(t)  # cached per frozen target
-    got = (c.isa, c.vector_bits, c.vector_registers, c.f32_block, c.fma_bits, c.int8_dot, c.int8_path, c.bf16,
-           c.native_fp16, c.amx)
+    got = (
+        c.isa,
+        c.vector_bits,
+        c.vector_registers,
+        c.f32_block,
+        c.fma_bits,
+        c.int8_dot,
+        c.int8_path,
+        c.bf16,
+        c.native_fp16,
+        c.amx,
+    )
     assert got == TABLE[spec]
     assert c.fma == (c.fma_bits > 0) and c.lanes("float32") == c.f32_block
     assert c.lanes("int8") == c.vector_bits // 8 and c.lanes("bf16") == c.lanes("float16") == c.vector_bits // 16
@@ -57,6 +68,7 @@ def test_feature_details():
 def test_f32_block_matches_convert_layout():
     """The layout pass's vector_block and caps.f32_block agree on every table target (the migration contract)."""
     from kiln.compiler.passes.convert_layout import vector_block
+
     for spec in TABLE:
         t = Target.parse(spec)
         assert t.caps.f32_block == vector_block(t.required_features()), spec
@@ -93,6 +105,7 @@ def test_gpu_capabilities():
 
 def test_cli_inspect_target(capsys):
     from kiln.cli import main
+
     assert main(["inspect", "--target", f"llvm -mcpu=haswell {X86}"]) == 0
     out = capsys.readouterr().out
     assert "isa avx2, 256-bit vectors x 16" in out and "avx2-pmaddubsw" in out
@@ -107,6 +120,7 @@ def test_cli_inspect_target(capsys):
 
 def test_cli_inspect_model_with_target(small_onnx_path, capsys):
     from kiln.cli import main
+
     assert main(["inspect", str(small_onnx_path), "--target", "rpi5"]) == 0
     out = capsys.readouterr().out
     assert "unsupported: none" in out and "int8     dotprod" in out

@@ -1,13 +1,14 @@
 """The CLI: exit code 0 on success, 2 with one line on stderr for user errors, traceback only with --debug."""
+
 import json
 import subprocess
 import sys
 
 import numpy as np
 import pytest
+from helpers import ort_run
 
 from kiln.cli import main
-from helpers import ort_run
 
 
 def test_compile_run_inspect(tmp_path, small_onnx_path, small_conv_model, small_input, capsys):
@@ -46,7 +47,10 @@ def test_user_errors_exit_2_with_one_line(tmp_path, small_onnx_path, small_artif
     np.savez(tmp_path / "in.npz", input=np.zeros((1, 3, 8, 8), np.float64))
     assert main(["run", str(small_artifact), "--inputs", str(tmp_path / "in.npz"), "-o", str(tmp_path / "o.npz")]) == 2
     assert "dtype float64" in _err(capsys)
-    assert main(["run", str(small_artifact), "--inputs", str(tmp_path / "missing.npz"), "-o", str(tmp_path / "o.npz")]) == 2
+    assert (
+        main(["run", str(small_artifact), "--inputs", str(tmp_path / "missing.npz"), "-o", str(tmp_path / "o.npz")])
+        == 2
+    )
     assert "cannot read inputs file" in _err(capsys)
     assert main(["inspect", str(bad)]) == 2
     _err(capsys)
@@ -61,16 +65,26 @@ def test_debug_shows_traceback(tmp_path, capsys):
 
 
 def test_python_dash_m_kiln(small_artifact):
-    r = subprocess.run([sys.executable, "-m", "kiln", "inspect", str(small_artifact), "--json"], capture_output=True, text=True, timeout=120)
+    r = subprocess.run(
+        [sys.executable, "-m", "kiln", "inspect", str(small_artifact), "--json"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert r.returncode == 0, r.stderr
     assert json.loads(r.stdout)["manifest"]["outputs"][0]["shape"] == [1, 4, 8, 8]
-    r = subprocess.run([sys.executable, "-m", "kiln", "run", str(small_artifact) + ".nope", "--inputs", "x.npz", "-o", "y.npz"],
-                       capture_output=True, text=True, timeout=120)
+    r = subprocess.run(
+        [sys.executable, "-m", "kiln", "run", str(small_artifact) + ".nope", "--inputs", "x.npz", "-o", "y.npz"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert r.returncode == 2 and r.stderr.startswith("kiln run: error:") and "no such artifact" in r.stderr
 
 
 def _flip_weights_byte(src, dst):
     import zipfile
+
     data = bytearray(src.read_bytes())
     with zipfile.ZipFile(src) as z:
         info = z.getinfo("weights.bin")
@@ -81,15 +95,24 @@ def _flip_weights_byte(src, dst):
 def _two_unsupported(path):
     import onnx
     from onnx import helper
-    g = helper.make_graph([helper.make_node("TfIdfVectorizer", ["x"], ["a"], name="d0"), helper.make_node("Relu", ["a"], ["y"], name="r0"),
-                           helper.make_node("Einsum", ["x"], ["z"], equation="ii->i", name="e0"),
-                           helper.make_node("StringNormalizer", ["x"], ["s"], name="s0")], "g",
-                          [helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [3, 3])],
-                          [helper.make_tensor_value_info(n, onnx.TensorProto.FLOAT, None) for n in "yzs"])
+
+    g = helper.make_graph(
+        [
+            helper.make_node("TfIdfVectorizer", ["x"], ["a"], name="d0"),
+            helper.make_node("Relu", ["a"], ["y"], name="r0"),
+            helper.make_node("Einsum", ["x"], ["z"], equation="ii->i", name="e0"),
+            helper.make_node("StringNormalizer", ["x"], ["s"], name="s0"),
+        ],
+        "g",
+        [helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [3, 3])],
+        [helper.make_tensor_value_info(n, onnx.TensorProto.FLOAT, None) for n in "yzs"],
+    )
     onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]), path)
 
 
-@pytest.mark.parametrize("case", ["truncated", "unsupported", "unpinned", "name", "shape", "dtype", "flipped", "feature", "notzip"])
+@pytest.mark.parametrize(
+    "case", ["truncated", "unsupported", "unpinned", "name", "shape", "dtype", "flipped", "feature", "notzip"]
+)
 def test_every_bad_input_exits_2(tmp_path, small_onnx_path, small_artifact, capsys, case):
     out = str(tmp_path / "o")
     if case in ("truncated", "unsupported", "unpinned"):
@@ -100,14 +123,25 @@ def test_every_bad_input_exits_2(tmp_path, small_onnx_path, small_artifact, caps
             _two_unsupported(model)
         else:
             model = small_onnx_path
-        argv, expect = ["compile", str(model), "-o", out + ".kiln"], {
-            "truncated": "not a readable ONNX model", "unsupported": "TfIdfVectorizer", "unpinned": "dynamic input dimensions must be pinned"}[case]
+        argv, expect = (
+            ["compile", str(model), "-o", out + ".kiln"],
+            {
+                "truncated": "not a readable ONNX model",
+                "unsupported": "TfIdfVectorizer",
+                "unpinned": "dynamic input dimensions must be pinned",
+            }[case],
+        )
     elif case in ("name", "shape", "dtype"):
-        feed = {"name": {"x": np.zeros((1, 3, 8, 8), np.float32)}, "shape": {"input": np.zeros((2, 3, 8, 8), np.float32)},
-                "dtype": {"input": np.zeros((1, 3, 8, 8), np.int32)}}[case]
+        feed = {
+            "name": {"x": np.zeros((1, 3, 8, 8), np.float32)},
+            "shape": {"input": np.zeros((2, 3, 8, 8), np.float32)},
+            "dtype": {"input": np.zeros((1, 3, 8, 8), np.int32)},
+        }[case]
         np.savez(tmp_path / "in.npz", **feed)
-        argv, expect = ["run", str(small_artifact), "--inputs", str(tmp_path / "in.npz"), "-o", out + ".npz"], {
-            "name": "wrong input names", "shape": "has shape 2x3x8x8", "dtype": "has dtype int32"}[case]
+        argv, expect = (
+            ["run", str(small_artifact), "--inputs", str(tmp_path / "in.npz"), "-o", out + ".npz"],
+            {"name": "wrong input names", "shape": "has shape 2x3x8x8", "dtype": "has dtype int32"}[case],
+        )
     else:
         art = tmp_path / "a.kiln"
         if case == "flipped":
@@ -115,6 +149,7 @@ def test_every_bad_input_exits_2(tmp_path, small_onnx_path, small_artifact, caps
             expect = "corrupt"
         elif case == "feature":
             from tests_runtime_helpers import rewrite_manifest_features
+
             rewrite_manifest_features(small_artifact, art)
             expect = "CPU features this host lacks"
         else:

@@ -2,6 +2,7 @@
 its worker subprocess): one case each of ops spread over the whole op list. Nothing may crash the
 worker, and every case onnxruntime passes must pass in Kiln too unless it is a known failure below,
 so a regression in the importer, a rewrite or the compiler fails here. `make conformance` runs all."""
+
 from __future__ import annotations
 
 import sys
@@ -13,7 +14,7 @@ pytest.importorskip("onnxruntime")
 pytest.importorskip("onnx.backend.test.case.node")
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from benchmarks import conformance  # noqa: E402
+from benchmarks import conformance
 
 SAMPLE = 90
 # cases of the sample Kiln does not pass today, with why; a fix moves a case out of here (the test
@@ -21,11 +22,22 @@ SAMPLE = 90
 _FROZEN = "freeze: a shape-determining value fed as a graph input (UnsupportedModelError naming --freeze-input)"
 KNOWN_FAILURES = {
     # shape-determining values as graph inputs: a clear UnsupportedModelError; pass with --freeze-input
-    **dict.fromkeys(["test_affine_grid_2d", "test_center_crop_pad_crop", "test_col2im", "test_cumprod_1d",
-                     "test_reduce_log_sum_desc_axes", "test_reduce_l1_do_not_keepdims_example",
-                     "test_reduce_max_do_not_keepdims_example", "test_reduce_min_do_not_keepdims_example",
-                     "test_reduce_sum_do_not_keepdims_example", "test_reshape_reordered_all_dims", "test_top_k"],
-                    _FROZEN),
+    **dict.fromkeys(
+        [
+            "test_affine_grid_2d",
+            "test_center_crop_pad_crop",
+            "test_col2im",
+            "test_cumprod_1d",
+            "test_reduce_log_sum_desc_axes",
+            "test_reduce_l1_do_not_keepdims_example",
+            "test_reduce_max_do_not_keepdims_example",
+            "test_reduce_min_do_not_keepdims_example",
+            "test_reduce_sum_do_not_keepdims_example",
+            "test_reshape_reordered_all_dims",
+            "test_top_k",
+        ],
+        _FROZEN,
+    ),
     "test_constantofshape_float_ones": "the output's shape is the input's value: no static shape even frozen",
     # ops with no ahead-of-time lowering: UnsupportedModelError naming the op
     "test_ai_onnx_ml_label_encoder_string_int": "ai.onnx.ml op on strings",
@@ -53,21 +65,32 @@ def test_sample_spans_the_ops(records):
 
 
 def test_no_case_crashes_kiln(records):
-    crashed = [(r["name"], r["kiln"]["detail"]) for r in records if conformance.freeze_outcome(r) == "crash"
-               or r["kiln"]["outcome"] == "crash"]
+    crashed = [
+        (r["name"], r["kiln"]["detail"])
+        for r in records
+        if conformance.freeze_outcome(r) == "crash" or r["kiln"]["outcome"] == "crash"
+    ]
     assert not crashed
 
 
 def test_cases_onnxruntime_passes_pass_in_kiln(records):
     counted = [r for r in records if r["ort"]["outcome"] == "pass"]
-    failing = {r["name"]: f"{r['kiln']['outcome']}: {r['kiln'].get('type', '')}: {r['kiln'].get('detail', '')}"
-               for r in counted if r["kiln"]["outcome"] != "pass"}
+    failing = {
+        r["name"]: f"{r['kiln']['outcome']}: {r['kiln'].get('type', '')}: {r['kiln'].get('detail', '')}"
+        for r in counted
+        if r["kiln"]["outcome"] != "pass"
+    }
     regressions = {n: why for n, why in failing.items() if n not in KNOWN_FAILURES}
     by_name = {r["name"]: r for r in counted}
-    regressions.update({n: "fails with its shape input frozen: " + str(by_name[n].get("freeze"))
-                        for n, why in KNOWN_FAILURES.items() if why.startswith("freeze:") and n in by_name
-                        and conformance.freeze_outcome(by_name[n]) != "pass"})
-    assert not regressions, "cases onnxruntime passes that Kiln fails:\n" + "\n".join(f"{n}: {w}" for n, w in
-                                                                                      regressions.items())
+    regressions.update(
+        {
+            n: "fails with its shape input frozen: " + str(by_name[n].get("freeze"))
+            for n, why in KNOWN_FAILURES.items()
+            if why.startswith("freeze:") and n in by_name and conformance.freeze_outcome(by_name[n]) != "pass"
+        }
+    )
+    assert not regressions, "cases onnxruntime passes that Kiln fails:\n" + "\n".join(
+        f"{n}: {w}" for n, w in regressions.items()
+    )
     fixed = sorted(n for n in KNOWN_FAILURES if n not in failing and n in {r["name"] for r in counted})
     assert not fixed, f"known failures that now pass (remove them from KNOWN_FAILURES): {fixed}"

@@ -1,9 +1,9 @@
 """One numerics test per supported op family: Kiln's compiled output against onnxruntime."""
+
 import numpy as np
 import pytest
-from onnx import helper
-
 from helpers import check_against_ort, make_model, rand
+from onnx import helper
 
 X4 = rand(1, 8, 10, 10)
 
@@ -14,21 +14,42 @@ def one(op, inputs, inits=None, n_out=1, **attrs):
     return make_model([node], inputs, outs, inits)
 
 
-@pytest.mark.parametrize("group,stride,pads", [(1, 1, [1, 1, 1, 1]), (1, 2, [0, 0, 1, 1]), (8, 1, [1, 1, 1, 1]), (2, 2, [1, 1, 1, 1])])
+@pytest.mark.parametrize(
+    "group,stride,pads", [(1, 1, [1, 1, 1, 1]), (1, 2, [0, 0, 1, 1]), (8, 1, [1, 1, 1, 1]), (2, 2, [1, 1, 1, 1])]
+)
 def test_conv(tmp_path, group, stride, pads):
-    m = one("Conv", {"x": X4}, {"w": rand(16, 8 // group, 3, 3, seed=1), "b": rand(16, seed=2)},
-            group=group, strides=[stride, stride], pads=pads)
+    m = one(
+        "Conv",
+        {"x": X4},
+        {"w": rand(16, 8 // group, 3, 3, seed=1), "b": rand(16, seed=2)},
+        group=group,
+        strides=[stride, stride],
+        pads=pads,
+    )
     check_against_ort(m, {"x": X4}, tmp_path)
 
 
 def test_conv_transpose(tmp_path):
-    m = one("ConvTranspose", {"x": X4}, {"w": rand(8, 4, 3, 3, seed=1)}, strides=[2, 2], pads=[1, 1, 1, 1], output_padding=[1, 1])
+    m = one(
+        "ConvTranspose",
+        {"x": X4},
+        {"w": rand(8, 4, 3, 3, seed=1)},
+        strides=[2, 2],
+        pads=[1, 1, 1, 1],
+        output_padding=[1, 1],
+    )
     check_against_ort(m, {"x": X4}, tmp_path)
 
 
-@pytest.mark.parametrize("op,attrs", [("MaxPool", dict(kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1])),
-                                      ("AveragePool", dict(kernel_shape=[2, 2], strides=[2, 2])),
-                                      ("GlobalAveragePool", {}), ("GlobalMaxPool", {})])
+@pytest.mark.parametrize(
+    "op,attrs",
+    [
+        ("MaxPool", dict(kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1])),
+        ("AveragePool", dict(kernel_shape=[2, 2], strides=[2, 2])),
+        ("GlobalAveragePool", {}),
+        ("GlobalMaxPool", {}),
+    ],
+)
 def test_pooling(tmp_path, op, attrs):
     check_against_ort(one(op, {"x": X4}, **attrs), {"x": X4}, tmp_path)
 
@@ -41,8 +62,23 @@ def test_gemm_matmul_batched(tmp_path):
     check_against_ort(m, {"x": x}, tmp_path / "g")
 
 
-@pytest.mark.parametrize("op,attrs", [("Relu", {}), ("Sigmoid", {}), ("Tanh", {}), ("Erf", {}), ("Exp", {}), ("HardSwish", {}),
-                                      ("LeakyRelu", {"alpha": 0.1}), ("Elu", {}), ("Softplus", {}), ("Gelu", {}), ("Abs", {}), ("Neg", {})])
+@pytest.mark.parametrize(
+    "op,attrs",
+    [
+        ("Relu", {}),
+        ("Sigmoid", {}),
+        ("Tanh", {}),
+        ("Erf", {}),
+        ("Exp", {}),
+        ("HardSwish", {}),
+        ("LeakyRelu", {"alpha": 0.1}),
+        ("Elu", {}),
+        ("Softplus", {}),
+        ("Gelu", {}),
+        ("Abs", {}),
+        ("Neg", {}),
+    ],
+)
 def test_unary_activations(tmp_path, op, attrs):
     opset = 20 if op == "Gelu" else 17
     node = helper.make_node(op, ["x"], ["y0"], **attrs)
@@ -62,8 +98,11 @@ def test_clip_relu6(tmp_path):
 
 def test_normalizations(tmp_path):
     c = 8
-    bn = one("BatchNormalization", {"x": X4}, {"g": rand(c, seed=1), "b": rand(c, seed=2), "m": rand(c, seed=3),
-                                               "v": np.abs(rand(c, seed=4)) + 0.5})
+    bn = one(
+        "BatchNormalization",
+        {"x": X4},
+        {"g": rand(c, seed=1), "b": rand(c, seed=2), "m": rand(c, seed=3), "v": np.abs(rand(c, seed=4)) + 0.5},
+    )
     check_against_ort(bn, {"x": X4}, tmp_path / "bn")
     ln = one("LayerNormalization", {"x": X4}, {"g": rand(10, seed=1), "b": rand(10, seed=2)}, axis=-1)
     check_against_ort(ln, {"x": X4}, tmp_path / "ln")
@@ -87,36 +126,50 @@ def test_reductions(tmp_path, op):
 
 def test_shape_ops(tmp_path):
     x = rand(2, 3, 4, 5)
-    nodes = [helper.make_node("Transpose", ["x"], ["t"], perm=[0, 2, 1, 3]),
-             helper.make_node("Reshape", ["t", "shape"], ["r"]),
-             helper.make_node("Slice", ["r", "st", "en", "ax"], ["s"]),
-             helper.make_node("Concat", ["s", "s"], ["c"], axis=1),
-             helper.make_node("Unsqueeze", ["c", "ax0"], ["u"]),
-             helper.make_node("Squeeze", ["u", "ax0"], ["q"]),
-             helper.make_node("Gather", ["q", "idx"], ["g"], axis=1),
-             helper.make_node("Pad", ["g", "pads"], ["p"], mode="constant"),
-             helper.make_node("Expand", ["p", "eshape"], ["e"]),
-             helper.make_node("Split", ["e", "split"], ["y0", "y1"], axis=3),
-             helper.make_node("Flatten", ["x"], ["y2"], axis=2)]
-    inits = {"shape": np.array([2, 4, 15], np.int64), "st": np.array([1], np.int64), "en": np.array([13], np.int64),
-             "ax": np.array([2], np.int64), "ax0": np.array([0], np.int64), "idx": np.array([0, 3, 5], np.int64),
-             "pads": np.array([0, 1, 0, 0, 1, 2], np.int64), "eshape": np.array([3, 1, 1, 1], np.int64),
-             "split": np.array([5, 9], np.int64)}
+    nodes = [
+        helper.make_node("Transpose", ["x"], ["t"], perm=[0, 2, 1, 3]),
+        helper.make_node("Reshape", ["t", "shape"], ["r"]),
+        helper.make_node("Slice", ["r", "st", "en", "ax"], ["s"]),
+        helper.make_node("Concat", ["s", "s"], ["c"], axis=1),
+        helper.make_node("Unsqueeze", ["c", "ax0"], ["u"]),
+        helper.make_node("Squeeze", ["u", "ax0"], ["q"]),
+        helper.make_node("Gather", ["q", "idx"], ["g"], axis=1),
+        helper.make_node("Pad", ["g", "pads"], ["p"], mode="constant"),
+        helper.make_node("Expand", ["p", "eshape"], ["e"]),
+        helper.make_node("Split", ["e", "split"], ["y0", "y1"], axis=3),
+        helper.make_node("Flatten", ["x"], ["y2"], axis=2),
+    ]
+    inits = {
+        "shape": np.array([2, 4, 15], np.int64),
+        "st": np.array([1], np.int64),
+        "en": np.array([13], np.int64),
+        "ax": np.array([2], np.int64),
+        "ax0": np.array([0], np.int64),
+        "idx": np.array([0, 3, 5], np.int64),
+        "pads": np.array([0, 1, 0, 0, 1, 2], np.int64),
+        "eshape": np.array([3, 1, 1, 1], np.int64),
+        "split": np.array([5, 9], np.int64),
+    }
     check_against_ort(make_model(nodes, {"x": x}, ["y0", "y1", "y2"], inits), {"x": x}, tmp_path)
 
 
 def test_resize_and_where(tmp_path):
     x = rand(1, 2, 4, 4)
-    nodes = [helper.make_node("Resize", ["x", "", "scales"], ["y0"], mode="nearest"),
-             helper.make_node("Greater", ["x", "zero"], ["m"]),
-             helper.make_node("Where", ["m", "x", "zero"], ["y1"])]
+    nodes = [
+        helper.make_node("Resize", ["x", "", "scales"], ["y0"], mode="nearest"),
+        helper.make_node("Greater", ["x", "zero"], ["m"]),
+        helper.make_node("Where", ["m", "x", "zero"], ["y1"]),
+    ]
     m = make_model(nodes, {"x": x}, ["y0", "y1"], {"scales": np.array([1, 1, 2, 2], np.float32), "zero": np.float32(0)})
     check_against_ort(m, {"x": x}, tmp_path)
 
 
 def test_integer_and_cast(tmp_path):
     x = rand(3, 4)
-    nodes = [helper.make_node("ArgMax", ["x"], ["y0"], axis=1, keepdims=0),
-             helper.make_node("Cast", ["x"], ["xi"], to=7), helper.make_node("Add", ["xi", "one"], ["y1"])]
+    nodes = [
+        helper.make_node("ArgMax", ["x"], ["y0"], axis=1, keepdims=0),
+        helper.make_node("Cast", ["x"], ["xi"], to=7),
+        helper.make_node("Add", ["xi", "one"], ["y1"]),
+    ]
     m = make_model(nodes, {"x": x * 10}, ["y0", "y1"], {"one": np.int64(1)})
     check_against_ort(m, {"x": x * 10}, tmp_path)

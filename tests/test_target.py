@@ -6,6 +6,7 @@ from kiln.target import Target
 
 def test_host_is_detected_not_hard_coded(monkeypatch):
     from tvm.target import codegen
+
     monkeypatch.delenv("KILN_TARGET", raising=False)  # the suite may run with another default target
     t = Target.parse(None)
     assert t == Target.parse("host") == Target.parse("llvm")
@@ -33,8 +34,13 @@ def test_bad_targets_list_forms(bad):
 
 def test_board_presets():
     from kiln.target import Target
+
     t = Target.parse("rpi5")
-    assert (t.mtriple, t.mcpu, t.arch) == ("aarch64-linux-gnu", "cortex-a76", "aarch64") and "dotprod" in t.required_features()
+    assert (t.mtriple, t.mcpu, t.arch) == (
+        "aarch64-linux-gnu",
+        "cortex-a76",
+        "aarch64",
+    ) and "dotprod" in t.required_features()
     assert Target.parse(str(t)) == t
 
 
@@ -53,13 +59,16 @@ def test_unknown_mcpu_is_a_target_error_and_quiet(capfd):
     assert out == "" and err == ""
 
 
-@pytest.mark.parametrize("bad, msg", [
-    ("llvm -mattr=avx2 -mtriple=x86_64-linux-gnu", "needs a leading \\+ .* -> write -mattr=\\+avx2"),
-    ("llvm -mattr=+avx3 -mtriple=x86_64-linux-gnu", "does not know the feature 'avx3'.*did you mean avx, avx2"),
-    ("llvm -mattr=+avx2,-avx2 -mtriple=x86_64-linux-gnu", "both enables and disables 'avx2'"),
-    ("arm64 -mattr=+neon,+dotprd", "'dotprd'.*did you mean dotprod"),
-    ("llvm -mtriple=foo-bar-baz", "no backend for -mtriple=foo-bar-baz"),
-])
+@pytest.mark.parametrize(
+    "bad, msg",
+    [
+        ("llvm -mattr=avx2 -mtriple=x86_64-linux-gnu", "needs a leading \\+ .* -> write -mattr=\\+avx2"),
+        ("llvm -mattr=+avx3 -mtriple=x86_64-linux-gnu", "does not know the feature 'avx3'.*did you mean avx, avx2"),
+        ("llvm -mattr=+avx2,-avx2 -mtriple=x86_64-linux-gnu", "both enables and disables 'avx2'"),
+        ("arm64 -mattr=+neon,+dotprd", "'dotprd'.*did you mean dotprod"),
+        ("llvm -mtriple=foo-bar-baz", "no backend for -mtriple=foo-bar-baz"),
+    ],
+)
 def test_bad_mattr_and_triple(bad, msg, capfd):
     with pytest.raises(TargetError, match=msg):
         Target.parse(bad)

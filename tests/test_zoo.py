@@ -1,10 +1,11 @@
 """Every zoo model, compiled and run by Kiln, matches onnxruntime on the same input (fp32, rtol=atol=1e-4)."""
+
 import numpy as np
 import pytest
+from helpers import ort_run
 
 import kiln
 from kiln import zoo
-from helpers import ort_run
 
 
 @pytest.mark.parametrize("name", sorted(zoo.MODELS))
@@ -31,6 +32,7 @@ def test_zoo_is_deterministic():
 
 def test_batchnorm_statistics_are_not_trivial():
     from onnx import numpy_helper
+
     m = zoo.mobilenet_v2(size=32, classes=10)
     inits = {i.name: numpy_helper.to_array(i) for i in m.graph.initializer}
     bn = next(n for n in m.graph.node if n.op_type == "BatchNormalization")

@@ -1,4 +1,5 @@
 """Helpers shared by runtime and CLI tests: artifacts edited the way an attacker or a bad copy would."""
+
 import json
 import zipfile
 

@@ -15,6 +15,7 @@ error, so run.py lists it instead of silently dropping it. Existing files are ke
 
     .venv-corpus/bin/python benchmarks/corpus/export.py [--out build/corpus] [--only a,b] [--force]
 """
+
 from __future__ import annotations
 
 import argparse
@@ -42,31 +43,90 @@ VAD_SR = ((), "int64", 16000)  # silero's sample-rate input
 VAD_STATE = ((2, 1, 128), "float32", "zeros")
 VAD_CHUNK = ((1, 576), "float32", "normal")  # 512 samples at 16 kHz and the 64 of context the wrapper prepends
 PACKAGED = [
-    ("rapidocr-onnxruntime", "1.4.4", "rapidocr_onnxruntime/models/ch_PP-OCRv4_det_infer.onnx", "ppocrv4_det",
-     "OCR text detection (DBNet: ConvTranspose head)", {"x": ((1, 3, 320, 320), "float32", "normal")}),
-    ("rapidocr-onnxruntime", "1.4.4", "rapidocr_onnxruntime/models/ch_PP-OCRv4_rec_infer.onnx", "ppocrv4_rec",
-     "OCR text recognition (SVTR-LCNet, CTC)", {"x": ((1, 3, 48, 320), "float32", "normal")}),
-    ("rapidocr-onnxruntime", "1.4.4", "rapidocr_onnxruntime/models/ch_ppocr_mobile_v2.0_cls_infer.onnx",
-     "ppocr_mobile_cls", "OCR text-direction classifier", {"x": ((1, 3, 48, 192), "float32", "normal")}),
-    ("ddddocr", "1.6.1", "ddddocr/common.onnx", "ddddocr_common", "captcha OCR (CNN + LSTM, CTC)",
-     {"input1": ((1, 1, 64, 160), "float32", "normal")}),
-    ("ddddocr", "1.6.1", "ddddocr/common_old.onnx", "ddddocr_common_old",
-     "captcha OCR, onnxruntime dynamic-quantized (ConvInteger, DynamicQuantizeLSTM)",
-     {"input1": ((1, 1, 64, 160), "float32", "normal")}),
-    ("ddddocr", "1.6.1", "ddddocr/common_det.onnx", "ddddocr_det_yolox", "text detection (YOLOX)",
-     {"images": ((1, 3, 416, 416), "float32", "uniform")}),
-    ("silero-vad", "6.2.3", "silero_vad/data/silero_vad.onnx", "silero_vad", "voice activity (If on sample rate, LSTM)",
-     {"input": VAD_CHUNK, "state": VAD_STATE, "sr": VAD_SR}),
-    ("silero-vad", "6.2.3", "silero_vad/data/silero_vad_16k_op15.onnx", "silero_vad_16k_op15",
-     "voice activity, opset 15 export (STFT as conv, If)",
-     {"input": VAD_CHUNK, "state": VAD_STATE, "sr": VAD_SR}),
-    ("silero-vad", "6.2.3", "silero_vad/data/silero_vad_op18_ifless.onnx", "silero_vad_op18_ifless",
-     "voice activity, opset 18",
-     {"input": VAD_CHUNK, "sr": VAD_SR, "state": VAD_STATE}),
-    ("silero-vad", "6.2.3", "silero_vad/data/silero_vad_16k_sequence.onnx", "silero_vad_16k_sequence",
-     "voice activity over a sequence of chunks (LSTM)",
-     {"input": ((4, 576), "float32", "normal"), "h": ((1, 1, 128), "float32", "zeros"),
-      "c": ((1, 1, 128), "float32", "zeros")}),
+    (
+        "rapidocr-onnxruntime",
+        "1.4.4",
+        "rapidocr_onnxruntime/models/ch_PP-OCRv4_det_infer.onnx",
+        "ppocrv4_det",
+        "OCR text detection (DBNet: ConvTranspose head)",
+        {"x": ((1, 3, 320, 320), "float32", "normal")},
+    ),
+    (
+        "rapidocr-onnxruntime",
+        "1.4.4",
+        "rapidocr_onnxruntime/models/ch_PP-OCRv4_rec_infer.onnx",
+        "ppocrv4_rec",
+        "OCR text recognition (SVTR-LCNet, CTC)",
+        {"x": ((1, 3, 48, 320), "float32", "normal")},
+    ),
+    (
+        "rapidocr-onnxruntime",
+        "1.4.4",
+        "rapidocr_onnxruntime/models/ch_ppocr_mobile_v2.0_cls_infer.onnx",
+        "ppocr_mobile_cls",
+        "OCR text-direction classifier",
+        {"x": ((1, 3, 48, 192), "float32", "normal")},
+    ),
+    (
+        "ddddocr",
+        "1.6.1",
+        "ddddocr/common.onnx",
+        "ddddocr_common",
+        "captcha OCR (CNN + LSTM, CTC)",
+        {"input1": ((1, 1, 64, 160), "float32", "normal")},
+    ),
+    (
+        "ddddocr",
+        "1.6.1",
+        "ddddocr/common_old.onnx",
+        "ddddocr_common_old",
+        "captcha OCR, onnxruntime dynamic-quantized (ConvInteger, DynamicQuantizeLSTM)",
+        {"input1": ((1, 1, 64, 160), "float32", "normal")},
+    ),
+    (
+        "ddddocr",
+        "1.6.1",
+        "ddddocr/common_det.onnx",
+        "ddddocr_det_yolox",
+        "text detection (YOLOX)",
+        {"images": ((1, 3, 416, 416), "float32", "uniform")},
+    ),
+    (
+        "silero-vad",
+        "6.2.3",
+        "silero_vad/data/silero_vad.onnx",
+        "silero_vad",
+        "voice activity (If on sample rate, LSTM)",
+        {"input": VAD_CHUNK, "state": VAD_STATE, "sr": VAD_SR},
+    ),
+    (
+        "silero-vad",
+        "6.2.3",
+        "silero_vad/data/silero_vad_16k_op15.onnx",
+        "silero_vad_16k_op15",
+        "voice activity, opset 15 export (STFT as conv, If)",
+        {"input": VAD_CHUNK, "state": VAD_STATE, "sr": VAD_SR},
+    ),
+    (
+        "silero-vad",
+        "6.2.3",
+        "silero_vad/data/silero_vad_op18_ifless.onnx",
+        "silero_vad_op18_ifless",
+        "voice activity, opset 18",
+        {"input": VAD_CHUNK, "sr": VAD_SR, "state": VAD_STATE},
+    ),
+    (
+        "silero-vad",
+        "6.2.3",
+        "silero_vad/data/silero_vad_16k_sequence.onnx",
+        "silero_vad_16k_sequence",
+        "voice activity over a sequence of chunks (LSTM)",
+        {
+            "input": ((4, 576), "float32", "normal"),
+            "h": ((1, 1, 128), "float32", "zeros"),
+            "c": ((1, 1, 128), "float32", "zeros"),
+        },
+    ),
 ]
 
 
@@ -88,6 +148,7 @@ def make_input(rng, shape, dtype, kind):
 # ---------------------------------------------------------------------------------------------- torch models
 def _torch():
     import torch
+
     torch.manual_seed(SEED)
     torch.set_num_threads(2)
     return torch
@@ -119,6 +180,7 @@ def _tv(name, **kw):
         for part in name.split("."):
             f = getattr(f, part)
         return f(weights=None, **kw).eval()
+
     return build
 
 
@@ -141,6 +203,7 @@ def _tv_det(name, **kw):
                 return d["boxes"], d["scores"], d["labels"]
 
         return Det().eval()
+
     return build
 
 
@@ -162,6 +225,7 @@ def _tv_seg(name, **kw):
                 return self.m(x)["out"]
 
         return Seg().eval()
+
     return build
 
 
@@ -177,10 +241,20 @@ def _crnn():
 
             def block(i, o, bn=False):
                 return [nn.Conv2d(i, o, 3, 1, 1)] + ([nn.BatchNorm2d(o)] if bn else []) + [nn.ReLU(True)]
-            self.cnn = nn.Sequential(*block(1, 64), nn.MaxPool2d(2), *block(64, 128), nn.MaxPool2d(2),
-                                     *block(128, 256, True), *block(256, 256), nn.MaxPool2d((2, 1)),
-                                     *block(256, 256, True), nn.MaxPool2d((2, 1)), nn.Conv2d(256, 256, (2, 1)),
-                                     nn.ReLU(True))
+
+            self.cnn = nn.Sequential(
+                *block(1, 64),
+                nn.MaxPool2d(2),
+                *block(64, 128),
+                nn.MaxPool2d(2),
+                *block(128, 256, True),
+                *block(256, 256),
+                nn.MaxPool2d((2, 1)),
+                *block(256, 256, True),
+                nn.MaxPool2d((2, 1)),
+                nn.Conv2d(256, 256, (2, 1)),
+                nn.ReLU(True),
+            )
             self.rnn = nn.LSTM(256, 128, num_layers=2, bidirectional=True)
             self.fc = nn.Linear(256, classes)
 
@@ -197,6 +271,7 @@ def _dbnet():
     upsampling by two stride-2 ConvTranspose layers to input resolution, sigmoid."""
     torch = _torch()
     import torchvision
+
     nn, F = torch.nn, torch.nn.functional
 
     class DBNet(nn.Module):
@@ -207,9 +282,16 @@ def _dbnet():
             self.layers = nn.ModuleList([r.layer1, r.layer2, r.layer3, r.layer4])
             self.lat = nn.ModuleList([nn.Conv2d(c, 64, 1) for c in (64, 128, 256, 512)])
             self.smooth = nn.ModuleList([nn.Conv2d(64, 16, 3, padding=1) for _ in range(4)])
-            self.head = nn.Sequential(nn.Conv2d(64, 16, 3, padding=1), nn.BatchNorm2d(16), nn.ReLU(True),
-                                      nn.ConvTranspose2d(16, 16, 2, 2), nn.BatchNorm2d(16), nn.ReLU(True),
-                                      nn.ConvTranspose2d(16, 1, 2, 2), nn.Sigmoid())
+            self.head = nn.Sequential(
+                nn.Conv2d(64, 16, 3, padding=1),
+                nn.BatchNorm2d(16),
+                nn.ReLU(True),
+                nn.ConvTranspose2d(16, 16, 2, 2),
+                nn.BatchNorm2d(16),
+                nn.ReLU(True),
+                nn.ConvTranspose2d(16, 1, 2, 2),
+                nn.Sigmoid(),
+            )
 
         def forward(self, x):
             feats, y = [], self.stem(x)
@@ -234,8 +316,14 @@ def _kws_gru():
     class KWS(nn.Module):
         def __init__(self):
             super().__init__()
-            self.conv = nn.Sequential(nn.Conv1d(40, 64, 5, padding=2), nn.BatchNorm1d(64), nn.ReLU(),
-                                      nn.Conv1d(64, 64, 5, stride=2, padding=2), nn.BatchNorm1d(64), nn.ReLU())
+            self.conv = nn.Sequential(
+                nn.Conv1d(40, 64, 5, padding=2),
+                nn.BatchNorm1d(64),
+                nn.ReLU(),
+                nn.Conv1d(64, 64, 5, stride=2, padding=2),
+                nn.BatchNorm1d(64),
+                nn.ReLU(),
+            )
             self.gru = nn.GRU(64, 64, num_layers=2, batch_first=True)
             self.fc = nn.Linear(64, 12)
 
@@ -268,26 +356,42 @@ def _audio_lstm():
 
 def _bert():
     from transformers import BertConfig, BertModel
-    c = BertConfig(vocab_size=VOCAB, hidden_size=128, num_hidden_layers=2, num_attention_heads=2,
-                   intermediate_size=256, max_position_embeddings=64)
+
+    c = BertConfig(
+        vocab_size=VOCAB,
+        hidden_size=128,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        intermediate_size=256,
+        max_position_embeddings=64,
+    )
     return _hf_wrap(BertModel(c).eval(), ["input_ids", "attention_mask", "token_type_ids"])
 
 
 def _distilbert():
     from transformers import DistilBertConfig, DistilBertModel
+
     c = DistilBertConfig(vocab_size=VOCAB, dim=128, n_layers=2, n_heads=2, hidden_dim=256, max_position_embeddings=64)
     return _hf_wrap(DistilBertModel(c).eval(), ["input_ids", "attention_mask"])
 
 
 def _roberta():
     from transformers import RobertaConfig, RobertaModel
-    c = RobertaConfig(vocab_size=VOCAB, hidden_size=128, num_hidden_layers=2, num_attention_heads=2,
-                      intermediate_size=256, max_position_embeddings=66)
+
+    c = RobertaConfig(
+        vocab_size=VOCAB,
+        hidden_size=128,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        intermediate_size=256,
+        max_position_embeddings=66,
+    )
     return _hf_wrap(RobertaModel(c).eval(), ["input_ids", "attention_mask"])
 
 
 def _gpt2():
     from transformers import GPT2Config, GPT2LMHeadModel
+
     c = GPT2Config(vocab_size=VOCAB, n_embd=128, n_layer=2, n_head=2, n_positions=64, use_cache=False)
     # with an attention mask: without one, transformers' packed-sequence check exports aten::diff (no ONNX op)
     return _hf_wrap(GPT2LMHeadModel(c).eval(), ["input_ids", "attention_mask"])
@@ -295,30 +399,60 @@ def _gpt2():
 
 def _t5_encoder():
     from transformers import T5Config, T5EncoderModel
+
     c = T5Config(vocab_size=VOCAB, d_model=128, d_kv=32, d_ff=256, num_layers=2, num_heads=4)
     return _hf_wrap(T5EncoderModel(c).eval(), ["input_ids", "attention_mask"])
 
 
 def _vit():
     from transformers import ViTConfig, ViTModel
-    c = ViTConfig(image_size=112, patch_size=16, hidden_size=128, num_hidden_layers=2, num_attention_heads=2,
-                  intermediate_size=256)
+
+    c = ViTConfig(
+        image_size=112,
+        patch_size=16,
+        hidden_size=128,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        intermediate_size=256,
+    )
     return _hf_wrap(ViTModel(c, add_pooling_layer=False).eval(), ["pixel_values"])
 
 
 def _whisper_encoder():
     from transformers import WhisperConfig, WhisperModel
-    c = WhisperConfig(vocab_size=VOCAB, num_mel_bins=80, d_model=128, encoder_layers=2, encoder_attention_heads=2,
-                      decoder_layers=1, decoder_attention_heads=2, encoder_ffn_dim=256, decoder_ffn_dim=256,
-                      max_source_positions=100, max_target_positions=64, pad_token_id=0, bos_token_id=1,
-                      eos_token_id=2, decoder_start_token_id=1)
+
+    c = WhisperConfig(
+        vocab_size=VOCAB,
+        num_mel_bins=80,
+        d_model=128,
+        encoder_layers=2,
+        encoder_attention_heads=2,
+        decoder_layers=1,
+        decoder_attention_heads=2,
+        encoder_ffn_dim=256,
+        decoder_ffn_dim=256,
+        max_source_positions=100,
+        max_target_positions=64,
+        pad_token_id=0,
+        bos_token_id=1,
+        eos_token_id=2,
+        decoder_start_token_id=1,
+    )
     return _hf_wrap(WhisperModel(c).get_encoder().eval(), ["input_features"])
 
 
 def _wav2vec2():
     from transformers import Wav2Vec2Config, Wav2Vec2Model
-    c = Wav2Vec2Config(hidden_size=128, num_hidden_layers=2, num_attention_heads=2, intermediate_size=256,
-                       conv_dim=(64,) * 7, num_conv_pos_embeddings=16, num_conv_pos_embedding_groups=4)
+
+    c = Wav2Vec2Config(
+        hidden_size=128,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        intermediate_size=256,
+        conv_dim=(64,) * 7,
+        num_conv_pos_embeddings=16,
+        num_conv_pos_embedding_groups=4,
+    )
     return _hf_wrap(Wav2Vec2Model(c).eval(), ["input_values"])
 
 
@@ -326,8 +460,11 @@ def _image(shape=(1, 3, 224, 224), kind="normal"):
     return {"input": (shape, "float32", kind)}
 
 
-TEXT_BERT = {"input_ids": ((1, SEQ), "int64", ("int", VOCAB)), "attention_mask": ((1, SEQ), "int64", "ones"),
-             "token_type_ids": ((1, SEQ), "int64", "zeros")}
+TEXT_BERT = {
+    "input_ids": ((1, SEQ), "int64", ("int", VOCAB)),
+    "attention_mask": ((1, SEQ), "int64", "ones"),
+    "token_type_ids": ((1, SEQ), "int64", "zeros"),
+}
 TEXT2 = {"input_ids": ((1, SEQ), "int64", ("int", VOCAB)), "attention_mask": ((1, SEQ), "int64", "ones")}
 
 # name -> (builder, inputs, exporter, source description). Exporter "torchscript" = dynamo=False (opset 17),
@@ -345,35 +482,78 @@ TORCH = {
     "regnet_y_400mf": (_tv("regnet_y_400mf"), _image(), "torchscript", "torchvision"),
     "mnasnet0_5": (_tv("mnasnet0_5"), _image(), "torchscript", "torchvision"),
     "densenet121": (_tv("densenet121"), _image((1, 3, 112, 112)), "torchscript", "torchvision"),
-    "googlenet": (_tv("googlenet", aux_logits=False, init_weights=True), _image((1, 3, 112, 112)), "torchscript",
-                  "torchvision"),
+    "googlenet": (
+        _tv("googlenet", aux_logits=False, init_weights=True),
+        _image((1, 3, 112, 112)),
+        "torchscript",
+        "torchvision",
+    ),
     "convnext_tiny": (_tv("convnext_tiny"), _image((1, 3, 112, 112)), "torchscript", "torchvision"),
     "convnext_tiny_dynamo": (_tv("convnext_tiny"), _image((1, 3, 112, 112)), "dynamo", "torchvision"),
     "swin_t": (_tv("swin_t"), _image((1, 3, 112, 112)), "torchscript", "torchvision"),
     "r3d_18": (_tv("video.r3d_18"), _image((1, 3, 4, 56, 56)), "torchscript", "torchvision (video, Conv3d)"),
-    "ssdlite320_mobilenet_v3_large": (_tv_det("ssdlite320_mobilenet_v3_large"), _image((1, 3, 320, 320), "uniform"),
-                                      "torchscript", "torchvision detection (NMS)"),
-    "fasterrcnn_mobilenet_v3_large_320_fpn": (_tv_det("fasterrcnn_mobilenet_v3_large_320_fpn"),
-                                              _image((1, 3, 320, 320), "uniform"), "torchscript",
-                                              "torchvision detection (RPN, RoIAlign, NMS)"),
-    "retinanet_resnet50_fpn": (_tv_det("retinanet_resnet50_fpn", min_size=224, max_size=224),
-                               _image((1, 3, 224, 224), "uniform"), "torchscript", "torchvision detection (NMS)"),
-    "deeplabv3_mobilenet_v3_large": (_tv_seg("deeplabv3_mobilenet_v3_large", aux_loss=False),
-                                     _image((1, 3, 224, 224)), "torchscript", "torchvision segmentation"),
-    "lraspp_mobilenet_v3_large": (_tv_seg("lraspp_mobilenet_v3_large"), _image((1, 3, 224, 224)), "torchscript",
-                                  "torchvision segmentation"),
-    "fcn_resnet50": (_tv_seg("fcn_resnet50", aux_loss=False), _image((1, 3, 112, 112)), "torchscript",
-                     "torchvision segmentation"),
-    "lraspp_mobilenet_v3_large_dynamo": (_tv_seg("lraspp_mobilenet_v3_large"), _image((1, 3, 224, 224)), "dynamo",
-                                         "torchvision segmentation"),
+    "ssdlite320_mobilenet_v3_large": (
+        _tv_det("ssdlite320_mobilenet_v3_large"),
+        _image((1, 3, 320, 320), "uniform"),
+        "torchscript",
+        "torchvision detection (NMS)",
+    ),
+    "fasterrcnn_mobilenet_v3_large_320_fpn": (
+        _tv_det("fasterrcnn_mobilenet_v3_large_320_fpn"),
+        _image((1, 3, 320, 320), "uniform"),
+        "torchscript",
+        "torchvision detection (RPN, RoIAlign, NMS)",
+    ),
+    "retinanet_resnet50_fpn": (
+        _tv_det("retinanet_resnet50_fpn", min_size=224, max_size=224),
+        _image((1, 3, 224, 224), "uniform"),
+        "torchscript",
+        "torchvision detection (NMS)",
+    ),
+    "deeplabv3_mobilenet_v3_large": (
+        _tv_seg("deeplabv3_mobilenet_v3_large", aux_loss=False),
+        _image((1, 3, 224, 224)),
+        "torchscript",
+        "torchvision segmentation",
+    ),
+    "lraspp_mobilenet_v3_large": (
+        _tv_seg("lraspp_mobilenet_v3_large"),
+        _image((1, 3, 224, 224)),
+        "torchscript",
+        "torchvision segmentation",
+    ),
+    "fcn_resnet50": (
+        _tv_seg("fcn_resnet50", aux_loss=False),
+        _image((1, 3, 112, 112)),
+        "torchscript",
+        "torchvision segmentation",
+    ),
+    "lraspp_mobilenet_v3_large_dynamo": (
+        _tv_seg("lraspp_mobilenet_v3_large"),
+        _image((1, 3, 224, 224)),
+        "dynamo",
+        "torchvision segmentation",
+    ),
     "crnn_lstm": (_crnn, _image((1, 1, 32, 128)), "torchscript", "CRNN (conv + BiLSTM) in torch.nn"),
     "crnn_lstm_dynamo": (_crnn, _image((1, 1, 32, 128)), "dynamo", "CRNN (conv + BiLSTM) in torch.nn"),
-    "dbnet_resnet18": (_dbnet, _image((1, 3, 224, 224)), "torchscript",
-                       "DBNet-style detector (torchvision ResNet-18, FPN, ConvTranspose head)"),
-    "kws_conv_gru": (_kws_gru, {"mfcc": ((1, 40, 98), "float32", "normal")}, "torchscript",
-                     "keyword spotter (Conv1d + GRU) in torch.nn"),
-    "enh_conv_bilstm": (_audio_lstm, {"spec": ((1, 129, 100), "float32", "uniform")}, "torchscript",
-                        "speech-enhancement mask (Conv1d + BiLSTM) in torch.nn"),
+    "dbnet_resnet18": (
+        _dbnet,
+        _image((1, 3, 224, 224)),
+        "torchscript",
+        "DBNet-style detector (torchvision ResNet-18, FPN, ConvTranspose head)",
+    ),
+    "kws_conv_gru": (
+        _kws_gru,
+        {"mfcc": ((1, 40, 98), "float32", "normal")},
+        "torchscript",
+        "keyword spotter (Conv1d + GRU) in torch.nn",
+    ),
+    "enh_conv_bilstm": (
+        _audio_lstm,
+        {"spec": ((1, 129, 100), "float32", "uniform")},
+        "torchscript",
+        "speech-enhancement mask (Conv1d + BiLSTM) in torch.nn",
+    ),
     "bert": (_bert, TEXT_BERT, "torchscript", "transformers BertModel (2 layers, hidden 128)"),
     "bert_dynamo": (_bert, TEXT_BERT, "dynamo", "transformers BertModel (2 layers, hidden 128)"),
     "distilbert": (_distilbert, TEXT2, "torchscript", "transformers DistilBertModel (2 layers, dim 128)"),
@@ -381,14 +561,30 @@ TORCH = {
     "gpt2": (_gpt2, TEXT2, "torchscript", "transformers GPT2LMHeadModel (2 layers, n_embd 128)"),
     "gpt2_dynamo": (_gpt2, TEXT2, "dynamo", "transformers GPT2LMHeadModel (2 layers, n_embd 128)"),
     "t5_encoder": (_t5_encoder, TEXT2, "torchscript", "transformers T5EncoderModel (2 layers, d_model 128)"),
-    "vit": (_vit, {"pixel_values": ((1, 3, 112, 112), "float32", "normal")}, "torchscript",
-            "transformers ViTModel (2 layers, hidden 128, 112x112)"),
-    "vit_dynamo": (_vit, {"pixel_values": ((1, 3, 112, 112), "float32", "normal")}, "dynamo",
-                   "transformers ViTModel (2 layers, hidden 128, 112x112)"),
-    "whisper_encoder": (_whisper_encoder, {"input_features": ((1, 80, 200), "float32", "normal")}, "torchscript",
-                        "transformers Whisper encoder (2 layers, d_model 128, 200 frames)"),
-    "wav2vec2": (_wav2vec2, {"input_values": ((1, 8000), "float32", "normal")}, "torchscript",
-                 "transformers Wav2Vec2Model (conv feature extractor + 2 layers)"),
+    "vit": (
+        _vit,
+        {"pixel_values": ((1, 3, 112, 112), "float32", "normal")},
+        "torchscript",
+        "transformers ViTModel (2 layers, hidden 128, 112x112)",
+    ),
+    "vit_dynamo": (
+        _vit,
+        {"pixel_values": ((1, 3, 112, 112), "float32", "normal")},
+        "dynamo",
+        "transformers ViTModel (2 layers, hidden 128, 112x112)",
+    ),
+    "whisper_encoder": (
+        _whisper_encoder,
+        {"input_features": ((1, 80, 200), "float32", "normal")},
+        "torchscript",
+        "transformers Whisper encoder (2 layers, d_model 128, 200 frames)",
+    ),
+    "wav2vec2": (
+        _wav2vec2,
+        {"input_values": ((1, 8000), "float32", "normal")},
+        "torchscript",
+        "transformers Wav2Vec2Model (conv feature extractor + 2 layers)",
+    ),
 }
 
 # quantized with onnxruntime.quantization from a float export above: name -> (float model, how)
@@ -421,8 +617,9 @@ class _RandomReader:
 
     def __init__(self, feed, n=4):
         rng = np.random.default_rng(SEED + 1)
-        self.items = iter([{k: rng.standard_normal(v.shape).astype(v.dtype) for k, v in feed.items()}
-                           for _ in range(n)])
+        self.items = iter(
+            [{k: rng.standard_normal(v.shape).astype(v.dtype) for k, v in feed.items()} for _ in range(n)]
+        )
 
     def get_next(self):
         return next(self.items, None)
@@ -431,6 +628,7 @@ class _RandomReader:
 def export_quantized(name, out: Path, rng) -> dict:
     import onnxruntime
     from onnxruntime import quantization as q
+
     base, how = QUANTIZED[name]
     src = out / f"{base}.onnx"
     if not src.exists():
@@ -444,10 +642,20 @@ def export_quantized(name, out: Path, rng) -> dict:
             q.quantize_dynamic(str(pre), str(path), weight_type=q.QuantType.QInt8)
         else:
             fmt = q.QuantFormat.QDQ if how == "static_qdq" else q.QuantFormat.QOperator
-            q.quantize_static(str(pre), str(path), _RandomReader(feed), quant_format=fmt,
-                              activation_type=q.QuantType.QUInt8, weight_type=q.QuantType.QInt8, per_channel=True)
-    return {"feed": feed, "source": f"{base} ({TORCH[base][3]})",
-            "exporter": f"onnxruntime {onnxruntime.__version__} quantization.{'quantize_' + how}"}
+            q.quantize_static(
+                str(pre),
+                str(path),
+                _RandomReader(feed),
+                quant_format=fmt,
+                activation_type=q.QuantType.QUInt8,
+                weight_type=q.QuantType.QInt8,
+                per_channel=True,
+            )
+    return {
+        "feed": feed,
+        "source": f"{base} ({TORCH[base][3]})",
+        "exporter": f"onnxruntime {onnxruntime.__version__} quantization.{'quantize_' + how}",
+    }
 
 
 def export_packaged(entry, out: Path, rng, cache: Path) -> dict:
@@ -456,22 +664,34 @@ def export_packaged(entry, out: Path, rng, cache: Path) -> dict:
 
     def wheels():
         return [w for w in cache.glob("*.whl") if w.name.lower().replace("_", "-").startswith(f"{package}-{version}-")]
+
     if not wheels():
-        subprocess.run([sys.executable, "-m", "pip", "download", "-q", "--no-deps", "-d", str(cache),
-                        f"{package}=={version}"], check=True)
+        subprocess.run(
+            [sys.executable, "-m", "pip", "download", "-q", "--no-deps", "-d", str(cache), f"{package}=={version}"],
+            check=True,
+        )
     wheel = wheels()[0]
     with zipfile.ZipFile(wheel) as z:
         (out / f"{name}.onnx").write_bytes(z.read(member))
     feed = {k: make_input(rng, *v) for k, v in inputs.items()}
-    return {"feed": feed, "source": f"PyPI {package}=={version}: {member} ({what})",
-            "exporter": "shipped in the wheel", "package": f"{package}=={version}", "wheel": wheel.name}
+    return {
+        "feed": feed,
+        "source": f"PyPI {package}=={version}: {member} ({what})",
+        "exporter": "shipped in the wheel",
+        "package": f"{package}=={version}",
+        "wheel": wheel.name,
+    }
 
 
 def describe(path: Path) -> dict:
     m = onnx.load(str(path), load_external_data=False)
-    return {"opset": {(o.domain or "ai.onnx"): o.version for o in m.opset_import}, "ir_version": m.ir_version,
-            "producer": f"{m.producer_name} {m.producer_version}".strip(), "nodes": len(m.graph.node),
-            "bytes": path.stat().st_size}
+    return {
+        "opset": {(o.domain or "ai.onnx"): o.version for o in m.opset_import},
+        "ir_version": m.ir_version,
+        "producer": f"{m.producer_name} {m.producer_version}".strip(),
+        "nodes": len(m.graph.node),
+        "bytes": path.stat().st_size,
+    }
 
 
 def main(argv=None) -> int:
@@ -504,11 +724,20 @@ def main(argv=None) -> int:
                 rec = export_packaged(entry, out, rng, out / "wheels")
             feed = rec.pop("feed")
             np.savez(out / f"{name}.inputs.npz", **feed)
-            rec.update(describe(path), status="ok", file=path.name,
-                       inputs={k: {"shape": list(v.shape), "dtype": str(v.dtype)} for k, v in feed.items()})
-        except Exception as e:  # noqa: BLE001 - an export failure is a result to record, not a crash
-            rec = {"status": "export-error", "error": f"{type(e).__name__}: {str(e).strip().splitlines()[0][:300]}"
-                   if str(e).strip() else type(e).__name__, "file": path.name}
+            rec.update(
+                describe(path),
+                status="ok",
+                file=path.name,
+                inputs={k: {"shape": list(v.shape), "dtype": str(v.dtype)} for k, v in feed.items()},
+            )
+        except Exception as e:
+            rec = {
+                "status": "export-error",
+                "error": f"{type(e).__name__}: {str(e).strip().splitlines()[0][:300]}"
+                if str(e).strip()
+                else type(e).__name__,
+                "file": path.name,
+            }
             traceback.print_exc()
         rec["export_s"] = round(time.perf_counter() - t, 1)
         rec["kind"] = kind

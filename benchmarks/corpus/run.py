@@ -15,6 +15,7 @@ with a pause between blocks (both thread pools spin after a run; see kiln.runtim
 
 Writes OUT.md (CPU, command, date, the table) and OUT.json (every record).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -52,6 +53,7 @@ def quant_steps(model_path) -> list[float]:
     kernels differ by as much between its VNNI and non-VNNI paths)."""
     import onnx
     from onnx import numpy_helper
+
     m = onnx.load(str(model_path), load_external_data=False)
     inits = {i.name: i for i in m.graph.initializer}
     producer = {o: n for n in m.graph.node for o in n.output}
@@ -91,8 +93,10 @@ def compare(ours: list[np.ndarray], ref: list[np.ndarray], steps: list[float] | 
         if ratio > worst:
             worst = ratio
             if ratio > 1:
-                why = (f"output {i}: max |diff| {float(np.nanmax(diff)):.3g} (max|ort| {scale:.3g}), "
-                       f"{ratio:.3g}x the tolerance")
+                why = (
+                    f"output {i}: max |diff| {float(np.nanmax(diff)):.3g} (max|ort| {scale:.3g}), "
+                    f"{ratio:.3g}x the tolerance"
+                )
     return {"ok": worst <= 1.0, "max_abs_diff": max_abs, "worst_over_tol": worst, "why": why}
 
 
@@ -131,6 +135,7 @@ def one(corpus: Path, name: str, layout: str | None, record: Path) -> None:
     import onnxruntime as ort
 
     import kiln
+
     path = corpus / f"{name}.onnx"
     feed = dict(np.load(corpus / f"{name}.inputs.npz"))
     m = onnx.load(str(path), load_external_data=False)
@@ -152,10 +157,16 @@ def one(corpus: Path, name: str, layout: str | None, record: Path) -> None:
     t = time.perf_counter()
     try:
         kiln.compile(str(path), str(art), **kw)
-    except BaseException as e:  # noqa: BLE001 - every failure is a result
+    except BaseException as e:
         cls, msg = error_text(e)
-        save(phase="compile", status="error", error_class=cls, error=msg, kiln_error=isinstance(e, kiln.KilnError),
-             compile_s=round(time.perf_counter() - t, 1))
+        save(
+            phase="compile",
+            status="error",
+            error_class=cls,
+            error=msg,
+            kiln_error=isinstance(e, kiln.KilnError),
+            compile_s=round(time.perf_counter() - t, 1),
+        )
         return
     save(phase="run", compile_s=round(time.perf_counter() - t, 1))
     so = ort.SessionOptions()
@@ -164,14 +175,14 @@ def one(corpus: Path, name: str, layout: str | None, record: Path) -> None:
         sess = ort.InferenceSession(str(path), so, providers=["CPUExecutionProvider"])
         ort_names = [o.name for o in sess.get_outputs()]
         ref = sess.run(None, feed)
-    except Exception as e:  # noqa: BLE001
+    except Exception as e:
         cls, msg = error_text(e)
         save(status="ort-error", error_class=cls, error=msg)
         return
     try:
         model = kiln.load(str(art), num_threads=THREADS)
         outs = model.run(feed)
-    except BaseException as e:  # noqa: BLE001
+    except BaseException as e:
         cls, msg = error_text(e)
         save(phase="run", status="error", error_class=cls, error=msg, kiln_error=isinstance(e, kiln.KilnError))
         return
@@ -179,8 +190,13 @@ def one(corpus: Path, name: str, layout: str | None, record: Path) -> None:
     check = compare(ours, ref, quant_steps(path))
     save(phase="time", status="pass" if check["ok"] else "mismatch", check=check)
     kiln_ms, ort_ms, runs = time_both(lambda: model.run(feed), lambda: sess.run(None, feed))
-    save(phase="done", kiln_p50_ms=round(kiln_ms, 3), ort_p50_ms=round(ort_ms, 3), ratio=round(kiln_ms / ort_ms, 2),
-         runs=runs)
+    save(
+        phase="done",
+        kiln_p50_ms=round(kiln_ms, 3),
+        ort_p50_ms=round(ort_ms, 3),
+        ratio=round(kiln_ms / ort_ms, 2),
+        runs=runs,
+    )
 
 
 def run_child(corpus: Path, name: str, layout: str | None, timeout_s: int, src: Path | None = None) -> dict:
@@ -193,8 +209,7 @@ def run_child(corpus: Path, name: str, layout: str | None, timeout_s: int, src: 
         cmd += ["--layout", layout]
     t = time.perf_counter()
     try:
-        env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(src or ""),
-                                                                       os.environ.get("PYTHONPATH")])))
+        env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(src or ""), os.environ.get("PYTHONPATH")])))
         p = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s, cwd=ROOT, env=env)
         tail = (p.stderr or "").strip().splitlines()[-3:]
         rc = p.returncode
@@ -208,11 +223,17 @@ def run_child(corpus: Path, name: str, layout: str | None, timeout_s: int, src: 
     rec.setdefault("model", name)
     rec["wall_s"] = round(time.perf_counter() - t, 1)
     if rc is None:
-        rec.update(status="error", error_class="Timeout", error=f"no result after {timeout_s} s in phase "
-                   f"{rec.get('phase', 'start')}")
+        rec.update(
+            status="error",
+            error_class="Timeout",
+            error=f"no result after {timeout_s} s in phase {rec.get('phase', 'start')}",
+        )
     elif "status" not in rec or (rc != 0 and rec.get("phase") != "done"):
-        rec.update(status="error", error_class=rec.get("error_class") or f"Crash (exit {rc})",
-                   error=rec.get("error") or (tail[-1][:400] if tail else ""))
+        rec.update(
+            status="error",
+            error_class=rec.get("error_class") or f"Crash (exit {rc})",
+            error=rec.get("error") or (tail[-1][:400] if tail else ""),
+        )
     return rec
 
 
@@ -230,8 +251,10 @@ def cpu_name() -> str:
 def kiln_state() -> str:
     """The commit Kiln ran at and whether kiln/ had uncommitted changes (the tree is shared with the engineers
     fixing the compiler: a table is only as good as the code it measured)."""
+
     def git(*args):
         return subprocess.run(["git", *args], capture_output=True, text=True, cwd=ROOT).stdout.strip()
+
     dirty = git("status", "--porcelain", "--", "kiln")
     head = git("rev-parse", "--short", "HEAD")
     return head + (f" + uncommitted changes in {len(dirty.splitlines())} kiln/ files" if dirty else "")
@@ -240,13 +263,15 @@ def kiln_state() -> str:
 def export_rev(rev: str, corpus: Path) -> tuple[Path, str]:
     """A committed revision's kiln/ and tuning_logs/ (git archive) to import Kiln from: the working tree is
     shared with engineers editing the compiler, and a half-saved file there is not a result about Kiln."""
-    sha = subprocess.run(["git", "rev-parse", "--short", rev], capture_output=True, text=True, cwd=ROOT,
-                         check=True).stdout.strip()
+    sha = subprocess.run(
+        ["git", "rev-parse", "--short", rev], capture_output=True, text=True, cwd=ROOT, check=True
+    ).stdout.strip()
     src = corpus / "kiln-src" / sha
     if not (src / "kiln" / "__init__.py").exists():
         src.mkdir(parents=True, exist_ok=True)
-        tar = subprocess.run(["git", "archive", sha, "kiln", "tuning_logs"], capture_output=True, cwd=ROOT,
-                             check=True).stdout
+        tar = subprocess.run(
+            ["git", "archive", sha, "kiln", "tuning_logs"], capture_output=True, cwd=ROOT, check=True
+        ).stdout
         subprocess.run(["tar", "-x", "-C", str(src)], input=tar, check=True)
     return src, f"{sha} (committed tree via --kiln-rev {rev}; uncommitted changes not included)"
 
@@ -256,12 +281,15 @@ def cell(text) -> str:
 
 
 def write_report(out: Path, records: list[dict], manifest: dict, command: str, started: str, state: str) -> None:
+    from report import table
+
     import kiln
     from kiln._io import atomic_write_text
-    from report import table
+
     n = len(records)
-    counts = {s: sum(r["status"] == s for r in records) for s in ("pass", "mismatch", "error", "ort-error",
-                                                                   "export-error")}
+    counts = {
+        s: sum(r["status"] == s for r in records) for s in ("pass", "mismatch", "error", "ort-error", "export-error")
+    }
     rows = []
     for r in records:
         meta = manifest.get(r["model"], {})
@@ -273,36 +301,73 @@ def write_report(out: Path, records: list[dict], manifest: dict, command: str, s
             err = r.get("check", {}).get("why", "")
         nchw = r.get("nchw")
         if nchw:
-            err += f" [layout=NCHW: {nchw['status']}" + (f", {nchw.get('error_class')}" if nchw["status"] == "error"
-                                                        else "") + "]"
+            err += (
+                f" [layout=NCHW: {nchw['status']}"
+                + (f", {nchw.get('error_class')}" if nchw["status"] == "error" else "")
+                + "]"
+            )
         exporter = meta.get("exporter", "")
         opset = meta.get("opset", {}).get("ai.onnx", "")
-        fmt = (lambda v: "" if v is None else f"{v:g}")
-        rows.append([r["model"], cell(meta.get("source", "")),
-                     cell(f"{exporter}, opset {opset}" if opset else exporter),
-                     r["status"], cell(err[:300]), fmt(r.get("compile_s")), fmt(r.get("kiln_p50_ms")),
-                     fmt(r.get("ort_p50_ms")), fmt(r.get("ratio"))])
-    lines = [f"# Kiln corpus: {n} exported models", "",
-             f"CPU: {cpu_name()} ({os.cpu_count()} logical CPUs); Kiln {kiln.__version__}, "
-             f"onnxruntime {__import__('onnxruntime').__version__}; {THREADS} threads each.",
-             f"Command: `{command}`; started {started}, finished "
-             f"{datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M UTC}; Kiln at {state}.",
-             "", f"**{counts['pass']} pass, {counts['mismatch']} mismatch, {counts['error']} error**"
-             + (f", {counts['ort-error']} onnxruntime error" if counts["ort-error"] else "")
-             + (f", {counts['export-error']} export error" if counts["export-error"] else "")
-             + f" (of {n}). Pass: every output within |kiln - ort| <= {ATOL:g} * max(1, max|ort|) + {RTOL:g} * |ort|, "
-             "integer outputs exact. Errors and mismatches were compiled again with layout=NCHW (in brackets). "
-             "Kiln default options (layout NCHWc, the shipped tuning records); input_shapes only for symbolic dims. "
-             "p50: medians of alternating blocks, 2 threads each; ratio = kiln / ort.", "",
-             "Rebuild: `make corpus` (exports into build/corpus with .venv-corpus, then this table). "
-             "One model: `.venv/bin/python benchmarks/corpus/run.py --one NAME [--layout NCHW]` (the artifact and a "
-             "failing compile's repro.onnx land in build/corpus/kiln/); at the revision this table measured, with "
-             "--kiln-rev: prefix `PYTHONPATH=build/corpus/kiln-src/SHA`. Latencies are from a machine shared with "
-             "other jobs: compare ratios, not absolute times.", ""]
-    lines += table(["model", "source", "exporter", "status", "error class: message", "compile s", "kiln p50 ms",
-                    "ort p50 ms", "ratio"], rows)
-    data = {"cpu": cpu_name(), "command": command, "started": started, "kiln": state, "counts": counts,
-            "records": records, "manifest": manifest}
+        fmt = lambda v: "" if v is None else f"{v:g}"
+        rows.append(
+            [
+                r["model"],
+                cell(meta.get("source", "")),
+                cell(f"{exporter}, opset {opset}" if opset else exporter),
+                r["status"],
+                cell(err[:300]),
+                fmt(r.get("compile_s")),
+                fmt(r.get("kiln_p50_ms")),
+                fmt(r.get("ort_p50_ms")),
+                fmt(r.get("ratio")),
+            ]
+        )
+    lines = [
+        f"# Kiln corpus: {n} exported models",
+        "",
+        f"CPU: {cpu_name()} ({os.cpu_count()} logical CPUs); Kiln {kiln.__version__}, "
+        f"onnxruntime {__import__('onnxruntime').__version__}; {THREADS} threads each.",
+        f"Command: `{command}`; started {started}, finished "
+        f"{datetime.datetime.now(datetime.UTC):%Y-%m-%d %H:%M UTC}; Kiln at {state}.",
+        "",
+        f"**{counts['pass']} pass, {counts['mismatch']} mismatch, {counts['error']} error**"
+        + (f", {counts['ort-error']} onnxruntime error" if counts["ort-error"] else "")
+        + (f", {counts['export-error']} export error" if counts["export-error"] else "")
+        + f" (of {n}). Pass: every output within |kiln - ort| <= {ATOL:g} * max(1, max|ort|) + {RTOL:g} * |ort|, "
+        "integer outputs exact. Errors and mismatches were compiled again with layout=NCHW (in brackets). "
+        "Kiln default options (layout NCHWc, the shipped tuning records); input_shapes only for symbolic dims. "
+        "p50: medians of alternating blocks, 2 threads each; ratio = kiln / ort.",
+        "",
+        "Rebuild: `make corpus` (exports into build/corpus with .venv-corpus, then this table). "
+        "One model: `.venv/bin/python benchmarks/corpus/run.py --one NAME [--layout NCHW]` (the artifact and a "
+        "failing compile's repro.onnx land in build/corpus/kiln/); at the revision this table measured, with "
+        "--kiln-rev: prefix `PYTHONPATH=build/corpus/kiln-src/SHA`. Latencies are from a machine shared with "
+        "other jobs: compare ratios, not absolute times.",
+        "",
+    ]
+    lines += table(
+        [
+            "model",
+            "source",
+            "exporter",
+            "status",
+            "error class: message",
+            "compile s",
+            "kiln p50 ms",
+            "ort p50 ms",
+            "ratio",
+        ],
+        rows,
+    )
+    data = {
+        "cpu": cpu_name(),
+        "command": command,
+        "started": started,
+        "kiln": state,
+        "counts": counts,
+        "records": records,
+        "manifest": manifest,
+    }
     atomic_write_text(out.with_suffix(".json"), json.dumps(data, indent=2))
     atomic_write_text(out.with_suffix(".md"), "\n".join(lines) + "\n")
 
@@ -317,10 +382,14 @@ def main(argv=None) -> int:
     ap.add_argument("--record", default=None)
     ap.add_argument("--no-retry", action="store_true", help="do not compile failures again with layout=NCHW")
     ap.add_argument("--report-only", action="store_true", help="write OUT.md again from OUT.json")
-    ap.add_argument("--kiln-rev", default=None,
-                    help="measure this committed revision of Kiln (git archive) instead of the working tree")
-    ap.add_argument("--merge", action="store_true",
-                    help="with --only: replace those models' records in OUT.json, keep the others")
+    ap.add_argument(
+        "--kiln-rev",
+        default=None,
+        help="measure this committed revision of Kiln (git archive) instead of the working tree",
+    )
+    ap.add_argument(
+        "--merge", action="store_true", help="with --only: replace those models' records in OUT.json, keep the others"
+    )
     a = ap.parse_args(argv)
     corpus = Path(a.corpus)
     if a.one:
@@ -334,7 +403,7 @@ def main(argv=None) -> int:
         d = json.loads(Path(a.out).with_suffix(".json").read_text())
         write_report(Path(a.out), d["records"], d["manifest"], d["command"], d["started"], d.get("kiln", kiln_state()))
         return 0
-    started = f"{datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M UTC}"
+    started = f"{datetime.datetime.now(datetime.UTC):%Y-%m-%d %H:%M UTC}"
     command = "python benchmarks/corpus/run.py" + "".join(f" {x}" for x in (argv or sys.argv[1:]))
     manifest = json.loads((corpus / "manifest.json").read_text())
     only = set(filter(None, a.only.split(",")))
@@ -354,20 +423,46 @@ def main(argv=None) -> int:
                 records.append(earlier[name])
             continue
         if meta.get("status") != "ok":
-            rec = {"model": name, "status": "export-error", "error_class": "ExportError",
-                   "error": meta.get("error", "")}
+            rec = {
+                "model": name,
+                "status": "export-error",
+                "error_class": "ExportError",
+                "error": meta.get("error", ""),
+            }
         else:
             rec = run_child(corpus, name, a.layout, COMPILE_TIMEOUT_S + RUN_TIMEOUT_S, src)
             if rec["status"] in ("error", "mismatch") and not a.no_retry and not a.layout:
                 alt = run_child(corpus, name, "NCHW", COMPILE_TIMEOUT_S + RUN_TIMEOUT_S, src)
-                rec["nchw"] = {k: alt.get(k) for k in ("status", "error_class", "error", "compile_s", "check",
-                                                        "kiln_p50_ms", "ort_p50_ms")}
-        rec["onnx"] = str((corpus / f"{name}.onnx").relative_to(ROOT) if (corpus / f"{name}.onnx").is_relative_to(ROOT)
-                          else corpus / f"{name}.onnx")
+                rec["nchw"] = {
+                    k: alt.get(k)
+                    for k in ("status", "error_class", "error", "compile_s", "check", "kiln_p50_ms", "ort_p50_ms")
+                }
+        rec["onnx"] = str(
+            (corpus / f"{name}.onnx").relative_to(ROOT)
+            if (corpus / f"{name}.onnx").is_relative_to(ROOT)
+            else corpus / f"{name}.onnx"
+        )
         records.append(rec)
-        print(json.dumps({k: rec.get(k) for k in ("model", "status", "error_class", "error", "compile_s",
-                                                  "kiln_p50_ms", "ort_p50_ms", "wall_s")}
-                         | ({"nchw": rec["nchw"]["status"]} if "nchw" in rec else {})), file=sys.stderr, flush=True)
+        print(
+            json.dumps(
+                {
+                    k: rec.get(k)
+                    for k in (
+                        "model",
+                        "status",
+                        "error_class",
+                        "error",
+                        "compile_s",
+                        "kiln_p50_ms",
+                        "ort_p50_ms",
+                        "wall_s",
+                    )
+                }
+                | ({"nchw": rec["nchw"]["status"]} if "nchw" in rec else {})
+            ),
+            file=sys.stderr,
+            flush=True,
+        )
         write_report(Path(a.out), records, manifest, command, started, state)  # partial results survive an interruption
     return 0
 

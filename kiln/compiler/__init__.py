@@ -1,4 +1,5 @@
 """The compiler: options, the pass pipeline as data, and build (ONNX -> .kiln)."""
+
 from .build import CompileResult, compile_model
 from .options import CompileOptions
 

@@ -1,5 +1,6 @@
 """Read-only measurements of a Relax module for the optimization report: op histograms, compiled
 kernels, tensor bytes before and after static memory planning."""
+
 from __future__ import annotations
 
 import math
@@ -26,6 +27,7 @@ def op_histogram(mod: tvm.IRModule, func: str = "main") -> dict[str, int]:
                 hist[name] = hist.get(name, 0) + times
             elif isinstance(call.op, tvm.ir.GlobalVar) and isinstance(mod[call.op], relax.Function):
                 add(mod[call.op], times)
+
     add(mod[func])
     return dict(sorted(hist.items(), key=lambda kv: (-kv[1], kv[0])))
 
@@ -37,6 +39,7 @@ def var_uses(func: relax.Function) -> dict:
     def visit(e):
         if isinstance(e, relax.Var):
             counts[e] = counts.get(e, 0) + 1
+
     relax.analysis.post_order_visit(func.body, visit)
     return counts
 
@@ -62,9 +65,14 @@ def _kiln_kernel(call) -> str | None:
     from .passes.fuse_depthwise_pointwise import PRIMFUNC as DWPW
     from .passes.pack_dense_weights import PRIMFUNC as PACKED
     from .passes.winograd import PRIMFUNC as WINOGRAD
+
     if isinstance(call.op, tvm.ir.Op) and call.op.name == "relax.call_tir":
         name = call.args[0].name_hint
-        for prefix, op in ((WINOGRAD, "nn.conv2d_winograd"), (PACKED, "matmul_packed"), (DWPW, "nn.conv2d_depthwise_pointwise")):
+        for prefix, op in (
+            (WINOGRAD, "nn.conv2d_winograd"),
+            (PACKED, "matmul_packed"),
+            (DWPW, "nn.conv2d_depthwise_pointwise"),
+        ):
             if name.startswith(prefix):
                 return op
     return None
@@ -86,6 +94,7 @@ def conv_layouts(mod: tvm.IRModule, func: str = "main") -> dict[str, int]:
                 hist[layout] = hist.get(layout, 0) + KILN_CONVS[kernel]
             elif isinstance(call.op, tvm.ir.GlobalVar) and isinstance(mod[call.op], relax.Function):
                 add(mod[call.op])
+
     add(mod[func])
     return hist
 
@@ -106,7 +115,9 @@ def kernels(mod: tvm.IRModule, func: str = "main") -> list[str]:
 def _nbytes(ty) -> int:
     if isinstance(ty, relax.TensorType) and ty.shape is not None:
         try:
-            return math.prod(int(v) for v in ty.shape.values) * tvm.runtime.DataType(ty.dtype).bits // 8  # Python ints: no overflow
+            return (
+                math.prod(int(v) for v in ty.shape.values) * tvm.runtime.DataType(ty.dtype).bits // 8
+            )  # Python ints: no overflow
         except (TypeError, ValueError, AttributeError):  # a symbolic dim, or a shape held in a variable
             return 0
     if isinstance(ty, relax.TupleType):
@@ -123,7 +134,12 @@ def activation_bytes_naive(mod: tvm.IRModule, func: str = "main") -> int:
     for block in f.body.blocks:
         for b in block.bindings:
             v = b.value
-            if isinstance(v, relax.Call) and isinstance(v.op, tvm.ir.Op) and v.op.name == "relax.call_tir" and b.var not in returned:
+            if (
+                isinstance(v, relax.Call)
+                and isinstance(v.op, tvm.ir.Op)
+                and v.op.name == "relax.call_tir"
+                and b.var not in returned
+            ):
                 total += _nbytes(b.var.ty)
     return total
 
@@ -141,9 +157,15 @@ def activation_bytes_unfused(mod: tvm.IRModule, func: str = "main") -> int:
 def planned_storage(mod: tvm.IRModule, func: str = "main") -> tuple[int, int]:
     """(bytes, buffers) of the storage TVM's StaticPlanBlockMemory allocates for `func`'s
     intermediates, reusing buffers whose lifetimes do not overlap."""
-    seq = tvm.transform.Sequential([relax.transform.RewriteDataflowReshape(), relax.transform.ToNonDataflow(),
-                                    relax.transform.RemovePurityChecking(), relax.transform.CallTIRRewrite(),
-                                    relax.transform.StaticPlanBlockMemory()])
+    seq = tvm.transform.Sequential(
+        [
+            relax.transform.RewriteDataflowReshape(),
+            relax.transform.ToNonDataflow(),
+            relax.transform.RemovePurityChecking(),
+            relax.transform.CallTIRRewrite(),
+            relax.transform.StaticPlanBlockMemory(),
+        ]
+    )
     planned = seq(mod)
     total = count = 0
     for call in _calls(planned[func]):

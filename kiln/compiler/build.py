@@ -1,5 +1,6 @@
 """ONNX model -> one .kiln artifact: import, optimize (the report), build with TVM, export the
 library, write the artifact (and the report) atomically."""
+
 from __future__ import annotations
 
 import dataclasses
@@ -49,6 +50,7 @@ def _where(model) -> str:
 
 def build_executable(mod, options: CompileOptions, where: str):
     import tvm
+
     with pass_errors("tvm.compile", where), options.target.tvm():
         return tvm.compile(mod, target=options.target.tvm())
 
@@ -65,8 +67,13 @@ def analyze_model(model, options: CompileOptions | None = None, **kwargs) -> dic
     return report
 
 
-def compile_model(model: str | os.PathLike | onnx.ModelProto, output: str | os.PathLike,
-                  options: CompileOptions | None = None, report_path: str | os.PathLike | None = None, **kwargs) -> CompileResult:
+def compile_model(
+    model: str | os.PathLike | onnx.ModelProto,
+    output: str | os.PathLike,
+    options: CompileOptions | None = None,
+    report_path: str | os.PathLike | None = None,
+    **kwargs,
+) -> CompileResult:
     """Compile an ONNX model (path or proto) into the artifact `output`. kwargs build the options
     (target=, input_shapes=, opt_level=, disabled_passes=, layout=, shape_buckets=, bucket_policy=)
     when `options` is not given. With shape buckets, each bucket is its own function (its own
@@ -97,9 +104,12 @@ def compile_model(model: str | os.PathLike | onnx.ModelProto, output: str | os.P
 
         def attempt(opts, lay, imported=imported):
             opt, members = run_flow(imported, opts, lay, where)
-            check_planned_memory(opt.report, io_bytes(imported.inputs + imported.outputs), opts.max_memory, where)  # before building
+            check_planned_memory(
+                opt.report, io_bytes(imported.inputs + imported.outputs), opts.max_memory, where
+            )  # before building
             t = time.perf_counter()
             return opt, members, build_executable(opt.mod, opts, where), time.perf_counter() - t
+
         repro = _reproducer(imported.onnx_model, options, layout, where, output)
         (opt, accel_members, exe, build_s), skipped = with_fallback(attempt, options, layout, where, model, repro)
         report = opt.report
@@ -109,15 +119,31 @@ def compile_model(model: str | os.PathLike | onnx.ModelProto, output: str | os.P
             report["layout"] = skipped[0]["layout"]
         with tvm_errors("Exporting the library", where):
             library = _export(exe, options.target.arch, where, _c_kernels(opt.mod))
-        report["pass_seconds"] = {"import": round(import_s, 4), **report["pass_seconds"], "tvm.compile": round(build_s, 4)}
+        report["pass_seconds"] = {
+            "import": round(import_s, 4),
+            **report["pass_seconds"],
+            "tvm.compile": round(build_s, 4),
+        }
         name = art.LIBRARY if i == 0 else f"model.b{i}.so"
-        buckets.append({"name": "+".join(f"{s.name}:{'x'.join(map(str, s.shape))}" for s in imported.inputs),
-                        "inputs": [s.to_json() for s in imported.inputs], "outputs": [s.to_json() for s in imported.outputs],
-                        "library": name, "weights": weights.add_all(opt.weights), "kernels": report["kernels"],
-                        "kernel_info": for_manifest(opt.mod, imported.onnx_model, options.tuning_db), "_blob": library})
+        buckets.append(
+            {
+                "name": "+".join(f"{s.name}:{'x'.join(map(str, s.shape))}" for s in imported.inputs),
+                "inputs": [s.to_json() for s in imported.inputs],
+                "outputs": [s.to_json() for s in imported.outputs],
+                "library": name,
+                "weights": weights.add_all(opt.weights),
+                "kernels": report["kernels"],
+                "kernel_info": for_manifest(opt.mod, imported.onnx_model, options.tuning_db),
+                "_blob": library,
+            }
+        )
         reports.append(report)
         first = first or imported
-    report = reports[0] if len(reports) == 1 else dict(reports[0], buckets=[{"name": b["name"], **r} for b, r in zip(buckets, reports)])
+    report = (
+        reports[0]
+        if len(reports) == 1
+        else dict(reports[0], buckets=[{"name": b["name"], **r} for b, r in zip(buckets, reports)])
+    )
     if layout_ms is not None:
         report["layout_candidates_ms"] = layout_ms
     weights_blob, weights_index = art.pack_weights(weights.arrays)
@@ -158,10 +184,12 @@ def run_flow(imported, options: CompileOptions, layout: str, where: str):
     """The build flow for these options: (optimized module, extra artifact members)."""
     if options.target.accel:
         from ..accel.vta.offload import vta_optimize
+
         opt, members, _ = vta_optimize(imported, options, layout, where)
         return opt, members
     if options.quantize:
         from .quantize.flow import quantize_optimize
+
         return quantize_optimize(imported, options, layout, where)[0], {}
     return optimize(imported.mod, options, layout=layout, where=where), {}
 
@@ -171,10 +199,12 @@ def _import(model: onnx.ModelProto, shapes, options: CompileOptions, where: str,
     try:
         return import_onnx(model, shapes, where, checked=True, frozen=options.freeze_inputs)
     except PassError as e:
+
         def reproduce(err, budget_s, write):
             if os.environ.get(DISABLE_ENV):
                 return None
             from ..frontends.importer import prepare_onnx
+
             simple, _ = prepare_onnx(model, shapes, where, options.freeze_inputs)
 
             def fails(cand):
@@ -183,8 +213,10 @@ def _import(model: onnx.ModelProto, shapes, options: CompileOptions, where: str,
                 except PassError as pe:
                     return pe.stage == err.stage
                 return False
+
             found = reduce_failure(simple, fails, budget_s)
             return write_reproducer(found, output, compile_flags(options)) if found and write else found
+
         raise blame(e, model, where, reproduce, hint=_if_hint(model)) from None
 
 
@@ -192,16 +224,20 @@ def _if_hint(model: onnx.ModelProto) -> str | None:
     """Ifs on graph inputs compile both branches for the pinned shapes, and a branch onnxruntime never
     takes for these shapes may not be valid for them (a VAD's 8 kHz branch on a 16 kHz frame)."""
     from ..frontends.constant_inputs import graph_input_sources
+
     feeds = sorted({s for n in model.graph.node if n.op_type == "If" for s in graph_input_sources(model, n.input[0])})
     if not feeds:
         return None
-    return (f"the model branches on input(s) {feeds} (If): both branches are compiled for the pinned shapes; if the "
-            f"value is known when you deploy, --freeze-input {feeds[0]}=VALUE compiles only the branch taken")
+    return (
+        f"the model branches on input(s) {feeds} (If): both branches are compiled for the pinned shapes; if the "
+        f"value is known when you deploy, --freeze-input {feeds[0]}=VALUE compiles only the branch taken"
+    )
 
 
 def _reproducer(simple: onnx.ModelProto, options: CompileOptions, layout: str, where: str, output):
     """reproduce(err, budget_s, write) for compiler/fallback.py: the smallest subgraph of the imported
     model that fails at err's stage with these options (written beside the output when write)."""
+
     def reproduce(err, budget_s, write):
         stage = getattr(err, "stage", None)
         if os.environ.get(DISABLE_ENV) or stage is None:
@@ -215,8 +251,10 @@ def _reproducer(simple: onnx.ModelProto, options: CompileOptions, layout: str, w
             except CompileError as e:
                 return getattr(e, "stage", None) == stage
             return False
+
         found = reduce_failure(simple, fails, budget_s)
         return write_reproducer(found, output, compile_flags(options)) if found and write else found
+
     return reproduce
 
 
@@ -224,8 +262,14 @@ def _accel_summary(target, members: dict) -> dict | None:
     if not target.accel:
         return None
     from ..accel.vta import runtime as vta_rt
-    return {"kind": target.accel, "board": target.board, "config": target.accel_config, "members": list(vta_rt.MEMBERS),
-            "digest": vta_rt.digest(members)}
+
+    return {
+        "kind": target.accel,
+        "board": target.board,
+        "config": target.accel_config,
+        "members": list(vta_rt.MEMBERS),
+        "digest": vta_rt.digest(members),
+    }
 
 
 def _quant_summary(q: dict | None) -> dict | None:
@@ -233,9 +277,15 @@ def _quant_summary(q: dict | None) -> dict | None:
     if q is None:
         return None
     acc = q["accuracy"]
-    return {"mode": q["mode"], "calib_method": q["calib_method"], "calib_samples": q["calib_samples"],
-            "calibration_sha256": q["calibration_sha256"], "int8_layers": len(q["int8_layers"]), "float_layers": q["float_layers"],
-            "accuracy": {"samples": acc["samples"], "held_out": acc["held_out"], "outputs": acc["outputs"]}}
+    return {
+        "mode": q["mode"],
+        "calib_method": q["calib_method"],
+        "calib_samples": q["calib_samples"],
+        "calibration_sha256": q["calibration_sha256"],
+        "int8_layers": len(q["int8_layers"]),
+        "float_layers": q["float_layers"],
+        "accuracy": {"samples": acc["samples"], "held_out": acc["held_out"], "outputs": acc["outputs"]},
+    }
 
 
 class _WeightPool:
@@ -246,7 +296,9 @@ class _WeightPool:
 
     def add_all(self, arrays) -> list[int]:
         import hashlib
+
         import numpy as np
+
         ids = []
         for a in arrays:
             a = np.ascontiguousarray(a)
@@ -261,9 +313,11 @@ class _WeightPool:
 def _c_kernels(mod) -> list[str]:
     """Object files of Kiln's C kernels the module calls (linked into its library)."""
     from .passes.bf16_conv_kernel import EXTERN
+
     if not any(EXTERN in gv.name_hint for gv in mod.functions):
         return []
     from ..schedules.kernels import build
+
     return [build("bf16_conv")[0]]
 
 
@@ -274,14 +328,19 @@ def _export(exe, arch: str, where: str, objects: list[str] = ()) -> bytes:
 
         def fcompile(output, files, options=None, **kw):
             return tvm_cc.create_shared(output, list(files) + list(objects), options=options, **kw)
+
         fcompile.output_format = "so"
         kwargs["fcompile"] = fcompile
     if arch != host_arch():
         cc = CROSS_COMPILERS.get(arch)
         if cc is None or shutil.which(cc) is None:
-            raise CompileError(f"cross-compiling for {arch} needs the linker {cc or '?'}, which is not installed", where=where,
-                               fix="apt-get install g++-aarch64-linux-gnu (or compile on the target machine)")
+            raise CompileError(
+                f"cross-compiling for {arch} needs the linker {cc or '?'}, which is not installed",
+                where=where,
+                fix="apt-get install g++-aarch64-linux-gnu (or compile on the target machine)",
+            )
         from tvm.support import cc as tvm_cc
+
         kwargs["fcompile"] = tvm_cc.cross_compiler(cc)
     with tempfile.TemporaryDirectory(prefix="kiln-build-") as tmp:
         lib = Path(tmp) / art.LIBRARY

@@ -4,11 +4,12 @@ graph pass, then every optional pass); the first rung that builds wins, with a w
 failure and `passes_skipped` in the report. When no rung builds, the model is blamed only if ONNX's
 checker or shape inference rejects it too; otherwise it is Kiln's bug: an InternalError naming
 the stage and node, with a reproducer (see reproduce.py)."""
+
 from __future__ import annotations
 
 import dataclasses
 import warnings
-from typing import Callable
+from collections.abc import Callable
 
 import onnx
 
@@ -29,8 +30,13 @@ class Rung:
 
 def _optional(options, graph: bool | None) -> tuple[str, ...]:
     rows = pipeline_for(options.target.kind, options.opt_level, options.disabled_passes)
-    return tuple(dict.fromkeys(s.name for s in rows if not s.required and s.name not in SEMANTIC_ROWS
-                               and (graph is None or s.graph == graph)))
+    return tuple(
+        dict.fromkeys(
+            s.name
+            for s in rows
+            if not s.required and s.name not in SEMANTIC_ROWS and (graph is None or s.graph == graph)
+        )
+    )
 
 
 LADDER = (
@@ -40,8 +46,14 @@ LADDER = (
 )
 
 
-def with_fallback(attempt: Callable, options, layout: str, where: str, model: onnx.ModelProto | None,
-                  reproduce: Callable | None = None):
+def with_fallback(
+    attempt: Callable,
+    options,
+    layout: str,
+    where: str,
+    model: onnx.ModelProto | None,
+    reproduce: Callable | None = None,
+):
     """attempt(options, layout) -> result (raises CompileError on a pass or build failure). Returns
     (result, skipped) where skipped lists what the fallback turned off (empty when none was needed)."""
     try:
@@ -60,33 +72,55 @@ def with_fallback(attempt: Callable, options, layout: str, where: str, model: on
         except CompileError:
             continue
         node = reproduce(first, budget_s=20.0, write=False) if reproduce else None
-        skip = {"rung": rung.name, "passes": [d for d in disabled if d not in options.disabled_passes],
-                "layout": rung.layout or layout, "failed_in": getattr(first, "stage", "build"),
-                "error": getattr(first, "detail", first.what), "node": node.get("node") if node else None}
+        skip = {
+            "rung": rung.name,
+            "passes": [d for d in disabled if d not in options.disabled_passes],
+            "layout": rung.layout or layout,
+            "failed_in": getattr(first, "stage", "build"),
+            "error": getattr(first, "detail", first.what),
+            "node": node.get("node") if node else None,
+        }
         at = f" at node {skip['node']!r}" if skip["node"] else ""
-        warnings.warn(f"{where}: {skip['failed_in']} failed{at} ({skip['error'][:300]}); compiled without {rung.what} "
-                      "instead: the artifact is correct but may be slower (please report the model)", KilnWarning, stacklevel=2)
+        warnings.warn(
+            f"{where}: {skip['failed_in']} failed{at} ({skip['error'][:300]}); compiled without {rung.what} "
+            "instead: the artifact is correct but may be slower (please report the model)",
+            KilnWarning,
+            stacklevel=2,
+        )
         return result, [skip]
     raise blame(first, model, where, reproduce)
 
 
-def blame(err: CompileError, model: onnx.ModelProto | None, where: str, reproduce: Callable | None, hint: str | None = None):
+def blame(
+    err: CompileError, model: onnx.ModelProto | None, where: str, reproduce: Callable | None, hint: str | None = None
+):
     """The model's fault only if ONNX itself rejects it; else an InternalError with a reproducer (and
     the hint, when the caller knows a likelier cause than a bug)."""
     invalid = _onnx_rejects(model) if model is not None else None
     if invalid:
-        return ModelLoadError(f"{err.what}; ONNX's own checks reject the model too: {invalid}", where=where,
-                              fix="fix the model (onnxruntime would refuse it as well) and re-export it")
+        return ModelLoadError(
+            f"{err.what}; ONNX's own checks reject the model too: {invalid}",
+            where=where,
+            fix="fix the model (onnxruntime would refuse it as well) and re-export it",
+        )
     stage = getattr(err, "stage", "build")
     found = reproduce(err, budget_s=90.0, write=True) if reproduce else None
     node = found.get("node") if found else None
     repro = found.get("path") if found else None
     at = f" at node {node!r}" if node else ""
-    fix = (f"{hint}; otherwise " if hint else "") + "this is a bug in Kiln, not in your model: rerun with --debug for the trace and report it"
+    fix = (
+        f"{hint}; otherwise " if hint else ""
+    ) + "this is a bug in Kiln, not in your model: rerun with --debug for the trace and report it"
     if repro:
         fix += f" with {repro} ({found['nodes']} node(s)), which fails the same way: {found['command']}"
-    return InternalError(f"internal error in {stage}{at}: {getattr(err, 'detail', err.what)}", stage=stage, node=node,
-                         reproducer=repro, where=where, fix=fix)
+    return InternalError(
+        f"internal error in {stage}{at}: {getattr(err, 'detail', err.what)}",
+        stage=stage,
+        node=node,
+        reproducer=repro,
+        where=where,
+        fix=fix,
+    )
 
 
 def _onnx_rejects(model: onnx.ModelProto) -> str | None:

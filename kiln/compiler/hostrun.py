@@ -2,6 +2,7 @@
 (calibration, the int8 accuracy check, --layout auto, tuning) ask here first: whether this host
 can run code built for the target, and if not, which host build stands in or which features the
 host lacks (an OptionsError naming them, never a SIGILL)."""
+
 from __future__ import annotations
 
 import dataclasses
@@ -25,12 +26,18 @@ def host_options(options):
     if not missing_on_host(options.target):
         return options
     from ..target import Target
+
     host = Target.host()
-    return dataclasses.replace(options, target=dataclasses.replace(options.target, mcpu=host.mcpu, mtriple=None, mattr=(),
-                                                                   num_cores=host.num_cores), tuning_db=None)
+    return dataclasses.replace(
+        options,
+        target=dataclasses.replace(options.target, mcpu=host.mcpu, mtriple=None, mattr=(), num_cores=host.num_cores),
+        tuning_db=None,
+    )
 
 
 def require_host_runs(target, what: str, where: str, fix: str) -> None:
     missing = missing_on_host(target)
     if missing:
-        raise OptionsError(f"{what} runs the target's code, and this host lacks {', '.join(missing)}", where=where, fix=fix)
+        raise OptionsError(
+            f"{what} runs the target's code, and this host lacks {', '.join(missing)}", where=where, fix=fix
+        )

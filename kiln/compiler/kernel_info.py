@@ -11,6 +11,7 @@ k-th Conv node (a fused depthwise+pointwise kernel two); the element-wise nodes 
 them (bias, BatchNorm, activation, residual Add) go with it when the kernel's name shows them
 fused; a kernel with no compute op takes the next unclaimed node whose op its name shows. Layout
 transforms come from no node. Best effort: a kernel the matching cannot place lists no ops."""
+
 from __future__ import annotations
 
 import re
@@ -20,23 +21,65 @@ import tvm_ffi
 from tvm import relax
 
 # kernel-name fragment -> the group of ONNX compute ops it stands for (checked in this order)
-ANCHORS = (("dwpw_conv2d", "conv", 2), ("conv_transpose", "convT", 1), ("conv2d_transpose", "convT", 1),
-           ("conv1d_transpose", "convT", 1), ("conv", "conv", 1), ("matmul", "matmul", 1), ("dense", "matmul", 1),
-           ("max_pool", "maxpool", 1), ("avg_pool", "avgpool", 1), ("mean", "avgpool", 1), ("softmax", "softmax", 1))
-GROUPS = {"Conv": "conv", "ConvInteger": "conv", "QLinearConv": "conv", "ConvTranspose": "convT", "MatMul": "matmul",
-          "Gemm": "matmul", "MatMulInteger": "matmul", "QLinearMatMul": "matmul", "MaxPool": "maxpool",
-          "GlobalMaxPool": "maxpool", "AveragePool": "avgpool", "GlobalAveragePool": "avgpool", "ReduceMean": "avgpool",
-          "Softmax": "softmax", "LogSoftmax": "softmax"}
+ANCHORS = (
+    ("dwpw_conv2d", "conv", 2),
+    ("conv_transpose", "convT", 1),
+    ("conv2d_transpose", "convT", 1),
+    ("conv1d_transpose", "convT", 1),
+    ("conv", "conv", 1),
+    ("matmul", "matmul", 1),
+    ("dense", "matmul", 1),
+    ("max_pool", "maxpool", 1),
+    ("avg_pool", "avgpool", 1),
+    ("mean", "avgpool", 1),
+    ("softmax", "softmax", 1),
+)
+GROUPS = {
+    "Conv": "conv",
+    "ConvInteger": "conv",
+    "QLinearConv": "conv",
+    "ConvTranspose": "convT",
+    "MatMul": "matmul",
+    "Gemm": "matmul",
+    "MatMulInteger": "matmul",
+    "QLinearMatMul": "matmul",
+    "MaxPool": "maxpool",
+    "GlobalMaxPool": "maxpool",
+    "AveragePool": "avgpool",
+    "GlobalAveragePool": "avgpool",
+    "ReduceMean": "avgpool",
+    "Softmax": "softmax",
+    "LogSoftmax": "softmax",
+}
 # ONNX op -> the words its lowering leaves in a fused kernel's name (default: the op's name in lower case)
-TOKENS = {"Relu": ("relu",), "Add": ("add",), "Sum": ("add",), "Sub": ("subtract",), "Mul": ("multiply",),
-          "Div": ("divide",), "Clip": ("clip", "relu", "minimum", "maximum"), "Sigmoid": ("sigmoid",),
-          "Tanh": ("tanh",),
-          "LeakyRelu": ("leakyrelu", "leaky_relu"), "HardSwish": ("hardswish", "sigmoid", "multiply", "clip"),
-          "HardSigmoid": ("clip", "hardsigmoid"), "Flatten": ("reshape",), "Reshape": ("reshape",),
-          "Squeeze": ("reshape", "squeeze"), "Unsqueeze": ("reshape", "expand_dims"),
-          "Transpose": ("transpose", "permute_dims"), "Concat": ("concat", "concatenate"),
-          "Pow": ("power",), "Sqrt": ("sqrt",), "Exp": ("exp",), "Erf": ("erf",), "Gelu": ("gelu", "erf"),
-          "ReduceSum": ("sum",), "ReduceMax": ("max",), "Resize": ("resize", "image")}
+TOKENS = {
+    "Relu": ("relu",),
+    "Add": ("add",),
+    "Sum": ("add",),
+    "Sub": ("subtract",),
+    "Mul": ("multiply",),
+    "Div": ("divide",),
+    "Clip": ("clip", "relu", "minimum", "maximum"),
+    "Sigmoid": ("sigmoid",),
+    "Tanh": ("tanh",),
+    "LeakyRelu": ("leakyrelu", "leaky_relu"),
+    "HardSwish": ("hardswish", "sigmoid", "multiply", "clip"),
+    "HardSigmoid": ("clip", "hardsigmoid"),
+    "Flatten": ("reshape",),
+    "Reshape": ("reshape",),
+    "Squeeze": ("reshape", "squeeze"),
+    "Unsqueeze": ("reshape", "expand_dims"),
+    "Transpose": ("transpose", "permute_dims"),
+    "Concat": ("concat", "concatenate"),
+    "Pow": ("power",),
+    "Sqrt": ("sqrt",),
+    "Exp": ("exp",),
+    "Erf": ("erf",),
+    "Gelu": ("gelu", "erf"),
+    "ReduceSum": ("sum",),
+    "ReduceMax": ("max",),
+    "Resize": ("resize", "image"),
+}
 FOLDED = {"BatchNormalization", "Identity", "Dropout"}  # folded into the op before them: no kernel of their own
 
 
@@ -45,7 +88,7 @@ def for_manifest(mod: tvm.IRModule, onnx_model=None, tuning_db: str | None = Non
     the module is not one it can read (e.g. an accelerator flow's)."""
     try:
         return kernel_info(mod, onnx_model, tuning_db)
-    except Exception:  # noqa: BLE001 - the profile's static facts are optional
+    except Exception:
         return {}
 
 
@@ -54,6 +97,7 @@ def kernel_info(mod: tvm.IRModule, onnx_model=None, tuning_db: str | None = None
     calls; flops and bytes are per call. onnx_model: the (simplified) model that was imported;
     tuning_db: the database folder the compile applied (tells tuned kernels from default ones)."""
     from ..schedules.apply import estimated_flops
+
     info: dict = {}
     order = []
     for name, args, out in _call_sites(mod, func):
@@ -61,8 +105,13 @@ def kernel_info(mod: tvm.IRModule, onnx_model=None, tuning_db: str | None = None
         if name in info:
             info[name]["calls"] += 1
             continue
-        info[name] = {"ops": [], "calls": 1, "flops": int(estimated_flops(mod[name])),
-                      "bytes_read": sum(_nbytes(a) for a in args), "bytes_written": _nbytes(out)}
+        info[name] = {
+            "ops": [],
+            "calls": 1,
+            "flops": int(estimated_flops(mod[name])),
+            "bytes_read": sum(_nbytes(a) for a in args),
+            "bytes_written": _nbytes(out),
+        }
     tuned = tuned_hashes(tuning_db, frozenset(v["flops"] for v in info.values())) if tuning_db else frozenset()
     for name, v in info.items():
         v["schedule"] = schedule_kind(name, mod[name], tuned)
@@ -78,6 +127,7 @@ def schedule_kind(name: str, f, tuned: frozenset = frozenset()) -> str:
     default one), so it is told by its TIR: the same as one the database's records produce."""
     from ..schedules.apply import is_scheduled
     from .passes.bf16_conv_kernel import EXTERN
+
     if EXTERN in name:
         return "c-kernel"
     if not is_scheduled(f):
@@ -92,6 +142,7 @@ def tuned_hashes(db_dir: str, flops: frozenset | None = None) -> frozenset:
     does not change it) are applied."""
     from ..schedules.apply import estimated_flops
     from ..schedules.database import database_for_compile
+
     db = database_for_compile(db_dir)
     seen: dict = {}
     for r in db.get_all_tuning_records():
@@ -123,6 +174,7 @@ def _call_sites(mod, func: str):
 
 def _nbytes(ty) -> int:
     from .analysis import _nbytes as nbytes
+
     return int(nbytes(ty))
 
 
@@ -176,11 +228,22 @@ def source_ops(kernels: list[str], onnx_model) -> dict[str, list[str]]:
         ops = []
         for i, a in enumerate(anchors):  # between two anchors of one kernel (dw -> act -> pw): all inside it
             ops.append(a)
-            ops.extend(f for f in followers.get(id(a), []) if i < len(anchors) - 1 or f.op_type in FOLDED
-                       or words & set(_tokens(f.op_type)))
+            ops.extend(
+                f
+                for f in followers.get(id(a), [])
+                if i < len(anchors) - 1 or f.op_type in FOLDED or words & set(_tokens(f.op_type))
+            )
         if not anchors:  # an element-wise or data-movement kernel: the next unclaimed node its name shows
-            ops = [next((n for n in nodes if id(n) not in claimed and n.op_type not in GROUPS
-                         and words & set(_tokens(n.op_type))), None)]
+            ops = [
+                next(
+                    (
+                        n
+                        for n in nodes
+                        if id(n) not in claimed and n.op_type not in GROUPS and words & set(_tokens(n.op_type))
+                    ),
+                    None,
+                )
+            ]
             ops = [n for n in ops if n is not None]
         claimed.update(id(n) for n in ops)
         out.setdefault(k, []).extend(label[id(n)] for n in ops)

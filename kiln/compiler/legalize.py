@@ -3,6 +3,7 @@ compute (weights packed by a constant-folded kernel); conv2d in a blocked NCHW{n
 topi's conv2d_NCHWc (TVM's default legalization skips blocked layouts and the build fails), and
 depthwise conv2d in NCHW{n}c (PropagateBlockedLayout makes them) to Kiln's own compute.
 Everything else falls through to TVM's registered legalizer."""
+
 from __future__ import annotations
 
 import tvm
@@ -20,9 +21,15 @@ def depthwise_conv2d_nchwc(data, kernel, strides, padding, dilation, out_dtype):
     oh = (h + pt + pb - dh * (kh - 1) - 1) // sh + 1
     ow = (w + pl + pr - dw * (kw - 1) - 1) // sw + 1
     ry, rx = te.reduce_axis((0, kh), name="ry"), te.reduce_axis((0, kw), name="rx")
-    return te.compute((n, cb, oh, ow, c), lambda b, o, y, x, i: te.sum(
-        padded[b, o, y * sh + ry * dh, x * sw + rx * dw, i].astype(out_dtype) * kernel[o, 0, ry, rx, 0, i].astype(out_dtype),
-        axis=[ry, rx]), name="depthwise_conv2d_NCHWc")
+    return te.compute(
+        (n, cb, oh, ow, c),
+        lambda b, o, y, x, i: te.sum(
+            padded[b, o, y * sh + ry * dh, x * sw + rx * dw, i].astype(out_dtype)
+            * kernel[o, 0, ry, rx, 0, i].astype(out_dtype),
+            axis=[ry, rx],
+        ),
+        name="depthwise_conv2d_NCHWc",
+    )
 
 
 VNNI_BLOCK = 16  # output channels per 512-bit int32 accumulator
@@ -32,8 +39,11 @@ def pack_int8_kernel(kernel):
     """[O/16, I/c, KH, KW, c(i), 16(o)] -> [O/16, I/c, KH, KW, c/4, 16(o), 4(i)]: each 16x4 tile is
     one VNNI operand (4 input channels of 16 output channels, contiguous)."""
     ob, ib, kh, kw, ci, co = kernel.shape
-    return te.compute((ob, ib, kh, kw, ci // 4, co, 4), lambda o, i, h, w, a, oc, b: kernel[o, i, h, w, a * 4 + b, oc],
-                      name="int8_kernel_pack")
+    return te.compute(
+        (ob, ib, kh, kw, ci // 4, co, 4),
+        lambda o, i, h, w, a, oc, b: kernel[o, i, h, w, a * 4 + b, oc],
+        name="int8_kernel_pack",
+    )
 
 
 def conv2d_nchwc_int8(data, packed, strides, padding, dilation):
@@ -44,23 +54,39 @@ def conv2d_nchwc_int8(data, packed, strides, padding, dilation):
     (sh, sw), (dh, dw) = strides, dilation
     pt, pl, pb, pr = padding
     if any(padding):
-        data = topi.nn.pad(data, [0, 0, pt, pl, 0], [0, 0, pb, pr, 0], pad_value=tvm.tirx.const(0, data.dtype), name="int8_pad")
+        data = topi.nn.pad(
+            data, [0, 0, pt, pl, 0], [0, 0, pb, pr, 0], pad_value=tvm.tirx.const(0, data.dtype), name="int8_pad"
+        )
     oh = (h + pt + pb - dh * (kh - 1) - 1) // sh + 1
     ow = (w + pl + pr - dw * (kw - 1) - 1) // sw + 1
     ic = te.reduce_axis((0, cb), name="ic")
     ry, rx = te.reduce_axis((0, kh), name="ry"), te.reduce_axis((0, kw), name="rx")
     i4o, i4i = te.reduce_axis((0, c4), name="i4o"), te.reduce_axis((0, 4), name="i4i")
-    return te.compute((n, ob, oh, ow, oc), lambda b, o, y, x, k: te.sum(
-        data[b, ic, y * sh + ry * dh, x * sw + rx * dw, i4o * 4 + i4i].astype("int32") * packed[o, ic, ry, rx, i4o, k, i4i].astype("int32"),
-        axis=[ic, ry, rx, i4o, i4i]), name="conv2d_NCHWc_int8")
+    return te.compute(
+        (n, ob, oh, ow, oc),
+        lambda b, o, y, x, k: te.sum(
+            data[b, ic, y * sh + ry * dh, x * sw + rx * dw, i4o * 4 + i4i].astype("int32")
+            * packed[o, ic, ry, rx, i4o, k, i4i].astype("int32"),
+            axis=[ic, ry, rx, i4o, i4i],
+        ),
+        name="conv2d_NCHWc_int8",
+    )
 
 
 def _int8_vnni_layout(call) -> bool:
     a = call.attrs
     x, w = call.args[0].ty, call.args[1].ty
-    return (str(x.dtype) == "uint8" and str(w.dtype) == "int8" and int(a.groups) == 1 and len(x.shape) == 5
-            and int(x.shape[4]) % 4 == 0 and len(w.shape) == 6 and int(w.shape[5]) == VNNI_BLOCK
-            and str(a.kernel_layout).startswith("OIHW") and str(a.out_layout) == str(a.data_layout))
+    return (
+        str(x.dtype) == "uint8"
+        and str(w.dtype) == "int8"
+        and int(a.groups) == 1
+        and len(x.shape) == 5
+        and int(x.shape[4]) % 4 == 0
+        and len(w.shape) == 6
+        and int(w.shape[5]) == VNNI_BLOCK
+        and str(a.kernel_layout).startswith("OIHW")
+        and str(a.out_layout) == str(a.data_layout)
+    )
 
 
 def _conv2d(bb, call):
@@ -69,22 +95,50 @@ def _conv2d(bb, call):
     blocked = a.data_layout not in ("NCHW", "NHWC")
     if blocked and out_dtype == "int32" and _int8_vnni_layout(call):
         packed = bb.emit_te(pack_int8_kernel, call.args[1], primfunc_name_hint="int8_kernel_pack")
-        return bb.call_te(conv2d_nchwc_int8, call.args[0], packed, [int(x) for x in a.strides], [int(x) for x in a.padding],
-                          [int(x) for x in a.dilation], primfunc_name_hint="conv2d_NCHWc_int8")
+        return bb.call_te(
+            conv2d_nchwc_int8,
+            call.args[0],
+            packed,
+            [int(x) for x in a.strides],
+            [int(x) for x in a.padding],
+            [int(x) for x in a.dilation],
+            primfunc_name_hint="conv2d_NCHWc_int8",
+        )
     if blocked and int(a.groups) != 1 and str(a.kernel_layout).startswith("OIHW1i"):
-        return bb.call_te(depthwise_conv2d_nchwc, call.args[0], call.args[1], [int(x) for x in a.strides], [int(x) for x in a.padding],
-                          [int(x) for x in a.dilation], out_dtype, primfunc_name_hint="depthwise_conv2d_NCHWc")
+        return bb.call_te(
+            depthwise_conv2d_nchwc,
+            call.args[0],
+            call.args[1],
+            [int(x) for x in a.strides],
+            [int(x) for x in a.padding],
+            [int(x) for x in a.dilation],
+            out_dtype,
+            primfunc_name_hint="depthwise_conv2d_NCHWc",
+        )
     if not blocked or int(a.groups) != 1:
         return tvm.ir.Op.get("relax.nn.conv2d").get_attr("FLegalize")(bb, call)
-    return bb.call_te(topi.nn.conv2d_NCHWc, call.args[0], call.args[1], [int(x) for x in a.strides],
-                      [int(x) for x in a.padding], [int(x) for x in a.dilation], a.data_layout, a.out_layout, out_dtype,
-                      primfunc_name_hint="conv2d_NCHWc")
+    return bb.call_te(
+        topi.nn.conv2d_NCHWc,
+        call.args[0],
+        call.args[1],
+        [int(x) for x in a.strides],
+        [int(x) for x in a.padding],
+        [int(x) for x in a.dilation],
+        a.data_layout,
+        a.out_layout,
+        out_dtype,
+        primfunc_name_hint="conv2d_NCHWc",
+    )
 
 
 def pack_int8_dense(w):
     """[K, N] -> [N/16, K/4, 16, 4]: each 16x4 tile one VNNI operand."""
     k, n = w.shape
-    return te.compute((n // VNNI_BLOCK, k // 4, VNNI_BLOCK, 4), lambda nb, ko, j, i: w[ko * 4 + i, nb * VNNI_BLOCK + j], name="int8_dense_pack")
+    return te.compute(
+        (n // VNNI_BLOCK, k // 4, VNNI_BLOCK, 4),
+        lambda nb, ko, j, i: w[ko * 4 + i, nb * VNNI_BLOCK + j],
+        name="int8_dense_pack",
+    )
 
 
 def matmul_int8(x, packed):
@@ -92,21 +146,34 @@ def matmul_int8(x, packed):
     nb, k4, _, _ = packed.shape
     ko, ki = te.reduce_axis((0, k4), name="ko"), te.reduce_axis((0, 4), name="ki")
     lead = list(x.shape[:-1])
-    return te.compute((*lead, nb * VNNI_BLOCK), lambda *i: te.sum(
-        x[(*i[:-1], ko * 4 + ki)].astype("int32") * packed[i[-1] // VNNI_BLOCK, ko, i[-1] % VNNI_BLOCK, ki].astype("int32"),
-        axis=[ko, ki]), name="matmul_int8")
+    return te.compute(
+        (*lead, nb * VNNI_BLOCK),
+        lambda *i: te.sum(
+            x[(*i[:-1], ko * 4 + ki)].astype("int32")
+            * packed[i[-1] // VNNI_BLOCK, ko, i[-1] % VNNI_BLOCK, ki].astype("int32"),
+            axis=[ko, ki],
+        ),
+        name="matmul_int8",
+    )
 
 
 def _matmul(bb, call):
     x, w = call.args[0].ty, call.args[1].ty
-    if (str(x.dtype) == "uint8" and str(w.dtype) == "int8" and str(call.ty.dtype) == "int32" and len(w.shape) == 2
-            and int(w.shape[1]) % VNNI_BLOCK == 0 and int(w.shape[0]) % 4 == 0):
+    if (
+        str(x.dtype) == "uint8"
+        and str(w.dtype) == "int8"
+        and str(call.ty.dtype) == "int32"
+        and len(w.shape) == 2
+        and int(w.shape[1]) % VNNI_BLOCK == 0
+        and int(w.shape[0]) % 4 == 0
+    ):
         packed = bb.emit_te(pack_int8_dense, call.args[1], primfunc_name_hint="int8_dense_pack")
         return bb.call_te(matmul_int8, call.args[0], packed, primfunc_name_hint="matmul_int8")
     if str(x.dtype) == "float16" and str(w.dtype) == "float16" and str(call.ty.dtype) == "float16":
         # fp16 products summed in fp16 lose a bit per add (onnxruntime's CPU kernels, like ONNX's reference,
         # sum in float32): the same matmul in float32, cast back once
         from tvm import relax
+
         f32 = [relax.op.astype(a, "float32") for a in call.args[:2]]
         return relax.op.astype(relax.op.matmul(*f32, out_dtype="float32"), "float16")
     return tvm.ir.Op.get("relax.matmul").get_attr("FLegalize")(bb, call)
@@ -115,7 +182,7 @@ def _matmul(bb, call):
 def softmax_fast_exp(x, axis: int):
     """Softmax along `axis` with topi's fast_exp: max, exp(x - max), sum, divide."""
     axis = axis % len(x.shape)
-    at = lambda idx: [0 if k == axis else v for k, v in enumerate(idx)]  # noqa: E731 - the reduced axis kept as 1
+    at = lambda idx: [0 if k == axis else v for k, v in enumerate(idx)]
     mx = topi.max(x, axis=axis, keepdims=True)
     e = topi.fast_exp(te.compute(x.shape, lambda *i: x(*i) - mx(*at(i)), name="softmax_shift"))
     total = topi.sum(e, axis=axis, keepdims=True)
@@ -127,10 +194,12 @@ def _fast_math(compute, attrs=lambda call: ()):
     fast_* functions, accurate to a few ulp; TVM's defaults call libm once per element, which
     LLVM cannot vectorize: a GELU epilogue took 80% of its matmul's time). `attrs(call)`: the
     compute's arguments after the input."""
+
     def legalize(bb, call):
         if str(call.ty.dtype) != "float32":
             return tvm.ir.Op.get(call.op.name).get_attr("FLegalize")(bb, call)
         return bb.call_te(compute, call.args[0], *attrs(call), primfunc_name_hint=call.op.name.split(".")[-1])
+
     return legalize
 
 
@@ -159,6 +228,7 @@ def _inf_identity_reduce(kind: str):
                 else:
                     full.append(next(it))
             return reducer(x(*full), axis=list(rs.values()))
+
         return te.compute(out_shape, body, name=f"T_{kind}")
 
     def boolean(x, axes, keepdims: bool):  # any / all: topi has no identity for bool
@@ -170,11 +240,24 @@ def _inf_identity_reduce(kind: str):
         if dtype not in ("float32", "float16", "float64", "bfloat16", "bool"):
             return tvm.ir.Op.get(call.op.name).get_attr("FLegalize")(bb, call)
         axes = [int(a) for a in call.attrs.axis] if call.attrs.axis is not None else None
-        return bb.call_te(boolean if dtype == "bool" else compute, call.args[0], axes, bool(call.attrs.keepdims),
-                          primfunc_name_hint=kind)
+        return bb.call_te(
+            boolean if dtype == "bool" else compute,
+            call.args[0],
+            axes,
+            bool(call.attrs.keepdims),
+            primfunc_name_hint=kind,
+        )
+
     return legalize
 
 
-LEGALIZE = {"relax.max": _inf_identity_reduce("max"), "relax.min": _inf_identity_reduce("min"), "relax.nn.conv2d": _conv2d, "relax.matmul": _matmul, "relax.exp": _fast_math(topi.fast_exp),
-            "relax.erf": _fast_math(topi.fast_erf), "relax.tanh": _fast_math(topi.fast_tanh),
-            "relax.nn.softmax": _fast_math(softmax_fast_exp, lambda call: (int(call.attrs.axis),))}
+LEGALIZE = {
+    "relax.max": _inf_identity_reduce("max"),
+    "relax.min": _inf_identity_reduce("min"),
+    "relax.nn.conv2d": _conv2d,
+    "relax.matmul": _matmul,
+    "relax.exp": _fast_math(topi.fast_exp),
+    "relax.erf": _fast_math(topi.fast_erf),
+    "relax.tanh": _fast_math(topi.fast_tanh),
+    "relax.nn.softmax": _fast_math(softmax_fast_exp, lambda call: (int(call.attrs.axis),)),
+}

@@ -2,6 +2,7 @@
 - every tensor of the imported model must fit --max-memory (default: this host's RAM), so absurd
   declared shapes end in a clear error, not an out-of-memory kill in constant folding or at run;
 - the planned memory (planned activations + weights) must fit --max-memory when it is given."""
+
 from __future__ import annotations
 
 import psutil
@@ -22,14 +23,22 @@ def check_tensor_sizes(mod, max_memory: int | None, where: str) -> None:
     name, nbytes = analysis.largest_tensor(mod)
     if nbytes > limit:
         src = "--max-memory" if max_memory else "this host's RAM"
-        raise ResourceError(f"tensor {name!r} would take {_mb(nbytes)}, more than {src} ({_mb(limit)})", where=where,
-                            fix="pin smaller input shapes with --input-shape" + ("" if max_memory else
-                                                                                 ", or pass a larger --max-memory if the target has the memory"))
+        raise ResourceError(
+            f"tensor {name!r} would take {_mb(nbytes)}, more than {src} ({_mb(limit)})",
+            where=where,
+            fix="pin smaller input shapes with --input-shape"
+            + ("" if max_memory else ", or pass a larger --max-memory if the target has the memory"),
+        )
 
 
 def io_bytes(specs) -> int:
     import numpy as np
-    return sum(int(np.prod(s.shape, dtype=np.int64)) * np.dtype(s.dtype).itemsize for s in specs if min(s.shape, default=0) >= 0)
+
+    return sum(
+        int(np.prod(s.shape, dtype=np.int64)) * np.dtype(s.dtype).itemsize
+        for s in specs
+        if min(s.shape, default=0) >= 0
+    )
 
 
 def check_planned_memory(report: dict, io: int, max_memory: int | None, where: str) -> None:
@@ -38,6 +47,9 @@ def check_planned_memory(report: dict, io: int, max_memory: int | None, where: s
         return
     planned = report["activation_bytes_planned"] + report["weights_bytes"] + io
     if planned > max_memory:
-        raise ResourceError(f"planned memory {_mb(planned)} (activations {_mb(report['activation_bytes_planned'])}, weights "
-                            f"{_mb(report['weights_bytes'])}, inputs and outputs {_mb(io)}) exceeds --max-memory {_mb(max_memory)}", where=where,
-                            fix="raise --max-memory, pin smaller input shapes, or quantize the model")
+        raise ResourceError(
+            f"planned memory {_mb(planned)} (activations {_mb(report['activation_bytes_planned'])}, weights "
+            f"{_mb(report['weights_bytes'])}, inputs and outputs {_mb(io)}) exceeds --max-memory {_mb(max_memory)}",
+            where=where,
+            fix="raise --max-memory, pin smaller input shapes, or quantize the model",
+        )

@@ -1,4 +1,5 @@
 """Run the pipeline on an imported model and measure what it did: the optimization report."""
+
 from __future__ import annotations
 
 import dataclasses
@@ -15,9 +16,26 @@ from .passes import LiftWeights
 from .passes.convert_layout import count_layout_transforms
 from .pipeline import pipeline_for
 
-COUNTERS = ("batchnorm_folded", "constants_folded", "noops_removed", "layout_transforms", "epilogues_fused", "dead_removed",
-            "kernels_scheduled", "kernels_unscheduled", "tuned_kernels", "tuned_coverage", "qdq_lowered", "mixed_precision_ops", "mixed_precision_kept", "bf16_kernel_convs", "bf16_epilogues_fused",
-            "winograd_convs", "dense_packed", "depthwise_fused")
+COUNTERS = (
+    "batchnorm_folded",
+    "constants_folded",
+    "noops_removed",
+    "layout_transforms",
+    "epilogues_fused",
+    "dead_removed",
+    "kernels_scheduled",
+    "kernels_unscheduled",
+    "tuned_kernels",
+    "tuned_coverage",
+    "qdq_lowered",
+    "mixed_precision_ops",
+    "mixed_precision_kept",
+    "bf16_kernel_convs",
+    "bf16_epilogues_fused",
+    "winograd_convs",
+    "dense_packed",
+    "depthwise_fused",
+)
 
 
 @dataclasses.dataclass
@@ -31,8 +49,14 @@ PARTS = ("all", "pre", "post")
 SPLIT = "Quantize"  # part="pre" runs the rows before it, part="post" the rest (calibration runs in between)
 
 
-def optimize(mod: tvm.IRModule, options: CompileOptions, layout: str | None = None, where: str = "<model>",
-             part: str = "all", quantize=None) -> Optimized:
+def optimize(
+    mod: tvm.IRModule,
+    options: CompileOptions,
+    layout: str | None = None,
+    where: str = "<model>",
+    part: str = "all",
+    quantize=None,
+) -> Optimized:
     """Pipeline + weight lifting. `layout` overrides options.layout (used by layout=auto). A TVM
     failure inside (a model TVM's passes reject, e.g. convolution parameters with no valid output)
     is a CompileError naming the pass. part="pre" stops before the Quantize row (no lowering, no
@@ -49,12 +73,17 @@ def _run_row(spec, p, mod, report: dict, where: str):
             return p(mod)
     try:
         return p(mod)
-    except Exception as e:  # noqa: BLE001 - any failure of an optional pass: the model compiles without it
+    except Exception as e:
         err = PassError(spec.name, e, where=where, fix="the compile goes on without this pass")
-        report["passes_skipped"].append({"rung": "pass", "passes": [spec.name], "failed_in": spec.name,
-                                         "error": err.detail, "node": None})
-        warnings.warn(f"{where}: optional pass {spec.name} failed ({err.detail[:300]}); compiled without it "
-                      "(the artifact is correct but may be slower; please report the model)", KilnWarning, stacklevel=2)
+        report["passes_skipped"].append(
+            {"rung": "pass", "passes": [spec.name], "failed_in": spec.name, "error": err.detail, "node": None}
+        )
+        warnings.warn(
+            f"{where}: optional pass {spec.name} failed ({err.detail[:300]}); compiled without it "
+            "(the artifact is correct but may be slower; please report the model)",
+            KilnWarning,
+            stacklevel=2,
+        )
         return mod
 
 
@@ -64,13 +93,25 @@ def _rows(specs, part: str):
     return specs[:cut] if part == "pre" else specs[cut:] if part == "post" else specs
 
 
-def _optimize(mod: tvm.IRModule, options: CompileOptions, layout: str | None, part: str = "all", quantize=None,
-              where: str = "<model>") -> Optimized:
+def _optimize(
+    mod: tvm.IRModule,
+    options: CompileOptions,
+    layout: str | None,
+    part: str = "all",
+    quantize=None,
+    where: str = "<model>",
+) -> Optimized:
     if layout is not None:
         options = dataclasses.replace(options, layout=layout)
-    report: dict = {"ops_before": analysis.op_histogram(mod), "batchnorm_total": analysis.count_op(mod, "nn.batch_norm"),
-                    "activation_bytes_unfused": analysis.activation_bytes_unfused(mod),
-                    **{k: 0 for k in COUNTERS}, "layout": options.layout, "pass_seconds": {}, "passes_skipped": []}
+    report: dict = {
+        "ops_before": analysis.op_histogram(mod),
+        "batchnorm_total": analysis.count_op(mod, "nn.batch_norm"),
+        "activation_bytes_unfused": analysis.activation_bytes_unfused(mod),
+        **{k: 0 for k in COUNTERS},
+        "layout": options.layout,
+        "pass_seconds": {},
+        "passes_skipped": [],
+    }
     specs = _rows(pipeline_for(options.target.kind, options.opt_level, options.disabled_passes), part)
     transforms_in_model = count_layout_transforms(mod)
     seconds: Counter = Counter()
@@ -99,7 +140,9 @@ def _optimize(mod: tvm.IRModule, options: CompileOptions, layout: str | None, pa
     report.setdefault("ops_after", analysis.op_histogram(mod))
     calls = analysis.kernels(mod)
     report["kernels"] = len(calls)
-    report["fused_groups"] = [{"name": n, "calls": c} for n, c in Counter(calls).most_common() if n.startswith("fused_")]
+    report["fused_groups"] = [
+        {"name": n, "calls": c} for n, c in Counter(calls).most_common() if n.startswith("fused_")
+    ]
     report["weights_bytes"] = int(sum(w.nbytes for w in lift.weights))
     report["activation_bytes_naive"] = analysis.activation_bytes_naive(mod)
     t = time.perf_counter()

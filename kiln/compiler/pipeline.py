@@ -6,17 +6,18 @@ Adding a pass is adding a row.
   level 1  graph clean-up: constants, no-ops, BatchNorm folding, dead code, TVM's fusion
   level 2  epilogue fusion and layout conversion (the default)
 """
+
 from __future__ import annotations
 
 import dataclasses
-from typing import Callable
+from collections.abc import Callable
 
 from tvm import relax
 
 from ..errors import OptionsError
-from . import passes as kp
 from ..schedules import ApplyDefaultSchedules, ApplyTuningDatabase
 from ..schedules.gpu import ApplyGPUSchedules
+from . import passes as kp
 from .legalize import LEGALIZE
 
 
@@ -39,11 +40,15 @@ def precision_note(o) -> str | None:
     without them the reduced type is only storage, converted to float32 around every op."""
     caps = o.target.caps
     if o.precision == "bf16" and not caps.bf16:
-        return (f"{caps.cpu} has no bf16 arithmetic (AVX512-BF16, AMX-BF16 or Arm BF16): bf16 is converted to float32 around "
-                "every op, so the build will not be faster than float32 and may be slower; use --precision fp32 here")
+        return (
+            f"{caps.cpu} has no bf16 arithmetic (AVX512-BF16, AMX-BF16 or Arm BF16): bf16 is converted to float32 around "
+            "every op, so the build will not be faster than float32 and may be slower; use --precision fp32 here"
+        )
     if o.precision == "fp16" and not caps.native_fp16:
-        return (f"{caps.cpu} has no fp16 arithmetic (AVX512-FP16 or Arm FP16): fp16 is converted to float32 around every op, "
-                "so the build will not be faster than float32 and may be slower; use --precision fp32 here")
+        return (
+            f"{caps.cpu} has no fp16 arithmetic (AVX512-FP16 or Arm FP16): fp16 is converted to float32 around every op, "
+            "so the build will not be faster than float32 and may be slower; use --precision fp32 here"
+        )
     return None
 
 
@@ -63,12 +68,18 @@ CPU_PIPELINE: list[PassSpec] = [
     PassSpec("RemoveNoOps", lambda o: kp.RemoveNoOps(), 1),
     PassSpec("FoldBatchNorm", lambda o: kp.FoldBatchNorm(), 1),
     PassSpec("Quantize", lambda o: None, 1),  # the calibrated QuantizeGraph, given by the quantize flow
-    PassSpec("MixedPrecision", lambda o: kp.MixedPrecision(o.precision, _conv_kernels(o)) if o.precision != "fp32" else None, 1),
+    PassSpec(
+        "MixedPrecision",
+        lambda o: kp.MixedPrecision(o.precision, _conv_kernels(o)) if o.precision != "fp32" else None,
+        1,
+    ),
     PassSpec("ConvertLayout", lambda o: kp.ConvertLayout(o.layout, o.target.caps.f32_block), 2),
     PassSpec("NarrowBlockLayout", lambda o: kp.NarrowBlockLayout(o.layout, o.target.caps.f32_block), 2),
     PassSpec("PropagateBlockedLayout", lambda o: kp.PropagateBlockedLayout(o.layout), 2),
     PassSpec("Winograd", lambda o: kp.Winograd(min_reduced_tile=4 if "BF16ConvKernel" in _conv_kernels(o) else 2), 2),
-    PassSpec("BF16ConvKernel", lambda o: kp.BF16ConvKernel() if _vdpbf16ps(o) else None, 2),  # the bf16 convs Winograd did not take
+    PassSpec(
+        "BF16ConvKernel", lambda o: kp.BF16ConvKernel() if _vdpbf16ps(o) else None, 2
+    ),  # the bf16 convs Winograd did not take
     PassSpec("FuseBF16Epilogue", lambda o: kp.FuseBF16Epilogue() if _vdpbf16ps(o) else None, 2),
     PassSpec("FuseDepthwisePointwise", lambda o: kp.FuseDepthwisePointwise(), 2),
     PassSpec("PackDenseWeights", lambda o: kp.PackDenseWeights(o.target.caps.f32_block), 2),
@@ -76,26 +87,54 @@ CPU_PIPELINE: list[PassSpec] = [
     PassSpec("DecomposeOpsForInference", lambda o: relax.transform.DecomposeOpsForInference(), 0, required=True),
     PassSpec("FuseEpilogue", lambda o: kp.FuseEpilogue(), 2),
     # lowering: TVM's passes (tvm.compile does not fuse on CPU by itself)
-    PassSpec("LegalizeOps", lambda o: relax.transform.LegalizeOps(customize_legalize_map=LEGALIZE), 0, required=True, graph=False),
+    PassSpec(
+        "LegalizeOps",
+        lambda o: relax.transform.LegalizeOps(customize_legalize_map=LEGALIZE),
+        0,
+        required=True,
+        graph=False,
+    ),
     PassSpec("AnnotateTIROpPattern", lambda o: relax.transform.AnnotateTIROpPattern(), 0, required=True, graph=False),
     PassSpec("FoldConstantTIR", lambda o: relax.transform.FoldConstant(), 1, graph=False),
     PassSpec("FuseOps", lambda o: relax.transform.FuseOps(), 1, graph=False),
     PassSpec("FuseTIR", lambda o: relax.transform.FuseTIR(), 0, required=True, graph=False),
-    PassSpec("DeadCodeElimination", lambda o: relax.transform.DeadCodeElimination(["main"]), 0, required=True, graph=False),
+    PassSpec(
+        "DeadCodeElimination", lambda o: relax.transform.DeadCodeElimination(["main"]), 0, required=True, graph=False
+    ),
     # kernels: tuned records where the database has them, else Kiln's default schedules
     PassSpec("ApplyTuningDatabase", lambda o: ApplyTuningDatabase(o.tuning_db), 0, graph=False),
-    PassSpec("DefaultSchedules", lambda o: ApplyDefaultSchedules(o.target.tvm(), o.target.caps.f32_block), 2, graph=False),
+    PassSpec(
+        "DefaultSchedules", lambda o: ApplyDefaultSchedules(o.target.tvm(), o.target.caps.f32_block), 2, graph=False
+    ),
 ]
 
 # GPUs: the graph clean-up, TVM's lowering and fusion, then tuned records or dlight's GPU rules.
 # No NCHWc layout and no CPU epilogue/legalization tricks (they are CPU schedules' needs).
-GPU_ROWS = ("LowerQDQ", "FoldConstants", "CanonicalizeClip", "RemoveNoOps", "FoldBatchNorm", "Quantize", "MixedPrecision", "DeadCode",
-            "DecomposeOpsForInference", "AnnotateTIROpPattern", "FoldConstantTIR", "FuseOps", "FuseTIR", "DeadCodeElimination",
-            "ApplyTuningDatabase")
+GPU_ROWS = (
+    "LowerQDQ",
+    "FoldConstants",
+    "CanonicalizeClip",
+    "RemoveNoOps",
+    "FoldBatchNorm",
+    "Quantize",
+    "MixedPrecision",
+    "DeadCode",
+    "DecomposeOpsForInference",
+    "AnnotateTIROpPattern",
+    "FoldConstantTIR",
+    "FuseOps",
+    "FuseTIR",
+    "DeadCodeElimination",
+    "ApplyTuningDatabase",
+)
 GPU_PIPELINE: list[PassSpec] = [s for s in CPU_PIPELINE if s.name in GPU_ROWS]
-GPU_PIPELINE.insert([s.name for s in GPU_PIPELINE].index("AnnotateTIROpPattern"),
-                    PassSpec("LegalizeOps", lambda o: relax.transform.LegalizeOps(), 0, required=True, graph=False))
-GPU_PIPELINE.append(PassSpec("GPUSchedules", lambda o: ApplyGPUSchedules(o.target.tvm()), 0, graph=False))  # kiln tune disables it
+GPU_PIPELINE.insert(
+    [s.name for s in GPU_PIPELINE].index("AnnotateTIROpPattern"),
+    PassSpec("LegalizeOps", lambda o: relax.transform.LegalizeOps(), 0, required=True, graph=False),
+)
+GPU_PIPELINE.append(
+    PassSpec("GPUSchedules", lambda o: ApplyGPUSchedules(o.target.tvm()), 0, graph=False)
+)  # kiln tune disables it
 SCHEDULE_ROW = {"llvm": "DefaultSchedules", "cuda": "GPUSchedules"}  # what MetaSchedule tunes instead
 
 PIPELINES = {"llvm": CPU_PIPELINE, "cuda": GPU_PIPELINE}
@@ -110,9 +149,14 @@ def pipeline_for(target_kind: str, opt_level: int, disabled: tuple[str, ...] = (
     names = pass_names(target_kind)
     unknown = [d for d in disabled if d not in names]
     if unknown:
-        raise OptionsError(f"unknown pass name(s) {unknown}", where="--disable-pass", fix=f"passes are: {', '.join(names)}")
+        raise OptionsError(
+            f"unknown pass name(s) {unknown}", where="--disable-pass", fix=f"passes are: {', '.join(names)}"
+        )
     required = sorted({d for d in disabled if any(s.name == d and s.required for s in specs)})
     if required:
-        raise OptionsError(f"pass(es) {required} cannot be disabled: the build needs them",
-                           where="--disable-pass", fix=f"optional passes are: {', '.join(n for n in names if not any(s.name == n and s.required for s in specs))}")
+        raise OptionsError(
+            f"pass(es) {required} cannot be disabled: the build needs them",
+            where="--disable-pass",
+            fix=f"optional passes are: {', '.join(n for n in names if not any(s.name == n and s.required for s in specs))}",
+        )
     return [s for s in specs if s.name not in disabled and s.opt_level <= opt_level]

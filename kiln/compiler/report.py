@@ -1,4 +1,5 @@
 """The optimization report as a table (`kiln inspect --passes`); the JSON form is the dict itself."""
+
 from __future__ import annotations
 
 
@@ -15,18 +16,33 @@ def format_report(r: dict) -> str:
     rows = [
         ("ops before", _hist(r["ops_before"])),
         ("ops after", _hist(r["ops_after"])),
-        ("kernels", f"{r['kernels']} ({len(r['fused_groups'])} distinct fused groups, {r['epilogues_fused']} epilogues fused)"),
+        (
+            "kernels",
+            f"{r['kernels']} ({len(r['fused_groups'])} distinct fused groups, {r['epilogues_fused']} epilogues fused)",
+        ),
         ("batchnorm folded", f"{r['batchnorm_folded']} / {r['batchnorm_total']}"),
         ("constants folded", r["constants_folded"]),
         ("no-ops removed", r["noops_removed"]),
         ("clips canonicalized", r.get("clips_canonicalized", 0)),
-        ("layout", f"{r['layout']} ({r['layout_transforms']} layout transforms; convs by layout: {_hist(r.get('conv_layouts', {}))})"),
-        ("winograd convs", f"{r.get('winograd_convs', 0)} (3x3 stride-1 convs as Winograd kernels; --disable-pass Winograd keeps them direct)"),
-        ("depthwise fused", f"{r.get('depthwise_fused', 0)} (depthwise + 1x1 conv pairs as one kernel; --disable-pass FuseDepthwisePointwise keeps two)"),
+        (
+            "layout",
+            f"{r['layout']} ({r['layout_transforms']} layout transforms; convs by layout: {_hist(r.get('conv_layouts', {}))})",
+        ),
+        (
+            "winograd convs",
+            f"{r.get('winograd_convs', 0)} (3x3 stride-1 convs as Winograd kernels; --disable-pass Winograd keeps them direct)",
+        ),
+        (
+            "depthwise fused",
+            f"{r.get('depthwise_fused', 0)} (depthwise + 1x1 conv pairs as one kernel; --disable-pass FuseDepthwisePointwise keeps two)",
+        ),
         ("weights", _mb(r["weights_bytes"])),
         ("activations unfused", _mb(r["activation_bytes_unfused"])),
         ("activations naive", f"{_mb(r['activation_bytes_naive'])} (every kernel output, no reuse)"),
-        ("activations planned", f"{_mb(r['activation_bytes_planned'])} in {r['buffers_planned']} buffers ({ratio:.1f}x less)"),
+        (
+            "activations planned",
+            f"{_mb(r['activation_bytes_planned'])} in {r['buffers_planned']} buffers ({ratio:.1f}x less)",
+        ),
     ]
     width = max(len(k) for k, _ in rows)
     lines = [f"{k:<{width}}  {v}" for k, v in rows]
@@ -42,13 +58,20 @@ def format_report(r: dict) -> str:
 def format_quantization(q: dict) -> str:
     """What `kiln compile --quantize` prints: layers in int8 and float (with why), and the accuracy check."""
     acc = q["accuracy"]
-    lines = [f"int8: {len(q['int8_layers'])} layers quantized ({q['calib_method']} calibration on {q['calib_samples']} samples); "
-             f"{len(q['float_layers'])} kept float:"]
+    lines = [
+        f"int8: {len(q['int8_layers'])} layers quantized ({q['calib_method']} calibration on {q['calib_samples']} samples); "
+        f"{len(q['float_layers'])} kept float:"
+    ]
     lines += [f"  {name}: {why}" for name, why in q["float_layers"].items()]
     held = "held-out" if acc["held_out"] else "calibration (no held-out samples)"
     lines.append(f"accuracy vs the float model on {acc['samples']} {held} samples:")
     for name, o in acc["outputs"].items():
         top1 = f", top-1 agreement {o['top1_agreement']:.4f}" if "top1_agreement" in o else ""
-        lines.append(f"  {name}: max abs error {o['max_abs_error']:.4g}, mean {o['mean_abs_error']:.4g}, cosine {o['cosine']:.6f}{top1}")
-    lines.append("  largest layer errors: " + (", ".join(f"{w['layer']} {w['relative_error']:.3g}" for w in acc["worst_layers"]) or "-"))
+        lines.append(
+            f"  {name}: max abs error {o['max_abs_error']:.4g}, mean {o['mean_abs_error']:.4g}, cosine {o['cosine']:.6f}{top1}"
+        )
+    lines.append(
+        "  largest layer errors: "
+        + (", ".join(f"{w['layer']} {w['relative_error']:.3g}" for w in acc["worst_layers"]) or "-")
+    )
     return "\n".join(lines)

@@ -5,12 +5,13 @@ write it as an .onnx file beside the output with the command that fails on it.
 The search: the shortest prefix of the graph (in its topological order) that already fails (the
 prefix's dangling values are its outputs), by bisection; then that last node alone, its other inputs made graph inputs. Each
 probe is a compile, so the search stops at a time budget and keeps the best found."""
+
 from __future__ import annotations
 
 import time
 import warnings
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 import onnx
 
@@ -25,7 +26,7 @@ def reduce_failure(model: onnx.ModelProto, fails: Callable[[onnx.ModelProto], bo
     try:
         inferred = onnx.shape_inference.infer_shapes(model, data_prop=True)
         extractor = onnx.utils.Extractor(inferred)
-    except Exception:  # noqa: BLE001 - no reduction possible: the whole model is the reproducer
+    except Exception:
         return None
     nodes = list(model.graph.node)
     inits = {i.name for i in model.graph.initializer}
@@ -36,8 +37,8 @@ def reduce_failure(model: onnx.ModelProto, fails: Callable[[onnx.ModelProto], bo
 
     def prefix(k):
         """Nodes 0..k with every value they make that nothing among them reads (and the graph's outputs)."""
-        read = {i for n in nodes[:k + 1] for i in n.input}
-        outs = [o for n in nodes[:k + 1] for o in n.output if o and (o not in read or o in graph_outputs)]
+        read = {i for n in nodes[: k + 1] for i in n.input}
+        outs = [o for n in nodes[: k + 1] for o in n.output if o and (o not in read or o in graph_outputs)]
         return _extract(extractor, inputs, outs)
 
     def probe(k, make=prefix):
@@ -61,11 +62,16 @@ def reduce_failure(model: onnx.ModelProto, fails: Callable[[onnx.ModelProto], bo
         n = nodes[k]
         feeds = [i for i in dict.fromkeys(n.input) if i and i not in inits]
         return _extract(extractor, feeds, [o for o in n.output if o])
+
     single, ok = probe(hi, alone)
     if ok:
         best = single
-    return {"model": best, "node": nodes[hi].name or f"<unnamed {nodes[hi].op_type}>", "op": nodes[hi].op_type,
-            "nodes": len(best.graph.node)}
+    return {
+        "model": best,
+        "node": nodes[hi].name or f"<unnamed {nodes[hi].op_type}>",
+        "op": nodes[hi].op_type,
+        "nodes": len(best.graph.node),
+    }
 
 
 def _extract(extractor, inputs, outputs) -> onnx.ModelProto | None:
@@ -73,7 +79,7 @@ def _extract(extractor, inputs, outputs) -> onnx.ModelProto | None:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             return extractor.extract_model(list(inputs), list(outputs))
-    except Exception:  # noqa: BLE001 - a cut the extractor cannot make (no shape for an edge): not a candidate
+    except Exception:
         return None
 
 
@@ -82,7 +88,7 @@ def _quiet(fails, cand) -> bool:
         warnings.simplefilter("ignore")
         try:
             return bool(fails(cand))
-        except Exception:  # noqa: BLE001 - a probe that fails some other way does not reproduce
+        except Exception:
             return False
 
 

@@ -7,6 +7,7 @@ The transforms are written out with only the nonzero coefficients of A, B and G 
 const_matrix would multiply by every zero), each as two 1-D passes (rows, then columns), so
 the schedule can unroll them into straight-line vector code. Blocks: winograd_input_rows,
 winograd_input (V), winograd_gemm (M), winograd_output_rows, winograd_output (Y)."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -33,12 +34,16 @@ def tile_size(h: int, w: int) -> int:
 def _combine(coef: np.ndarray, index, term):
     """sum_k coef[k, index] * term(k), with `index` an iteration variable: a select over its
     values of sums of the nonzero terms only (the schedule unrolls `index`, folding the select)."""
+
     def sum_for(j):
-        parts = [term(k) if c == 1 else term(k) * tirx.const(float(c), "float32") for k, c in enumerate(coef[:, j]) if c != 0]
+        parts = [
+            term(k) if c == 1 else term(k) * tirx.const(float(c), "float32") for k, c in enumerate(coef[:, j]) if c != 0
+        ]
         out = parts[0]
         for p in parts[1:]:
             out = out + p
         return out
+
     expr = sum_for(coef.shape[1] - 1)
     for j in reversed(range(coef.shape[1] - 1)):
         expr = tirx.Select(index == j, sum_for(j), expr)
@@ -66,18 +71,39 @@ def conv2d_winograd_nchwc(data, weight, m: int, out_dtype: str = "float32"):
     per_image = nh * nw
     p_total = int(n) * per_image
     # the last tile reads input rows up to nh * m + 1 (padded coordinates)
-    padded = topi.nn.pad(data, [0, 0, 1, 1, 0], [0, 0, nh * m + 1 - int(h), nw * m + 1 - int(w), 0], name="winograd_pad")
+    padded = topi.nn.pad(
+        data, [0, 0, 1, 1, 0], [0, 0, nh * m + 1 - int(h), nw * m + 1 - int(w), 0], name="winograd_pad"
+    )
     # V = B^T d B, per tile p and input channel: rows first (over the tile's row index), then columns
-    rows = te.compute((alpha, cb, p_total, alpha, c), lambda e, i, p, x, k: _combine(
-        b, e, lambda r: padded[p // per_image, i, (p % per_image // nw) * m + r, (p % nw) * m + x, k]), name="winograd_input_rows")
-    v = te.compute((alpha, alpha, cb, p_total, c), lambda e, u, i, p, k: _combine(
-        b, u, lambda r: rows[e, i, p, r, k]), name="winograd_input")
+    rows = te.compute(
+        (alpha, cb, p_total, alpha, c),
+        lambda e, i, p, x, k: _combine(
+            b, e, lambda r: padded[p // per_image, i, (p % per_image // nw) * m + r, (p % nw) * m + x, k]
+        ),
+        name="winograd_input_rows",
+    )
+    v = te.compute(
+        (alpha, alpha, cb, p_total, c),
+        lambda e, u, i, p, k: _combine(b, u, lambda r: rows[e, i, p, r, k]),
+        name="winograd_input",
+    )
     # M[e, u] = V[e, u] @ U[e, u]: alpha^2 independent GEMMs of [tiles x I] by [I x O]
     k = te.reduce_axis((0, ci_total), name="k")
-    gemm = te.compute((alpha, alpha, ob, p_total, oc), lambda e, u, o, p, j: te.sum(
-        v[e, u, k // c, p, k % c] * weight[e, u, o, k, j].astype("float32"), axis=[k]), name="winograd_gemm")
+    gemm = te.compute(
+        (alpha, alpha, ob, p_total, oc),
+        lambda e, u, o, p, j: te.sum(v[e, u, k // c, p, k % c] * weight[e, u, o, k, j].astype("float32"), axis=[k]),
+        name="winograd_gemm",
+    )
     # Y = A^T M A: rows, then columns; the output is written tile by tile in NCHW{c}c
-    out_rows = te.compute((ob, p_total, m, alpha, oc), lambda o, p, y, u, j: _combine(
-        a, y, lambda r: gemm[r, u, o, p, j]), name="winograd_output_rows")
-    return te.compute((n, ob, h, w, oc), lambda _n, o, y, x, j: _combine(
-        a, x % m, lambda r: out_rows[o, _n * per_image + (y // m) * nw + x // m, y % m, r, j]).astype(out_dtype), name="winograd_output")
+    out_rows = te.compute(
+        (ob, p_total, m, alpha, oc),
+        lambda o, p, y, u, j: _combine(a, y, lambda r: gemm[r, u, o, p, j]),
+        name="winograd_output_rows",
+    )
+    return te.compute(
+        (n, ob, h, w, oc),
+        lambda _n, o, y, x, j: _combine(
+            a, x % m, lambda r: out_rows[o, _n * per_image + (y // m) * nw + x // m, y % m, r, j]
+        ).astype(out_dtype),
+        name="winograd_output",
+    )

@@ -1,4 +1,5 @@
 """Model import: ONNX file -> checked, shape-pinned, simplified ONNX -> Relax IRModule."""
+
 from .importer import ImportedModel, import_onnx
 from .onnx_load import load_onnx
 from .preflight import find_unsupported_ops

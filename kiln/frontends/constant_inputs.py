@@ -2,6 +2,7 @@
 Expand's shape, ...): after folding, each must be a constant. One fed by the data at run time is
 refused before TVM sees it, naming the graph inputs it comes from and the --freeze-input that makes
 it constant; TVM would otherwise stop with an assertion, or (Expand) silently compute a wrong shape."""
+
 from __future__ import annotations
 
 import onnx
@@ -11,11 +12,33 @@ from .freeze import FLAG
 
 # op type -> indices of the inputs that must be constant (checked against TVM 0.27's converters)
 CONSTANT_INPUTS = {
-    "TopK": (1,), "Squeeze": (1,), "Split": (1,), "Pad": (1, 2, 3), "Tile": (1,), "Expand": (1,), "OneHot": (1,),
-    "CumSum": (1,), "ConstantOfShape": (0,), "Range": (0, 1, 2), "Resize": (1, 2, 3), "Upsample": (1,),
-    "NonMaxSuppression": (2, 3, 4), "CenterCropPad": (1, 2), "Col2Im": (1, 2, 3), "AffineGrid": (1,),
-    "MaxUnpool": (2,), "Reshape": (1,), "ReduceSum": (1,), "ReduceMean": (1,), "ReduceMax": (1,), "ReduceMin": (1,),
-    "ReduceProd": (1,), "ReduceL1": (1,), "ReduceL2": (1,), "ReduceLogSum": (1,), "ReduceLogSumExp": (1,),
+    "TopK": (1,),
+    "Squeeze": (1,),
+    "Split": (1,),
+    "Pad": (1, 2, 3),
+    "Tile": (1,),
+    "Expand": (1,),
+    "OneHot": (1,),
+    "CumSum": (1,),
+    "ConstantOfShape": (0,),
+    "Range": (0, 1, 2),
+    "Resize": (1, 2, 3),
+    "Upsample": (1,),
+    "NonMaxSuppression": (2, 3, 4),
+    "CenterCropPad": (1, 2),
+    "Col2Im": (1, 2, 3),
+    "AffineGrid": (1,),
+    "MaxUnpool": (2,),
+    "Reshape": (1,),
+    "ReduceSum": (1,),
+    "ReduceMean": (1,),
+    "ReduceMax": (1,),
+    "ReduceMin": (1,),
+    "ReduceProd": (1,),
+    "ReduceL1": (1,),
+    "ReduceL2": (1,),
+    "ReduceLogSum": (1,),
+    "ReduceLogSumExp": (1,),
     "ReduceSumSquare": (1,),
 }
 
@@ -31,18 +54,27 @@ def check_constant_inputs(model: onnx.ModelProto, where: str) -> None:
             name = node.input[idx] if idx < len(node.input) else ""
             if name and name not in consts and not _constant_node(producer.get(name)):
                 src, via_shape = _sources(name, producer, inputs)
-                if src:  # fed by a graph input (a Shape of a run-time-sized tensor, or constants TVM folds, are left to TVM)
+                if (
+                    src
+                ):  # fed by a graph input (a Shape of a run-time-sized tensor, or constants TVM folds, are left to TVM)
                     bad.append((node, idx, name, sorted(src)))
     if not bad:
         return
-    listing = "; ".join(f"{n.op_type} node {n.name or n.output[0]!r} input {i} ({name!r}, from graph input(s) {src})"
-                        for n, i, name, src in bad)
+    listing = "; ".join(
+        f"{n.op_type} node {n.name or n.output[0]!r} input {i} ({name!r}, from graph input(s) {src})"
+        for n, i, name, src in bad
+    )
     feeds = sorted({s for *_, src in bad for s in src})
-    fix = (f"if these inputs are known when you deploy, freeze them: {FLAG} {feeds[0]}=VALUE (repeatable); "
-           "values computed from the data at run time cannot decide these ahead of time")
-    raise UnsupportedModelError(f"{len(bad)} op input(s) must be known at compile time: {listing}",
-                                ops=[{"op_type": n.op_type, "node": n.name, "input": name, "sources": src} for n, _, name, src in bad],
-                                where=where, fix=fix)
+    fix = (
+        f"if these inputs are known when you deploy, freeze them: {FLAG} {feeds[0]}=VALUE (repeatable); "
+        "values computed from the data at run time cannot decide these ahead of time"
+    )
+    raise UnsupportedModelError(
+        f"{len(bad)} op input(s) must be known at compile time: {listing}",
+        ops=[{"op_type": n.op_type, "node": n.name, "input": name, "sources": src} for n, _, name, src in bad],
+        where=where,
+        fix=fix,
+    )
 
 
 def _constant_node(node) -> bool:
@@ -64,7 +96,9 @@ def _sources(name: str, producer: dict, inputs: set[str]) -> tuple[set[str], boo
             if producer[v].op_type in ("Shape", "Size"):
                 via_shape = True
                 continue
-            ins = producer[v].input[:1] if producer[v].op_type == "CastLike" else producer[v].input  # its 2nd input: a type
+            ins = (
+                producer[v].input[:1] if producer[v].op_type == "CastLike" else producer[v].input
+            )  # its 2nd input: a type
             stack.extend(i for i in ins if i)
     return out, via_shape
 

@@ -1,5 +1,6 @@
 """ONNX file -> Relax IRModule, the Kiln way: load, preflight every op, pin shapes, simplify at the
 ONNX level, rewrite ops TVM lacks, then TVM 0.27's own importer (wrapped, not forked)."""
+
 from __future__ import annotations
 
 import dataclasses
@@ -7,18 +8,18 @@ import os
 import warnings
 
 import onnx
-from onnx import numpy_helper
 
 from ..errors import CompileError, UnsupportedModelError, pass_errors
 from ..runtime.artifact import TensorSpec
-from . import preflight, simplify as simplify_mod
+from . import preflight
+from . import simplify as simplify_mod
 from .constant_inputs import check_constant_inputs
 from .decompose import decompose, rewrite_for
 from .freeze import freeze_inputs, parse_frozen_inputs
-from .shape_values import cast_shape_values, clamp_slice_bounds
-from .tvm_converters import kiln_converters
 from .onnx_load import check_onnx, load_onnx, to_array
+from .shape_values import cast_shape_values, clamp_slice_bounds
 from .shapes import graph_inputs, parse_input_shapes, pin_input_shapes
+from .tvm_converters import kiln_converters
 
 
 @dataclasses.dataclass
@@ -31,7 +32,9 @@ class ImportedModel:
     onnx_model: onnx.ModelProto  # the simplified model TVM imported
 
 
-def prepare_onnx(model: onnx.ModelProto, input_shapes=None, where: str = "<model>", frozen=()) -> tuple[onnx.ModelProto, dict]:
+def prepare_onnx(
+    model: onnx.ModelProto, input_shapes=None, where: str = "<model>", frozen=()
+) -> tuple[onnx.ModelProto, dict]:
     """Preflight, freeze, pin, simplify, decompose: the ONNX-level half of the import."""
     preflight.check_supported(model, where)
     _check_tensor_io(model, where)
@@ -48,8 +51,13 @@ def prepare_onnx(model: onnx.ModelProto, input_shapes=None, where: str = "<model
     return simple, stats
 
 
-def import_onnx(model: str | os.PathLike | onnx.ModelProto, input_shapes=None, where: str | None = None,
-                checked: bool = False, frozen=()) -> ImportedModel:
+def import_onnx(
+    model: str | os.PathLike | onnx.ModelProto,
+    input_shapes=None,
+    where: str | None = None,
+    checked: bool = False,
+    frozen=(),
+) -> ImportedModel:
     """checked=True: the caller already ran ONNX's checker on this proto (compile_model does, once
     for all its buckets). frozen: inputs that become constants (--freeze-input)."""
     where = where or ("<model>" if isinstance(model, onnx.ModelProto) else str(model))
@@ -58,13 +66,24 @@ def import_onnx(model: str | os.PathLike | onnx.ModelProto, input_shapes=None, w
     elif not checked:
         check_onnx(model, where)
     simple, stats = prepare_onnx(model, input_shapes, where, frozen)
-    inputs = [TensorSpec(vi.name, tuple(d.dim_value for d in vi.type.tensor_type.shape.dim),
-                         _np_dtype(vi.type.tensor_type.elem_type, vi.name, where)) for vi in graph_inputs(simple)]
+    inputs = [
+        TensorSpec(
+            vi.name,
+            tuple(d.dim_value for d in vi.type.tensor_type.shape.dim),
+            _np_dtype(vi.type.tensor_type.elem_type, vi.name, where),
+        )
+        for vi in graph_inputs(simple)
+    ]
     from tvm.relax.frontend.onnx import from_onnx
+
     with pass_errors("TVM's ONNX importer", where), warnings.catch_warnings(), kiln_converters():
         warnings.simplefilter("ignore")
-        mod = from_onnx(simple, shape_dict={i.name: list(i.shape) for i in inputs},
-                        dtype_dict={i.name: i.dtype for i in inputs}, keep_params_in_input=False)
+        mod = from_onnx(
+            simple,
+            shape_dict={i.name: list(i.shape) for i in inputs},
+            dtype_dict={i.name: i.dtype for i in inputs},
+            keep_params_in_input=False,
+        )
     outputs = _output_specs(mod, [o.name for o in simple.graph.output], where)
     return ImportedModel(mod, inputs, outputs, preflight.opsets(model), stats, simple)
 
@@ -77,10 +96,12 @@ def _decompose(model: onnx.ModelProto, where: str) -> int:
         count = decompose(model, simplify_mod._static_shapes(model), consts, where)
         simplify_mod._write_constants(model.graph, consts)
     if any(n.op_type == "If" for n in model.graph.node):
+
         def branch(sub):
             nonlocal count
             count += _decompose(sub, where)
             return sub
+
         simplify_mod.map_branches(model, consts, branch)
     return count
 
@@ -88,38 +109,60 @@ def _decompose(model: onnx.ModelProto, where: str) -> int:
 def _check_tensor_io(model: onnx.ModelProto, where: str) -> None:
     """An artifact takes and returns tensors: a sequence, map or optional at the graph's boundary cannot be compiled."""
     inits = {i.name for i in model.graph.initializer}
-    bad = [f"{kind} {vi.name!r} ({vi.type.WhichOneof('value')})" for kind, vis in (("input", model.graph.input), ("output", model.graph.output))
-           for vi in vis if vi.name not in inits and vi.type.WhichOneof("value") not in ("tensor_type", None)]
+    bad = [
+        f"{kind} {vi.name!r} ({vi.type.WhichOneof('value')})"
+        for kind, vis in (("input", model.graph.input), ("output", model.graph.output))
+        for vi in vis
+        if vi.name not in inits and vi.type.WhichOneof("value") not in ("tensor_type", None)
+    ]
     if bad:
-        raise UnsupportedModelError(f"the graph takes or returns values that are not tensors: {', '.join(bad)}", where=where,
-                                    fix="a compiled model takes and returns tensors: export the sequence's elements as separate "
-                                        "inputs/outputs (a fixed number of them)")
+        raise UnsupportedModelError(
+            f"the graph takes or returns values that are not tensors: {', '.join(bad)}",
+            where=where,
+            fix="a compiled model takes and returns tensors: export the sequence's elements as separate "
+            "inputs/outputs (a fixed number of them)",
+        )
 
 
 def _np_dtype(elem_type: int, name: str, where: str) -> str:
     try:
         return str(onnx.helper.tensor_dtype_to_np_dtype(elem_type))
     except Exception:
-        raise UnsupportedModelError(f"input {name!r} has an unsupported element type {elem_type}", where=where,
-                                    fix="inputs must be numeric tensors (float, int or bool); cast at the model's boundary") from None
+        raise UnsupportedModelError(
+            f"input {name!r} has an unsupported element type {elem_type}",
+            where=where,
+            fix="inputs must be numeric tensors (float, int or bool); cast at the model's boundary",
+        ) from None
 
 
 def _output_specs(mod, names: list[str], where: str) -> list[TensorSpec]:
     from tvm import relax
+
     ret = mod["main"].ret_ty
     fields = list(ret.fields) if isinstance(ret, relax.TupleType) else [ret]
     if len(fields) != len(names):
-        raise CompileError(f"the model declares {len(names)} outputs but converts to {len(fields)}", where=where,
-                           fix="check that every graph output is produced by a node; report the model if it runs in onnxruntime")
+        raise CompileError(
+            f"the model declares {len(names)} outputs but converts to {len(fields)}",
+            where=where,
+            fix="check that every graph output is produced by a node; report the model if it runs in onnxruntime",
+        )
     specs = []
     for name, f in zip(names, fields):
         if not isinstance(f, relax.TensorType) or (f.shape is None and f.ndim < 0):
-            raise UnsupportedModelError(f"output {name!r} is not a tensor of known rank (a sequence or an optional)", where=where,
-                                        fix="outputs must be tensors; unpack sequences into separate outputs before export")
+            raise UnsupportedModelError(
+                f"output {name!r} is not a tensor of known rank (a sequence or an optional)",
+                where=where,
+                fix="outputs must be tensors; unpack sequences into separate outputs before export",
+            )
         # a dim that depends on the data (NonZero, NMS, Unique) stays symbolic: -1 in the manifest, TVM's VM sizes it per run
         dims = f.shape.values if f.shape is not None else [None] * f.ndim
-        specs.append(TensorSpec(name, tuple(int(v.value if hasattr(v, "value") else v) if _static(v) else DYNAMIC for v in dims),
-                                str(f.dtype)))
+        specs.append(
+            TensorSpec(
+                name,
+                tuple(int(v.value if hasattr(v, "value") else v) if _static(v) else DYNAMIC for v in dims),
+                str(f.dtype),
+            )
+        )
     return specs
 
 

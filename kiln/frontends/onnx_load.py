@@ -1,4 +1,5 @@
 """Read an ONNX file (with external weight files) into a ModelProto, or fail with ModelLoadError."""
+
 from __future__ import annotations
 
 import os
@@ -25,8 +26,11 @@ def load_onnx(path: str | os.PathLike) -> onnx.ModelProto:
     try:
         onnx.load_external_data_for_model(model, str(path.parent))
     except (OSError, ValueError, onnx.checker.ValidationError) as e:
-        raise ModelLoadError(f"cannot read the model's external weight data: {e}", where=str(path),
-                             fix="keep the external data files beside the .onnx file, with the names it references") from None
+        raise ModelLoadError(
+            f"cannot read the model's external weight data: {e}",
+            where=str(path),
+            fix="keep the external data files beside the .onnx file, with the names it references",
+        ) from None
     check_onnx(model, str(path))
     return model
 
@@ -50,5 +54,9 @@ def to_array(init: onnx.TensorProto, where: str):
     try:
         return numpy_helper.to_array(init)
     except Exception as e:
-        raise ModelLoadError(f"initializer {init.name!r} (dims {list(init.dims)}) does not hold matching data "
-                             f"({type(e).__name__}: {str(e)[:120]})", where=where, fix=FIX) from None
+        raise ModelLoadError(
+            f"initializer {init.name!r} (dims {list(init.dims)}) does not hold matching data "
+            f"({type(e).__name__}: {str(e)[:120]})",
+            where=where,
+            fix=FIX,
+        ) from None

@@ -1,5 +1,6 @@
 """Op-coverage preflight: scan the whole graph (subgraphs included) before converting anything and
 report every unsupported op at once, with domain, type, opset, count and the first node's name."""
+
 from __future__ import annotations
 
 import functools
@@ -21,9 +22,10 @@ CONTROL_FLOW = frozenset({"If"})
 CONTRIB: dict[str, frozenset] = {"com.microsoft": frozenset()}
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def tvm_converted_ops() -> frozenset[str]:
     from tvm.relax.frontend.onnx import onnx_frontend
+
     return frozenset(onnx_frontend._get_convert_map())
 
 
@@ -63,9 +65,16 @@ def find_unsupported_ops(model: onnx.ModelProto) -> list[dict]:
         if is_supported(node.domain, node.op_type):
             continue
         domain = node.domain or "ai.onnx"
-        entry = found.setdefault((domain, node.op_type), {
-            "domain": domain, "op_type": node.op_type, "opset": versions.get(domain),
-            "count": 0, "first_node": node.name or f"<unnamed {node.op_type} -> {list(node.output)}>"})
+        entry = found.setdefault(
+            (domain, node.op_type),
+            {
+                "domain": domain,
+                "op_type": node.op_type,
+                "opset": versions.get(domain),
+                "count": 0,
+                "first_node": node.name or f"<unnamed {node.op_type} -> {list(node.output)}>",
+            },
+        )
         entry["count"] += 1
     return list(found.values())
 
@@ -74,9 +83,14 @@ def check_supported(model: onnx.ModelProto, where: str) -> None:
     bad = find_unsupported_ops(model)
     if not bad:
         return
-    listing = "; ".join(f"{b['domain']}::{b['op_type']} (opset {b['opset']}, {b['count']}x, first node {b['first_node']!r})" for b in bad)
+    listing = "; ".join(
+        f"{b['domain']}::{b['op_type']} (opset {b['opset']}, {b['count']}x, first node {b['first_node']!r})"
+        for b in bad
+    )
     fix = "remove or replace these ops before export"
     if any(b["op_type"] in ("Loop", "Scan") for b in bad):
-        fix = ("a Loop or Scan whose trip count is known can be unrolled before export (e.g. torch.onnx.export of a "
-               "Python loop); freeze the inputs it depends on with --freeze-input NAME=VALUE if they are known")
+        fix = (
+            "a Loop or Scan whose trip count is known can be unrolled before export (e.g. torch.onnx.export of a "
+            "Python loop); freeze the inputs it depends on with --freeze-input NAME=VALUE if they are known"
+        )
     raise UnsupportedModelError(f"{len(bad)} unsupported op type(s): {listing}", ops=bad, where=where, fix=fix)

@@ -3,6 +3,7 @@ size is known only at run time (after NonZero, NMS) as a shape expression, and o
 take one ("Node X cannot handle ShapeExpr inputs" elsewhere: detection post-processing computes
 min(candidates, k) with ReduceMin, Mul, Sub on such shapes). Each value that may be a shape
 expression and feeds any other op gets a Cast to int64 first, which TVM turns into a tensor."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -12,8 +13,23 @@ from onnx import numpy_helper
 INT32_MAX = np.iinfo(np.int32).max
 
 # the converters of TVM 0.27 that accept shape expressions (onnx_frontend._construct_nodes)
-SHAPE_COMPATIBLE = frozenset({"Reshape", "Resize", "ConstantOfShape", "Gather", "Slice", "Shape", "Expand", "Concat",
-                              "Equal", "Where", "Cast", "CastLike", "Squeeze"})
+SHAPE_COMPATIBLE = frozenset(
+    {
+        "Reshape",
+        "Resize",
+        "ConstantOfShape",
+        "Gather",
+        "Slice",
+        "Shape",
+        "Expand",
+        "Concat",
+        "Equal",
+        "Where",
+        "Cast",
+        "CastLike",
+        "Squeeze",
+    }
+)
 # ops whose output stays a shape expression when an input is one
 SHAPE_PRESERVING = frozenset({"Shape", "Gather", "Slice", "Concat", "Squeeze", "Unsqueeze", "Where", "Identity"})
 
@@ -33,8 +49,11 @@ def cast_shape_values(model: onnx.ModelProto) -> int:
                     cast = f"{name}/as_tensor"
                     if cast not in casts:
                         casts.add(cast)
-                        out.append(onnx.helper.make_node("Cast", [name], [cast], to=onnx.TensorProto.INT64,
-                                                         name=f"{name}/as_tensor"))
+                        out.append(
+                            onnx.helper.make_node(
+                                "Cast", [name], [cast], to=onnx.TensorProto.INT64, name=f"{name}/as_tensor"
+                            )
+                        )
                         added += 1
                     node.input[i] = cast
         if node.op_type == "Shape" or (node.op_type in SHAPE_PRESERVING and any(i in shape_valued for i in node.input)):
@@ -66,6 +85,8 @@ def clamp_slice_bounds(model: onnx.ModelProto) -> int:
                     clamped[name] = name
                     continue
                 clamped[name] = f"{name}/int32"
-                g.initializer.append(numpy_helper.from_array(np.clip(a, -INT32_MAX, INT32_MAX).astype(np.int64), clamped[name]))
+                g.initializer.append(
+                    numpy_helper.from_array(np.clip(a, -INT32_MAX, INT32_MAX).astype(np.int64), clamped[name])
+                )
             n.input[k] = clamped[name]
     return sum(1 for k, v in clamped.items() if k != v)

@@ -1,5 +1,6 @@
 """Input shapes: parse `NAME:1x3x224x224` once into InputShape, pin them into the graph, and make
 sure no input dimension is left symbolic."""
+
 from __future__ import annotations
 
 import dataclasses
@@ -20,14 +21,21 @@ class InputShape:
     def parse(spec: str) -> InputShape:
         name, sep, dims = spec.rpartition(":")
         if not sep or not name:
-            raise ShapeError(f"bad input shape {spec!r}", where=FLAG, fix=f"write it as NAME:DIMS, e.g. {FLAG} input:1x3x224x224")
+            raise ShapeError(
+                f"bad input shape {spec!r}", where=FLAG, fix=f"write it as NAME:DIMS, e.g. {FLAG} input:1x3x224x224"
+            )
         try:
             parsed = tuple(int(d) for d in dims.lower().split("x")) if dims.strip() else ()
         except ValueError:
-            raise ShapeError(f"bad dimensions {dims!r} in {spec!r}",
-                             where=FLAG, fix=f"dims are positive integers joined by 'x', e.g. {FLAG} {name}:1x3x224x224") from None
+            raise ShapeError(
+                f"bad dimensions {dims!r} in {spec!r}",
+                where=FLAG,
+                fix=f"dims are positive integers joined by 'x', e.g. {FLAG} {name}:1x3x224x224",
+            ) from None
         if any(d < 1 for d in parsed):
-            raise ShapeError(f"dimensions must be positive in {spec!r}", where=FLAG, fix=f"e.g. {FLAG} {name}:1x3x224x224")
+            raise ShapeError(
+                f"dimensions must be positive in {spec!r}", where=FLAG, fix=f"e.g. {FLAG} {name}:1x3x224x224"
+            )
         return InputShape(name, parsed)
 
     def __str__(self) -> str:
@@ -61,7 +69,9 @@ def declared_dims(vi: onnx.ValueInfoProto) -> list[int | str | None]:
     return [d.dim_value if d.HasField("dim_value") else (d.dim_param or None) for d in vi.type.tensor_type.shape.dim]
 
 
-def pin_input_shapes(model: onnx.ModelProto, shapes: dict[str, tuple[int, ...]], where: str) -> dict[str, tuple[int, ...]]:
+def pin_input_shapes(
+    model: onnx.ModelProto, shapes: dict[str, tuple[int, ...]], where: str
+) -> dict[str, tuple[int, ...]]:
     """Write the pinned shapes into the graph's inputs (in place); return every input's static shape."""
     inputs = graph_inputs(model)
     names = [i.name for i in inputs]
@@ -75,20 +85,30 @@ def pin_input_shapes(model: onnx.ModelProto, shapes: dict[str, tuple[int, ...]],
             dims = shapes[vi.name]
             if decl is not None:
                 if len(dims) != len(decl):
-                    raise ShapeError(f"input {vi.name!r} has rank {len(decl)} ({_fmt(decl)}), but {FLAG} gives rank {len(dims)} ({_fmt(dims)})",
-                                     where=where, fix=f"give {len(decl)} dims, e.g. {FLAG} {vi.name}:{_example(decl)}")
-                bad = [(i, d, p) for i, (d, p) in enumerate(zip(decl, dims)) if isinstance(d, int) and d >= 0 and d != p]
+                    raise ShapeError(
+                        f"input {vi.name!r} has rank {len(decl)} ({_fmt(decl)}), but {FLAG} gives rank {len(dims)} ({_fmt(dims)})",
+                        where=where,
+                        fix=f"give {len(decl)} dims, e.g. {FLAG} {vi.name}:{_example(decl)}",
+                    )
+                bad = [
+                    (i, d, p) for i, (d, p) in enumerate(zip(decl, dims)) if isinstance(d, int) and d >= 0 and d != p
+                ]
                 if bad:
                     i, d, p = bad[0]
-                    raise ShapeError(f"input {vi.name!r} dim {i} is fixed at {d} in the model, but {FLAG} gives {p}",
-                                     where=where, fix=f"keep the model's static dims, e.g. {FLAG} {vi.name}:{_example(decl, dims)}")
+                    raise ShapeError(
+                        f"input {vi.name!r} dim {i} is fixed at {d} in the model, but {FLAG} gives {p}",
+                        where=where,
+                        fix=f"keep the model's static dims, e.g. {FLAG} {vi.name}:{_example(decl, dims)}",
+                    )
             _write_dims(vi, dims)
             result[vi.name] = tuple(dims)
             continue
         if decl is None:
             unpinned.append((vi.name, "shape not declared", "?"))
             continue
-        sym = [(i, d) for i, d in enumerate(decl) if not (isinstance(d, int) and d >= 0)]  # 0: an empty axis, as onnxruntime reads it
+        sym = [
+            (i, d) for i, d in enumerate(decl) if not (isinstance(d, int) and d >= 0)
+        ]  # 0: an empty axis, as onnxruntime reads it
         if sym:
             unpinned.append((vi.name, ", ".join(f"dim {i} ({d or '?'})" for i, d in sym), _example(decl)))
         else:
@@ -96,8 +116,11 @@ def pin_input_shapes(model: onnx.ModelProto, shapes: dict[str, tuple[int, ...]],
     if unpinned:
         lines = "; ".join(f"input {n!r}: {what}" for n, what, _ in unpinned)
         flags = " ".join(f"{FLAG} {n}:{ex}" for n, _, ex in unpinned)
-        raise ShapeError(f"dynamic input dimensions must be pinned: {lines}", where=where,
-                         fix=f"pin them, e.g. {flags} (replace the 1s and ?s with your sizes)")
+        raise ShapeError(
+            f"dynamic input dimensions must be pinned: {lines}",
+            where=where,
+            fix=f"pin them, e.g. {flags} (replace the 1s and ?s with your sizes)",
+        )
     return result
 
 
@@ -136,18 +159,38 @@ def parse_shape_buckets(specs) -> tuple[dict[str, tuple[int, ...]], ...]:
     for spec in specs:
         name, sep, shapes = str(spec).rpartition(":")
         if not sep or not name or not shapes.strip():
-            raise ShapeError(f"bad shape buckets {spec!r}", where=BUCKETS_FLAG, fix=f"write NAME:SHAPE,SHAPE,..., e.g. {BUCKETS_FLAG} input:1x3x224x224,4x3x224x224")
+            raise ShapeError(
+                f"bad shape buckets {spec!r}",
+                where=BUCKETS_FLAG,
+                fix=f"write NAME:SHAPE,SHAPE,..., e.g. {BUCKETS_FLAG} input:1x3x224x224,4x3x224x224",
+            )
         if name in per_input:
-            raise ShapeError(f"input {name!r} is given buckets twice", where=BUCKETS_FLAG, fix=f"list all of its shapes in one {BUCKETS_FLAG} NAME:S1,S2,...")
+            raise ShapeError(
+                f"input {name!r} is given buckets twice",
+                where=BUCKETS_FLAG,
+                fix=f"list all of its shapes in one {BUCKETS_FLAG} NAME:S1,S2,...",
+            )
         dims = [InputShape.parse(f"{name}:{s.strip()}").dims for s in shapes.split(",")]
         if len(set(dims)) != len(dims):
-            raise ShapeError(f"input {name!r} lists a bucket shape twice in {spec!r}", where=BUCKETS_FLAG, fix="give each bucket once")
+            raise ShapeError(
+                f"input {name!r} lists a bucket shape twice in {spec!r}",
+                where=BUCKETS_FLAG,
+                fix="give each bucket once",
+            )
         if len({len(d) for d in dims}) != 1:
-            raise ShapeError(f"input {name!r}: bucket shapes of different ranks in {spec!r}", where=BUCKETS_FLAG, fix="every bucket keeps the input's rank")
+            raise ShapeError(
+                f"input {name!r}: bucket shapes of different ranks in {spec!r}",
+                where=BUCKETS_FLAG,
+                fix="every bucket keeps the input's rank",
+            )
         per_input[name] = dims
     counts = {n: len(v) for n, v in per_input.items()}
     if len(set(counts.values())) != 1:
-        raise ShapeError(f"inputs list different numbers of buckets: {counts}", where=BUCKETS_FLAG, fix="give every bucketed input the same number of shapes (bucket i takes the i-th of each)")
+        raise ShapeError(
+            f"inputs list different numbers of buckets: {counts}",
+            where=BUCKETS_FLAG,
+            fix="give every bucketed input the same number of shapes (bucket i takes the i-th of each)",
+        )
     n = next(iter(counts.values()))
     buckets = tuple({name: dims[i] for name, dims in per_input.items()} for i in range(n))
     # smallest first: the runtime picks the first bucket that holds the input

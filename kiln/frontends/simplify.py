@@ -2,6 +2,7 @@
 (Shape -> Gather -> Concat -> Reshape, computed pads), fold every deterministic node whose inputs
 are all constants, inline `If` nodes whose condition became constant, and drop stale shape
 annotations. TVM's importer needs these values as constants; real exporters compute them."""
+
 from __future__ import annotations
 
 import warnings
@@ -11,11 +12,12 @@ import onnx
 from onnx import numpy_helper
 from onnx.reference import ReferenceEvaluator
 
-from .onnx_load import to_array
 from ..errors import KilnWarning
+from .onnx_load import to_array
 
-NONDETERMINISTIC = frozenset({"RandomNormal", "RandomUniform", "RandomNormalLike", "RandomUniformLike",
-                              "Multinomial", "Bernoulli"})
+NONDETERMINISTIC = frozenset(
+    {"RandomNormal", "RandomUniform", "RandomNormalLike", "RandomUniformLike", "Multinomial", "Bernoulli"}
+)
 MAX_FOLD_ELEMENTS = 1 << 24  # do not materialize constants beyond 64 MB of fp32
 MAX_ROUNDS = 32
 
@@ -54,11 +56,13 @@ def simplify(model: onnx.ModelProto, where: str) -> tuple[onnx.ModelProto, dict[
 def _simplify_branches(m: onnx.ModelProto, consts: dict, stats: dict, where: str) -> None:
     """Fold inside the branches of the Ifs left (their condition is data), so shape arithmetic inside
     them (a VAD's per-sample-rate front end) is constant for TVM too."""
+
     def fold(sub):
         simple, sub_stats = simplify(sub, where)
         for k in ("folded", "shapes_resolved", "ifs_inlined"):
             stats[k] += sub_stats[k]
         return simple
+
     map_branches(m, consts, fold)
 
 
@@ -74,12 +78,21 @@ def map_branches(m: onnx.ModelProto, consts: dict, fn) -> None:
             if a.type != onnx.AttributeProto.GRAPH:
                 continue
             outer = sorted(_outer_refs_of(a.g))
-            inputs = [onnx.helper.make_tensor_value_info(n, typed[n][0], typed[n][1]) for n in outer if n not in consts and n in typed]
+            inputs = [
+                onnx.helper.make_tensor_value_info(n, typed[n][0], typed[n][1])
+                for n in outer
+                if n not in consts and n in typed
+            ]
             if len(inputs) != len([n for n in outer if n not in consts]):
                 continue  # an outer value of unknown type: leave the branch as it is
-            inits = [numpy_helper.from_array(np.asarray(consts[n]), n) for n in outer if n in consts] + list(a.g.initializer)
-            sub = onnx.helper.make_model(onnx.helper.make_graph(list(a.g.node), a.g.name, inputs, list(a.g.output), inits),
-                                         opset_imports=list(m.opset_import), ir_version=m.ir_version)
+            inits = [numpy_helper.from_array(np.asarray(consts[n]), n) for n in outer if n in consts] + list(
+                a.g.initializer
+            )
+            sub = onnx.helper.make_model(
+                onnx.helper.make_graph(list(a.g.node), a.g.name, inputs, list(a.g.output), inits),
+                opset_imports=list(m.opset_import),
+                ir_version=m.ir_version,
+            )
             done = fn(sub)
             del a.g.node[:]
             a.g.node.extend(done.graph.node)
@@ -95,7 +108,7 @@ def _outer_refs_of(g: onnx.GraphProto) -> set[str]:
     reads = {i for n in g.node for i in n.input if i}
     for n in g.node:
         for a in n.attribute:
-            for sub in ([a.g] if a.type == onnx.AttributeProto.GRAPH else list(a.graphs)):
+            for sub in [a.g] if a.type == onnx.AttributeProto.GRAPH else list(a.graphs):
                 reads |= _outer_refs_of(sub)
     return reads - own
 
@@ -104,14 +117,17 @@ def _typed_values(m: onnx.ModelProto) -> dict[str, tuple[int, list | None]]:
     """name -> (element type, dims or None) of every value ONNX's shape inference types."""
     try:
         inferred = onnx.shape_inference.infer_shapes(m, strict_mode=False, data_prop=True)
-    except Exception:  # noqa: BLE001 - no types: no branch folding
+    except Exception:
         return {}
     out = {}
     for vi in list(inferred.graph.value_info) + list(inferred.graph.input) + list(inferred.graph.output):
         t = vi.type.tensor_type
         if vi.type.WhichOneof("value") == "tensor_type" and t.elem_type:
-            dims = [d.dim_value if d.HasField("dim_value") else (d.dim_param or None) for d in t.shape.dim] \
-                if t.HasField("shape") else None
+            dims = (
+                [d.dim_value if d.HasField("dim_value") else (d.dim_param or None) for d in t.shape.dim]
+                if t.HasField("shape")
+                else None
+            )
             out[vi.name] = (t.elem_type, dims)
     return out
 
@@ -146,8 +162,12 @@ def _try_fold(node, consts, shapes, opsets, out_nodes, stats, where) -> bool:
         stats["ifs_inlined"] += 1
         return True
     if op == "DequantizeLinear" and node.input[0] in consts and np.asarray(consts[node.input[0]]).dtype.kind in "iu":
-        return False  # quantized weights stay integer: the compiler's LowerQDQ pass turns DQ -> Conv into an integer conv
-    if op in NONDETERMINISTIC or any(a.type in (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS) for a in node.attribute):
+        return (
+            False  # quantized weights stay integer: the compiler's LowerQDQ pass turns DQ -> Conv into an integer conv
+        )
+    if op in NONDETERMINISTIC or any(
+        a.type in (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS) for a in node.attribute
+    ):
         return False
     ins = [i for i in node.input if i]
     if not ins or not all(i in consts for i in ins):
@@ -188,9 +208,12 @@ def _eval(node, consts, opsets, stats, where) -> list[np.ndarray] | None:
         failed = stats.setdefault("fold_failed", {})
         if node.op_type not in failed:
             msg = str(e).strip().splitlines()
-            warnings.warn(f"{where}: ONNX's reference evaluator cannot fold {node.op_type} node {node.name!r} "
-                          f"({type(e).__name__}: {msg[0][:200] if msg else ''}); it stays in the graph",
-                          KilnWarning, stacklevel=2)
+            warnings.warn(
+                f"{where}: ONNX's reference evaluator cannot fold {node.op_type} node {node.name!r} "
+                f"({type(e).__name__}: {msg[0][:200] if msg else ''}); it stays in the graph",
+                KilnWarning,
+                stacklevel=2,
+            )
         nodes = failed.setdefault(node.op_type, [])
         if (node.name or node.output[0]) not in nodes:  # simplify retries it every round
             nodes.append(node.name or node.output[0])
@@ -200,8 +223,10 @@ def _eval(node, consts, opsets, stats, where) -> list[np.ndarray] | None:
 def _one_node_model(node, feeds: dict, opsets: dict) -> onnx.ModelProto:
     """The node alone in a model of the graph's opsets: the evaluator then picks the op version the
     model declares (given a bare node it takes the newest, e.g. Unsqueeze-13 for an opset-11 one)."""
-    ins = [onnx.helper.make_tensor_value_info(k, onnx.helper.np_dtype_to_tensor_dtype(np.asarray(v).dtype), None)
-           for k, v in feeds.items()]
+    ins = [
+        onnx.helper.make_tensor_value_info(k, onnx.helper.np_dtype_to_tensor_dtype(np.asarray(v).dtype), None)
+        for k, v in feeds.items()
+    ]
     outs = [onnx.helper.make_tensor_value_info(o, onnx.TensorProto.UNDEFINED, None) for o in node.output if o]
     g = onnx.helper.make_graph([node], "fold", ins, outs)
     return onnx.helper.make_model(g, opset_imports=[onnx.helper.make_opsetid(d, v) for d, v in opsets.items()])
@@ -221,11 +246,13 @@ def _inline(node, sub: onnx.GraphProto, consts, out_nodes) -> None:
         c.input[:] = [rename.get(i, i) for i in n.input]
         c.output[:] = [rename.get(o, o) for o in n.output]
         for a in c.attribute:  # a nested branch reads this branch's locals by their old names
-            for g in ([a.g] if a.type == onnx.AttributeProto.GRAPH else list(a.graphs)):
+            for g in [a.g] if a.type == onnx.AttributeProto.GRAPH else list(a.graphs):
                 _rename_outer_refs(g, rename)
         out_nodes.append(c)
     for src, dst in zip(sub.output, node.output):
-        out_nodes.append(onnx.helper.make_node("Identity", [rename.get(src.name, src.name)], [dst], name=prefix + "out/" + dst))
+        out_nodes.append(
+            onnx.helper.make_node("Identity", [rename.get(src.name, src.name)], [dst], name=prefix + "out/" + dst)
+        )
 
 
 def _rename_outer_refs(g: onnx.GraphProto, rename: dict) -> None:
@@ -235,7 +262,7 @@ def _rename_outer_refs(g: onnx.GraphProto, rename: dict) -> None:
     for n in g.node:
         n.input[:] = [outer.get(i, i) for i in n.input]
         for a in n.attribute:
-            for sub in ([a.g] if a.type == onnx.AttributeProto.GRAPH else list(a.graphs)):
+            for sub in [a.g] if a.type == onnx.AttributeProto.GRAPH else list(a.graphs):
                 _rename_outer_refs(sub, outer)
     for o in g.output:
         if o.name in outer:
@@ -282,6 +309,6 @@ def _outer_refs(g: onnx.GraphProto) -> set[str]:
     refs = set()
     for n in g.node:
         for a in n.attribute:
-            for sub in ([a.g] if a.type == onnx.AttributeProto.GRAPH else list(a.graphs)):
+            for sub in [a.g] if a.type == onnx.AttributeProto.GRAPH else list(a.graphs):
                 refs |= {i for sn in sub.node for i in sn.input} | _outer_refs(sub)
     return refs

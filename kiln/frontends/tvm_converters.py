@@ -18,6 +18,7 @@ converter map for the duration of one import (wrapped, not forked: every other o
   relax ops infer no shape from such a tensor, so everything downstream stayed shapeless and LegalizeOps
   left those ops as they were (tvm.compile then failed in codegen: "InternalError: R.add(alloc.., alloc..)").
   The match-cast checks the rank at run time and binds the dims from the tensor itself."""
+
 from __future__ import annotations
 
 import contextlib
@@ -35,6 +36,7 @@ def _topk():
         @classmethod
         def _impl_v11(cls, bb, inputs, attr, params):
             import tvm
+
             if isinstance(f.get_constant(inputs[1], params), tvm.ir.GenericConst):
                 return super()._impl_v11(bb, inputs, attr, params)
             data, k = inputs[0], inputs[1]
@@ -42,15 +44,24 @@ def _topk():
             axis = attr.get("axis", -1) % ndim
             if attr.get("sorted", 1) != 1:
                 raise ValueError("TopK sorted must be 1 for Relax frontend")
-            both = bb.normalize(relax.op.topk(data, -1, axis, ret_type="both", largest=attr.get("largest", 1), dtype="int64"))
+            both = bb.normalize(
+                relax.op.topk(data, -1, axis, ret_type="both", largest=attr.get("largest", 1), dtype="int64")
+            )
             # k as a symbolic dim and the slice a strided_slice ending at it: a dynamic_strided_slice has no shape
             # (nothing downstream legalizes), and TVM's FoldConstant legalizes it, emitting its shape function's
             # call, then drops the PrimFunc. k is clamped to [0, n] first (ONNX has k <= n; onnxruntime refuses
             # more), so the slice is in bounds and its length is exactly k: with bounds checks the inferred length
             # is an if_then_else expression that FuseOps cannot type, and a match_cast of it crashes
             # CanonicalizeBindings.
-            n = bb.normalize(relax.op.astype(relax.op.take(relax.op.shape_to_tensor(relax.op.shape_of(data)),
-                                                           relax.const(np.array([axis], np.int64), "int64")), "int64"))
+            n = bb.normalize(
+                relax.op.astype(
+                    relax.op.take(
+                        relax.op.shape_to_tensor(relax.op.shape_of(data)),
+                        relax.const(np.array([axis], np.int64), "int64"),
+                    ),
+                    "int64",
+                )
+            )
             k = relax.op.reshape(relax.op.astype(k, "int64"), [1])
             k = relax.op.maximum(relax.op.minimum(k, n), relax.const(np.array([0], np.int64), "int64"))
             k = bb.normalize(relax.op.tensor_to_shape(bb.normalize(k)))
@@ -58,9 +69,16 @@ def _topk():
             bb.match_cast(k, relax.ShapeType([kv]))
             if data.ty.shape is not None:
                 _bound(kv, data.ty.shape.values[axis])
-            outs = [bb.normalize(relax.op.strided_slice(bb.normalize(relax.TupleGetItem(both, i)), [axis], [0], [kv],
-                                                        assume_inbound=True)) for i in range(2)]
+            outs = [
+                bb.normalize(
+                    relax.op.strided_slice(
+                        bb.normalize(relax.TupleGetItem(both, i)), [axis], [0], [kv], assume_inbound=True
+                    )
+                )
+                for i in range(2)
+            ]
             return relax.Tuple(outs)
+
     return TopK
 
 
@@ -68,6 +86,7 @@ def _shape_value(x) -> bool:
     """A shape held in a variable (`shape_of` a run-time-sized tensor), not a literal ShapeExpr: what TVM's
     ConstantOfShape and Cast converters do not take."""
     from tvm import relax
+
     return not isinstance(x, relax.ShapeExpr) and isinstance(getattr(x, "ty", None), relax.ShapeType)
 
 
@@ -83,6 +102,7 @@ def _constant_of_shape():
                 return super()._impl_v9(bb, inputs, attr, params)
             value = f.get_numpy(attr["value"]) if attr.get("value") is not None else np.zeros(1, np.float32)
             return relax.op.full(shape, relax.const(value.reshape(()), str(value.dtype)), str(value.dtype))
+
     return ConstantOfShape
 
 
@@ -98,6 +118,7 @@ def _cast():
                 x = bb.normalize(relax.op.shape_to_tensor(x))
             inputs[0] = x
             return super()._impl_v13(bb, inputs, attr, params)
+
     return Cast
 
 
@@ -123,6 +144,7 @@ def _nms():
             if len(ins) > 2 and ins[2] is not None:
                 ins[2] = _nms_limit(ins[2], ins[1])
             return super()._impl_v10(bb, ins, attr, params)
+
     return NonMaxSuppression
 
 
@@ -140,11 +162,13 @@ def _bound(var, of) -> None:
 
 def _upper(expr) -> int | None:
     import tvm
+
     if isinstance(expr, int):
         return expr
     if isinstance(expr, tvm.tirx.IntImm):
         return int(expr.value)
     from tvm.sym import Analyzer
+
     ana = Analyzer()
     for v, b in _BOUNDS.items():
         ana.bind(v, tvm.ir.Range.from_min_extent(tvm.tirx.const(0, "int64"), tvm.tirx.const(b + 1, "int64")))
@@ -159,7 +183,9 @@ def _nms_limit(c, scores):
     limit clamped to the count's bound selects the same. A count without a static bound (TVM would
     size the output by a guess, and write past it) is refused."""
     from tvm import relax
+
     from ..errors import UnsupportedModelError
+
     limit = int(np.asarray(c.value.numpy()).reshape(-1)[0])
     ty = scores.ty
     count = _upper(ty.shape.values[-1]) if isinstance(ty, relax.TensorType) and ty.shape is not None else None
@@ -177,7 +203,9 @@ def _nms_limit(c, scores):
             f"NonMaxSuppression with max_output_boxes_per_class={limit} on scores of shape {ty}: its output would need "
             f"{'an unbounded number of' if rows is None else rows} rows (TVM sizes it as batch * classes * limit "
             "and has no bound on a run-time box count)",
-            where="NonMaxSuppression", fix="export with a smaller max_output_boxes_per_class, or with a static number of boxes")
+            where="NonMaxSuppression",
+            fix="export with a smaller max_output_boxes_per_class, or with a static number of boxes",
+        )
     return relax.const(np.array([limit], np.int64), "int64")
 
 
@@ -197,12 +225,14 @@ def _nonzero():
                 if n is not None:
                     _bound(out.ty.shape.values[-1], n)
             return out
+
     return NonZero
 
 
 def _clamped(c):
     """A constant int64 tensor with values beyond int32 clamped to +-INT32_MAX ("to the end", "no limit")."""
     from tvm import relax
+
     a = c.value.numpy()
     if a.dtype != np.int64 or np.abs(a).max(initial=0) <= INT32_MAX:
         return c
@@ -223,6 +253,7 @@ def _slice():
             if whole is not None:
                 return whole
             return super()._impl_v13(bb, inputs, attr, params)
+
     return Slice
 
 
@@ -234,17 +265,31 @@ def _drop_whole_axes(inputs):
     and tvm.compile fails in codegen ("InternalError: R.add(alloc.., alloc..)")."""
     import tvm
     from tvm import relax
+
     data = inputs[0]
-    if not isinstance(data, relax.Expr) or not isinstance(getattr(data, "ty", None), relax.TensorType) or data.ty.ndim < 0:
+    if (
+        not isinstance(data, relax.Expr)
+        or not isinstance(getattr(data, "ty", None), relax.TensorType)
+        or data.ty.ndim < 0
+    ):
         return None
     consts = [inputs[k] if k < len(inputs) else None for k in range(1, 5)]
-    if not all(isinstance(c, tvm.ir.GenericConst) for c in consts[:2]) or \
-            not all(c is None or isinstance(c, tvm.ir.GenericConst) for c in consts[2:]):
+    if not all(isinstance(c, tvm.ir.GenericConst) for c in consts[:2]) or not all(
+        c is None or isinstance(c, tvm.ir.GenericConst) for c in consts[2:]
+    ):
         return None
     starts, ends = (c.value.numpy().astype(np.int64).reshape(-1) for c in consts[:2])
     ndim = data.ty.ndim
-    axes = consts[2].value.numpy().astype(np.int64).reshape(-1) % max(ndim, 1) if consts[2] is not None else np.arange(len(starts))
-    steps = consts[3].value.numpy().astype(np.int64).reshape(-1) if consts[3] is not None else np.ones(len(starts), np.int64)
+    axes = (
+        consts[2].value.numpy().astype(np.int64).reshape(-1) % max(ndim, 1)
+        if consts[2] is not None
+        else np.arange(len(starts))
+    )
+    steps = (
+        consts[3].value.numpy().astype(np.int64).reshape(-1)
+        if consts[3] is not None
+        else np.ones(len(starts), np.int64)
+    )
     if not (len(starts) == len(ends) == len(axes) == len(steps)):
         return None
     keep = ~((starts == 0) & (ends >= INT32_MAX) & (steps == 1))
@@ -259,17 +304,36 @@ def _drop_whole_axes(inputs):
     return None
 
 
-OVERRIDES = {"NonZero": _nonzero, "TopK": _topk, "ConstantOfShape": _constant_of_shape, "Cast": _cast, "NonMaxSuppression": _nms,
-             "Slice": _slice}
+OVERRIDES = {
+    "NonZero": _nonzero,
+    "TopK": _topk,
+    "ConstantOfShape": _constant_of_shape,
+    "Cast": _cast,
+    "NonMaxSuppression": _nms,
+    "Slice": _slice,
+}
 
 
 # converters whose result is a sequence or an optional (a tuple that _construct_nodes keeps whole)
-_TUPLE_RESULTS = frozenset({"Optional", "OptionalGetElement", "SequenceConstruct", "SequenceEmpty", "SequenceErase",
-                            "SequenceInsert", "ConcatFromSequence", "SplitToSequence", "SequenceAt", "SequenceLength"})
+_TUPLE_RESULTS = frozenset(
+    {
+        "Optional",
+        "OptionalGetElement",
+        "SequenceConstruct",
+        "SequenceEmpty",
+        "SequenceErase",
+        "SequenceInsert",
+        "ConcatFromSequence",
+        "SplitToSequence",
+        "SequenceAt",
+        "SequenceLength",
+    }
+)
 
 
 def _shapeless(x) -> bool:
     from tvm import relax
+
     ty = getattr(x, "ty", None) if isinstance(x, relax.Expr) else None
     return isinstance(ty, relax.TensorType) and ty.shape is None and ty.ndim >= 0
 
@@ -295,11 +359,13 @@ class _Shaped:
             if self.name == "Concat":
                 _same_other_dims(bb, inputs, attr.get("axis", 0))
             return self._shaped(bb, convert(bb, inputs, attr, params))
+
         return converter
 
     def _cast(self, bb, x):
         import tvm
         from tvm import relax
+
         key = id(x)
         hit = self.cache.get(key)
         if hit is not None and hit[0].same_as(x):
@@ -316,6 +382,7 @@ class _Shaped:
 
     def _shaped(self, bb, out):
         from tvm import relax
+
         if not isinstance(out, relax.Expr):
             return out
         if isinstance(out, relax.Tuple):
@@ -324,9 +391,12 @@ class _Shaped:
         out = bb.normalize(out)
         if _shapeless(out):
             return self._cast(bb, out)
-        if isinstance(out.ty, relax.TupleType) and any(isinstance(t, relax.TensorType) and t.shape is None and t.ndim >= 0
-                                                       for t in out.ty.fields):
-            return relax.Tuple([self._shaped(bb, bb.emit(relax.TupleGetItem(out, i))) for i in range(len(out.ty.fields))])
+        if isinstance(out.ty, relax.TupleType) and any(
+            isinstance(t, relax.TensorType) and t.shape is None and t.ndim >= 0 for t in out.ty.fields
+        ):
+            return relax.Tuple(
+                [self._shaped(bb, bb.emit(relax.TupleGetItem(out, i))) for i in range(len(out.ty.fields))]
+            )
         return out
 
 
@@ -335,10 +405,13 @@ def _same_other_dims(bb, inputs, axis: int) -> None:
     place): ONNX requires them equal, and a run-time check says so where they are not, but relax cannot
     prove two run-time sizes equal, infers no shape for the concat, and LegalizeOps leaves it as it is
     (tvm.compile: "InternalError: R.concat(alloc.., alloc..)")."""
-    import tvm
     from tvm import relax
-    tensors = [(i, x) for i, x in enumerate(inputs) if isinstance(x, relax.Expr) and isinstance(x.ty, relax.TensorType)
-               and x.ty.shape is not None]
+
+    tensors = [
+        (i, x)
+        for i, x in enumerate(inputs)
+        if isinstance(x, relax.Expr) and isinstance(x.ty, relax.TensorType) and x.ty.shape is not None
+    ]
     if len(tensors) < 2:
         return
     ref = list(tensors[0][1].ty.shape.values)
@@ -354,17 +427,19 @@ def _same_other_dims(bb, inputs, axis: int) -> None:
 def _equal(a, b) -> bool:
     """Two dims provably equal (the same expression, or the same static size)."""
     from tvm.sym import Analyzer
+
     if a.same_as(b):
         return True
     try:
         return bool(Analyzer().can_prove_equal(a, b))
-    except Exception:  # noqa: BLE001 - not provable: cast
+    except Exception:
         return False
 
 
 def _dims_upper(ty, ndim: int):
     """The static upper bound of each dim of a tensor type; None unless every dim has one."""
     from tvm import relax
+
     if not isinstance(ty, relax.TensorType) or ty.shape is None or len(ty.shape.values) != ndim:
         return None
     out = [_upper(d) for d in ty.shape.values]
@@ -376,12 +451,16 @@ def _branch_bounds(bb, x, ndim: int) -> list:
     input), a concat, an If (the larger of the branches' bounds per dim: torchvision's batched NMS is
     `empty if no boxes else nms(...)`); None where unknown."""
     from tvm import relax
+
     none = [None] * ndim
     try:
         value, index = (bb.lookup_binding(x) if isinstance(x, relax.Var) else x), None
         if isinstance(value, relax.TupleGetItem) and isinstance(value.tuple_value, relax.Var):
             value, index = bb.lookup_binding(value.tuple_value), value.index
-        if isinstance(value, relax.Call) and getattr(value.op, "name", "") in ("relax.dynamic_strided_slice", "relax.strided_slice"):
+        if isinstance(value, relax.Call) and getattr(value.op, "name", "") in (
+            "relax.dynamic_strided_slice",
+            "relax.strided_slice",
+        ):
             return _dims_upper(value.args[0].ty, ndim) or none  # a slice is no longer than its input
         if isinstance(value, relax.Call) and getattr(value.op, "name", "") == "relax.concat":
             parts = [_dims_upper(t, ndim) for t in value.args[0].ty.fields]
@@ -400,7 +479,7 @@ def _branch_bounds(bb, x, ndim: int) -> list:
                 return none
             out.append([_upper(d) for d in ty.shape.values])
         return [None if a is None or b is None else max(a, b) for a, b in zip(*out)]
-    except Exception:  # noqa: BLE001 - a bound is an optimization of the NMS buffer; without one NMS is refused
+    except Exception:
         return none
 
 
@@ -408,6 +487,7 @@ def _branch_bounds(bb, x, ndim: int) -> list:
 def kiln_converters():
     """TVM's converter map with Kiln's overrides, for the imports inside the block."""
     from tvm.relax.frontend.onnx import onnx_frontend as f
+
     original = f._get_convert_map
     extra = {name: make() for name, make in OVERRIDES.items()}
     cache: dict = {}
@@ -415,6 +495,7 @@ def kiln_converters():
 
     def convert_map():
         return {name: _Shaped(name, cls, cache) for name, cls in {**original(), **extra}.items()}
+
     f._get_convert_map = convert_map
     try:
         yield

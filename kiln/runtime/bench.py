@@ -4,12 +4,12 @@ run before each block, so machine drift hits both equally while neither engine's
 (both thread pools spin for a while after each run) steal cores from the other: alternating run
 by run measured Kiln 2.6x slower and onnxruntime 2x slower than either alone.
 onnxruntime is imported only when asked for (it is never a runtime dependency)."""
+
 from __future__ import annotations
 
 import dataclasses
 import os
 import resource
-import statistics
 import time
 
 import numpy as np
@@ -33,7 +33,11 @@ class BenchOptions:
 
     def __post_init__(self):
         if self.warmup < 0 or (self.repeat is not None and self.repeat < 1) or self.seconds <= 0:
-            raise OptionsError("warmup must be >= 0, repeat >= 1 and seconds > 0", where="kiln bench", fix="e.g. --warmup 5 --repeat 100")
+            raise OptionsError(
+                "warmup must be >= 0, repeat >= 1 and seconds > 0",
+                where="kiln bench",
+                fix="e.g. --warmup 5 --repeat 100",
+            )
 
 
 def percentiles(ms: list[float], prefix: str = "") -> dict:
@@ -42,10 +46,17 @@ def percentiles(ms: list[float], prefix: str = "") -> dict:
     a = np.asarray(ms)
     p50, p99 = float(np.percentile(a, 50)), float(np.percentile(a, 99))
     ratio = p99 / p50 if p50 > 0 else float("inf")
-    return {f"{prefix}p50_ms": p50, f"{prefix}p90_ms": float(np.percentile(a, 90)),
-            f"{prefix}p99_ms": p99, f"{prefix}mean_ms": float(a.mean()),
-            f"{prefix}min_ms": float(a.min()), f"{prefix}max_ms": float(a.max()), f"{prefix}qps": float(1e3 / a.mean()),
-            f"{prefix}p99_over_p50": ratio, f"{prefix}tail_flag": bool(ratio > TAIL_FLAG_RATIO)}
+    return {
+        f"{prefix}p50_ms": p50,
+        f"{prefix}p90_ms": float(np.percentile(a, 90)),
+        f"{prefix}p99_ms": p99,
+        f"{prefix}mean_ms": float(a.mean()),
+        f"{prefix}min_ms": float(a.min()),
+        f"{prefix}max_ms": float(a.max()),
+        f"{prefix}qps": float(1e3 / a.mean()),
+        f"{prefix}p99_over_p50": ratio,
+        f"{prefix}tail_flag": bool(ratio > TAIL_FLAG_RATIO),
+    }
 
 
 def slow_runs(ms: list[float], switches: list[int], prefix: str = "") -> dict:
@@ -54,8 +65,11 @@ def slow_runs(ms: list[float], switches: list[int], prefix: str = "") -> dict:
     cause benchmarks/tail.py measured for such runs on a busy machine."""
     a, c = np.asarray(ms), np.asarray(switches)
     slow = a > TAIL_FLAG_RATIO * float(np.median(a))
-    return {f"{prefix}slow_runs": int(slow.sum()), f"{prefix}slow_runs_preempted": int((slow & (c > 0)).sum()),
-            f"{prefix}runs_preempted": int((c > 0).sum())}
+    return {
+        f"{prefix}slow_runs": int(slow.sum()),
+        f"{prefix}slow_runs_preempted": int((slow & (c > 0)).sum()),
+        f"{prefix}runs_preempted": int((c > 0).sum()),
+    }
 
 
 def _peak_rss_mb() -> float:
@@ -66,7 +80,9 @@ def _ort_session(path: str, threads: int):
     try:
         import onnxruntime as ort
     except ImportError:
-        raise OptionsError("--onnx needs onnxruntime, which is not installed", where="--onnx", fix="pip install onnxruntime") from None
+        raise OptionsError(
+            "--onnx needs onnxruntime, which is not installed", where="--onnx", fix="pip install onnxruntime"
+        ) from None
     so = ort.SessionOptions()
     so.intra_op_num_threads = threads
     so.inter_op_num_threads = 1
@@ -90,8 +106,12 @@ def bench(path: str | os.PathLike, opts: BenchOptions = BenchOptions(), feed: di
     model = load(path, num_threads=opts.threads, trusted_keys=opts.trusted_keys)
     if feed is None:
         rng = np.random.default_rng(0)
-        feed = {s.name: (rng.standard_normal(s.shape) if np.dtype(s.dtype).kind == "f" else rng.integers(0, 10, s.shape)).astype(s.dtype)
-                for s in model.inputs}
+        feed = {
+            s.name: (
+                rng.standard_normal(s.shape) if np.dtype(s.dtype).kind == "f" else rng.integers(0, 10, s.shape)
+            ).astype(s.dtype)
+            for s in model.inputs
+        }
     t1 = time.perf_counter()
     model.run(feed)
     first_ms = (time.perf_counter() - t1) * 1e3
@@ -132,12 +152,22 @@ def bench(path: str | os.PathLike, opts: BenchOptions = BenchOptions(), feed: di
     n = len(times[""])
     if "ort_" in times:
         times["ort_"] = times["ort_"][:n] or times["ort_"]
-        switches["ort_"] = switches["ort_"][:len(times["ort_"])]
-    result = {"artifact": str(path), "target": model.manifest["target"], "threads": model.num_threads, "runs": len(times[""]),
-              "warmup": opts.warmup, **percentiles(times[""]), **slow_runs(times[""], switches[""]),
-              "cold_start_ms": cold_ms, "peak_rss_mb": rss_mb,
-              "first_run_ms": first_ms, "first_run_after_warmup_ms": first_warm_ms, "warmup_ms": warmup_ms,
-              "latencies_ms": times[""]}
+        switches["ort_"] = switches["ort_"][: len(times["ort_"])]
+    result = {
+        "artifact": str(path),
+        "target": model.manifest["target"],
+        "threads": model.num_threads,
+        "runs": len(times[""]),
+        "warmup": opts.warmup,
+        **percentiles(times[""]),
+        **slow_runs(times[""], switches[""]),
+        "cold_start_ms": cold_ms,
+        "peak_rss_mb": rss_mb,
+        "first_run_ms": first_ms,
+        "first_run_after_warmup_ms": first_warm_ms,
+        "warmup_ms": warmup_ms,
+        "latencies_ms": times[""],
+    }
     if sess is not None:
         result.update(percentiles(times["ort_"], "ort_"))
         result.update(slow_runs(times["ort_"], switches["ort_"], "ort_"))
@@ -146,16 +176,20 @@ def bench(path: str | os.PathLike, opts: BenchOptions = BenchOptions(), feed: di
         result["ort_latencies_ms"] = times["ort_"]
         ref = sess.run(None, feed)
         ours = model.run(feed)
-        result["max_abs_diff"] = float(max(np.abs(ours[o.name].astype(np.float64) - r).max() for o, r in zip(model.outputs, ref)))
+        result["max_abs_diff"] = float(
+            max(np.abs(ours[o.name].astype(np.float64) - r).max() for o, r in zip(model.outputs, ref))
+        )
     return result
 
 
 def block_ratios(times: dict, blocks: dict) -> dict:
     """Kiln's median over onnxruntime's for each pair of adjacent blocks (run in the same few hundred
     milliseconds, so drift hits both): the spread of these says how far to trust ratio_p50."""
+
     def medians(p):
         starts = blocks[p] + [len(times[p])]
         return [float(np.median(times[p][a:b])) for a, b in zip(starts, starts[1:]) if b > a]
+
     ratios = [k / o for k, o in zip(medians(""), medians("ort_"))]
     if not ratios:
         return {}
@@ -164,20 +198,27 @@ def block_ratios(times: dict, blocks: dict) -> dict:
 
 
 def format_bench(r: dict) -> str:
-    lines = [f"{r['artifact']} on {r['target']}, {r['threads']} thread(s), {r['runs']} runs after {r['warmup']} warm-up",
-             f"  kiln         p50 {r['p50_ms']:9.3f} ms  p90 {r['p90_ms']:9.3f}  p99 {r['p99_ms']:9.3f}  mean {r['mean_ms']:9.3f}"
-             f"  min {r['min_ms']:9.3f}  max {r['max_ms']:9.3f}  {r['qps']:8.1f} QPS",
-             f"  cold start {r['cold_start_ms']:.1f} ms (load + first run), peak RSS {r['peak_rss_mb']:.1f} MB",
-             f"  first run {r['first_run_ms']:.1f} ms without warm-up, {r['first_run_after_warmup_ms']:.1f} ms after "
-             f"warm-up (load with warmup: {r['warmup_ms']:.1f} ms)"]
+    lines = [
+        f"{r['artifact']} on {r['target']}, {r['threads']} thread(s), {r['runs']} runs after {r['warmup']} warm-up",
+        f"  kiln         p50 {r['p50_ms']:9.3f} ms  p90 {r['p90_ms']:9.3f}  p99 {r['p99_ms']:9.3f}  mean {r['mean_ms']:9.3f}"
+        f"  min {r['min_ms']:9.3f}  max {r['max_ms']:9.3f}  {r['qps']:8.1f} QPS",
+        f"  cold start {r['cold_start_ms']:.1f} ms (load + first run), peak RSS {r['peak_rss_mb']:.1f} MB",
+        f"  first run {r['first_run_ms']:.1f} ms without warm-up, {r['first_run_after_warmup_ms']:.1f} ms after "
+        f"warm-up (load with warmup: {r['warmup_ms']:.1f} ms)",
+    ]
     if "ort_p50_ms" in r:
-        lines.insert(2, f"  onnxruntime  p50 {r['ort_p50_ms']:9.3f} ms  p90 {r['ort_p90_ms']:9.3f}  p99 {r['ort_p99_ms']:9.3f}"
-                        f"  mean {r['ort_mean_ms']:9.3f}  min {r['ort_min_ms']:9.3f}  max {r['ort_max_ms']:9.3f}"
-                        f"  {r['ort_qps']:8.1f} QPS")
+        lines.insert(
+            2,
+            f"  onnxruntime  p50 {r['ort_p50_ms']:9.3f} ms  p90 {r['ort_p90_ms']:9.3f}  p99 {r['ort_p99_ms']:9.3f}"
+            f"  mean {r['ort_mean_ms']:9.3f}  min {r['ort_min_ms']:9.3f}  max {r['ort_max_ms']:9.3f}"
+            f"  {r['ort_qps']:8.1f} QPS",
+        )
         lines.append(f"  kiln / onnxruntime p50 = {r['ratio_p50']:.2f}x   max abs diff {r['max_abs_diff']:.3g}")
         if "ratio_block_median" in r:
-            lines.append(f"  per block pair ({r['ratio_block_pairs']} pairs of {BLOCK} runs): median {r['ratio_block_median']:.2f}x, "
-                         f"middle half {r['ratio_block_q25']:.2f}-{r['ratio_block_q75']:.2f}x")
+            lines.append(
+                f"  per block pair ({r['ratio_block_pairs']} pairs of {BLOCK} runs): median {r['ratio_block_median']:.2f}x, "
+                f"middle half {r['ratio_block_q25']:.2f}-{r['ratio_block_q75']:.2f}x"
+            )
     lines += tail_lines(r)
     return "\n".join(lines)
 
@@ -190,8 +231,10 @@ def tail_lines(r: dict) -> list[str]:
             ratio, worst = r[f"{prefix}p99_over_p50"], r[f"{prefix}max_ms"]
             line = f"  TAIL: {name} p99 is {ratio:.1f}x its p50 (worst run {worst:.1f} ms)"
             if f"{prefix}slow_runs" in r:
-                line += (f"; {r[f'{prefix}slow_runs']} run(s) over {TAIL_FLAG_RATIO:g}x p50, "
-                         f"{r[f'{prefix}slow_runs_preempted']} of them preempted by another process "
-                         "(see benchmarks/tail.md)")
+                line += (
+                    f"; {r[f'{prefix}slow_runs']} run(s) over {TAIL_FLAG_RATIO:g}x p50, "
+                    f"{r[f'{prefix}slow_runs_preempted']} of them preempted by another process "
+                    "(see benchmarks/tail.md)"
+                )
             out.append(line)
     return out

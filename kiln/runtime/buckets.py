@@ -5,6 +5,7 @@ Cropping rule (documented in the README): where an input was padded on axis i fr
 output axis i of size N is cropped back to n. That is exact for batch padding (axis 0), and for
 outputs that keep an input's spatial size (segmentation maps); outputs of fixed size (logits) are
 returned as computed on the zero-padded input."""
+
 from __future__ import annotations
 
 import dataclasses
@@ -12,7 +13,7 @@ import dataclasses
 import numpy as np
 
 from ..errors import InputError
-from .artifact import BUCKET_POLICIES as POLICIES, TensorSpec
+from .artifact import TensorSpec
 
 
 @dataclasses.dataclass(frozen=True)
@@ -22,7 +23,10 @@ class Bucket:
     outputs: tuple[TensorSpec, ...]
 
     def holds(self, shapes: dict[str, tuple[int, ...]]) -> bool:
-        return all(len(shapes[s.name]) == len(s.shape) and all(a <= b for a, b in zip(shapes[s.name], s.shape)) for s in self.inputs)
+        return all(
+            len(shapes[s.name]) == len(s.shape) and all(a <= b for a, b in zip(shapes[s.name], s.shape))
+            for s in self.inputs
+        )
 
     def exact(self, shapes: dict[str, tuple[int, ...]]) -> bool:
         return all(tuple(shapes[s.name]) == s.shape for s in self.inputs)
@@ -44,16 +48,23 @@ def choose(buckets: list[Bucket], shapes: dict[str, tuple[int, ...]], policy: st
     given = ", ".join(f"{k}:{'x'.join(map(str, v))}" for k, v in shapes.items())
     if len(buckets) == 1:
         s = [s for s in buckets[0].inputs if tuple(shapes[s.name]) != s.shape][0]
-        raise InputError(f"input {s.name!r} has shape {'x'.join(map(str, shapes[s.name]))}, the model was compiled for "
-                         f"{'x'.join(map(str, s.shape))}", where=where,
-                         fix=f"reshape or resize it, or recompile with --input-shape {s.name}:{'x'.join(map(str, shapes[s.name]))} "
-                             f"(or --shape-buckets for several sizes)")
+        raise InputError(
+            f"input {s.name!r} has shape {'x'.join(map(str, shapes[s.name]))}, the model was compiled for "
+            f"{'x'.join(map(str, s.shape))}",
+            where=where,
+            fix=f"reshape or resize it, or recompile with --input-shape {s.name}:{'x'.join(map(str, shapes[s.name]))} "
+            f"(or --shape-buckets for several sizes)",
+        )
     fits = [i for i, b in enumerate(buckets) if b.holds(shapes)]
     if policy == "error" or not fits:
         why = "is not one of the buckets (bucket policy 'error')" if fits else "is larger than every bucket"
-        raise InputError(f"input {given} {why}; the buckets are {describe(buckets)}", where=where,
-                         fix="send a bucket's exact shape" + (", or load with bucket_policy='pad'" if fits else "") +
-                             ", or recompile with a --shape-buckets list that covers it")
+        raise InputError(
+            f"input {given} {why}; the buckets are {describe(buckets)}",
+            where=where,
+            fix="send a bucket's exact shape"
+            + (", or load with bucket_policy='pad'" if fits else "")
+            + ", or recompile with a --shape-buckets list that covers it",
+        )
     return min(fits, key=lambda i: buckets[i].numel)
 
 
@@ -75,6 +86,9 @@ def pad(arrays: list[np.ndarray], bucket: Bucket) -> tuple[list[np.ndarray], dic
 def crop(outputs: list[np.ndarray], padded: dict[int, tuple[int, int]]) -> list[np.ndarray]:
     res = []
     for o in outputs:
-        idx = tuple(slice(0, padded[ax][1]) if ax in padded and o.shape[ax] == padded[ax][0] else slice(None) for ax in range(o.ndim))
+        idx = tuple(
+            slice(0, padded[ax][1]) if ax in padded and o.shape[ax] == padded[ax][0] else slice(None)
+            for ax in range(o.ndim)
+        )
         res.append(np.ascontiguousarray(o[idx]) if padded else o)
     return res

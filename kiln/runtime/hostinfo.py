@@ -1,5 +1,6 @@
 """What this host is: architecture, CPU feature flags, physical cores. Standard library only, so
 the runtime can check an artifact against the host before loading any native code."""
+
 from __future__ import annotations
 
 import functools
@@ -8,10 +9,21 @@ import platform
 
 # Artifacts name CPU features in LLVM's spelling; /proc/cpuinfo spells some differently.
 LLVM_TO_CPUINFO = {
-    "sse4.1": "sse4_1", "sse4.2": "sse4_2", "avx512vnni": "avx512_vnni", "avx512bf16": "avx512_bf16",
-    "avx512fp16": "avx512_fp16", "avx512vbmi2": "avx512_vbmi2", "avx512bitalg": "avx512_bitalg",
-    "amx-tile": "amx_tile", "amx-int8": "amx_int8", "amx-bf16": "amx_bf16", "avxvnni": "avx_vnni",
-    "neon": "asimd", "dotprod": "asimddp", "i8mm": "i8mm", "fullfp16": "fphp",
+    "sse4.1": "sse4_1",
+    "sse4.2": "sse4_2",
+    "avx512vnni": "avx512_vnni",
+    "avx512bf16": "avx512_bf16",
+    "avx512fp16": "avx512_fp16",
+    "avx512vbmi2": "avx512_vbmi2",
+    "avx512bitalg": "avx512_bitalg",
+    "amx-tile": "amx_tile",
+    "amx-int8": "amx_int8",
+    "amx-bf16": "amx_bf16",
+    "avxvnni": "avx_vnni",
+    "neon": "asimd",
+    "dotprod": "asimddp",
+    "i8mm": "i8mm",
+    "fullfp16": "fphp",
 }
 
 ARCH_ALIASES = {"amd64": "x86_64", "x64": "x86_64", "arm64": "aarch64"}
@@ -37,7 +49,7 @@ def host_arch() -> str:
     return ARCH_ALIASES.get(m, m)
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def host_cpu_flags() -> frozenset[str]:
     """The host's feature flags as /proc/cpuinfo spells them (empty where it cannot be read)."""
     try:
@@ -59,7 +71,7 @@ def missing_cpu_features(required: list[str]) -> list[str]:
     return [f for f in required if LLVM_TO_CPUINFO.get(f, f) not in flags]
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def physical_cores() -> int:
     """Physical cores available to this process (hyper-threads counted once)."""
     try:

@@ -1,6 +1,7 @@
 """Load a .kiln artifact and run it. Checks, in order, before any model code is loaded: format
 version and every member's checksum, the architecture, the CPU features, the TVM runtime version.
 Then the library is loaded with TVM's runtime library only (TVM_USE_RUNTIME_LIB=1)."""
+
 from __future__ import annotations
 
 import os
@@ -26,6 +27,7 @@ def _import_tvm_runtime():
     raise_thread_pool_cap()
     import tvm
     from tvm.runtime.vm import VirtualMachine
+
     return tvm, VirtualMachine
 
 
@@ -38,16 +40,28 @@ def _configure_threads(tvm, n: int) -> None:
         _pool_threads = n
 
 
-def load(path: str | os.PathLike, num_threads: int | None = None, warmup: bool = False, bucket_policy: str | None = None,
-         trusted_keys=None, accelerator: str = "sim") -> Model:
+def load(
+    path: str | os.PathLike,
+    num_threads: int | None = None,
+    warmup: bool = False,
+    bucket_policy: str | None = None,
+    trusted_keys=None,
+    accelerator: str = "sim",
+) -> Model:
     """Load an artifact. warmup=True runs every shape bucket once on zeros before returning, so the
     first real request is not slow. bucket_policy overrides the artifact's (pad | error).
     trusted_keys (Ed25519 public keys: PEM paths or bytes): refuse the artifact unless one of them
     signed it (`kiln sign`); checked before any of its code is loaded. accelerator: for artifacts
     with offloaded layers, "sim" (the simulated accelerator) or "reference" (the same integer
     arithmetic in numpy)."""
-    return Model(path, num_threads=num_threads, warmup=warmup, bucket_policy=bucket_policy, trusted_keys=trusted_keys,
-                 accelerator=accelerator)
+    return Model(
+        path,
+        num_threads=num_threads,
+        warmup=warmup,
+        bucket_policy=bucket_policy,
+        trusted_keys=trusted_keys,
+        accelerator=accelerator,
+    )
 
 
 class Model:
@@ -55,35 +69,66 @@ class Model:
     lock (TVM's VM is not thread-safe). With shape buckets, `run` picks the bucket (see
     kiln.runtime.buckets); `inputs`/`outputs` are the first (smallest) bucket's."""
 
-    def __init__(self, path: str | os.PathLike, num_threads: int | None = None, warmup: bool = False,
-                 bucket_policy: str | None = None, trusted_keys=None, accelerator: str = "sim"):
+    def __init__(
+        self,
+        path: str | os.PathLike,
+        num_threads: int | None = None,
+        warmup: bool = False,
+        bucket_policy: str | None = None,
+        trusted_keys=None,
+        accelerator: str = "sim",
+    ):
         self.path = Path(path)
         where = str(path)
         if num_threads is not None and (not isinstance(num_threads, int) or num_threads < 1):
-            raise OptionsError(f"num_threads must be a positive integer, got {num_threads!r}", where="num_threads", fix="e.g. num_threads=2")
+            raise OptionsError(
+                f"num_threads must be a positive integer, got {num_threads!r}",
+                where="num_threads",
+                fix="e.g. num_threads=2",
+            )
         if bucket_policy is not None and bucket_policy not in bk.POLICIES:
-            raise OptionsError(f"bucket policy {bucket_policy!r} is not valid", where="bucket_policy", fix=f"use one of {', '.join(bk.POLICIES)}")
+            raise OptionsError(
+                f"bucket policy {bucket_policy!r} is not valid",
+                where="bucket_policy",
+                fix=f"use one of {', '.join(bk.POLICIES)}",
+            )
         self.num_threads = num_threads or physical_cores()
         if trusted_keys is not None and (isinstance(trusted_keys, (str, bytes, os.PathLike)) or not list(trusted_keys)):
-            raise OptionsError("trusted_keys must be a non-empty list of public keys", where="trusted_keys", fix="e.g. trusted_keys=['kiln.pub']")
+            raise OptionsError(
+                "trusted_keys must be a non-empty list of public keys",
+                where="trusted_keys",
+                fix="e.g. trusted_keys=['kiln.pub']",
+            )
         manifest, members = art.read_artifact(path, trusted_keys=None if trusted_keys is None else list(trusted_keys))
         self.manifest = manifest
         if manifest["arch"] != host_arch():
-            raise IncompatibleArtifactError(f"artifact is built for {manifest['arch']}, this host is {host_arch()}", where=where,
-                                            fix=f"recompile for this host (kiln compile without --target), or run it on a {manifest['arch']} machine")
+            raise IncompatibleArtifactError(
+                f"artifact is built for {manifest['arch']}, this host is {host_arch()}",
+                where=where,
+                fix=f"recompile for this host (kiln compile without --target), or run it on a {manifest['arch']} machine",
+            )
         missing = missing_cpu_features(manifest["cpu_features"])
         if missing:
-            raise IncompatibleArtifactError(f"artifact needs CPU features this host lacks: {', '.join(missing)} "
-                                            f"(built for target {manifest['target']!r})", where=where,
-                                            fix="recompile on this host, or with a --target whose -mcpu this host supports")
+            raise IncompatibleArtifactError(
+                f"artifact needs CPU features this host lacks: {', '.join(missing)} "
+                f"(built for target {manifest['target']!r})",
+                where=where,
+                fix="recompile on this host, or with a --target whose -mcpu this host supports",
+            )
         tvm, VirtualMachine = _import_tvm_runtime()
         if _minor(tvm.__version__) != _minor(manifest["tvm_version"]):
-            raise IncompatibleArtifactError(f"artifact was built with TVM {manifest['tvm_version']}, this runtime has TVM "
-                                            f"{tvm.__version__}", where=where, fix="recompile it with this Kiln installation")
+            raise IncompatibleArtifactError(
+                f"artifact was built with TVM {manifest['tvm_version']}, this runtime has TVM {tvm.__version__}",
+                where=where,
+                fix="recompile it with this Kiln installation",
+            )
         self.bucket_policy = bucket_policy or manifest.get("bucket_policy", "pad")
         self._tvm = tvm
         self._dev = _device(tvm, manifest, where)
-        weights = [tvm.runtime.tensor(w, self._dev) for w in art.unpack_weights(members[art.WEIGHTS], manifest["weights"], where)]
+        weights = [
+            tvm.runtime.tensor(w, self._dev)
+            for w in art.unpack_weights(members[art.WEIGHTS], manifest["weights"], where)
+        ]
         self.accelerator = _register_accelerator(manifest, members, accelerator, where)  # before any VM exists
         self.buckets, self._fns = [], []
         with tempfile.TemporaryDirectory(prefix="kiln-load-") as tmp:
@@ -91,15 +136,23 @@ class Model:
                 lib_path = Path(tmp) / b["library"]
                 lib_path.write_bytes(members[b["library"]])
                 lib = tvm.runtime.load_module(str(lib_path))  # dlopen'd: the file may go away after
-                self.buckets.append(bk.Bucket(b["name"], tuple(map(art.TensorSpec.from_json, b["inputs"])),
-                                              tuple(map(art.TensorSpec.from_json, b["outputs"]))))
+                self.buckets.append(
+                    bk.Bucket(
+                        b["name"],
+                        tuple(map(art.TensorSpec.from_json, b["inputs"])),
+                        tuple(map(art.TensorSpec.from_json, b["outputs"])),
+                    )
+                )
                 vm = VirtualMachine(lib, self._dev)
                 entry = manifest.get("entry", "main")
                 try:
                     fn = vm[entry]
                 except Exception:  # a manifest edited to name a function the library lacks
-                    raise art.ArtifactError(f"the library has no entry function {entry!r}", where=str(self.path),
-                                            fix="the manifest does not match the library; recompile the model") from None
+                    raise art.ArtifactError(
+                        f"the library has no entry function {entry!r}",
+                        where=str(self.path),
+                        fix="the manifest does not match the library; recompile the model",
+                    ) from None
                 self._fns.append((vm, fn, [weights[i] for i in b["weights"]]))
         self.inputs, self.outputs = list(self.buckets[0].inputs), list(self.buckets[0].outputs)
         self._lock = threading.Lock()
@@ -110,6 +163,7 @@ class Model:
     def warm_up(self) -> list[float]:
         """Run every bucket once on zeros; returns (and keeps) each run's milliseconds."""
         import time
+
         self.warmup_ms = []
         for i, b in enumerate(self.buckets):
             t = time.perf_counter()
@@ -123,30 +177,44 @@ class Model:
 
     def validate(self, feed: dict) -> list[np.ndarray]:
         if not isinstance(feed, dict):
-            raise InputError(f"inputs must be a dict of name -> array, got {type(feed).__name__}",
-                             where=str(self.path), fix=f"e.g. run({{{self.inputs[0].name!r}: x}})" if self.inputs else "pass a dict")
+            raise InputError(
+                f"inputs must be a dict of name -> array, got {type(feed).__name__}",
+                where=str(self.path),
+                fix=f"e.g. run({{{self.inputs[0].name!r}: x}})" if self.inputs else "pass a dict",
+            )
         names = [s.name for s in self.inputs]
         missing = [n for n in names if n not in feed]
         extra = [n for n in feed if n not in names]
         if missing or extra:
-            what = "; ".join(p for p in (f"missing {missing}" if missing else "", f"unknown {extra}" if extra else "") if p)
+            what = "; ".join(
+                p for p in (f"missing {missing}" if missing else "", f"unknown {extra}" if extra else "") if p
+            )
             raise InputError(f"wrong input names: {what}", where=str(self.path), fix=f"the model's inputs are {names}")
         arrays = []
         for spec in self.inputs:
             x = feed[spec.name]
             x = x if isinstance(x, np.ndarray) else np.asarray(x)
             if x.dtype != np.dtype(spec.dtype):
-                raise InputError(f"input {spec.name!r} has dtype {x.dtype}, the model expects {spec.dtype}", where=str(self.path),
-                                 fix=f"cast it: x.astype({spec.dtype!r})")
+                raise InputError(
+                    f"input {spec.name!r} has dtype {x.dtype}, the model expects {spec.dtype}",
+                    where=str(self.path),
+                    fix=f"cast it: x.astype({spec.dtype!r})",
+                )
             if x.ndim != len(spec.shape):
-                raise InputError(f"input {spec.name!r} has rank {x.ndim} ({_fmt(x.shape)}), the model expects rank {len(spec.shape)} "
-                                 f"({_fmt(spec.shape)})", where=str(self.path), fix=f"reshape it to {_fmt(spec.shape)}")
+                raise InputError(
+                    f"input {spec.name!r} has rank {x.ndim} ({_fmt(x.shape)}), the model expects rank {len(spec.shape)} "
+                    f"({_fmt(spec.shape)})",
+                    where=str(self.path),
+                    fix=f"reshape it to {_fmt(spec.shape)}",
+                )
             arrays.append(np.ascontiguousarray(x).reshape(x.shape))  # ascontiguousarray makes a 0-d array 1-d
         return arrays
 
     def select(self, arrays: list[np.ndarray]) -> int:
         """The bucket that runs these (validated) inputs."""
-        return bk.choose(self.buckets, {s.name: a.shape for s, a in zip(self.inputs, arrays)}, self.bucket_policy, str(self.path))
+        return bk.choose(
+            self.buckets, {s.name: a.shape for s, a in zip(self.inputs, arrays)}, self.bucket_policy, str(self.path)
+        )
 
     def run(self, feed: dict) -> dict[str, np.ndarray]:
         arrays = self.validate(feed)
@@ -167,9 +235,12 @@ class Model:
                 return [o.numpy() for o in outs]
             except Exception as e:  # the library disagrees with its manifest (edited, or a mismatched build)
                 msg = str(e).strip().splitlines()
-                raise art.ArtifactError(f"the model's code rejected bucket {self.buckets[i].name!r}: {type(e).__name__}: "
-                                        f"{msg[-1] if msg else ''}", where=str(self.path),
-                                        fix="the artifact is inconsistent (its manifest does not match its library); recompile it") from None
+                raise art.ArtifactError(
+                    f"the model's code rejected bucket {self.buckets[i].name!r}: {type(e).__name__}: "
+                    f"{msg[-1] if msg else ''}",
+                    where=str(self.path),
+                    fix="the artifact is inconsistent (its manifest does not match its library); recompile it",
+                ) from None
 
 
 DEVICES = ("cpu", "cuda")
@@ -178,11 +249,18 @@ DEVICES = ("cpu", "cuda")
 def _device(tvm, manifest: dict, where: str):
     kind = manifest.get("device", "cpu")
     if kind not in DEVICES:
-        raise art.ArtifactError(f"unknown device {kind!r} in the manifest", where=where, fix=f"devices are {', '.join(DEVICES)}; recompile the model")
+        raise art.ArtifactError(
+            f"unknown device {kind!r} in the manifest",
+            where=where,
+            fix=f"devices are {', '.join(DEVICES)}; recompile the model",
+        )
     dev = tvm.cpu() if kind == "cpu" else tvm.cuda(0)
     if kind == "cuda" and not dev.exist:
-        raise IncompatibleArtifactError(f"artifact is built for a CUDA GPU ({manifest.get('target')}); this host has none", where=where,
-                                        fix="run it on a host with an NVIDIA GPU and driver, or recompile without --target cuda")
+        raise IncompatibleArtifactError(
+            f"artifact is built for a CUDA GPU ({manifest.get('target')}); this host has none",
+            where=where,
+            fix="run it on a host with an NVIDIA GPU and driver, or recompile without --target cuda",
+        )
     return dev
 
 
@@ -193,26 +271,46 @@ def _register_accelerator(manifest: dict, members: dict, backend: str, where: st
     if not acc:
         return None
     from ..accel.vta import runtime as vta_rt
+
     if backend not in vta_rt.BACKENDS:
-        raise OptionsError(f"accelerator backend {backend!r} is not valid", where="accelerator", fix=f"use one of {', '.join(vta_rt.BACKENDS)}")
+        raise OptionsError(
+            f"accelerator backend {backend!r} is not valid",
+            where="accelerator",
+            fix=f"use one of {', '.join(vta_rt.BACKENDS)}",
+        )
     if not isinstance(acc, dict) or acc.get("kind") != "vta-sim" or any(m not in members for m in vta_rt.MEMBERS):
-        raise art.ArtifactError(f"the manifest names accelerator {acc!r} but its programs are missing or unknown", where=where,
-                                fix="recompile the model")
+        raise art.ArtifactError(
+            f"the manifest names accelerator {acc!r} but its programs are missing or unknown",
+            where=where,
+            fix="recompile the model",
+        )
     try:
         _, runners = vta_rt.register({m: members[m] for m in vta_rt.MEMBERS}, backend)
     except Exception as e:  # malformed programs: a bad stream, config or array
-        raise art.ArtifactError(f"the accelerator programs are malformed: {type(e).__name__}: {e}", where=where, fix="recompile the model") from None
+        raise art.ArtifactError(
+            f"the accelerator programs are malformed: {type(e).__name__}: {e}", where=where, fix="recompile the model"
+        ) from None
     return runners
 
 
 def _bucket_entries(manifest: dict, where: str) -> list[dict]:
     """The manifest's buckets; an artifact without them has one (its top-level inputs, library, weights)."""
-    entries = manifest.get("buckets") or [{"name": "default", "inputs": manifest["inputs"], "outputs": manifest["outputs"],
-                                           "library": art.LIBRARY, "weights": list(range(len(manifest["weights"])))}]
+    entries = manifest.get("buckets") or [
+        {
+            "name": "default",
+            "inputs": manifest["inputs"],
+            "outputs": manifest["outputs"],
+            "library": art.LIBRARY,
+            "weights": list(range(len(manifest["weights"]))),
+        }
+    ]
     for b in entries:  # types were checked with the manifest; here: the library is one of the members
         if b["library"] not in manifest["members"] or b["library"] in (art.MANIFEST, art.WEIGHTS, art.SIGNATURE):
-            raise art.ArtifactError(f"manifest.json has a malformed bucket entry (library {b['library']!r})", where=where,
-                                    fix="recompile the model")
+            raise art.ArtifactError(
+                f"manifest.json has a malformed bucket entry (library {b['library']!r})",
+                where=where,
+                fix="recompile the model",
+            )
     return entries
 
 

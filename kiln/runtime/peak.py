@@ -3,6 +3,7 @@ bytes/s are set against (`kiln profile`; benchmarks/peak.py measures the same pe
 The peak is a loop of 12 independent FMA chains (AVX-512, else AVX2) built with the system C
 compiler and run in N processes at once (one per thread the model uses); without a C compiler or
 those instructions, numpy's float32 matmul stands in (a little under the peak). Cached per process."""
+
 from __future__ import annotations
 
 import functools
@@ -66,8 +67,9 @@ def build_fma(directory: str | Path, n: int = 24_000_000) -> tuple[Path, int] | 
     src.write_text(SOURCE)
     for width, flags in FLAGS.items():
         exe = Path(directory) / f"fma{width}"
-        r = subprocess.run([cc, "-O2", *flags, f"-DWIDTH={width}", f"-DN={n}", str(src), "-o", str(exe)],
-                           capture_output=True)
+        r = subprocess.run(
+            [cc, "-O2", *flags, f"-DWIDTH={width}", f"-DN={n}", str(src), "-o", str(exe)], capture_output=True
+        )
         if r.returncode == 0 and subprocess.run([str(exe)], capture_output=True).returncode == 0:  # else SIGILL
             return exe, width
     return None
@@ -82,7 +84,7 @@ def run_at_once(exe: Path, procs: int) -> list[float]:
 _build_dir: tempfile.TemporaryDirectory | None = None
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _fma_exe() -> tuple[Path, int] | None:
     """The FMA loop built once per process (its folder lives as long as the process)."""
     global _build_dir
@@ -90,7 +92,7 @@ def _fma_exe() -> tuple[Path, int] | None:
     return build_fma(_build_dir.name)
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def fma_peak(threads: int = 1, tries: int = 3) -> dict:
     """{gflops, method, threads}: the best of `tries` runs of the FMA loop on `threads` cores at
     once (a busy neighbour only lowers it; a few ms each, after a build of a fraction of a second);
@@ -105,15 +107,15 @@ def fma_peak(threads: int = 1, tries: int = 3) -> dict:
     for _ in range(tries * 3):
         t = time.perf_counter()
         a @ a
-        best = max(best, 2 * 512 ** 3 / (time.perf_counter() - t) / 1e9)
+        best = max(best, 2 * 512**3 / (time.perf_counter() - t) / 1e9)
     return {"gflops": round(best, 1), "method": "numpy-sgemm", "threads": threads}
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def memory_bandwidth(mb: int = 32, tries: int = 3) -> float:
     """GB/s of a copy far larger than the caches (bytes read + written), one thread: the roofline's
     memory ceiling."""
-    src = np.ones(mb * 2 ** 20 // 4, np.float32)
+    src = np.ones(mb * 2**20 // 4, np.float32)
     dst = np.ones_like(src)  # touched: no page faults in the timed copies
     best = float("inf")
     for _ in range(tries):

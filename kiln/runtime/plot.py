@@ -1,4 +1,5 @@
 """Latency histogram PNG for `kiln bench --plot` (matplotlib, imported only here)."""
+
 from __future__ import annotations
 
 from ..errors import OptionsError
@@ -7,13 +8,19 @@ from ..errors import OptionsError
 def latency_histogram(result: dict, path: str) -> None:
     try:
         import matplotlib
+
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
     except ImportError:
-        raise OptionsError("--plot needs matplotlib, which is not installed", where="--plot", fix="pip install 'kiln[bench]'") from None
+        raise OptionsError(
+            "--plot needs matplotlib, which is not installed", where="--plot", fix="pip install 'kiln[bench]'"
+        ) from None
     from .._io import atomic_open
+
     fig, ax = plt.subplots(figsize=(7, 4))
-    series = [("kiln", result["latencies_ms"])] + ([("onnxruntime", result["ort_latencies_ms"])] if "ort_latencies_ms" in result else [])
+    series = [("kiln", result["latencies_ms"])] + (
+        [("onnxruntime", result["ort_latencies_ms"])] if "ort_latencies_ms" in result else []
+    )
     for label, ms in series:
         ax.hist(ms, bins=40, alpha=0.6, label=f"{label} (p50 {sorted(ms)[len(ms) // 2]:.2f} ms)")
     ax.set_xlabel("latency (ms)")

@@ -12,6 +12,7 @@ reshapes: not kernels) are summed apart.
 Static facts (source ONNX nodes, FLOPs, bytes, tuned or default schedule) come from the manifest's
 `kernel_info` (kiln/compiler/kernel_info.py, computed at compile time); an artifact built before it
 existed still gets times, without them."""
+
 from __future__ import annotations
 
 import dataclasses
@@ -39,14 +40,19 @@ class ProfileOptions:
 
     def __post_init__(self):
         if self.warmup < 0 or self.repeat < 1 or self.top < 1:
-            raise OptionsError("warmup must be >= 0, repeat >= 1 and top >= 1", where="kiln profile",
-                               fix="e.g. --repeat 50 --top 15")
+            raise OptionsError(
+                "warmup must be >= 0, repeat >= 1 and top >= 1", where="kiln profile", fix="e.g. --repeat 50 --top 15"
+            )
 
 
 def random_feed(model) -> dict:
     rng = np.random.default_rng(0)
-    return {s.name: (rng.standard_normal(s.shape) if np.dtype(s.dtype).kind == "f"
-                     else rng.integers(0, 10, s.shape)).astype(s.dtype) for s in model.inputs}
+    return {
+        s.name: (
+            rng.standard_normal(s.shape) if np.dtype(s.dtype).kind == "f" else rng.integers(0, 10, s.shape)
+        ).astype(s.dtype)
+        for s in model.inputs
+    }
 
 
 def profile(path: str | os.PathLike, opts: ProfileOptions = ProfileOptions(), feed: dict | None = None) -> dict:
@@ -72,6 +78,7 @@ def profile(path: str | os.PathLike, opts: ProfileOptions = ProfileOptions(), fe
             current[name] = current.get(name, 0.0) + t
             calls[name] = calls.get(name, 0) + 1
         return 0
+
     latencies, instrumented = [], []
     with model._lock, _pool_lock:
         _configure_threads(tvm, model.num_threads)
@@ -94,14 +101,29 @@ def profile(path: str | os.PathLike, opts: ProfileOptions = ProfileOptions(), fe
     peak = fma_peak(model.num_threads)
     bandwidth = memory_bandwidth()
     info = (model.manifest.get("buckets") or [{}])[b].get("kernel_info") or {}
-    return summarize(per_run, {k: v // opts.repeat for k, v in calls.items()}, latencies, info, peak, bandwidth,
-                     {"artifact": str(path), "target": model.manifest["target"], "threads": model.num_threads,
-                      "bucket": model.buckets[b].name, "runs": opts.repeat, "warmup": opts.warmup, "top": opts.top,
-                      "latency_ms_instrumented": statistics.median(instrumented)})
+    return summarize(
+        per_run,
+        {k: v // opts.repeat for k, v in calls.items()},
+        latencies,
+        info,
+        peak,
+        bandwidth,
+        {
+            "artifact": str(path),
+            "target": model.manifest["target"],
+            "threads": model.num_threads,
+            "bucket": model.buckets[b].name,
+            "runs": opts.repeat,
+            "warmup": opts.warmup,
+            "top": opts.top,
+            "latency_ms_instrumented": statistics.median(instrumented),
+        },
+    )
 
 
-def summarize(per_run: list[dict], calls: dict, latencies: list[float], info: dict, peak: dict, bandwidth: float,
-              meta: dict) -> dict:
+def summarize(
+    per_run: list[dict], calls: dict, latencies: list[float], info: dict, peak: dict, bandwidth: float, meta: dict
+) -> dict:
     """The profile: per kernel the median over runs of its time per run, with the manifest's facts
     and the roofline; sorted by time."""
     names = {n for run in per_run for n in run}
@@ -116,26 +138,45 @@ def summarize(per_run: list[dict], calls: dict, latencies: list[float], info: di
         flops = facts.get("flops", 0) * c if facts else None
         moved = (facts.get("bytes_read", 0) + facts.get("bytes_written", 0)) * c if facts else None
         gflops = flops / ms / 1e6 if flops and ms > 0 else None
-        rows.append({"kernel": n, "ops": facts.get("ops", []), "calls": c, "ms": ms,
-                     "share": ms / total if total else 0.0,
-                     "flops": flops, "gflops": gflops,
-                     "peak_share": gflops / peak["gflops"] if gflops and peak["gflops"] else None,
-                     "bytes": moved, "gbs": moved / ms / 1e6 if moved and ms > 0 else None,
-                     "schedule": facts.get("schedule", "unknown")})
+        rows.append(
+            {
+                "kernel": n,
+                "ops": facts.get("ops", []),
+                "calls": c,
+                "ms": ms,
+                "share": ms / total if total else 0.0,
+                "flops": flops,
+                "gflops": gflops,
+                "peak_share": gflops / peak["gflops"] if gflops and peak["gflops"] else None,
+                "bytes": moved,
+                "gbs": moved / ms / 1e6 if moved and ms > 0 else None,
+                "schedule": facts.get("schedule", "unknown"),
+            }
+        )
     builtins = {n: median[n] for n in names if n.startswith(BUILTIN)}
     flops_total = sum(r["flops"] or 0 for r in rows)
-    return {**meta, "latency_ms": latency, "kernels_ms": total,
-            "kernels_share_of_latency": total / latency if latency else None, "builtins_ms": sum(builtins.values()),
-            "builtins": builtins, "peak_gflops": peak["gflops"], "peak_method": peak["method"],
-            "bandwidth_gbs": bandwidth,
-            "gflops_total": flops_total / 1e9, "gflops_per_s": flops_total / latency / 1e6 if latency else None,
-            "static_facts": bool(info), "not_called": sorted(set(info) - names), "latencies_ms": latencies,
-            "kernels": rows}
+    return {
+        **meta,
+        "latency_ms": latency,
+        "kernels_ms": total,
+        "kernels_share_of_latency": total / latency if latency else None,
+        "builtins_ms": sum(builtins.values()),
+        "builtins": builtins,
+        "peak_gflops": peak["gflops"],
+        "peak_method": peak["method"],
+        "bandwidth_gbs": bandwidth,
+        "gflops_total": flops_total / 1e9,
+        "gflops_per_s": flops_total / latency / 1e6 if latency else None,
+        "static_facts": bool(info),
+        "not_called": sorted(set(info) - names),
+        "latencies_ms": latencies,
+        "kernels": rows,
+    }
 
 
 def _short(ops: list[str], width: int = 28) -> str:
     s = ", ".join(ops) if ops else "-"
-    return s if len(s) <= width else s[:width - 3] + "..."
+    return s if len(s) <= width else s[: width - 3] + "..."
 
 
 def _opt(v, fmt: str) -> str:
@@ -144,34 +185,48 @@ def _opt(v, fmt: str) -> str:
 
 def format_profile(p: dict) -> str:
     """The terminal table: the top kernels by time, then the totals."""
-    top = p["kernels"][:p.get("top", TOP)]
+    top = p["kernels"][: p.get("top", TOP)]
     width = max([len("kernel")] + [min(len(r["kernel"]), 48) for r in top])
-    head = (f"{'kernel':<{width}}  {'source ops':<28} {'calls':>5} {'ms':>8} {'%':>5} {'GFLOP/s':>8} {'%peak':>5} "
-            f"{'MB':>7} schedule")
-    lines = [f"{p['artifact']} on {p['target']}, {p['threads']} thread(s), {p['runs']} profiled runs; peak "
-             f"{p['peak_gflops']:.0f} GFLOP/s ({p['peak_method']}, {p['threads']} core(s)), "
-             f"memory {p['bandwidth_gbs']:.0f} GB/s",
-             head, "-" * len(head)]
+    head = (
+        f"{'kernel':<{width}}  {'source ops':<28} {'calls':>5} {'ms':>8} {'%':>5} {'GFLOP/s':>8} {'%peak':>5} "
+        f"{'MB':>7} schedule"
+    )
+    lines = [
+        f"{p['artifact']} on {p['target']}, {p['threads']} thread(s), {p['runs']} profiled runs; peak "
+        f"{p['peak_gflops']:.0f} GFLOP/s ({p['peak_method']}, {p['threads']} core(s)), "
+        f"memory {p['bandwidth_gbs']:.0f} GB/s",
+        head,
+        "-" * len(head),
+    ]
     for r in top:
         name = r["kernel"] if len(r["kernel"]) <= 48 else r["kernel"][:45] + "..."
-        lines.append(f"{name:<{width}}  {_short(r['ops']):<28} {r['calls']:>5} {r['ms']:>8.3f} "
-                     f"{r['share'] * 100:>5.1f} "
-                     f"{_opt(r['gflops'], '8.1f'):>8} {_opt(r['peak_share'] and r['peak_share'] * 100, '5.1f'):>5} "
-                     f"{_opt(r['bytes'] and r['bytes'] / 1e6, '7.2f'):>7} {r['schedule']}")
-    rest = p["kernels"][len(top):]
+        lines.append(
+            f"{name:<{width}}  {_short(r['ops']):<28} {r['calls']:>5} {r['ms']:>8.3f} "
+            f"{r['share'] * 100:>5.1f} "
+            f"{_opt(r['gflops'], '8.1f'):>8} {_opt(r['peak_share'] and r['peak_share'] * 100, '5.1f'):>5} "
+            f"{_opt(r['bytes'] and r['bytes'] / 1e6, '7.2f'):>7} {r['schedule']}"
+        )
+    rest = p["kernels"][len(top) :]
     if rest:
         lines.append(f"... {len(rest)} more kernel(s): {sum(r['ms'] for r in rest):.3f} ms")
-    lines.append(f"total: {len(p['kernels'])} kernels {p['kernels_ms']:.3f} ms + VM builtins "
-                 f"{p['builtins_ms']:.3f} ms; "
-                 f"measured latency (median, same runs) {p['latency_ms']:.3f} ms: kernels are "
-                 f"{p['kernels_share_of_latency'] * 100:.0f}%"
-                 + (f"; {p['gflops_total']:.3f} GFLOP per run, {p['gflops_per_s']:.1f} GFLOP/s end to end "
-                    f"({p['gflops_per_s'] / p['peak_gflops'] * 100:.1f}% of peak)" if p["gflops_total"] else ""))
+    lines.append(
+        f"total: {len(p['kernels'])} kernels {p['kernels_ms']:.3f} ms + VM builtins "
+        f"{p['builtins_ms']:.3f} ms; "
+        f"measured latency (median, same runs) {p['latency_ms']:.3f} ms: kernels are "
+        f"{p['kernels_share_of_latency'] * 100:.0f}%"
+        + (
+            f"; {p['gflops_total']:.3f} GFLOP per run, {p['gflops_per_s']:.1f} GFLOP/s end to end "
+            f"({p['gflops_per_s'] / p['peak_gflops'] * 100:.1f}% of peak)"
+            if p["gflops_total"]
+            else ""
+        )
+    )
     if p.get("not_called"):
         lines.append(f"(never called as kernels, e.g. turned into VM reshapes by TVM: {', '.join(p['not_called'])})")
     if not p["static_facts"]:
-        lines.append("(this artifact's manifest has no kernel_info: recompile it for source ops, FLOPs, bytes and "
-                     "schedules)")
+        lines.append(
+            "(this artifact's manifest has no kernel_info: recompile it for source ops, FLOPs, bytes and schedules)"
+        )
     return "\n".join(lines)
 
 
@@ -180,8 +235,9 @@ def check_plot() -> None:
     try:
         import matplotlib  # noqa: F401
     except ImportError:
-        raise OptionsError("--plot needs matplotlib, which is not installed", where="--plot",
-                           fix="pip install 'kiln[bench]'") from None
+        raise OptionsError(
+            "--plot needs matplotlib, which is not installed", where="--plot", fix="pip install 'kiln[bench]'"
+        ) from None
 
 
 def plot_profile(p: dict, path: str, top: int = 25) -> None:
@@ -189,25 +245,39 @@ def plot_profile(p: dict, path: str, top: int = 25) -> None:
     with its share of the FMA peak."""
     check_plot()
     import matplotlib
+
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     from .._io import atomic_open
+
     rows = p["kernels"][:top][::-1]
     colours = {"tuned": "tab:green", "default": "tab:blue", "c-kernel": "tab:purple", "none": "tab:red"}
     fig, ax = plt.subplots(figsize=(10, 1.5 + 0.32 * len(rows)))
-    labels = [(r["kernel"] if len(r["kernel"]) <= 40 else r["kernel"][:37] + "...")
-              + (f"  [{_short(r['ops'], 24)}]" if r["ops"] else "") for r in rows]
-    bars = ax.barh(range(len(rows)), [r["ms"] for r in rows],
-                   color=[colours.get(r["schedule"], "tab:gray") for r in rows])
+    labels = [
+        (r["kernel"] if len(r["kernel"]) <= 40 else r["kernel"][:37] + "...")
+        + (f"  [{_short(r['ops'], 24)}]" if r["ops"] else "")
+        for r in rows
+    ]
+    bars = ax.barh(
+        range(len(rows)), [r["ms"] for r in rows], color=[colours.get(r["schedule"], "tab:gray") for r in rows]
+    )
     for bar, r in zip(bars, rows):
         if r["peak_share"] is not None:
-            ax.text(bar.get_width(), bar.get_y() + bar.get_height() / 2, f" {r['peak_share'] * 100:.0f}% peak",
-                    va="center", fontsize=7)
+            ax.text(
+                bar.get_width(),
+                bar.get_y() + bar.get_height() / 2,
+                f" {r['peak_share'] * 100:.0f}% peak",
+                va="center",
+                fontsize=7,
+            )
     ax.set_yticks(range(len(rows)), labels, fontsize=7)
     ax.set_xlabel("ms per run")
-    ax.set_title(f"{os.path.basename(p['artifact'])}: kernels {p['kernels_ms']:.2f} ms of {p['latency_ms']:.2f} ms, "
-                 f"{p['threads']} thread(s); peak {p['peak_gflops']:.0f} GFLOP/s", fontsize=9)
+    ax.set_title(
+        f"{os.path.basename(p['artifact'])}: kernels {p['kernels_ms']:.2f} ms of {p['latency_ms']:.2f} ms, "
+        f"{p['threads']} thread(s); peak {p['peak_gflops']:.0f} GFLOP/s",
+        fontsize=9,
+    )
     handles = [plt.Rectangle((0, 0), 1, 1, color=c) for c in colours.values()]
     ax.legend(handles, list(colours), fontsize=7, loc="lower right")
     fig.tight_layout()

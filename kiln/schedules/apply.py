@@ -2,6 +2,7 @@
 target. A kernel no rule fits (every rule raised ScheduleError: "does not apply") keeps TVM's
 default lowering; the pass counts both so the report can say how much of the model is scheduled.
 Any other exception from a rule is a bug and propagates."""
+
 from __future__ import annotations
 
 import tvm
@@ -82,9 +83,17 @@ class ApplyTuningDatabase:
 
         from ..compiler.analysis import kernels
         from .database import best_is_default, database_for_compile
+
         db = database_for_compile(self.db_dir)
-        default = best_is_default(db, self.db_dir, {gv.name_hint: f for gv, f in mod.functions.items()
-                                                    if isinstance(f, tirx.PrimFunc) and not is_scheduled(f)})
+        default = best_is_default(
+            db,
+            self.db_dir,
+            {
+                gv.name_hint: f
+                for gv, f in mod.functions.items()
+                if isinstance(f, tirx.PrimFunc) and not is_scheduled(f)
+            },
+        )
         with db:
             mod = relax.transform.MetaScheduleApplyDatabase(enable_warning=False)(mod)
         total = tuned = 0.0

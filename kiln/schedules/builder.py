@@ -8,6 +8,7 @@ killed with its worker, recorded as a failed build, and the next candidate gets 
 The worker receives the candidate as TVM's JSON and the target as its dict, compiles it, and
 exports the shared library into `out_dir` (one folder per artifact: MetaSchedule's runner deletes
 the artifact's folder when it is done)."""
+
 from __future__ import annotations
 
 import multiprocessing as mp
@@ -16,8 +17,8 @@ import tempfile
 import uuid
 
 import tvm
-from tvm.s_tir.meta_schedule.builder import BuilderResult, PyBuilder
 from tvm.ir.utils import derived_object
+from tvm.s_tir.meta_schedule.builder import BuilderResult, PyBuilder
 
 from ..errors import ResourceError
 
@@ -28,6 +29,7 @@ START_TIMEOUT_S = 120.0  # the worker's start-up (importing TVM) is not a candid
 def compile_candidate(mod_json: str, target: dict, out_dir: str) -> str:
     """In the worker: TVM JSON -> shared library in its own folder under out_dir; returns its path."""
     from tvm.s_tir.transform import RemoveWeightLayoutRewriteBlock
+
     mod = RemoveWeightLayoutRewriteBlock(skip_tensor_rewrite=True)(tvm.ir.load_json(mod_json))
     lib = tvm.compile(mod, target=tvm.target.Target(target))
     path = os.path.join(tempfile.mkdtemp(dir=out_dir), f"{uuid.uuid4().hex}.so")
@@ -72,9 +74,12 @@ class WorkerBuilder(PyBuilder):
             self._conn.recv()
         except (EOFError, OSError) as e:
             self.close()
-            raise ResourceError(f"the build worker process did not start ({e or 'it exited'})", where="kiln tune",
-                                fix="check that the machine can start a Python process with TVM (memory, process limits) and retry; "
-                                    "records tuned so far are kept") from None
+            raise ResourceError(
+                f"the build worker process did not start ({e or 'it exited'})",
+                where="kiln tune",
+                fix="check that the machine can start a Python process with TVM (memory, process limits) and retry; "
+                "records tuned so far are kept",
+            ) from None
 
     def close(self) -> None:
         if self._proc is not None:

@@ -3,6 +3,7 @@ names the CPU and hashes the full target, so records are only reused where they 
 MetaSchedule appends one JSON line per record; a kill mid-write can leave a torn last line,
 which `open_database` drops with a warning (rewriting the file atomically) instead of crashing;
 so are records TVM wrote but cannot read back."""
+
 from __future__ import annotations
 
 import functools
@@ -79,6 +80,7 @@ def best_is_default(db, db_dir: str | Path, funcs: dict) -> dict[str, bool | Non
     measured first), None when the database has no record of it (or this lookup does not find one)."""
     import tvm_ffi
     from tvm.s_tir.meta_schedule.tune_context import _normalize_mod
+
     ledger = measured_defaults(db_dir)
     out: dict[str, bool | None] = {}
     for name, func in funcs.items():
@@ -99,7 +101,12 @@ def drop_unloadable_records(db_dir: Path) -> int:
     rewritten atomically. ~30 ms a record, so only once the database as a whole failed to load.
     Returns how many were dropped."""
     from tvm.s_tir import meta_schedule as ms
-    workloads = [ms.database.Workload.from_json(json.loads(line)) for line in (db_dir / FILES[0]).read_text().splitlines() if line.strip()]
+
+    workloads = [
+        ms.database.Workload.from_json(json.loads(line))
+        for line in (db_dir / FILES[0]).read_text().splitlines()
+        if line.strip()
+    ]
     good, bad = [], []
     for i, line in enumerate((db_dir / FILES[1]).read_text().splitlines(), 1):
         if not line.strip():
@@ -111,13 +118,16 @@ def drop_unloadable_records(db_dir: Path) -> int:
         except (RuntimeError, ValueError, TypeError, IndexError):  # TVM raises RuntimeError
             bad.append(i)
     if bad:
-        warnings.warn(f"{db_dir / FILES[1]}: dropping {len(bad)} record(s) TVM cannot read back, lines {bad[:5]}", stacklevel=2)
+        warnings.warn(
+            f"{db_dir / FILES[1]}: dropping {len(bad)} record(s) TVM cannot read back, lines {bad[:5]}", stacklevel=2
+        )
         atomic_write_text(db_dir / FILES[1], "".join(line + "\n" for line in good))
     return len(bad)
 
 
 def _load(db_dir: Path):
     from tvm.s_tir import meta_schedule as ms
+
     try:
         return ms.database.JSONDatabase(work_dir=str(db_dir), module_equality="structural")
     except RuntimeError:  # TVM's errors; which record is not said
@@ -156,6 +166,7 @@ def compact(db_dir: str | Path) -> tuple[int, int]:
     from tvm.s_tir import meta_schedule as ms
 
     from .._io import atomic_write_bytes
+
     db_dir = Path(db_dir)
     db = open_database(db_dir)
     before = len(db.get_all_tuning_records())

@@ -4,11 +4,20 @@ per row, the depthwise conv of all channels into a stack buffer
 (register-tiled like a direct conv: `t` pixels x the channel block's lanes, its bias/clamp applied
 per tile), then the 1x1 conv of that row from the buffer (t pixels x the output block's lanes of
 accumulators, reduced over all channels), the epilogue (bias, residual add) per tile."""
+
 from __future__ import annotations
 
 from tvm import s_tir
 
-from .rules import MIN_PARALLEL_TASKS, _divisor_at_most, block_named, extent, inline_all_but, tile_accumulator, vectorize_tails
+from .rules import (
+    MIN_PARALLEL_TASKS,
+    _divisor_at_most,
+    block_named,
+    extent,
+    inline_all_but,
+    tile_accumulator,
+    vectorize_tails,
+)
 
 MAX_TILE = 8  # pixels per register tile
 MAX_ROW_FLOATS = 16384  # 64 KiB: the depthwise row buffer on each thread's stack
@@ -16,7 +25,9 @@ MAX_ROW_FLOATS = 16384  # 64 KiB: the depthwise row buffer on each thread's stac
 
 def depthwise_pointwise(sch: s_tir.Schedule, anchor, lanes: int) -> None:
     dw, act = block_named(sch, "dwpw_depthwise"), block_named(sch, "dwpw_act")
-    inline_all_but(sch, [dw, act, anchor])  # the padding into the depthwise conv, the epilogue chain into its last block
+    inline_all_but(
+        sch, [dw, act, anchor]
+    )  # the padding into the depthwise conv, the epilogue chain into its last block
     consumers = sch.get_consumers(anchor)
     _, cb, _, ow, c = (int(v) for v in sch.get(act).writes[0].source.shape)
     if cb * ow * c > MAX_ROW_FLOATS:

@@ -1,8 +1,9 @@
 """Which default schedule rule a kernel gets: a table keyed by (target family, kernel kind).
 The kind comes from the kernel's blocks: its largest reduction block's name, or "injective"."""
+
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 from tvm import s_tir
 
@@ -28,9 +29,28 @@ RULES: dict[tuple[str, str], Callable] = {
     ("cpu", "depthwise_pointwise"): depthwise_pointwise,
 }
 # when a kind's rule does not apply (e.g. output channels not divisible by the lanes), try these
-FALLBACK = {"softmax": ("multi_reduction",), "conv2d_nchw": ("conv2d_nchw_oc", "conv2d"), "depthwise_nchw": ("reduction",), "conv2d_int8": ("conv2d",), "matmul_int8": ("matmul",), "layout_transform": ("injective",)}
-KIND_BY_BLOCK_PREFIX = (("winograd_gemm", "winograd"), ("conv2d_NCHWc_int8", "conv2d_int8"), ("matmul_int8", "matmul_int8"), ("conv2d_nchw", "conv2d_nchw"), ("group_conv2d_nchw", "depthwise_nchw"), ("conv2d", "conv2d"), ("depthwise", "conv2d"), ("matmul", "matmul"), ("T_matmul", "matmul"),
-                        ("dense", "matmul"), ("pool", "pool"), ("adaptive_pool", "pool"))
+FALLBACK = {
+    "softmax": ("multi_reduction",),
+    "conv2d_nchw": ("conv2d_nchw_oc", "conv2d"),
+    "depthwise_nchw": ("reduction",),
+    "conv2d_int8": ("conv2d",),
+    "matmul_int8": ("matmul",),
+    "layout_transform": ("injective",),
+}
+KIND_BY_BLOCK_PREFIX = (
+    ("winograd_gemm", "winograd"),
+    ("conv2d_NCHWc_int8", "conv2d_int8"),
+    ("matmul_int8", "matmul_int8"),
+    ("conv2d_nchw", "conv2d_nchw"),
+    ("group_conv2d_nchw", "depthwise_nchw"),
+    ("conv2d", "conv2d"),
+    ("depthwise", "conv2d"),
+    ("matmul", "matmul"),
+    ("T_matmul", "matmul"),
+    ("dense", "matmul"),
+    ("pool", "pool"),
+    ("adaptive_pool", "pool"),
+)
 
 
 def classify(sch: s_tir.Schedule):

@@ -2,6 +2,7 @@
 Schedule, the kernel's anchor block (its main reduction, or its output block for injective
 kernels) and the machine's vector lanes, and parallelizes over cores, vectorizes the innermost
 axis, and register-tiles reductions. A rule raises s_tir.ScheduleError when it does not apply."""
+
 from __future__ import annotations
 
 import math
@@ -40,8 +41,10 @@ def tile_consumers(sch: s_tir.Schedule, anchor) -> list:
     output domain (as many elements, in any layout). A consumer that writes more (a Pad after a conv) stays at the root: computed at a
     tile it covers only the anchor's region (reverse_compute_at derives it from the producer), and the
     padding border is never written (seen as garbage in a ConvTranspose -> Pad kernel)."""
+
     def size(block):
         return math.prod(int(v) for v in sch.get(block).writes[0].source.shape)  # a layout transform keeps it
+
     return [c for c in sch.get_consumers(anchor) if size(c) == size(anchor)]
 
 
@@ -166,8 +169,12 @@ def reduction_tiled(sch: s_tir.Schedule, anchor, lanes: int) -> None:
     register tile of (tile x lanes) accumulators, the epilogue computed per tile."""
     inline_all_but(sch, [anchor])
     strided = _strided_lanes(sch, anchor)
-    if strided:  # e.g. a stride-2 NCHW pool: lanes along W would each gather, so they run as unrolled scalars, 4 of them
-        lanes = min(lanes, STRIDED_LANES)  # (ResNet-50's 3x3/2 max pool: 0.45 ms vectorized by 8, 0.28 unrolled by 8, 0.14 by 4)
+    if (
+        strided
+    ):  # e.g. a stride-2 NCHW pool: lanes along W would each gather, so they run as unrolled scalars, 4 of them
+        lanes = min(
+            lanes, STRIDED_LANES
+        )  # (ResNet-50's 3x3/2 max pool: 0.45 ms vectorized by 8, 0.28 unrolled by 8, 0.14 by 4)
     consumers = tile_consumers(sch, anchor)
     types = iter_types(sch, anchor)
     loops = sch.get_loops(anchor)
@@ -356,7 +363,11 @@ def conv_nchw_pointwise(sch: s_tir.Schedule, anchor, lanes: int) -> None:
 
 def _conv_stride_w(sch: s_tir.Schedule, anchor, data, kw_loop, out_w: int) -> int:
     """The width stride of a conv block, from its (padded) input width, kernel width and output width."""
-    in_w = int(sch.get(data).writes[0].source.shape[-1]) if data is not None else int(sch.get(anchor).reads[1].source.shape[-1])
+    in_w = (
+        int(sch.get(data).writes[0].source.shape[-1])
+        if data is not None
+        else int(sch.get(anchor).reads[1].source.shape[-1])
+    )
     return (in_w - extent(sch, kw_loop)) // (out_w - 1) if out_w > 1 else 1
 
 
@@ -406,8 +417,12 @@ def layout_transform_tiled(sch: s_tir.Schedule, anchor, lanes: int) -> None:
     blk = bs[0]
     loops = sch.get_loops(blk)
     shapes = [[int(d) for d in r.source.shape] for r in (sch.get(blk).reads[0], sch.get(blk).writes[0])]
-    blocking = len(loops) == 4 and len(shapes[1]) == 5 and shapes[1][-1] == lanes and shapes[1][1] * lanes == shapes[0][1]
-    unblocking = len(loops) == 5 and len(shapes[0]) == 5 and shapes[0][-1] == lanes and shapes[1][1] == shapes[0][1] * lanes
+    blocking = (
+        len(loops) == 4 and len(shapes[1]) == 5 and shapes[1][-1] == lanes and shapes[1][1] * lanes == shapes[0][1]
+    )
+    unblocking = (
+        len(loops) == 5 and len(shapes[0]) == 5 and shapes[0][-1] == lanes and shapes[1][1] == shapes[0][1] * lanes
+    )
     if not (blocking or unblocking):
         raise s_tir.ScheduleError("not an NCHW <-> NCHW{lanes}c transform")
     t = _vector_width(extent(sch, loops[3]), lanes)
@@ -439,6 +454,7 @@ def target_has(feature: str) -> bool:
     """Whether the current target (the `with target:` the pipeline runs in) enables an LLVM feature."""
     import tvm
     from tvm.target import codegen
+
     t = tvm.target.Target.current(allow_none=True)
     return t is not None and t.kind.name == "llvm" and feature in set(codegen.llvm_get_cpu_features(t))
 
@@ -447,6 +463,7 @@ def _tensorize_vnni(sch: s_tir.Schedule, anchor, reduce_loop, tile_loop, lanes_l
     """Shared tail of the int8 rules: zero-init outside the reduction, the register tile unrolled,
     the 16x4 inner loops replaced by vpdpbusd, the init and epilogue vectorized by 16."""
     from .intrinsics import VNNI_16x4
+
     init = sch.decompose_reduction(anchor, reduce_loop)
     sch.unroll(tile_loop)
     sch.tensorize(lanes_loop, VNNI_16x4)

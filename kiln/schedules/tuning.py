@@ -16,6 +16,7 @@
   kiln/schedules/rules.py) is measured by the same runner and recorded with its trace unless the
   database already holds that trace, so the best record of a workload is the default schedule
   unless a candidate beat it (a rule changed since the last run gets measured again)."""
+
 from __future__ import annotations
 
 import contextlib
@@ -24,8 +25,8 @@ import logging
 import os
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 import tvm
 from tvm.ir.utils import derived_object
@@ -53,43 +54,68 @@ class TuneOptions:
 
     def __post_init__(self):
         if (self.rpc_tracker is None) != (self.rpc_key is None):
-            raise OptionsError("--rpc-tracker and --rpc-key go together", where="--rpc-tracker / --rpc-key",
-                               fix="e.g. --rpc-tracker 127.0.0.1:9190 --rpc-key rpi5")
+            raise OptionsError(
+                "--rpc-tracker and --rpc-key go together",
+                where="--rpc-tracker / --rpc-key",
+                fix="e.g. --rpc-tracker 127.0.0.1:9190 --rpc-key rpi5",
+            )
         if self.rpc_tracker is not None:
             parse_tracker(self.rpc_tracker)
         if (self.trials is None) == (self.budget_s is None):
-            raise OptionsError("give exactly one of --trials N and --budget DURATION", where="--trials / --budget", fix="e.g. --trials 64 or --budget 20m")
+            raise OptionsError(
+                "give exactly one of --trials N and --budget DURATION",
+                where="--trials / --budget",
+                fix="e.g. --trials 64 or --budget 20m",
+            )
         if self.trials is not None and self.trials < 1 or self.budget_s is not None and self.budget_s <= 0:
-            raise OptionsError("trials and budget must be positive", where="--trials / --budget", fix="e.g. --trials 64 or --budget 20m")
+            raise OptionsError(
+                "trials and budget must be positive",
+                where="--trials / --budget",
+                fix="e.g. --trials 64 or --budget 20m",
+            )
 
 
 def parse_tracker(text: str) -> tuple[str, int]:
     host, _, port = text.rpartition(":")
     if not host or not port.isdigit() or not 0 < int(port) < 65536:
-        raise OptionsError(f"bad RPC tracker address {text!r}", where="--rpc-tracker", fix="write it as HOST:PORT, e.g. 127.0.0.1:9190")
+        raise OptionsError(
+            f"bad RPC tracker address {text!r}", where="--rpc-tracker", fix="write it as HOST:PORT, e.g. 127.0.0.1:9190"
+        )
     return host, int(port)
 
 
-def rpc_runner(opts: "TuneOptions"):
+def rpc_runner(opts: TuneOptions):
     """MetaSchedule's RPC runner on the tracker's devices with this key, as many in parallel as
     are free (or rpc_workers). A device that dies mid-run fails only the candidates it held."""
+    import socket
+
     from tvm import rpc
     from tvm.s_tir.meta_schedule.runner import EvaluatorConfig, RPCConfig, RPCRunner
-    import socket
+
     host, port = parse_tracker(opts.rpc_tracker)
     try:
         socket.create_connection((host, port), timeout=5).close()  # TVM's own client retries for a minute
         summary = rpc.connect_tracker(host, port).summary()
     except Exception as e:
-        raise OptionsError(f"cannot reach the RPC tracker at {host}:{port}: {type(e).__name__}", where="--rpc-tracker",
-                           fix="start it: python -m tvm.exec.rpc_tracker --host HOST --port PORT") from None
+        raise OptionsError(
+            f"cannot reach the RPC tracker at {host}:{port}: {type(e).__name__}",
+            where="--rpc-tracker",
+            fix="start it: python -m tvm.exec.rpc_tracker --host HOST --port PORT",
+        ) from None
     free = summary.get("queue_info", {}).get(opts.rpc_key, {}).get("free", 0)
     if not free:
-        raise OptionsError(f"no free device with key {opts.rpc_key!r} at the tracker {host}:{port}", where="--rpc-key",
-                           fix=f"start one: python -m tvm.exec.rpc_server --tracker {host}:{port} --key {opts.rpc_key}")
-    return RPCRunner(RPCConfig(tracker_host=host, tracker_port=port, tracker_key=opts.rpc_key, session_timeout_sec=60, session_priority=1),
-                     EvaluatorConfig(number=3, repeat=1, min_repeat_ms=0, enable_cpu_cache_flush=False),
-                     max_workers=opts.rpc_workers or free), free
+        raise OptionsError(
+            f"no free device with key {opts.rpc_key!r} at the tracker {host}:{port}",
+            where="--rpc-key",
+            fix=f"start one: python -m tvm.exec.rpc_server --tracker {host}:{port} --key {opts.rpc_key}",
+        )
+    return RPCRunner(
+        RPCConfig(
+            tracker_host=host, tracker_port=port, tracker_key=opts.rpc_key, session_timeout_sec=60, session_priority=1
+        ),
+        EvaluatorConfig(number=3, repeat=1, min_repeat_ms=0, enable_cpu_cache_flush=False),
+        max_workers=opts.rpc_workers or free,
+    ), free
 
 
 def parse_duration(text: str) -> float:
@@ -109,23 +135,39 @@ def extract(mod: tvm.IRModule, target) -> list:
 
 
 def _strategy(opts: TuneOptions):
-    return ms.search_strategy.EvolutionarySearch(population_size=opts.population, init_measured_ratio=0.2,
-                                                 init_min_unmeasured=opts.population // 2, genetic_num_iters=2,
-                                                 genetic_mutate_prob=0.85, genetic_max_fail_count=3)
+    return ms.search_strategy.EvolutionarySearch(
+        population_size=opts.population,
+        init_measured_ratio=0.2,
+        init_min_unmeasured=opts.population // 2,
+        genetic_num_iters=2,
+        genetic_mutate_prob=0.85,
+        genetic_max_fail_count=3,
+    )
 
 
 def _contexts(tasks, opts: TuneOptions, seed: int):
     """One TuneContext (and search strategy) per task, without MetaSchedule's per-task log files
     (its logging set-up breaks on the second use in one process); Kiln prints its own progress."""
-    ctxs = [ms.TuneContext(mod=t.dispatched[0], target=t.target, space_generator="post-order-apply", search_strategy=_strategy(opts),
-                           task_name=t.task_name, logger=_QUIET, rand_state=seed + i, num_threads=max(1, os.cpu_count() or 1))
-            for i, t in enumerate(tasks)]
+    ctxs = [
+        ms.TuneContext(
+            mod=t.dispatched[0],
+            target=t.target,
+            space_generator="post-order-apply",
+            search_strategy=_strategy(opts),
+            task_name=t.task_name,
+            logger=_QUIET,
+            rand_state=seed + i,
+            num_threads=max(1, os.cpu_count() or 1),
+        )
+        for i, t in enumerate(tasks)
+    ]
     return ctxs, [float(t.weight) for t in tasks]
 
 
 def latency_shares(tasks) -> list[float]:
     """Each task's share of the model's estimated latency: its FLOPs times how often it runs."""
     from .apply import estimated_flops
+
     est = [max(estimated_flops(t.dispatched[0]["main"]), 1.0) * float(t.weight) for t in tasks]
     total = sum(est)
     return [e / total for e in est]
@@ -157,6 +199,7 @@ def record_default_schedules(tasks, target, db, builder, runner, lanes: int, db_
     from .apply import first_rule_that_applies
     from .database import measured_defaults, save_measured_defaults, trace_digest
     from .registry import target_family
+
     ledger = measured_defaults(db_dir) if db_dir is not None else {}
     done = noted = 0
     for t in tasks:
@@ -181,8 +224,11 @@ def record_default_schedules(tasks, target, db, builder, runner, lanes: int, db_
         result = future.result()
         if result.error_msg or not result.run_secs:
             continue
-        db.commit_tuning_record(ms.database.TuningRecord(sch.trace, db.commit_workload(mod), result.run_secs, target,
-                                                         ArgInfo.from_prim_func(mod["main"])))
+        db.commit_tuning_record(
+            ms.database.TuningRecord(
+                sch.trace, db.commit_workload(mod), result.run_secs, target, ArgInfo.from_prim_func(mod["main"])
+            )
+        )
         ledger.setdefault(key, []).append(digest)
         done += 1
     if db_dir is not None and done + noted:
@@ -242,6 +288,7 @@ def _task_times(tasks, db, db_dir: Path) -> list[tuple[float | None, float | Non
     import tvm_ffi
 
     from .database import measured_defaults, trace_digest
+
     ledger = measured_defaults(db_dir)
     out = []
     for t in tasks:
@@ -254,6 +301,7 @@ def _task_times(tasks, db, db_dir: Path) -> list[tuple[float | None, float | Non
 
         def secs(r):
             return statistics.fmean(float(x) for x in r.run_secs)
+
         default = next((secs(r) for r in recs if trace_digest(r.trace) in digests), None)
         out.append((default, secs(recs[0]) if recs else None))
     return out
@@ -280,6 +328,7 @@ def _cheap_stack(context: int = 1) -> list:
     import inspect
     import linecache
     import sys
+
     out, f = [], sys._getframe(1)
     while f is not None:
         name, line = f.f_code.co_filename, f.f_lineno
@@ -296,6 +345,7 @@ def import_tensor_intrinsics() -> None:
     swapped for an equivalent without them for the import only."""
     import inspect
     import sys
+
     if "tvm.s_tir.tensor_intrin" in sys.modules:
         return
     stack, inspect.stack = inspect.stack, _cheap_stack
@@ -305,16 +355,26 @@ def import_tensor_intrinsics() -> None:
         inspect.stack = stack
 
 
-def tune_module(mod: tvm.IRModule, target, db_dir: Path, opts: TuneOptions,
-                progress: Callable[[str], None] = print, lanes: int = 16, start: float | None = None) -> dict:
+def tune_module(
+    mod: tvm.IRModule,
+    target,
+    db_dir: Path,
+    opts: TuneOptions,
+    progress: Callable[[str], None] = print,
+    lanes: int = 16,
+    start: float | None = None,
+) -> dict:
     """Tune the module's tasks into the database at db_dir; `start` (perf_counter) is when the
     budget started (tune() passes its own start, so import and optimization count too)."""
     logging.getLogger("tvm.s_tir.meta_schedule").setLevel(logging.WARNING)  # Kiln prints its own progress
     start = time.perf_counter() if start is None else start
     tasks = extract(mod, target)
     if not tasks:
-        raise OptionsError("the model has no kernels to tune", where="kiln tune",
-                           fix="every kernel already has a fixed schedule (or the model computes nothing); compile it directly")
+        raise OptionsError(
+            "the model has no kernels to tune",
+            where="kiln tune",
+            fix="every kernel already has a fixed schedule (or the model computes nothing); compile it directly",
+        )
     db_path = Path(db_dir)
     db = open_database(db_path)  # opened (and repaired) once; every round commits to it
     before = have = len(db.get_all_tuning_records())
@@ -323,13 +383,17 @@ def tune_module(mod: tvm.IRModule, target, db_dir: Path, opts: TuneOptions,
     shares, per_task, empty = latency_shares(tasks), [0] * len(tasks), 0
     runner, devices = rpc_runner(opts) if opts.rpc_tracker else (None, 1)
     if opts.rpc_tracker:
-        progress(f"measuring on {opts.rpc_workers or devices} device(s) with key {opts.rpc_key!r} at {opts.rpc_tracker}")
+        progress(
+            f"measuring on {opts.rpc_workers or devices} device(s) with key {opts.rpc_key!r} at {opts.rpc_tracker}"
+        )
     t = time.perf_counter()
     import_tensor_intrinsics()  # before the budget sizes any round, not inside the first one
     phases = {"setup": t - start, "tvm_import": time.perf_counter() - t}
     search_s, per_trial = 0.0, FIRST_TRIAL_GUESS_S
-    with tempfile.TemporaryDirectory(prefix="kiln-tune-", ignore_cleanup_errors=True) as tmp, \
-            contextlib.closing(BudgetBuilder(tmp)) as builder:  # closing: stops the worker process
+    with (
+        tempfile.TemporaryDirectory(prefix="kiln-tune-", ignore_cleanup_errors=True) as tmp,
+        contextlib.closing(BudgetBuilder(tmp)) as builder,
+    ):  # closing: stops the worker process
         builder.start()  # here, so a worker that cannot start is a ResourceError, not an error inside MetaSchedule
         runner = runner or ms.runner.LocalRunner(timeout_sec=30)
         t = time.perf_counter()
@@ -339,8 +403,10 @@ def tune_module(mod: tvm.IRModule, target, db_dir: Path, opts: TuneOptions,
             # one build + one measurement each, like a trial, which also runs the search and the cost model
             per_trial = max(per_trial, FIRST_ROUND_FACTOR * phases["defaults"] / seeded)
             have = len(db.get_all_tuning_records())
-            progress(f"measured the default schedules of {seeded} kernel(s) new to the database: the baseline each candidate must beat "
-                     f"({time.perf_counter() - start:.0f}s)")
+            progress(
+                f"measured the default schedules of {seeded} kernel(s) new to the database: the baseline each candidate must beat "
+                f"({time.perf_counter() - start:.0f}s)"
+            )
         while True:
             elapsed = time.perf_counter() - start
             n = round_size(opts, done_trials, elapsed, per_trial)
@@ -351,8 +417,10 @@ def tune_module(mod: tvm.IRModule, target, db_dir: Path, opts: TuneOptions,
                 n = min(n, opts.trials_per_iter)  # one batch first: what it costs sizes the later rounds
             if n <= 0:
                 if opts.budget_s is not None and (total is None):
-                    progress(f"stopping with {max(0.0, opts.budget_s - elapsed):.0f}s of the budget left: a batch of "
-                             f"{opts.trials_per_iter} trials is estimated at {per_trial * opts.trials_per_iter:.0f}s")
+                    progress(
+                        f"stopping with {max(0.0, opts.budget_s - elapsed):.0f}s of the budget left: a batch of "
+                        f"{opts.trials_per_iter} trials is estimated at {per_trial * opts.trials_per_iter:.0f}s"
+                    )
                 break
             # each round tunes the tasks with the most estimated latency per trial so far: a fresh
             # MetaSchedule task scheduler per round would otherwise start at task 0 every time
@@ -362,9 +430,18 @@ def tune_module(mod: tvm.IRModule, target, db_dir: Path, opts: TuneOptions,
                 per_task[i] += opts.trials_per_iter
             t = time.perf_counter()
             # max_trials_global counts this call's trials
-            ms.tune.tune_tasks(tasks=ctxs, task_weights=weights, work_dir=str(db_path), max_trials_global=n,
-                               max_trials_per_task=None, num_trials_per_iter=opts.trials_per_iter, builder=builder,
-                               runner=runner, database=db, cost_model="xgb")
+            ms.tune.tune_tasks(
+                tasks=ctxs,
+                task_weights=weights,
+                work_dir=str(db_path),
+                max_trials_global=n,
+                max_trials_per_task=None,
+                num_trials_per_iter=opts.trials_per_iter,
+                builder=builder,
+                runner=runner,
+                database=db,
+                cost_model="xgb",
+            )
             now = len(db.get_all_tuning_records())
             measured, have = now - have, now
             rounds += 1
@@ -372,11 +449,17 @@ def tune_module(mod: tvm.IRModule, target, db_dir: Path, opts: TuneOptions,
             search_s += time.perf_counter() - t
             per_trial = search_s / done_trials  # a round's whole cost (search, cost model, builds, runs) per trial
             elapsed = time.perf_counter() - start
-            left = f"{max(0.0, opts.budget_s - elapsed):.0f}s left" if opts.budget_s else f"{max(0, total - done_trials)} trials left"
+            left = (
+                f"{max(0.0, opts.budget_s - elapsed):.0f}s left"
+                if opts.budget_s
+                else f"{max(0, total - done_trials)} trials left"
+            )
             searched = sum(1 for c in per_task if c)
             faster = faster_than_default(_task_times(tasks, db, db_path))
-            progress(f"round {rounds}: {searched}/{len(tasks)} tasks searched, {faster} with a record faster than the "
-                     f"default, {done_trials} trials, {per_trial:.2f} s/trial, {elapsed:.0f}s elapsed, {left}")
+            progress(
+                f"round {rounds}: {searched}/{len(tasks)} tasks searched, {faster} with a record faster than the "
+                f"default, {done_trials} trials, {per_trial:.2f} s/trial, {elapsed:.0f}s elapsed, {left}"
+            )
             empty = 0 if measured else empty + 1
             if empty >= -(-len(tasks) // max(1, n // opts.trials_per_iter)):  # a whole rotation found nothing new
                 break
@@ -385,28 +468,44 @@ def tune_module(mod: tvm.IRModule, target, db_dir: Path, opts: TuneOptions,
     default_ms, tuned_ms = estimated_latency(tasks, times)
     seconds = time.perf_counter() - start
     phases["other"] = max(0.0, seconds - sum(phases.values()))  # worker start, runner check, database reads
-    return {"tasks": len(tasks), "tasks_searched": sum(1 for c in per_task if c),
-            "tasks_faster": faster_than_default(times), "trials": done_trials, "rounds": rounds,
-            "defaults_measured": seeded, "new_records": have - before, "records": have,
-            "default_latency_ms": default_ms, "tuned_latency_ms": tuned_ms,
-            "seconds": round(seconds, 1), "seconds_per_trial": round(seconds / max(done_trials, 1), 2),
-            "phase_seconds": {k: round(v, 1) for k, v in phases.items()}, "budget_s": opts.budget_s,
-            "db": str(db_path), "devices": devices, "build_timeouts": builder.timeouts,
-            "not_built_past_budget": builder.skipped}
+    return {
+        "tasks": len(tasks),
+        "tasks_searched": sum(1 for c in per_task if c),
+        "tasks_faster": faster_than_default(times),
+        "trials": done_trials,
+        "rounds": rounds,
+        "defaults_measured": seeded,
+        "new_records": have - before,
+        "records": have,
+        "default_latency_ms": default_ms,
+        "tuned_latency_ms": tuned_ms,
+        "seconds": round(seconds, 1),
+        "seconds_per_trial": round(seconds / max(done_trials, 1), 2),
+        "phase_seconds": {k: round(v, 1) for k, v in phases.items()},
+        "budget_s": opts.budget_s,
+        "db": str(db_path),
+        "devices": devices,
+        "build_timeouts": builder.timeouts,
+        "not_built_past_budget": builder.skipped,
+    }
 
 
 def format_summary(r: dict) -> str:
     """The closing line of `kiln tune`: tasks and how many beat their default, trials, time, the
     estimated latency before and after (sum of the kernels' measured times)."""
-    line = (f"{r['tasks']} tasks, {r['tasks_faster']} with a record faster than the default "
-            f"({r['tasks_searched']} searched): {r['trials']} trials in {r['seconds']} s"
-            + (f" of a {r['budget_s']:g} s budget" if r.get("budget_s") else "")
-            + (f" ({r['seconds_per_trial']} s/trial)" if r["trials"] else "")
-            + f", {r['new_records']} new records, {r['records']} in {r['db']}")
+    line = (
+        f"{r['tasks']} tasks, {r['tasks_faster']} with a record faster than the default "
+        f"({r['tasks_searched']} searched): {r['trials']} trials in {r['seconds']} s"
+        + (f" of a {r['budget_s']:g} s budget" if r.get("budget_s") else "")
+        + (f" ({r['seconds_per_trial']} s/trial)" if r["trials"] else "")
+        + f", {r['new_records']} new records, {r['records']} in {r['db']}"
+    )
     if r.get("default_latency_ms") is not None:
         d, t = r["default_latency_ms"], r["tuned_latency_ms"]
-        line += (f"\nestimated latency (sum of the kernels' measured times): {d:.3f} ms with default schedules "
-                 f"-> {t:.3f} ms with the best records ({d / t:.2f}x)")
+        line += (
+            f"\nestimated latency (sum of the kernels' measured times): {d:.3f} ms with default schedules "
+            f"-> {t:.3f} ms with the best records ({d / t:.2f}x)"
+        )
     else:
         line += "\nestimated latency: unknown (some kernel's default schedule has no measured record in this database)"
     ph = r.get("phase_seconds") or {}
@@ -424,14 +523,18 @@ def prepare(model, compile_options):
     from ..compiler.optimize import optimize
     from ..compiler.pipeline import SCHEDULE_ROW
     from ..frontends.importer import import_onnx
+
     row = SCHEDULE_ROW[compile_options.target.kind]
-    co = dataclasses.replace(compile_options, tuning_db=None, disabled_passes=tuple(dict.fromkeys(compile_options.disabled_passes + (row,))))
+    co = dataclasses.replace(
+        compile_options, tuning_db=None, disabled_passes=tuple(dict.fromkeys(compile_options.disabled_passes + (row,)))
+    )
     imported = import_onnx(model, co.shapes, frozen=co.freeze_inputs)
     layout = co.layout if co.layout != "auto" else "NCHWc"
     mod = optimize(imported.mod, co, layout=layout).mod
     target = co.target
     if not target.is_gpu and not target.num_cores:  # MetaSchedule needs num-cores ("llvm -mcpu=znver3" has none)
         from ..runtime.hostinfo import physical_cores
+
         target = dataclasses.replace(target, num_cores=physical_cores())
     return mod, target.tvm(), co.target.caps.f32_block
 
@@ -442,9 +545,14 @@ def tune(model, compile_options, opts: TuneOptions, progress: Callable[[str], No
     start = time.perf_counter()
     if not opts.rpc_tracker:
         from ..compiler.hostrun import require_host_runs
-        require_host_runs(compile_options.target, "kiln tune", "--target",
-                          "measure on devices of the target's kind with --rpc-tracker HOST:PORT --rpc-key KEY, "
-                          "or tune on such a machine")
+
+        require_host_runs(
+            compile_options.target,
+            "kiln tune",
+            "--target",
+            "measure on devices of the target's kind with --rpc-tracker HOST:PORT --rpc-key KEY, "
+            "or tune on such a machine",
+        )
     mod, target, lanes = prepare(model, compile_options)
     db_dir = db_dir_for(opts.db_root, compile_options.target)
     return tune_module(mod, target, db_dir, opts, progress, lanes=lanes, start=start)

@@ -2,6 +2,7 @@
 per tile (rows kept on the stack, both passes unrolled, channels in vector lanes), the alpha^2
 GEMMs register-tiled as (tiles x output-channel blocks x lanes) like a 1x1 conv, and the output
 transform per tile with the epilogue (bias, activation) inlined into its last pass."""
+
 from __future__ import annotations
 
 from tvm import s_tir

@@ -5,6 +5,7 @@ the event loop, the batcher and the graceful shutdown live in one place we contr
 
 The server binds first and answers /healthz with 503 until every version is loaded and warmed
 up; on SIGTERM/SIGINT it refuses new requests (503), finishes those in flight, and exits."""
+
 from __future__ import annotations
 
 import asyncio
@@ -43,8 +44,14 @@ class Server:
         self._versions = [v for v, _ in opts.models]
         self._weights = [opts.weights()[v] for v in self._versions]
         self.app = web.Application(client_max_size=int(opts.max_body_mb * 2**20))
-        self.app.add_routes([web.get("/healthz", self.healthz), web.get("/metrics", self.metrics_page),
-                             web.get("/v1/models", self.list_models), web.post("/v1/models/{tail:.+}", self.predict)])
+        self.app.add_routes(
+            [
+                web.get("/healthz", self.healthz),
+                web.get("/metrics", self.metrics_page),
+                web.get("/v1/models", self.list_models),
+                web.post("/v1/models/{tail:.+}", self.predict),
+            ]
+        )
         self._runner: web.AppRunner | None = None
         self.port: int | None = None
 
@@ -75,8 +82,12 @@ class Server:
         loop = asyncio.get_running_loop()
         try:
             for version, path in self.opts.models:
-                m = await loop.run_in_executor(None, lambda p=path: Model(p, num_threads=self.threads, warmup=self.opts.warmup,
-                                                                                      trusted_keys=self.opts.trusted_keys))
+                m = await loop.run_in_executor(
+                    None,
+                    lambda p=path: Model(
+                        p, num_threads=self.threads, warmup=self.opts.warmup, trusted_keys=self.opts.trusted_keys
+                    ),
+                )
                 self.models[version] = m
                 b = Batcher(m, version, self.metrics, self.opts.max_batch, self.opts.max_wait_ms, self.opts.queue)
                 b.start()
@@ -109,14 +120,29 @@ class Server:
         return web.json_response({"status": "ready", "model": self.opts.served_name, "versions": self._versions})
 
     async def metrics_page(self, request: web.Request) -> web.Response:
-        return web.Response(text=self.metrics.render(self.opts.served_name), content_type="text/plain",
-                            headers={"X-Prometheus-Format": "0.0.4"})
+        return web.Response(
+            text=self.metrics.render(self.opts.served_name),
+            content_type="text/plain",
+            headers={"X-Prometheus-Format": "0.0.4"},
+        )
 
     async def list_models(self, request: web.Request) -> web.Response:
         share = self.opts.weights()
-        return web.json_response({"model": self.opts.served_name, "ready": self.ready, "versions": [
-            {"version": v, "artifact": p, "share": share[v], "buckets": [b.name for b in self.models[v].buckets] if v in self.models else None}
-            for v, p in self.opts.models]})
+        return web.json_response(
+            {
+                "model": self.opts.served_name,
+                "ready": self.ready,
+                "versions": [
+                    {
+                        "version": v,
+                        "artifact": p,
+                        "share": share[v],
+                        "buckets": [b.name for b in self.models[v].buckets] if v in self.models else None,
+                    }
+                    for v, p in self.opts.models
+                ],
+            }
+        )
 
     def _route(self, tail: str) -> tuple[str | None, str | None]:
         """'name:predict' or 'name/versions/V:predict' -> (name, version or None)."""
@@ -159,7 +185,9 @@ class Server:
             return self._queue_full(), version
         limit = int(self.opts.max_body_mb * 2**20)
         if request.content_length is not None and request.content_length > limit:
-            return _error(413, f"body of {request.content_length} bytes exceeds the limit of {limit} (--max-body-mb)"), version
+            return _error(
+                413, f"body of {request.content_length} bytes exceeds the limit of {limit} (--max-body-mb)"
+            ), version
         try:
             body = await request.read()
         except web.HTTPRequestEntityTooLarge:
@@ -177,7 +205,7 @@ class Server:
             return self._queue_full(), version
         try:
             outs = await asyncio.wait_for(asyncio.shield(fut), self.opts.timeout_ms / 1e3)
-        except (asyncio.TimeoutError, TimeoutError):
+        except TimeoutError:
             fut.cancel()
             return _error(504, f"no result within {self.opts.timeout_ms:g} ms (--timeout-ms)"), version
         except KilnError as e:
@@ -195,8 +223,10 @@ async def _main(opts: ServeOptions, reuse_port: bool, announce) -> None:
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
-    announce(f"kiln serve: {opts.served_name} ({', '.join(f'{v}={p}' for v, p in opts.models)}) on http://{opts.host}:{port}"
-             f"  POST /v1/models/{opts.served_name}:predict")
+    announce(
+        f"kiln serve: {opts.served_name} ({', '.join(f'{v}={p}' for v, p in opts.models)}) on http://{opts.host}:{port}"
+        f"  POST /v1/models/{opts.served_name}:predict"
+    )
     await stop.wait()
     announce("kiln serve: shutting down (finishing requests in flight)")
     await server.drain()

@@ -3,6 +3,7 @@ first, then more with the same per-sample shapes until the batch is full (the la
 at most --max-batch) or --max-wait-ms has passed since the first arrived, runs them as one batch in
 a worker thread (the runtime pads to the nearest bucket and crops), and splits the outputs back
 along axis 0. A full queue refuses at once (the caller answers 503): memory stays bounded."""
+
 from __future__ import annotations
 
 import asyncio
@@ -96,9 +97,12 @@ class Batcher:
             deadline = time.monotonic() + self.max_wait
             while total < self.capacity:
                 try:
-                    item = self.queue.get_nowait() if self.queue.qsize() else \
-                        await asyncio.wait_for(self.queue.get(), max(0.0, deadline - time.monotonic()))
-                except (asyncio.TimeoutError, TimeoutError):
+                    item = (
+                        self.queue.get_nowait()
+                        if self.queue.qsize()
+                        else await asyncio.wait_for(self.queue.get(), max(0.0, deadline - time.monotonic()))
+                    )
+                except TimeoutError:
                     break
                 if item.future.done():
                     continue

@@ -2,6 +2,7 @@
 (quantiles over the last WINDOW requests), counters and histograms are plain integers. The tail is
 shown as `kiln bench` shows it: the worst request in the window, p99 over p50, and a flag when that
 ratio exceeds bench's TAIL_FLAG_RATIO."""
+
 from __future__ import annotations
 
 import collections
@@ -54,28 +55,41 @@ class Metrics:
         return {"max": float(lat.max()), "p99_over_p50": ratio, "flag": int(ratio > TAIL_FLAG_RATIO)}
 
     def render(self, model: str) -> str:
-        out = ["# HELP kiln_requests_total Predict requests by model version and HTTP status.",
-               "# TYPE kiln_requests_total counter"]
+        out = [
+            "# HELP kiln_requests_total Predict requests by model version and HTTP status.",
+            "# TYPE kiln_requests_total counter",
+        ]
         with self._lock:
             requests = sorted(self.requests.items())
             versions = sorted(set(self.latency) | set(self.batch_counts) | set(self.queue_depth))
         for (version, code), n in requests:
             out.append(f'kiln_requests_total{{model="{model}",version="{version}",code="{code}"}} {n}')
-        out += ["# HELP kiln_request_latency_seconds Latency of successful predict requests (quantiles over the last "
-                f"{WINDOW}).", "# TYPE kiln_request_latency_seconds summary"]
+        out += [
+            "# HELP kiln_request_latency_seconds Latency of successful predict requests (quantiles over the last "
+            f"{WINDOW}).",
+            "# TYPE kiln_request_latency_seconds summary",
+        ]
         for v in versions:
             for q, val in self.quantiles(v).items():
                 out.append(f'kiln_request_latency_seconds{{model="{model}",version="{v}",quantile="{q}"}} {val:.6f}')
             with self._lock:
-                out.append(f'kiln_request_latency_seconds_sum{{model="{model}",version="{v}"}} {self.latency_sum[v]:.6f}')
-                out.append(f'kiln_request_latency_seconds_count{{model="{model}",version="{v}"}} '
-                           f'{sum(n for (ver, c), n in self.requests.items() if ver == v and c == 200)}')
+                out.append(
+                    f'kiln_request_latency_seconds_sum{{model="{model}",version="{v}"}} {self.latency_sum[v]:.6f}'
+                )
+                out.append(
+                    f'kiln_request_latency_seconds_count{{model="{model}",version="{v}"}} '
+                    f"{sum(n for (ver, c), n in self.requests.items() if ver == v and c == 200)}"
+                )
         tails = {v: self.tail(v) for v in versions}
-        for name, key, what in (("max_seconds", "max", "The slowest successful predict request"),
-                                ("p99_over_p50", "p99_over_p50", "p99 over p50 of predict latency"),
-                                ("tail_flag", "flag", f"1 when p99 over p50 exceeds {TAIL_FLAG_RATIO:g}")):
-            out += [f"# HELP kiln_request_latency_{name} {what} (over the last {WINDOW}).",
-                    f"# TYPE kiln_request_latency_{name} gauge"]
+        for name, key, what in (
+            ("max_seconds", "max", "The slowest successful predict request"),
+            ("p99_over_p50", "p99_over_p50", "p99 over p50 of predict latency"),
+            ("tail_flag", "flag", f"1 when p99 over p50 exceeds {TAIL_FLAG_RATIO:g}"),
+        ):
+            out += [
+                f"# HELP kiln_request_latency_{name} {what} (over the last {WINDOW}).",
+                f"# TYPE kiln_request_latency_{name} gauge",
+            ]
             for v in versions:
                 val = tails[v][key]
                 text = f"{val}" if key == "flag" else f"{val:.6f}"

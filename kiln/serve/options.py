@@ -1,4 +1,5 @@
 """`kiln serve` options, parsed once: model versions, the canary split, batching and limits."""
+
 from __future__ import annotations
 
 import dataclasses
@@ -29,18 +30,30 @@ class ServeOptions:
     def make(models, split=(), **kw) -> ServeOptions:
         """models: ["a.kiln"] or ["v1=a.kiln", "v2=b.kiln"]; split: ["v2=0.05"]."""
         if not models:
-            raise OptionsError("no model to serve", where="kiln serve", fix="kiln serve MODEL.kiln, or --model v1=a.kiln --model v2=b.kiln")
+            raise OptionsError(
+                "no model to serve",
+                where="kiln serve",
+                fix="kiln serve MODEL.kiln, or --model v1=a.kiln --model v2=b.kiln",
+            )
         parsed = []
         for i, m in enumerate(models):
             version, sep, path = str(m).partition("=")
             if not sep:
                 version, path = f"v{i + 1}", m
             if not version or not path:
-                raise OptionsError(f"bad model spec {m!r}", where="--model", fix="write VERSION=PATH, e.g. --model v2=model-v2.kiln")
+                raise OptionsError(
+                    f"bad model spec {m!r}", where="--model", fix="write VERSION=PATH, e.g. --model v2=model-v2.kiln"
+                )
             if version in dict(parsed):
-                raise OptionsError(f"model version {version!r} is given twice", where="--model", fix="name each version once")
+                raise OptionsError(
+                    f"model version {version!r} is given twice", where="--model", fix="name each version once"
+                )
             if not Path(path).is_file():
-                raise OptionsError(f"no such artifact {path!r} (version {version})", where=str(path), fix="give the path of a .kiln file")
+                raise OptionsError(
+                    f"no such artifact {path!r} (version {version})",
+                    where=str(path),
+                    fix="give the path of a .kiln file",
+                )
             parsed.append((version, str(path)))
         shares = []
         for s in split or ():
@@ -50,17 +63,28 @@ class ServeOptions:
             except ValueError:
                 f = -1.0
             if not sep or version not in dict(parsed) or not 0 <= f <= 1:
-                raise OptionsError(f"bad --split {s!r}", where="--split", fix=f"write VERSION=FRACTION with a version of {[v for v, _ in parsed]} "
-                                                                 "and 0 <= FRACTION <= 1, e.g. --split v2=0.05")
+                raise OptionsError(
+                    f"bad --split {s!r}",
+                    where="--split",
+                    fix=f"write VERSION=FRACTION with a version of {[v for v, _ in parsed]} "
+                    "and 0 <= FRACTION <= 1, e.g. --split v2=0.05",
+                )
             shares.append((version, f))
         total = sum(f for _, f in shares)
         rest = [v for v, _ in parsed if v not in dict(shares)]
         if total > 1 + 1e-9 or (not rest and abs(total - 1) > 1e-9):
-            raise OptionsError(f"--split shares add up to {total:g}", where="--split", fix="shares of the listed versions must add to at most 1 "
-                                                                           "(exactly 1 when every version is listed)")
+            raise OptionsError(
+                f"--split shares add up to {total:g}",
+                where="--split",
+                fix="shares of the listed versions must add to at most 1 (exactly 1 when every version is listed)",
+            )
         for name, lo in (("max_batch", 1), ("queue", 1), ("workers", 1), ("port", 0)):
             if int(kw.get(name, 1)) < lo:
-                raise OptionsError(f"--{name.replace('_', '-')} must be at least {lo}", where=f"--{name.replace('_', '-')}", fix=f"e.g. --{name.replace('_', '-')} {max(lo, 1)}")
+                raise OptionsError(
+                    f"--{name.replace('_', '-')} must be at least {lo}",
+                    where=f"--{name.replace('_', '-')}",
+                    fix=f"e.g. --{name.replace('_', '-')} {max(lo, 1)}",
+                )
         for name, zero_ok in (("max_wait_ms", True), ("timeout_ms", False), ("max_body_mb", False)):
             value, flag = float(kw.get(name, 1)), f"--{name.replace('_', '-')}"
             if value < 0 or value == 0 and not zero_ok:

@@ -1,5 +1,6 @@
 """Models built by code (no downloads), deterministic per seed. MODELS maps a name to its builder
 and the input shape to pin when compiling it."""
+
 from __future__ import annotations
 
 from .cnn import mobilenet_v2, resnet18, resnet50
@@ -16,6 +17,7 @@ DEFAULT_MODEL = "mobilenet_v2"
 
 def build(name: str, **kwargs):
     from ..errors import OptionsError
+
     if name not in MODELS:
         raise OptionsError(f"unknown zoo model {name!r}", where="zoo", fix=f"choose one of {sorted(MODELS)}")
     return MODELS[name][0](**kwargs)

@@ -1,5 +1,6 @@
 """A small ONNX graph builder for the zoo: deterministic weights (seeded), He-scaled, BatchNorm
 with non-trivial statistics, opset 17."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -36,7 +37,9 @@ class GraphBuilder:
         if bias:
             ins.append(self.const((self.rng.standard_normal(cout) * 0.05).astype(np.float32), "b"))
         p = k // 2
-        return self.node("Conv", ins, "conv", kernel_shape=[k, k], strides=[stride, stride], pads=[p, p, p, p], group=group)
+        return self.node(
+            "Conv", ins, "conv", kernel_shape=[k, k], strides=[stride, stride], pads=[p, p, p, p], group=group
+        )
 
     def bn(self, x: str, c: int, gamma_scale: float = 1.0) -> str:
         r = self.rng
@@ -44,8 +47,12 @@ class GraphBuilder:
         beta = r.normal(0, 0.1, c).astype(np.float32)
         mean = r.normal(0, 0.1, c).astype(np.float32)
         var = r.uniform(0.5, 1.5, c).astype(np.float32)
-        return self.node("BatchNormalization", [x] + [self.const(v, n) for v, n in
-                         ((gamma, "gamma"), (beta, "beta"), (mean, "mean"), (var, "var"))], "bn", epsilon=1e-5)
+        return self.node(
+            "BatchNormalization",
+            [x] + [self.const(v, n) for v, n in ((gamma, "gamma"), (beta, "beta"), (mean, "mean"), (var, "var"))],
+            "bn",
+            epsilon=1e-5,
+        )
 
     def relu(self, x: str) -> str:
         return self.node("Relu", [x])
@@ -67,11 +74,17 @@ class GraphBuilder:
         b = self.const(np.zeros(classes, np.float32), "fc_b")
         return self.node("Gemm", [x, w, b], "logits", transB=1)
 
-    def model(self, inputs: list[tuple[str, list]], output: str, out_shape: list, out_name: str = "output") -> onnx.ModelProto:
+    def model(
+        self, inputs: list[tuple[str, list]], output: str, out_shape: list, out_name: str = "output"
+    ) -> onnx.ModelProto:
         self.nodes.append(helper.make_node("Identity", [output], [out_name], name="output_identity"))
-        g = helper.make_graph(self.nodes, self.name,
-                              [helper.make_tensor_value_info(n, TensorProto.FLOAT, s) for n, s in inputs],
-                              [helper.make_tensor_value_info(out_name, TensorProto.FLOAT, out_shape)], self.inits)
+        g = helper.make_graph(
+            self.nodes,
+            self.name,
+            [helper.make_tensor_value_info(n, TensorProto.FLOAT, s) for n, s in inputs],
+            [helper.make_tensor_value_info(out_name, TensorProto.FLOAT, out_shape)],
+            self.inits,
+        )
         m = helper.make_model(g, opset_imports=[helper.make_opsetid("", OPSET)], producer_name="kiln.zoo")
         onnx.checker.check_model(m)
         return m

@@ -1,4 +1,5 @@
 """ResNet-18/50 and MobileNetV2, as torchvision defines them, in NCHW float32."""
+
 from __future__ import annotations
 
 from .builder import GraphBuilder
@@ -16,7 +17,7 @@ def resnet(depth: int = 18, size: int = 224, classes: int = 1000, batch: int | N
     x = b.node("MaxPool", [x], "pool", kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1])
     cin, exp = 64, 4 if bottleneck else 1
     for stage, n in enumerate(layers):
-        width = 64 * 2 ** stage
+        width = 64 * 2**stage
         for i in range(n):
             stride = 2 if stage > 0 and i == 0 else 1
             if bottleneck:
@@ -41,7 +42,15 @@ def resnet50(**kw):
     return resnet(50, **kw)
 
 
-MBV2_CONFIG = [(1, 16, 1, 1), (6, 24, 2, 2), (6, 32, 3, 2), (6, 64, 4, 2), (6, 96, 3, 1), (6, 160, 3, 2), (6, 320, 1, 1)]
+MBV2_CONFIG = [
+    (1, 16, 1, 1),
+    (6, 24, 2, 2),
+    (6, 32, 3, 2),
+    (6, 64, 4, 2),
+    (6, 96, 3, 1),
+    (6, 160, 3, 2),
+    (6, 320, 1, 1),
+]
 
 
 def mobilenet_v2(size: int = 224, classes: int = 1000, batch: int | None = 1, seed: int = 0):

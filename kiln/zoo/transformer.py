@@ -1,6 +1,7 @@
 """A small transformer encoder (BERT-style post-norm: multi-head attention, LayerNorm, GELU FFN).
 Batch and sequence are symbolic and the head reshapes are computed from Shape at run time, the way
 PyTorch's exporter writes them, so compiling it exercises Kiln's shape resolution."""
+
 from __future__ import annotations
 
 import math
@@ -30,8 +31,15 @@ def _gelu(b: GraphBuilder, x: str) -> str:
     return b.node("Mul", [b.node("Mul", [x, one]), b.const(np.float32(0.5))], "gelu")
 
 
-def transformer_encoder(d_model: int = 128, heads: int = 4, layers: int = 2, ffn: int = 512, seq: int | None = None,
-                        batch: int | None = None, seed: int = 0):
+def transformer_encoder(
+    d_model: int = 128,
+    heads: int = 4,
+    layers: int = 2,
+    ffn: int = 512,
+    seq: int | None = None,
+    batch: int | None = None,
+    seed: int = 0,
+):
     b = GraphBuilder("transformer_encoder", seed)
     dh = d_model // heads
     x = "input"

@@ -1,6 +1,7 @@
 """A model compiled for the simulated accelerator: every conv but the first offloaded, the
 offloaded layers bit-exact with the numpy reference of the same integer arithmetic, outputs close
 to onnxruntime's float ones, and the report's `vta` section."""
+
 from __future__ import annotations
 
 import json
@@ -22,8 +23,25 @@ def vta_model(tmp_path_factory):
     model = zoo.resnet18(size=32, classes=10)
     onnx.save(model, tmp / "r18.onnx")
     np.savez(tmp / "calib.npz", input=np.random.default_rng(0).standard_normal((4, 3, 32, 32)).astype(np.float32))
-    assert main(["compile", str(tmp / "r18.onnx"), "-o", str(tmp / "r18.kiln"), "--target", "vta-sim -board=ultra96", "--quantize", "int8",
-                 "--calibration", str(tmp / "calib.npz"), "--report", str(tmp / "r.json")]) == 0
+    assert (
+        main(
+            [
+                "compile",
+                str(tmp / "r18.onnx"),
+                "-o",
+                str(tmp / "r18.kiln"),
+                "--target",
+                "vta-sim -board=ultra96",
+                "--quantize",
+                "int8",
+                "--calibration",
+                str(tmp / "calib.npz"),
+                "--report",
+                str(tmp / "r.json"),
+            ]
+        )
+        == 0
+    )
     return model, tmp
 
 
@@ -48,7 +66,9 @@ def test_offloaded_layers_bit_exact_and_outputs_close(vta_model):
     x = np.random.default_rng(7).standard_normal((1, 3, 32, 32)).astype(np.float32)
     sim = kiln.load(tmp / "r18.kiln")
     out = sim.run({"input": x})["output"]
-    assert sim.accelerator and all(r.runs == 1 and r.stats.gemm_ops > 0 for r in sim.accelerator)  # every layer ran on the simulator
+    assert sim.accelerator and all(
+        r.runs == 1 and r.stats.gemm_ops > 0 for r in sim.accelerator
+    )  # every layer ran on the simulator
     ref = kiln.load(tmp / "r18.kiln", accelerator="reference").run({"input": x})["output"]
     np.testing.assert_array_equal(out, ref)  # simulator == numpy integer reference, bit for bit
     f = ort_run(model, {"input": x})[0]
@@ -58,6 +78,7 @@ def test_offloaded_layers_bit_exact_and_outputs_close(vta_model):
 
 def test_vta_target_needs_quantization(tmp_path):
     from kiln.compiler.options import CompileOptions
+
     with pytest.raises(OptionsError, match="needs --quantize int8"):
         CompileOptions.make(target="vta-sim")
     with pytest.raises(kiln.KilnError, match="unknown board"):
@@ -74,15 +95,26 @@ def test_dense_layer_offloaded(tmp_path):
     """A hidden dense layer (matmul + bias + ReLU) runs on the accelerator as a 1x1 conv."""
     from helpers import make_model
     from onnx import helper
+
     rng = np.random.default_rng(3)
-    inits = {"w1": (rng.standard_normal((32, 16, 3, 3)) * 0.1).astype(np.float32), "b1": np.zeros(32, np.float32),
-             "w0": (rng.standard_normal((16, 3, 3, 3)) * 0.3).astype(np.float32),
-             "fw": (rng.standard_normal((32 * 8 * 8, 40)) * 0.05).astype(np.float32), "fb": (rng.standard_normal(40) * 0.1).astype(np.float32),
-             "ow": (rng.standard_normal((40, 10)) * 0.3).astype(np.float32)}
-    nodes = [helper.make_node("Conv", ["input", "w0"], ["c0"], pads=[1] * 4, name="conv0"), helper.make_node("Relu", ["c0"], ["r0"]),
-             helper.make_node("Conv", ["r0", "w1", "b1"], ["c1"], pads=[1] * 4, name="conv1"), helper.make_node("Relu", ["c1"], ["r1"]),
-             helper.make_node("Flatten", ["r1"], ["f"]), helper.make_node("Gemm", ["f", "fw", "fb"], ["h"], name="fc1"),
-             helper.make_node("Relu", ["h"], ["hr"]), helper.make_node("MatMul", ["hr", "ow"], ["output"], name="fc2")]
+    inits = {
+        "w1": (rng.standard_normal((32, 16, 3, 3)) * 0.1).astype(np.float32),
+        "b1": np.zeros(32, np.float32),
+        "w0": (rng.standard_normal((16, 3, 3, 3)) * 0.3).astype(np.float32),
+        "fw": (rng.standard_normal((32 * 8 * 8, 40)) * 0.05).astype(np.float32),
+        "fb": (rng.standard_normal(40) * 0.1).astype(np.float32),
+        "ow": (rng.standard_normal((40, 10)) * 0.3).astype(np.float32),
+    }
+    nodes = [
+        helper.make_node("Conv", ["input", "w0"], ["c0"], pads=[1] * 4, name="conv0"),
+        helper.make_node("Relu", ["c0"], ["r0"]),
+        helper.make_node("Conv", ["r0", "w1", "b1"], ["c1"], pads=[1] * 4, name="conv1"),
+        helper.make_node("Relu", ["c1"], ["r1"]),
+        helper.make_node("Flatten", ["r1"], ["f"]),
+        helper.make_node("Gemm", ["f", "fw", "fb"], ["h"], name="fc1"),
+        helper.make_node("Relu", ["h"], ["hr"]),
+        helper.make_node("MatMul", ["hr", "ow"], ["output"], name="fc2"),
+    ]
     x = rng.standard_normal((1, 3, 8, 8)).astype(np.float32)
     model = make_model(nodes, {"input": x}, ["output"], inits)
     np.savez(tmp_path / "c.npz", input=rng.standard_normal((6, 3, 8, 8)).astype(np.float32))
@@ -90,6 +122,8 @@ def test_dense_layer_offloaded(tmp_path):
     v = r.report["vta"]
     assert v["offloaded"] == ["conv1", "fc1"] and set(v["not_offloaded"]) == {"conv0", "fc2"}
     out = kiln.load(tmp_path / "m.kiln").run({"input": x})["output"]
-    np.testing.assert_array_equal(out, kiln.load(tmp_path / "m.kiln", accelerator="reference").run({"input": x})["output"])
+    np.testing.assert_array_equal(
+        out, kiln.load(tmp_path / "m.kiln", accelerator="reference").run({"input": x})["output"]
+    )
     f = ort_run(model, {"input": x})[0]
     assert float((out * f).sum() / np.linalg.norm(out) / np.linalg.norm(f)) > 0.99

@@ -1,19 +1,26 @@
 """Cross-compilation never runs the target's code on the host: for a target whose features this
 host lacks (chosen at run time), int8 calibration and the accuracy check run a host build, and
 --layout auto and kiln tune are OptionsErrors naming the missing features (never a SIGILL)."""
+
 import shutil
 
 import numpy as np
 import pytest
+from test_quantize import _calib_cnn
 
 import kiln
 from kiln.compiler.hostrun import missing_on_host
 from kiln.target import Target
-from test_quantize import _calib_cnn
 
 # x86 CPUs from the newest down: the first this host cannot run; else an arm64 board (cross-linked)
-CANDIDATES = ("llvm -mcpu=graniterapids", "llvm -mcpu=sapphirerapids", "llvm -mcpu=znver4", "llvm -mcpu=skylake-avx512",
-              "llvm -mcpu=alderlake", "llvm -mcpu=haswell")
+CANDIDATES = (
+    "llvm -mcpu=graniterapids",
+    "llvm -mcpu=sapphirerapids",
+    "llvm -mcpu=znver4",
+    "llvm -mcpu=skylake-avx512",
+    "llvm -mcpu=alderlake",
+    "llvm -mcpu=haswell",
+)
 
 
 def _foreign_target() -> str:
@@ -47,6 +54,7 @@ def test_layout_auto_and_tune_refuse_a_target_this_host_cannot_run(tmp_path):
     assert e.value.where == "--layout"
     from kiln.compiler import CompileOptions
     from kiln.schedules.tuning import TuneOptions, tune
+
     with pytest.raises(kiln.OptionsError, match="kiln tune runs the target's code.*--rpc-tracker"):
         tune(model, CompileOptions.make(target=spec), TuneOptions(db_root=str(tmp_path / "db"), trials=4))
     assert not (tmp_path / "a.kiln").exists() and not (tmp_path / "db").exists()

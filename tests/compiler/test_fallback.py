@@ -1,32 +1,36 @@
 """No valid model refused by an optional optimization, and honest errors: a pass bug on a valid
 model falls back (warning, passes_skipped, correct artifact) or, when nothing builds, is an internal
 error (exit 1) naming the pass and node, with a reproducer that fails the same way."""
+
 import warnings
 
 import numpy as np
 import onnx
 import pytest
+from helpers import check_against_ort, make_model, ort_run, rand
 from onnx import helper
 
 import kiln
-from helpers import check_against_ort, make_model, ort_run, rand
 from kiln.cli import main as cli_main
 from kiln.compiler import pipeline
 from kiln.errors import InternalError, KilnWarning
 
 
 def _model():
-    nodes = [helper.make_node("Conv", ["x", "w", "b"], ["c"], pads=[1, 1, 1, 1], name="conv0"),
-             helper.make_node("Relu", ["c"], ["r"], name="relu0"),
-             helper.make_node("Conv", ["r", "w2"], ["c2"], name="conv1"),
-             helper.make_node("Sigmoid", ["c2"], ["s"], name="the_sigmoid"),
-             helper.make_node("Add", ["s", "c2"], ["y"], name="add0")]
+    nodes = [
+        helper.make_node("Conv", ["x", "w", "b"], ["c"], pads=[1, 1, 1, 1], name="conv0"),
+        helper.make_node("Relu", ["c"], ["r"], name="relu0"),
+        helper.make_node("Conv", ["r", "w2"], ["c2"], name="conv1"),
+        helper.make_node("Sigmoid", ["c2"], ["s"], name="the_sigmoid"),
+        helper.make_node("Add", ["s", "c2"], ["y"], name="add0"),
+    ]
     inits = {"w": rand(16, 3, 3, 3, seed=1) * 0.3, "b": rand(16, seed=2), "w2": rand(16, 16, 1, 1, seed=3) * 0.3}
     return make_model(nodes, {"x": rand(1, 3, 8, 8)}, ["y"], inits)
 
 
 def _bug_on(op_name: str, stage_of=None):
     """A pass that raises when the module (or, with stage_of, a blocked-layout module) holds op_name."""
+
     def make(o):
         real = stage_of.make(o) if stage_of else None
 
@@ -35,7 +39,9 @@ def _bug_on(op_name: str, stage_of=None):
             if op_name in text and (stage_of is None or "NCHW" in text and "c" in text.split("NCHW", 1)[1][:4]):
                 raise RuntimeError(f"injected bug: cannot handle {op_name}")
             return real(mod) if real else mod
+
         return run
+
     return make
 
 
@@ -66,12 +72,15 @@ def test_a_later_failure_falls_back_to_nchw(tmp_path, monkeypatch):
         warnings.simplefilter("always")
         r = kiln.compile(_model(), tmp_path / "m.kiln")
     skip = r.report["passes_skipped"]
-    assert skip and skip[0]["rung"] == "layout" and skip[0]["failed_in"] == "LegalizeOps" and skip[0]["layout"] == "NCHW"
+    assert (
+        skip and skip[0]["rung"] == "layout" and skip[0]["failed_in"] == "LegalizeOps" and skip[0]["layout"] == "NCHW"
+    )
     assert r.manifest["compile_options"]["layout_chosen"] == "NCHW"
     assert skip[0]["node"] == "conv0"  # the first node whose prefix fails
     assert any("compiled without the blocked layout" in str(i.message) for i in w)
-    np.testing.assert_allclose(kiln.load(tmp_path / "m.kiln").run({"x": x})["y"], ort_run(_model(), {"x": x})[0],
-                               rtol=1e-4, atol=1e-4)
+    np.testing.assert_allclose(
+        kiln.load(tmp_path / "m.kiln").run({"x": x})["y"], ort_run(_model(), {"x": x})[0], rtol=1e-4, atol=1e-4
+    )
 
 
 def test_a_kiln_bug_is_an_internal_error_with_a_reproducer(tmp_path, monkeypatch, capsys):
@@ -104,13 +113,16 @@ def _legalize_bug():
             if "R.sigmoid" in mod.script(show_meta=False):
                 raise RuntimeError("injected bug: cannot legalize sigmoid")
             return real(mod)
+
         return run
+
     return make
 
 
 def test_an_invalid_model_is_blamed_only_when_onnx_rejects_it(tmp_path):
     from kiln.compiler.fallback import blame
     from kiln.errors import ModelLoadError, PassError
+
     bad = make_model([helper.make_node("Concat", ["x", "z"], ["y"], axis=1)], {"x": rand(1, 4), "z": rand(2, 4)}, ["y"])
     err = PassError("LegalizeOps", RuntimeError("boom"), where="m.onnx")
     assert isinstance(blame(err, bad, "m.onnx", None), ModelLoadError)

@@ -1,21 +1,30 @@
 """PackDenseWeights: a classifier's matmul (few rows, constant weights) reads its weights as one
 contiguous stream per column tile; numerics against onnxruntime, and which matmuls it takes."""
+
 import numpy as np
 import pytest
+from helpers import make_model, ort_run, rand
 from onnx import helper
 
 import kiln
-from helpers import make_model, ort_run, rand
 
 
 def _classifier(rows: int, n: int):
     """Gemm (weights [N, K], transB) + bias -> Relu, on [rows, 64]."""
-    nodes = [helper.make_node("Gemm", ["input", "w", "b"], ["g"], transB=1), helper.make_node("Relu", ["g"], ["output"])]
-    return make_model(nodes, {"input": rand(rows, 64)}, ["output"], {"w": rand(n, 64, seed=1) * 0.2, "b": rand(n, seed=2)})
+    nodes = [
+        helper.make_node("Gemm", ["input", "w", "b"], ["g"], transB=1),
+        helper.make_node("Relu", ["g"], ["output"]),
+    ]
+    return make_model(
+        nodes, {"input": rand(rows, 64)}, ["output"], {"w": rand(n, 64, seed=1) * 0.2, "b": rand(n, seed=2)}
+    )
 
 
-@pytest.mark.parametrize("rows, n, packed", [(1, 40, 1), (1, 48, 1), (8, 40, 0), (1, 36, 0)],
-                         ids=["1x40_by8", "1x48_by16", "8_rows_stay", "36_columns_stay"])
+@pytest.mark.parametrize(
+    "rows, n, packed",
+    [(1, 40, 1), (1, 48, 1), (8, 40, 0), (1, 36, 0)],
+    ids=["1x40_by8", "1x48_by16", "8_rows_stay", "36_columns_stay"],
+)
 def test_classifier_matmul_packed(tmp_path, rows, n, packed):
     m = _classifier(rows, n)
     r = kiln.compile(m, tmp_path / "m.kiln")
@@ -24,7 +33,9 @@ def test_classifier_matmul_packed(tmp_path, rows, n, packed):
     assert ops.get("matmul_packed", 0) == packed and ops.get("matmul", 0) == 1 - packed
     assert r.report["kernels"] == 1  # bias and ReLU fused into the (packed) matmul either way
     x = rand(rows, 64, seed=3)
-    np.testing.assert_allclose(kiln.load(tmp_path / "m.kiln").run({"input": x})["output"], ort_run(m, {"input": x})[0], rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(
+        kiln.load(tmp_path / "m.kiln").run({"input": x})["output"], ort_run(m, {"input": x})[0], rtol=1e-5, atol=1e-5
+    )
 
 
 def test_disabling_the_pass_keeps_the_matmul(tmp_path):
@@ -35,7 +46,12 @@ def test_disabling_the_pass_keeps_the_matmul(tmp_path):
 @pytest.mark.parametrize("shape", [(64,), (2, 2, 64)], ids=["vector", "rows_in_two_dims"])
 def test_matmul_of_any_rank_packed(tmp_path, shape):
     """MatMul of a vector, or of 4 rows spread over two leading dims, by [64, 40] weights."""
-    m = make_model([helper.make_node("MatMul", ["input", "w"], ["output"])], {"input": rand(*shape)}, ["output"], {"w": rand(64, 40, seed=1)})
+    m = make_model(
+        [helper.make_node("MatMul", ["input", "w"], ["output"])],
+        {"input": rand(*shape)},
+        ["output"],
+        {"w": rand(64, 40, seed=1)},
+    )
     r = kiln.compile(m, tmp_path / "m.kiln")
     assert r.report["dense_packed"] == 1
     x = rand(*shape, seed=5)

@@ -1,5 +1,6 @@
 """Each Kiln pass: a golden Before/Expected IR, numerics against the unoptimized module, and for
 fusion a kernel count."""
+
 import numpy as np
 import pytest
 import tvm
@@ -8,8 +9,15 @@ from tvm.script import ir as I
 from tvm.script import relax as R
 
 from kiln.compiler import analysis
-from kiln.compiler.passes import (CanonicalizeClip, ConvertLayout, DeadCode, FoldBatchNorm, FoldConstants, FuseEpilogue,
-                                  RemoveNoOps)
+from kiln.compiler.passes import (
+    CanonicalizeClip,
+    ConvertLayout,
+    DeadCode,
+    FoldBatchNorm,
+    FoldConstants,
+    FuseEpilogue,
+    RemoveNoOps,
+)
 
 TARGET = tvm.target.Target({"kind": "llvm"})
 
@@ -137,7 +145,10 @@ def test_dead_code():
 # ---------------------------------------------------------------- FoldBatchNorm
 def _bn_consts(c, seed=0):
     r = np.random.default_rng(seed)
-    return [relax.const(v.astype("float32")) for v in (r.uniform(0.5, 1.5, c), r.normal(0, 0.1, c), r.normal(0, 0.1, c), r.uniform(0.5, 1.5, c))]
+    return [
+        relax.const(v.astype("float32"))
+        for v in (r.uniform(0.5, 1.5, c), r.normal(0, 0.1, c), r.normal(0, 0.1, c), r.uniform(0.5, 1.5, c))
+    ]
 
 
 def _conv_bn(with_bias: bool, producer: str = "conv2d"):
@@ -168,7 +179,9 @@ def _conv_bn(with_bias: bool, producer: str = "conv2d"):
     return bb.get(), x
 
 
-@pytest.mark.parametrize("producer,with_bias", [("conv2d", False), ("conv2d", True), ("conv2d_transpose", True), ("matmul", True)])
+@pytest.mark.parametrize(
+    "producer,with_bias", [("conv2d", False), ("conv2d", True), ("conv2d_transpose", True), ("matmul", True)]
+)
 def test_fold_batchnorm(producer, with_bias):
     before, x = _conv_bn(with_bias, producer)
     p = FoldBatchNorm()
@@ -192,7 +205,9 @@ def test_fold_batchnorm_golden():
     bb = relax.BlockBuilder()
     with bb.function("main", [x]):
         with bb.dataflow():
-            y = bb.emit(relax.op.nn.conv2d(x, relax.const((w * s.reshape(-1, 1, 1, 1)).astype("float32")), padding=[1, 1]))
+            y = bb.emit(
+                relax.op.nn.conv2d(x, relax.const((w * s.reshape(-1, 1, 1, 1)).astype("float32")), padding=[1, 1])
+            )
             out = bb.emit_output(relax.op.add(y, relax.const(((0 - m) * s + b).astype("float32").reshape(1, 8, 1, 1))))
         bb.emit_func_output(out)
     tvm.ir.assert_structural_equal(after, bb.get())
@@ -209,7 +224,9 @@ def test_fold_batchnorm_leaves_training_mode_and_the_input_module_alone():
     with bb.function("main", [x]):
         with bb.dataflow():
             y = bb.emit(relax.op.nn.conv2d(x, relax.const(rnd(8, 3, 3, 3)), padding=[1, 1]))
-            out = bb.emit_output(relax.TupleGetItem(bb.emit(relax.op.nn.batch_norm(y, *_bn_consts(8), axis=1, training=True)), 0))
+            out = bb.emit_output(
+                relax.TupleGetItem(bb.emit(relax.op.nn.batch_norm(y, *_bn_consts(8), axis=1, training=True)), 0)
+            )
         bb.emit_func_output(out)
     p = FoldBatchNorm()
     p(bb.get())
@@ -232,10 +249,11 @@ def test_fold_batchnorm_skips_wrong_axis():
 
 # ---------------------------------------------------------------- CanonicalizeClip
 def test_canonicalize_clip_from_onnx():
+    from helpers import make_model
     from onnx import helper
 
-    from helpers import make_model
     from kiln.frontends import import_onnx
+
     x = rnd(1, 4, 3, 3) * 5
     nodes = [helper.make_node("Clip", ["x", "lo", "hi"], ["a"]), helper.make_node("Clip", ["a", "lo"], ["y"])]
     m = make_model(nodes, {"x": x}, ["y"], {"lo": np.float32(0), "hi": np.float32(6)})
@@ -251,10 +269,13 @@ def test_canonicalize_clip_from_onnx():
 def test_convert_layout_nhwc_transforms_only_at_edges():
     from kiln import zoo
     from kiln.frontends import import_onnx
+
     before = FoldBatchNorm()(FoldConstants()(import_onnx(zoo.resnet18(size=32, classes=10), ["input:1x3x32x32"]).mod))
     p = ConvertLayout("NHWC")
     after = DeadCode()(p(before))
-    convs = [c for c in analysis._calls(after["main"]) if isinstance(c.op, tvm.ir.Op) and c.op.name == "relax.nn.conv2d"]
+    convs = [
+        c for c in analysis._calls(after["main"]) if isinstance(c.op, tvm.ir.Op) and c.op.name == "relax.nn.conv2d"
+    ]
     assert len(convs) == 20 and all(c.attrs.data_layout == "NHWC" and c.attrs.kernel_layout == "OHWI" for c in convs)
     assert all(isinstance(c.args[1], tvm.ir.expr.GenericConst) for c in convs)  # weights re-laid out at compile time
     assert p.stats["layout_transforms"] <= 2  # in at the input, out before the global pool
@@ -265,8 +286,9 @@ def test_convert_layout_nhwc_transforms_only_at_edges():
 @I.ir_module
 class EpilogueBefore:
     @R.function
-    def main(x: R.Tensor((1, 4, 6, 6), "float32"), w: R.Tensor((4, 4, 3, 3), "float32"),
-             r: R.Tensor((1, 4, 6, 6), "float32")) -> R.Tensor((1, 4, 6, 6), "float32"):
+    def main(
+        x: R.Tensor((1, 4, 6, 6), "float32"), w: R.Tensor((4, 4, 3, 3), "float32"), r: R.Tensor((1, 4, 6, 6), "float32")
+    ) -> R.Tensor((1, 4, 6, 6), "float32"):
         with R.dataflow():
             c = R.nn.conv2d(x, w, padding=[1, 1, 1, 1])
             b = R.add(c, R.const(0.5, "float32"))
@@ -280,8 +302,11 @@ class EpilogueBefore:
 class EpilogueExpected:
     @R.function(private=True)
     def fused_relax_nn_conv2d_relax_add_relax_add_relax_nn_relu(
-            x: R.Tensor((1, 4, 6, 6), "float32"), w: R.Tensor((4, 4, 3, 3), "float32"),
-            param_0: R.Tensor((), "float32"), r: R.Tensor((1, 4, 6, 6), "float32")) -> R.Tensor((1, 4, 6, 6), "float32"):
+        x: R.Tensor((1, 4, 6, 6), "float32"),
+        w: R.Tensor((4, 4, 3, 3), "float32"),
+        param_0: R.Tensor((), "float32"),
+        r: R.Tensor((1, 4, 6, 6), "float32"),
+    ) -> R.Tensor((1, 4, 6, 6), "float32"):
         R.func_attr({"Composite": "kiln.epilogue_res_act", "Primitive": True})
         with R.dataflow():
             c = R.nn.conv2d(x, w, padding=[1, 1, 1, 1])
@@ -292,8 +317,9 @@ class EpilogueExpected:
         return gv
 
     @R.function
-    def main(x: R.Tensor((1, 4, 6, 6), "float32"), w: R.Tensor((4, 4, 3, 3), "float32"),
-             r: R.Tensor((1, 4, 6, 6), "float32")) -> R.Tensor((1, 4, 6, 6), "float32"):
+    def main(
+        x: R.Tensor((1, 4, 6, 6), "float32"), w: R.Tensor((4, 4, 3, 3), "float32"), r: R.Tensor((1, 4, 6, 6), "float32")
+    ) -> R.Tensor((1, 4, 6, 6), "float32"):
         cls = EpilogueExpected
         with R.dataflow():
             gv = cls.fused_relax_nn_conv2d_relax_add_relax_add_relax_nn_relu(x, w, R.const(0.5, "float32"), r)
@@ -303,8 +329,9 @@ class EpilogueExpected:
 
 def _kernels(mod):
     with TARGET:
-        mod = tvm.transform.Sequential([relax.transform.LegalizeOps(), relax.transform.AnnotateTIROpPattern(),
-                                        relax.transform.FuseTIR()])(mod)
+        mod = tvm.transform.Sequential(
+            [relax.transform.LegalizeOps(), relax.transform.AnnotateTIROpPattern(), relax.transform.FuseTIR()]
+        )(mod)
     return analysis.kernels(mod)
 
 
@@ -322,7 +349,9 @@ def _chain(act: str):
     x = relax.Var("x", relax.TensorType((2, 8), "float32"))
     with bb.function("main", [x]):
         with bb.dataflow():
-            y = bb.emit(relax.op.add(bb.emit(relax.op.matmul(x, relax.const(rnd(8, 8, seed=1)))), relax.const(rnd(8, seed=2))))
+            y = bb.emit(
+                relax.op.add(bb.emit(relax.op.matmul(x, relax.const(rnd(8, 8, seed=1)))), relax.const(rnd(8, seed=2)))
+            )
             if act == "relu6":
                 y = bb.emit(relax.op.clip(y, 0.0, 6.0))
             elif act == "silu":
@@ -336,7 +365,11 @@ def _chain(act: str):
                 y = bb.emit(relax.op.multiply(y, bb.emit(relax.op.divide(t, relax.const(6.0)))))
             elif act == "gelu_erf":
                 e = bb.emit(relax.op.erf(bb.emit(relax.op.divide(y, relax.const(np.float32(np.sqrt(2)))))))
-                y = bb.emit(relax.op.multiply(bb.emit(relax.op.multiply(y, bb.emit(relax.op.add(e, relax.const(1.0))))), relax.const(0.5)))
+                y = bb.emit(
+                    relax.op.multiply(
+                        bb.emit(relax.op.multiply(y, bb.emit(relax.op.add(e, relax.const(1.0))))), relax.const(0.5)
+                    )
+                )
             out = bb.emit_output(y)
         bb.emit_func_output(out)
     return bb.get()
@@ -358,9 +391,19 @@ def test_fuse_epilogue_takes_a_cast_to_a_reduced_float(dtype, fused):
     x = relax.Var("x", relax.TensorType((1, 4, 5, 5), "float32"))
     with bb.function("main", [x]):
         with bb.dataflow():
-            y = bb.emit(relax.op.nn.relu(bb.emit(relax.op.add(bb.emit(relax.op.nn.conv2d(x, relax.const(rnd(4, 4, 1, 1, seed=1)))),
-                                                               relax.const(rnd(1, 4, 1, 1))))))
-            out = bb.emit_output(relax.op.astype(bb.emit(relax.op.astype(y, dtype)), "float32"))  # back to float32 to compare
+            y = bb.emit(
+                relax.op.nn.relu(
+                    bb.emit(
+                        relax.op.add(
+                            bb.emit(relax.op.nn.conv2d(x, relax.const(rnd(4, 4, 1, 1, seed=1)))),
+                            relax.const(rnd(1, 4, 1, 1)),
+                        )
+                    )
+                )
+            )
+            out = bb.emit_output(
+                relax.op.astype(bb.emit(relax.op.astype(y, dtype)), "float32")
+            )  # back to float32 to compare
         bb.emit_func_output(out)
     before = bb.get()
     after = FuseEpilogue()(before)
@@ -368,7 +411,9 @@ def test_fuse_epilogue_takes_a_cast_to_a_reduced_float(dtype, fused):
     assert len(kernels) == (2 if fused else 3), kernels  # [conv..cast], cast back  /  [conv..relu], cast, cast back
     assert any(k.endswith("relax_astype") for k in kernels) == fused
     # within one rounding of the reduced type (run whole, the cast there and back may fold away)
-    check_numerics(before, after, rnd(1, 4, 5, 5, seed=3), rtol={"bfloat16": 2**-8, "float16": 2**-11, "int32": 0}[dtype], atol=0)
+    check_numerics(
+        before, after, rnd(1, 4, 5, 5, seed=3), rtol={"bfloat16": 2**-8, "float16": 2**-11, "int32": 0}[dtype], atol=0
+    )
 
 
 def test_fuse_epilogue_never_swallows_a_value_used_elsewhere():
@@ -378,8 +423,16 @@ def test_fuse_epilogue_never_swallows_a_value_used_elsewhere():
     x = relax.Var("x", relax.TensorType((1, 4, 5, 5), "float32"))
     with bb.function("main", [x]):
         with bb.dataflow():
-            a = bb.emit(relax.op.add(bb.emit(relax.op.nn.conv2d(x, relax.const(rnd(4, 4, 1, 1, seed=1)))), relax.const(rnd(1, 4, 1, 1))))
-            b = bb.emit(relax.op.add(bb.emit(relax.op.nn.conv2d(a, relax.const(rnd(4, 4, 1, 1, seed=2)))), relax.const(rnd(1, 4, 1, 1))))
+            a = bb.emit(
+                relax.op.add(
+                    bb.emit(relax.op.nn.conv2d(x, relax.const(rnd(4, 4, 1, 1, seed=1)))), relax.const(rnd(1, 4, 1, 1))
+                )
+            )
+            b = bb.emit(
+                relax.op.add(
+                    bb.emit(relax.op.nn.conv2d(a, relax.const(rnd(4, 4, 1, 1, seed=2)))), relax.const(rnd(1, 4, 1, 1))
+                )
+            )
             s = bb.emit(relax.op.add(a, b))
             out = bb.emit_output(relax.op.multiply(s, a))
         bb.emit_func_output(out)

@@ -1,13 +1,14 @@
 """Numerics of the zoo models against onnxruntime with every optional pass disabled in turn (the
 all-passes case at full size is tests/test_zoo.py). Small input sizes keep it fast; NHWC so that
 ConvertLayout has work to do."""
+
 import numpy as np
 import pytest
+from helpers import ort_run
 
 import kiln
 from kiln import zoo
 from kiln.compiler.pipeline import CPU_PIPELINE
-from helpers import ort_run
 
 # passes with work to do on these float models in NHWC (LowerQDQ, Quantize, MixedPrecision and
 # BF16ConvKernel act only on quantized models or when asked: tests/compiler/test_quantize.py; the

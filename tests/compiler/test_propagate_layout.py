@@ -1,6 +1,7 @@
 """PropagateBlockedLayout: MobileNet blocks run their depthwise conv, bias and clip in NCHW16c,
 with the layout transforms TVM's ConvertLayout leaves around them cancelled. NarrowBlockLayout:
 convs whose channels do not divide 16 (MobileNetV2's 24) run in NCHW8c, with no transforms either."""
+
 import numpy as np
 import pytest
 import tvm
@@ -14,7 +15,9 @@ from kiln.frontends import import_onnx
 
 
 def _graph_passes(model, disabled=()):
-    co = CompileOptions.make(target="llvm -mcpu=znver4", disabled_passes=disabled)  # AVX-512: 16-lane blocks (graph passes only, nothing runs)
+    co = CompileOptions.make(
+        target="llvm -mcpu=znver4", disabled_passes=disabled
+    )  # AVX-512: 16-lane blocks (graph passes only, nothing runs)
     mod = import_onnx(model, {}).mod
     stats = {}
     with co.target.tvm(), tvm.transform.PassContext(opt_level=3):
@@ -48,18 +51,30 @@ def narrow_stage():
     """MobileNetV2's 24-channel stage, shrunk: 32 -> 24 project (NCHW16c in, 8c out), then an
     inverted residual on 24 channels (24 -> 72 -> depthwise 72 -> 24, + residual; 72 = 9 x 8),
     then 24 -> 32 (8c in, 16c out)."""
-    nodes = [helper.make_node("Conv", ["x", "w0", "b0"], ["a"]),
-             helper.make_node("Conv", ["a", "w1", "b1"], ["e"]),
-             helper.make_node("Clip", ["e", "lo", "hi"], ["e6"]),
-             helper.make_node("Conv", ["e6", "wd", "bd"], ["d"], group=72, pads=[1, 1, 1, 1]),
-             helper.make_node("Clip", ["d", "lo", "hi"], ["d6"]),
-             helper.make_node("Conv", ["d6", "w2", "b2"], ["p"]),
-             helper.make_node("Add", ["p", "a"], ["r"]),
-             helper.make_node("Conv", ["r", "w3", "b3"], ["y"], pads=[1, 1, 1, 1], strides=[2, 2], kernel_shape=[3, 3])]
-    inits = {"w0": rand(24, 32, 1, 1, seed=1) * 0.3, "b0": rand(24, seed=2), "w1": rand(72, 24, 1, 1, seed=3) * 0.3,
-             "b1": rand(72, seed=4), "wd": rand(72, 1, 3, 3, seed=5) * 0.3, "bd": rand(72, seed=6),
-             "w2": rand(24, 72, 1, 1, seed=7) * 0.3, "b2": rand(24, seed=8), "w3": rand(32, 24, 3, 3, seed=9) * 0.2,
-             "b3": rand(32, seed=10), "lo": np.array(0, np.float32), "hi": np.array(6, np.float32)}
+    nodes = [
+        helper.make_node("Conv", ["x", "w0", "b0"], ["a"]),
+        helper.make_node("Conv", ["a", "w1", "b1"], ["e"]),
+        helper.make_node("Clip", ["e", "lo", "hi"], ["e6"]),
+        helper.make_node("Conv", ["e6", "wd", "bd"], ["d"], group=72, pads=[1, 1, 1, 1]),
+        helper.make_node("Clip", ["d", "lo", "hi"], ["d6"]),
+        helper.make_node("Conv", ["d6", "w2", "b2"], ["p"]),
+        helper.make_node("Add", ["p", "a"], ["r"]),
+        helper.make_node("Conv", ["r", "w3", "b3"], ["y"], pads=[1, 1, 1, 1], strides=[2, 2], kernel_shape=[3, 3]),
+    ]
+    inits = {
+        "w0": rand(24, 32, 1, 1, seed=1) * 0.3,
+        "b0": rand(24, seed=2),
+        "w1": rand(72, 24, 1, 1, seed=3) * 0.3,
+        "b1": rand(72, seed=4),
+        "wd": rand(72, 1, 3, 3, seed=5) * 0.3,
+        "bd": rand(72, seed=6),
+        "w2": rand(24, 72, 1, 1, seed=7) * 0.3,
+        "b2": rand(24, seed=8),
+        "w3": rand(32, 24, 3, 3, seed=9) * 0.2,
+        "b3": rand(32, seed=10),
+        "lo": np.array(0, np.float32),
+        "hi": np.array(6, np.float32),
+    }
     return make_model(nodes, {"x": rand(1, 32, 14, 14)}, ["y"], inits)
 
 
@@ -74,4 +89,6 @@ def test_narrow_channels_run_blocked_by_8_with_no_transforms():
 
 @pytest.mark.parametrize("disabled", [(), ("NarrowBlockLayout",)], ids=["narrow", "nchw"])
 def test_narrow_stage_matches_onnxruntime(tmp_path, disabled):
-    check_against_ort(narrow_stage(), {"x": rand(1, 32, 14, 14, seed=11)}, tmp_path, rtol=1e-4, atol=1e-4, disabled_passes=disabled)
+    check_against_ort(
+        narrow_stage(), {"x": rand(1, 32, 14, 14, seed=11)}, tmp_path, rtol=1e-4, atol=1e-4, disabled_passes=disabled
+    )

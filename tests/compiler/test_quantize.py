@@ -1,6 +1,7 @@
 """INT8: each integer op against a numpy reference of the same integer math, onnxruntime's own
 int8 models (QDQ and QOperator) against onnxruntime, the calibrated flow, its accuracy gate and
 its options; and fp16/bf16 mixed precision."""
+
 from __future__ import annotations
 
 import json
@@ -9,7 +10,7 @@ import numpy as np
 import onnx
 import pytest
 from helpers import make_model, mobilenet_block, ort_run, rand
-from onnx import TensorProto, helper
+from onnx import helper
 
 import kiln
 from kiln.errors import OptionsError
@@ -25,7 +26,7 @@ def _conv_ref(xq, zx, wq, stride, pad):
     out = np.zeros((x.shape[0], o, oh, ow), np.int64)
     for a in range(k):
         for b in range(k):
-            patch = x[:, :, a:a + stride * oh:stride, b:b + stride * ow:stride]
+            patch = x[:, :, a : a + stride * oh : stride, b : b + stride * ow : stride]
             out += np.einsum("nchw,oc->nohw", patch, wq[:, :, a, b].astype(np.int64))
     return out
 
@@ -37,23 +38,32 @@ def _qdq_conv_model(cin, cout, k, stride, pad, zx, hw=10, seed=0):
     wq = rng.integers(-127, 128, (cout, cin, k, k)).astype(I8)
     sw = rng.uniform(0.001, 0.01, cout).astype(np.float32)
     sx = np.float32(0.05)
-    nodes = [helper.make_node("QuantizeLinear", ["input", "sx", "zx"], ["xq"]),
-             helper.make_node("DequantizeLinear", ["xq", "sx", "zx"], ["xf"]),
-             helper.make_node("DequantizeLinear", ["wq", "sw", "zw"], ["wf"], axis=0),
-             helper.make_node("Conv", ["xf", "wf"], ["output"], strides=[stride, stride], pads=[pad] * 4)]
+    nodes = [
+        helper.make_node("QuantizeLinear", ["input", "sx", "zx"], ["xq"]),
+        helper.make_node("DequantizeLinear", ["xq", "sx", "zx"], ["xf"]),
+        helper.make_node("DequantizeLinear", ["wq", "sw", "zw"], ["wf"], axis=0),
+        helper.make_node("Conv", ["xf", "wf"], ["output"], strides=[stride, stride], pads=[pad] * 4),
+    ]
     x = rand(1, cin, hw, hw, seed=seed + 1)
-    m = make_model(nodes, {"input": x}, ["output"], {"sx": sx, "zx": np.uint8(zx), "wq": wq, "sw": sw, "zw": np.zeros(cout, I8)})
+    m = make_model(
+        nodes, {"input": x}, ["output"], {"sx": sx, "zx": np.uint8(zx), "wq": wq, "sw": sw, "zw": np.zeros(cout, I8)}
+    )
     xq = np.clip(np.round(x / sx) + zx, 0, 255).astype(U8)  # QuantizeLinear rounds half to even, as np.round
-    ref = _conv_ref(xq, zx, wq, stride, pad).astype(np.float64) * (np.float64(sx) * sw.astype(np.float64)).reshape(1, -1, 1, 1)
+    ref = _conv_ref(xq, zx, wq, stride, pad).astype(np.float64) * (np.float64(sx) * sw.astype(np.float64)).reshape(
+        1, -1, 1, 1
+    )
     return m, x, ref
 
 
-@pytest.mark.parametrize("cin,cout,k,stride,pad,zx", [
-    (32, 48, 3, 1, 1, 0),     # VNNI kernel, ReLU-style input (zero point 0)
-    (32, 32, 3, 2, 1, 100),   # VNNI kernel, zero point padded explicitly, stride 2
-    (16, 64, 1, 1, 0, 7),     # 1x1
-    (8, 24, 3, 1, 1, 3),      # channels not multiples of 16: the generic integer kernel
-])
+@pytest.mark.parametrize(
+    "cin,cout,k,stride,pad,zx",
+    [
+        (32, 48, 3, 1, 1, 0),  # VNNI kernel, ReLU-style input (zero point 0)
+        (32, 32, 3, 2, 1, 100),  # VNNI kernel, zero point padded explicitly, stride 2
+        (16, 64, 1, 1, 0, 7),  # 1x1
+        (8, 24, 3, 1, 1, 3),  # channels not multiples of 16: the generic integer kernel
+    ],
+)
 def test_integer_conv_matches_numpy(tmp_path, cin, cout, k, stride, pad, zx):
     model, x, ref = _qdq_conv_model(cin, cout, k, stride, pad, zx)
     r = kiln.compile(model, tmp_path / "m.kiln", report_path=tmp_path / "r.json")
@@ -66,10 +76,21 @@ def _qdq_matmul_model():
     rng = np.random.default_rng(3)
     wq = rng.integers(-127, 128, (64, 32)).astype(I8)
     sw, sx, zx = np.float32(0.004), np.float32(0.03), 128
-    nodes = [helper.make_node("QuantizeLinear", ["input", "sx", "zx"], ["xq"]), helper.make_node("DequantizeLinear", ["xq", "sx", "zx"], ["xf"]),
-             helper.make_node("DequantizeLinear", ["wq", "sw"], ["wf"]), helper.make_node("MatMul", ["xf", "wf"], ["output"])]
+    nodes = [
+        helper.make_node("QuantizeLinear", ["input", "sx", "zx"], ["xq"]),
+        helper.make_node("DequantizeLinear", ["xq", "sx", "zx"], ["xf"]),
+        helper.make_node("DequantizeLinear", ["wq", "sw"], ["wf"]),
+        helper.make_node("MatMul", ["xf", "wf"], ["output"]),
+    ]
     x = rand(4, 64, seed=4)
-    return make_model(nodes, {"input": x}, ["output"], {"sx": sx, "zx": np.uint8(zx), "wq": wq, "sw": sw}), x, wq, sw, sx, zx
+    return (
+        make_model(nodes, {"input": x}, ["output"], {"sx": sx, "zx": np.uint8(zx), "wq": wq, "sw": sw}),
+        x,
+        wq,
+        sw,
+        sx,
+        zx,
+    )
 
 
 def test_integer_matmul_matches_numpy(tmp_path):
@@ -86,9 +107,10 @@ def test_int8_kernels_use_vnni(tmp_path, op):
     """The uint8 x int8 kernels are tensorized: the generated code has vpdpbusd."""
     pytest.importorskip("tvm")
     from kiln.compiler.build import build_executable
-    from kiln.compiler.options import CompileOptions
     from kiln.compiler.optimize import optimize
+    from kiln.compiler.options import CompileOptions
     from kiln.frontends.importer import import_onnx
+
     opts = CompileOptions.make()
     if "avx512vnni" not in opts.target.required_features():
         pytest.skip("this CPU has no AVX-512 VNNI")
@@ -102,15 +124,23 @@ def test_int8_kernels_use_vnni(tmp_path, op):
 def _ort_cnn(tmp_path):
     """A small CNN and onnxruntime's static int8 quantizations of it (QDQ and QOperator)."""
     from onnxruntime.quantization import CalibrationDataReader, QuantFormat, QuantType, quantize_static
+
     rng = np.random.default_rng(0)
     nodes, inits, x = [], {}, "input"
     for i, (cin, cout, k) in enumerate([(16, 32, 3), (32, 32, 3), (32, 64, 1)]):
         inits[f"w{i}"] = (rng.standard_normal((cout, cin, k, k)) / np.sqrt(cin * k * k)).astype(np.float32)
         inits[f"b{i}"] = (rng.standard_normal(cout) * 0.1).astype(np.float32)
-        nodes += [helper.make_node("Conv", [x, f"w{i}", f"b{i}"], [f"c{i}"], pads=[k // 2] * 4), helper.make_node("Relu", [f"c{i}"], [f"r{i}"])]
+        nodes += [
+            helper.make_node("Conv", [x, f"w{i}", f"b{i}"], [f"c{i}"], pads=[k // 2] * 4),
+            helper.make_node("Relu", [f"c{i}"], [f"r{i}"]),
+        ]
         x = f"r{i}"
     inits["fc"] = (rng.standard_normal((64, 16)) * 0.2).astype(np.float32)
-    nodes += [helper.make_node("GlobalAveragePool", [x], ["g"]), helper.make_node("Flatten", ["g"], ["f"]), helper.make_node("MatMul", ["f", "fc"], ["output"])]
+    nodes += [
+        helper.make_node("GlobalAveragePool", [x], ["g"]),
+        helper.make_node("Flatten", ["g"], ["f"]),
+        helper.make_node("MatMul", ["f", "fc"], ["output"]),
+    ]
     model = make_model(nodes, {"input": rand(1, 16, 16, 16)}, ["output"], inits)
     src = tmp_path / "cnn.onnx"
     onnx.save(model, src)
@@ -122,11 +152,19 @@ def _ort_cnn(tmp_path):
 
         def get_next(self):
             return next(self.it, None)
+
     out = {}
     for fmt in ("QDQ", "QOperator"):
         out[fmt] = tmp_path / f"cnn_{fmt}.onnx"
-        quantize_static(str(src), str(out[fmt]), Reader(), quant_format=getattr(QuantFormat, fmt), per_channel=True,
-                        activation_type=QuantType.QUInt8, weight_type=QuantType.QInt8)
+        quantize_static(
+            str(src),
+            str(out[fmt]),
+            Reader(),
+            quant_format=getattr(QuantFormat, fmt),
+            per_channel=True,
+            activation_type=QuantType.QUInt8,
+            weight_type=QuantType.QInt8,
+        )
     return src, out
 
 
@@ -155,12 +193,17 @@ def _calib_cnn(tmp_path, n=12, classes=16, scale_first=None):
     for i, (cin, cout) in enumerate([(3, 16), (16, 32), (32, 32)]):
         inits[f"w{i}"] = (rng.standard_normal((cout, cin, 3, 3)) / np.sqrt(cin * 9)).astype(np.float32)
         inits[f"b{i}"] = (rng.standard_normal(cout) * 0.1).astype(np.float32)
-        nodes += [helper.make_node("Conv", [x, f"w{i}", f"b{i}"], [f"c{i}"], pads=[1] * 4, name=f"conv{i}"),
-                  helper.make_node("Relu", [f"c{i}"], [f"r{i}"], name=f"relu{i}")]
+        nodes += [
+            helper.make_node("Conv", [x, f"w{i}", f"b{i}"], [f"c{i}"], pads=[1] * 4, name=f"conv{i}"),
+            helper.make_node("Relu", [f"c{i}"], [f"r{i}"], name=f"relu{i}"),
+        ]
         x = f"r{i}"
     inits["fc"] = (rng.standard_normal((32, classes)) * 0.5).astype(np.float32)
-    nodes += [helper.make_node("GlobalAveragePool", [x], ["g"]), helper.make_node("Flatten", ["g"], ["f"]),
-              helper.make_node("MatMul", ["f", "fc"], ["output"], name="fc")]
+    nodes += [
+        helper.make_node("GlobalAveragePool", [x], ["g"]),
+        helper.make_node("Flatten", ["g"], ["f"]),
+        helper.make_node("MatMul", ["f", "fc"], ["output"], name="fc"),
+    ]
     model = make_model(nodes, {"input": rand(1, 3, 16, 16)}, ["output"], inits)
     data = np.random.default_rng(2).standard_normal((n, 3, 16, 16)).astype(np.float32)
     if scale_first is not None:
@@ -171,7 +214,9 @@ def _calib_cnn(tmp_path, n=12, classes=16, scale_first=None):
 
 def test_calibrated_int8_compile(tmp_path):
     model, calib, data = _calib_cnn(tmp_path)
-    r = kiln.compile(model, tmp_path / "q.kiln", quantize="int8", calibration=calib, calib_samples=8, report_path=tmp_path / "r.json")
+    r = kiln.compile(
+        model, tmp_path / "q.kiln", quantize="int8", calibration=calib, calib_samples=8, report_path=tmp_path / "r.json"
+    )
     q = json.loads((tmp_path / "r.json").read_text())["quantization"]
     assert q["int8_layers"] == ["conv1", "conv2", "fc"]
     assert "conv0" in q["float_layers"] and "3->16" in q["float_layers"]["conv0"]  # the stem stays float, and says why
@@ -209,7 +254,9 @@ def test_accuracy_gate_fails_with_the_worst_layers(tmp_path):
     # calibrated on inputs 1000x smaller than the held-out ones: every activation saturates
     model, calib, _ = _calib_cnn(tmp_path, n=12, scale_first=1e-3)
     with pytest.raises(kiln.AccuracyError) as e:
-        kiln.compile(model, tmp_path / "q.kiln", quantize="int8", calibration=calib, calib_samples=8, min_agreement=0.99)
+        kiln.compile(
+            model, tmp_path / "q.kiln", quantize="int8", calibration=calib, calib_samples=8, min_agreement=0.99
+        )
     assert "below --min-agreement 0.99" in str(e.value) and "conv1" in str(e.value) and "--keep-float" in str(e.value)
     assert not (tmp_path / "q.kiln").exists()  # nothing half-written
     # the same data passes a gate it meets
@@ -219,9 +266,11 @@ def test_accuracy_gate_fails_with_the_worst_layers(tmp_path):
 
 def test_calibration_errors(tmp_path):
     model, _, _ = _calib_cnn(tmp_path)
-    cases = [({"wrong": np.zeros((2, 3, 16, 16), np.float32)}, "do not match the model inputs"),
-             ({"input": np.zeros((2, 3, 8, 8), np.float32)}, "has shape [2, 3, 8, 8]"),
-             ({"input": np.zeros((2, 3, 16, 16), np.int64)}, "is int64")]
+    cases = [
+        ({"wrong": np.zeros((2, 3, 16, 16), np.float32)}, "do not match the model inputs"),
+        ({"input": np.zeros((2, 3, 8, 8), np.float32)}, "has shape [2, 3, 8, 8]"),
+        ({"input": np.zeros((2, 3, 16, 16), np.int64)}, "is int64"),
+    ]
     for arrays, msg in cases:
         np.savez(tmp_path / "bad.npz", **arrays)
         with pytest.raises(OptionsError, match=msg.replace("[", r"\[")):
@@ -236,6 +285,7 @@ def test_calibration_errors(tmp_path):
 def test_calibration_folder(tmp_path):
     from kiln.compiler.quantize.calibration import load_calibration
     from kiln.runtime.artifact import TensorSpec
+
     d = tmp_path / "calib"
     d.mkdir()
     for i in range(3):
@@ -250,6 +300,7 @@ def test_calibration_folder(tmp_path):
 
 def test_range_collectors():
     from kiln.compiler.quantize.calibration import RangeCollector
+
     x = np.random.default_rng(0).standard_normal(200_000).astype(np.float32)
     x[0] = 30.0  # one outlier
     ranges = {}
@@ -264,17 +315,21 @@ def test_range_collectors():
     assert ranges["percentile"][0] < -3  # and keep the real tail
 
 
-@pytest.mark.parametrize("kwargs,where", [
-    ({"quantize": "int4", "calibration": "x.npz"}, "--quantize"),
-    ({"quantize": "int8"}, "--calibration"),
-    ({"quantize": "int8", "calibration": "x.npz", "calib_method": "mse"}, "--calib-method"),
-    ({"quantize": "int8", "calibration": "x.npz", "min_agreement": 2}, "--min-agreement"),
-    ({"quantize": "int8", "calibration": "x.npz", "precision": "bf16"}, "--precision"),
-    ({"calibration": "x.npz"}, "--quantize"),
-    ({"precision": "fp8"}, "--precision"),
-])
+@pytest.mark.parametrize(
+    "kwargs,where",
+    [
+        ({"quantize": "int4", "calibration": "x.npz"}, "--quantize"),
+        ({"quantize": "int8"}, "--calibration"),
+        ({"quantize": "int8", "calibration": "x.npz", "calib_method": "mse"}, "--calib-method"),
+        ({"quantize": "int8", "calibration": "x.npz", "min_agreement": 2}, "--min-agreement"),
+        ({"quantize": "int8", "calibration": "x.npz", "precision": "bf16"}, "--precision"),
+        ({"calibration": "x.npz"}, "--quantize"),
+        ({"precision": "fp8"}, "--precision"),
+    ],
+)
 def test_quantize_option_errors(kwargs, where):
     from kiln.compiler.options import CompileOptions
+
     with pytest.raises(OptionsError) as e:
         CompileOptions.make(**kwargs)
     assert e.value.where == where and e.value.fix
@@ -287,7 +342,9 @@ def test_mixed_precision(tmp_path, precision, dtype, tol):
     bf16_kernels = precision == "bf16" and "avx512bf16" in r.manifest["cpu_features"]
     # where bf16 convs have kernels, the 3-channel stem (not a multiple of 16 channels) and the matmul have none: they stay float32
     assert (r.report["mixed_precision_ops"], r.report["mixed_precision_kept"]) == ((2, 2) if bf16_kernels else (4, 0))
-    assert r.report["winograd_convs"] == 2  # the 16- and 32-channel 3x3 convs: Winograd on reduced-precision weights (the 3-channel stem stays NCHW)
+    assert (
+        r.report["winograd_convs"] == 2
+    )  # the 16- and 32-channel 3x3 convs: Winograd on reduced-precision weights (the 3-channel stem stays NCHW)
     assert {w["dtype"] for w in r.manifest["weights"]} >= {dtype}
     ref = ort_run(model, {"input": data[:1]})[0]
     got = kiln.load(tmp_path / "m.kiln").run({"input": data[:1]})["output"]

@@ -1,4 +1,5 @@
 """The optimization report: the ResNet-50 claims, the CLI outputs, and pipeline options."""
+
 import json
 import re
 
@@ -11,9 +12,22 @@ from kiln.cli import main
 from kiln.compiler.build import analyze_model
 from kiln.compiler.pipeline import pass_names, pipeline_for
 
-KEYS = {"ops_before", "ops_after", "kernels", "fused_groups", "batchnorm_total", "batchnorm_folded", "constants_folded",
-        "noops_removed", "layout_transforms", "weights_bytes", "activation_bytes_naive", "activation_bytes_planned",
-        "buffers_planned", "pass_seconds"}
+KEYS = {
+    "ops_before",
+    "ops_after",
+    "kernels",
+    "fused_groups",
+    "batchnorm_total",
+    "batchnorm_folded",
+    "constants_folded",
+    "noops_removed",
+    "layout_transforms",
+    "weights_bytes",
+    "activation_bytes_naive",
+    "activation_bytes_planned",
+    "buffers_planned",
+    "pass_seconds",
+}
 
 
 @pytest.fixture(scope="module")
@@ -32,7 +46,9 @@ def test_resnet50_claims(resnet50_report):
     assert sum(g["calls"] for g in convs) == 53
     assert all(re.search(r"conv2d\d*_relax_add(_relax_add)?(_relax_nn_relu)?\d*$", g["name"]) for g in convs), convs
     # the 3x3 stride-1 convs run as Winograd kernels: F(4x4, 3x3) at 56x56 and 28x28, F(2x2, 3x3) at 14x14 and 7x7
-    assert r["winograd_convs"] == 13 and r["ops_after"]["nn.conv2d_winograd"] == 13 and r["ops_after"]["nn.conv2d"] == 40
+    assert (
+        r["winograd_convs"] == 13 and r["ops_after"]["nn.conv2d_winograd"] == 13 and r["ops_after"]["nn.conv2d"] == 40
+    )
     assert sum(g["calls"] for g in convs if "winograd" in g["name"]) == 13
     assert sum(g["calls"] for g in convs if "relu" in g["name"]) == 49  # the 4 projection shortcuts have no ReLU
     assert sum(g["calls"] for g in convs if "add_relax_add_relax_nn_relu" in g["name"]) == 16  # one residual per block
@@ -54,17 +70,49 @@ def test_compile_report_and_inspect_passes(tmp_path, capsys):
     model = tmp_path / "r18.onnx"
     onnx.save(zoo.resnet18(size=32, classes=10), model)
     report = tmp_path / "report.json"
-    assert main(["compile", str(model), "-o", str(tmp_path / "m.kiln"), "--input-shape", "input:1x3x32x32", "--report", str(report)]) == 0
+    assert (
+        main(
+            [
+                "compile",
+                str(model),
+                "-o",
+                str(tmp_path / "m.kiln"),
+                "--input-shape",
+                "input:1x3x32x32",
+                "--report",
+                str(report),
+            ]
+        )
+        == 0
+    )
     r = json.loads(report.read_text())
     assert KEYS <= set(r) and r["batchnorm_folded"] == r["batchnorm_total"] == 20 and "tvm.compile" in r["pass_seconds"]
     capsys.readouterr()
     assert main(["inspect", "--passes", str(model), "--input-shape", "input:1x3x32x32"]) == 0
     out = capsys.readouterr().out
-    assert re.search(r"batchnorm folded\s+20 / 20", out) and re.search(r"kernels\s+26 ", out)  # 24 + 2 layout transforms
-    assert main(["inspect", "--passes", str(model), "--input-shape", "input:1x3x32x32", "--disable-pass", "FoldBatchNorm", "--json"]) == 0
+    assert re.search(r"batchnorm folded\s+20 / 20", out) and re.search(
+        r"kernels\s+26 ", out
+    )  # 24 + 2 layout transforms
+    assert (
+        main(
+            [
+                "inspect",
+                "--passes",
+                str(model),
+                "--input-shape",
+                "input:1x3x32x32",
+                "--disable-pass",
+                "FoldBatchNorm",
+                "--json",
+            ]
+        )
+        == 0
+    )
     r2 = json.loads(capsys.readouterr().out)
     assert r2["batchnorm_folded"] == 0 and r2["kernels"] > 27  # unfolded BN breaks epilogue fusion
-    assert main(["inspect", "--passes", str(model), "--input-shape", "input:1x3x32x32", "--opt-level", "0", "--json"]) == 0
+    assert (
+        main(["inspect", "--passes", str(model), "--input-shape", "input:1x3x32x32", "--opt-level", "0", "--json"]) == 0
+    )
     r0 = json.loads(capsys.readouterr().out)
     assert r0["kernels"] > 60 and r0["epilogues_fused"] == 0
 
@@ -73,7 +121,9 @@ def test_pass_options_are_validated(small_conv_model, tmp_path):
     with pytest.raises(kiln.OptionsError, match="passes are: LowerQDQ, FoldConstants, "):
         kiln.compile(small_conv_model, tmp_path / "m.kiln", input_shapes=["input:1x3x8x8"], disabled_passes=["FoldBN"])
     with pytest.raises(kiln.OptionsError, match="cannot be disabled"):
-        kiln.compile(small_conv_model, tmp_path / "m.kiln", input_shapes=["input:1x3x8x8"], disabled_passes=["LegalizeOps"])
+        kiln.compile(
+            small_conv_model, tmp_path / "m.kiln", input_shapes=["input:1x3x8x8"], disabled_passes=["LegalizeOps"]
+        )
     with pytest.raises(kiln.OptionsError, match="use one of"):
         kiln.compile(small_conv_model, tmp_path / "m.kiln", input_shapes=["input:1x3x8x8"], layout="NC")
     with pytest.raises(kiln.OptionsError, match="opt level"):
@@ -83,15 +133,27 @@ def test_pass_options_are_validated(small_conv_model, tmp_path):
 def test_pipeline_is_a_list_per_target():
     names = [s.name for s in pipeline_for("llvm", 2)]
     assert names[:5] == ["LowerQDQ", "FoldConstants", "CanonicalizeClip", "RemoveNoOps", "FoldBatchNorm"]
-    assert [s.name for s in pipeline_for("llvm", 0)] == [n for n in names if n in
-                                                         ("DecomposeOpsForInference", "LegalizeOps", "AnnotateTIROpPattern", "FuseTIR", "DeadCodeElimination",
-                                                                   "ApplyTuningDatabase")]
+    assert [s.name for s in pipeline_for("llvm", 0)] == [
+        n
+        for n in names
+        if n
+        in (
+            "DecomposeOpsForInference",
+            "LegalizeOps",
+            "AnnotateTIROpPattern",
+            "FuseTIR",
+            "DeadCodeElimination",
+            "ApplyTuningDatabase",
+        )
+    ]
     assert "FuseEpilogue" not in [s.name for s in pipeline_for("llvm", 2, ("FuseEpilogue",))]
     assert set(pass_names()) >= set(names)
 
 
 def test_layout_auto_measures_both_and_records_the_choice(tmp_path):
-    r = kiln.compile(zoo.resnet18(size=32, classes=10), tmp_path / "m.kiln", input_shapes=["input:1x3x32x32"], layout="auto")
+    r = kiln.compile(
+        zoo.resnet18(size=32, classes=10), tmp_path / "m.kiln", input_shapes=["input:1x3x32x32"], layout="auto"
+    )
     cands = r.report["layout_candidates_ms"]
     assert set(cands) == {"NCHW", "NHWC", "NCHWc"} and all(v > 0 for v in cands.values())
     assert r.manifest["compile_options"]["layout_chosen"] == min(cands, key=cands.get) == r.report["layout"]

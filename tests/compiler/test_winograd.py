@@ -1,22 +1,29 @@
 """The Winograd pass end to end: which convs it takes (3x3, stride 1, padding 1, NCHWc, float32),
 numerics against onnxruntime with and without it, and `--disable-pass Winograd`."""
+
 import numpy as np
 import pytest
+from helpers import make_model, ort_run, rand
 from onnx import helper
 
 import kiln
 from kiln.target import Target
-from helpers import make_model, ort_run, rand
 
 
 def _model(batch=1):
     """Five 3x3 convs on 32 channels: 16x16 (F(4x4, 3x3); one with a residual add), stride 2 and
     padding 0 (direct), then 6x6 (F(2x2, 3x3))."""  # 16x16 is the smallest F(4x4) output (MIN_F4)
-    conv = lambda i, o, w, **kw: helper.make_node("Conv", [i, w, w + "_b"], [o], kernel_shape=[3, 3], **kw)  # noqa: E731
-    nodes = [conv("input", "c1", "w1", pads=[1, 1, 1, 1]), helper.make_node("Relu", ["c1"], ["r1"]),
-             conv("r1", "c2", "w2", pads=[1, 1, 1, 1]), helper.make_node("Add", ["c2", "input"], ["a2"]), helper.make_node("Relu", ["a2"], ["r2"]),
-             conv("r2", "c3", "w3", pads=[1, 1, 1, 1], strides=[2, 2]), conv("c3", "c4", "w4"),
-             conv("c4", "output", "w5", pads=[1, 1, 1, 1])]
+    conv = lambda i, o, w, **kw: helper.make_node("Conv", [i, w, w + "_b"], [o], kernel_shape=[3, 3], **kw)
+    nodes = [
+        conv("input", "c1", "w1", pads=[1, 1, 1, 1]),
+        helper.make_node("Relu", ["c1"], ["r1"]),
+        conv("r1", "c2", "w2", pads=[1, 1, 1, 1]),
+        helper.make_node("Add", ["c2", "input"], ["a2"]),
+        helper.make_node("Relu", ["a2"], ["r2"]),
+        conv("r2", "c3", "w3", pads=[1, 1, 1, 1], strides=[2, 2]),
+        conv("c3", "c4", "w4"),
+        conv("c4", "output", "w5", pads=[1, 1, 1, 1]),
+    ]
     inits = {}
     for i in range(1, 6):
         inits[f"w{i}"] = rand(32, 32, 3, 3, seed=i) * 0.1
@@ -24,7 +31,9 @@ def _model(batch=1):
     return make_model(nodes, {"input": rand(batch, 32, 16, 16)}, ["output"], inits)
 
 
-@pytest.mark.parametrize("disabled, batch", [((), 1), (("Winograd",), 1), ((), 2)], ids=["winograd", "direct", "winograd_batch2"])
+@pytest.mark.parametrize(
+    "disabled, batch", [((), 1), (("Winograd",), 1), ((), 2)], ids=["winograd", "direct", "winograd_batch2"]
+)
 def test_winograd_convs_match_onnxruntime(tmp_path, disabled, batch):
     m = _model(batch)
     r = kiln.compile(m, tmp_path / "m.kiln", disabled_passes=disabled)
@@ -57,7 +66,9 @@ def test_reduced_precision_3x3_convs_take_winograd(tmp_path, precision, dtype, t
     vdpbf16ps = precision == "bf16" and "avx512bf16" in r.manifest["cpu_features"]
     taken = 2 if vdpbf16ps else 3
     assert r.report["winograd_convs"] == taken and direct.report["winograd_convs"] == 0
-    assert r.report["ops_after"]["astype"] == direct.report["ops_after"]["astype"] - taken  # their casts are gone, not converted back
+    assert (
+        r.report["ops_after"]["astype"] == direct.report["ops_after"]["astype"] - taken
+    )  # their casts are gone, not converted back
     if vdpbf16ps:
         assert r.report["bf16_kernel_convs"] == 3 and direct.report["bf16_kernel_convs"] == 5
     stored = {(tuple(w["shape"]), w["dtype"]) for w in r.manifest["weights"]}

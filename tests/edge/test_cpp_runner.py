@@ -3,6 +3,7 @@ for aarch64 against the aarch64 apache-tvm wheel's runtime and run under qemu-aa
 artifacts of zoo ResNet-18 and MobileNetV2, it matches onnxruntime (rtol/atol 1e-4). The aarch64
 tests need the cross toolchain, qemu-user and the aarch64 runtime (`make edge-test` installs
 them) and say so when they skip."""
+
 from __future__ import annotations
 
 import shutil
@@ -26,7 +27,13 @@ SYSROOT = Path("/usr/aarch64-linux-gnu")
 
 def _build(out: Path, *args) -> Path:
     import sys
-    r = subprocess.run(["bash", str(BUILD), str(out), *args], capture_output=True, text=True, env={"PYTHON": sys.executable, "PATH": "/usr/bin:/bin:/usr/local/bin"})
+
+    r = subprocess.run(
+        ["bash", str(BUILD), str(out), *args],
+        capture_output=True,
+        text=True,
+        env={"PYTHON": sys.executable, "PATH": "/usr/bin:/bin:/usr/local/bin"},
+    )
     assert r.returncode == 0, r.stderr[-2000:]
     return out
 
@@ -42,10 +49,16 @@ def x86_runner(tmp_path_factory):
 def aarch64_runner(tmp_path_factory):
     missing = [t for t in ("aarch64-linux-gnu-g++", "qemu-aarch64") if shutil.which(t) is None]
     if missing or not (AARCH64_RUNTIME / ".ready").exists() or not SYSROOT.exists():
-        pytest.skip(f"aarch64 checks need {', '.join(missing) or 'nothing more'}"
-                    f"{'' if (AARCH64_RUNTIME / '.ready').exists() else ' and the aarch64 TVM runtime in build/edge'}: run `make edge-test`")
-    return _build(tmp_path_factory.mktemp("cpp-arm") / "kiln_run", "aarch64-linux-gnu-g++", str(AARCH64_RUNTIME / "tvm"),
-                  str(AARCH64_RUNTIME / "tvm_ffi"))
+        pytest.skip(
+            f"aarch64 checks need {', '.join(missing) or 'nothing more'}"
+            f"{'' if (AARCH64_RUNTIME / '.ready').exists() else ' and the aarch64 TVM runtime in build/edge'}: run `make edge-test`"
+        )
+    return _build(
+        tmp_path_factory.mktemp("cpp-arm") / "kiln_run",
+        "aarch64-linux-gnu-g++",
+        str(AARCH64_RUNTIME / "tvm"),
+        str(AARCH64_RUNTIME / "tvm_ffi"),
+    )
 
 
 def _unpack(art: Path, dest: Path) -> Path:
@@ -54,7 +67,9 @@ def _unpack(art: Path, dest: Path) -> Path:
 
 
 def _run(cmd, model_dir: Path, out: Path, *inputs: Path) -> subprocess.CompletedProcess:
-    return subprocess.run([*cmd, str(model_dir), "-o", str(out), *map(str, inputs)], capture_output=True, text=True, timeout=600)
+    return subprocess.run(
+        [*cmd, str(model_dir), "-o", str(out), *map(str, inputs)], capture_output=True, text=True, timeout=600
+    )
 
 
 def test_x86_runner_matches_kiln_run(tmp_path, x86_runner):
@@ -64,7 +79,9 @@ def test_x86_runner_matches_kiln_run(tmp_path, x86_runner):
     np.save(tmp_path / "x.npy", x)
     r = _run([str(x86_runner)], _unpack(tmp_path / "m.kiln", tmp_path / "m"), tmp_path / "out", tmp_path / "x.npy")
     assert r.returncode == 0, r.stderr
-    np.testing.assert_array_equal(np.load(tmp_path / "out" / "output.npy"), kiln.load(tmp_path / "m.kiln").run({"input": x})["output"])
+    np.testing.assert_array_equal(
+        np.load(tmp_path / "out" / "output.npy"), kiln.load(tmp_path / "m.kiln").run({"input": x})["output"]
+    )
 
 
 def test_x86_runner_refuses_bad_members_and_inputs(tmp_path, x86_runner, small_conv_model):
@@ -94,8 +111,16 @@ def test_aarch64_zoo_under_qemu_matches_onnxruntime(tmp_path, aarch64_runner, na
         kiln.load(tmp_path / "m.kiln")  # not on this x86-64 host
     x = np.random.default_rng(1).standard_normal((1, 3, 224, 224)).astype(np.float32)
     np.save(tmp_path / "x.npy", x)
-    qemu = ["qemu-aarch64", "-L", str(SYSROOT), "-E", f"LD_LIBRARY_PATH={AARCH64_RUNTIME / 'tvm' / 'lib'}:{AARCH64_RUNTIME / 'tvm_ffi' / 'lib'}",
-            str(aarch64_runner)]
+    qemu = [
+        "qemu-aarch64",
+        "-L",
+        str(SYSROOT),
+        "-E",
+        f"LD_LIBRARY_PATH={AARCH64_RUNTIME / 'tvm' / 'lib'}:{AARCH64_RUNTIME / 'tvm_ffi' / 'lib'}",
+        str(aarch64_runner),
+    ]
     run = _run(qemu, _unpack(tmp_path / "m.kiln", tmp_path / "m"), tmp_path / "out", tmp_path / "x.npy")
     assert run.returncode == 0, run.stderr[-2000:]
-    np.testing.assert_allclose(np.load(tmp_path / "out" / "output.npy"), ort_run(model, {"input": x})[0], rtol=1e-4, atol=1e-4)
+    np.testing.assert_allclose(
+        np.load(tmp_path / "out" / "output.npy"), ort_run(model, {"input": x})[0], rtol=1e-4, atol=1e-4
+    )

@@ -1,15 +1,16 @@
 """Control flow real exporters write: an If on computed data (relax.If, run by TVM's VM), an If on
 an input the deployer knows (--freeze-input folds it away), and a Loop whose trip count is data refused by name."""
+
 import subprocess
 import sys
 
 import numpy as np
 import onnx
 import pytest
+from helpers import check_against_ort, make_model, rand
 from onnx import TensorProto, helper
 
 import kiln
-from helpers import check_against_ort, make_model, rand
 from kiln.frontends.preflight import find_unsupported_ops
 
 
@@ -22,13 +23,20 @@ def _data_if_model():
     x = rand(1, 3, 8, 8)
     then_g = _branch([helper.make_node("Relu", ["c"], ["r"]), helper.make_node("Mul", ["r", "two"], ["t"])], "t")
     else_g = _branch([helper.make_node("Sigmoid", ["c"], ["e"])], "e")
-    nodes = [helper.make_node("Conv", ["x", "w", "b"], ["c"], pads=[1, 1, 1, 1]),
-             helper.make_node("ReduceMean", ["c"], ["m"], keepdims=0),
-             helper.make_node("Greater", ["m", "zero"], ["cond"]),
-             helper.make_node("If", ["cond"], ["y0"], then_branch=then_g, else_branch=else_g),
-             helper.make_node("Conv", ["y0", "w2"], ["y"])]
-    inits = {"w": rand(8, 3, 3, 3, seed=1) * 0.3, "b": rand(8, seed=2), "w2": rand(4, 8, 1, 1, seed=3) * 0.3,
-             "two": np.float32(2), "zero": np.float32(0)}
+    nodes = [
+        helper.make_node("Conv", ["x", "w", "b"], ["c"], pads=[1, 1, 1, 1]),
+        helper.make_node("ReduceMean", ["c"], ["m"], keepdims=0),
+        helper.make_node("Greater", ["m", "zero"], ["cond"]),
+        helper.make_node("If", ["cond"], ["y0"], then_branch=then_g, else_branch=else_g),
+        helper.make_node("Conv", ["y0", "w2"], ["y"]),
+    ]
+    inits = {
+        "w": rand(8, 3, 3, 3, seed=1) * 0.3,
+        "b": rand(8, seed=2),
+        "w2": rand(4, 8, 1, 1, seed=3) * 0.3,
+        "two": np.float32(2),
+        "zero": np.float32(0),
+    }
     return make_model(nodes, {"x": x}, ["y"], inits)
 
 
@@ -43,24 +51,47 @@ def test_if_on_computed_data_takes_either_branch(tmp_path):
 def _sample_rate_model():
     """A voice-activity-style front end: If sr == 16000 then frame by 4 else by 2 (different shapes)."""
     x = rand(1, 64)
-    then_g = _branch([helper.make_node("Reshape", ["x", "s16"], ["a"]),
-                      helper.make_node("ReduceMean", ["a"], ["t"], axes=[2], keepdims=0)], "t")
-    else_g = _branch([helper.make_node("Reshape", ["x", "s8"], ["b"]),
-                      helper.make_node("ReduceMax", ["b"], ["e"], axes=[2], keepdims=0)], "e")
-    nodes = [helper.make_node("Equal", ["sr", "k16"], ["is16"]),
-             helper.make_node("If", ["is16"], ["y0"], then_branch=then_g, else_branch=else_g),
-             helper.make_node("Relu", ["y0"], ["y"])]
-    inits = {"k16": np.array(16000, np.int64), "s16": np.array([1, 16, 4], np.int64), "s8": np.array([1, 32, 2], np.int64)}
-    g = helper.make_graph(nodes, "vad", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 64]),
-                                         helper.make_tensor_value_info("sr", TensorProto.INT64, [])],
-                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
-                          [onnx.numpy_helper.from_array(v, k) for k, v in inits.items()])
+    then_g = _branch(
+        [
+            helper.make_node("Reshape", ["x", "s16"], ["a"]),
+            helper.make_node("ReduceMean", ["a"], ["t"], axes=[2], keepdims=0),
+        ],
+        "t",
+    )
+    else_g = _branch(
+        [
+            helper.make_node("Reshape", ["x", "s8"], ["b"]),
+            helper.make_node("ReduceMax", ["b"], ["e"], axes=[2], keepdims=0),
+        ],
+        "e",
+    )
+    nodes = [
+        helper.make_node("Equal", ["sr", "k16"], ["is16"]),
+        helper.make_node("If", ["is16"], ["y0"], then_branch=then_g, else_branch=else_g),
+        helper.make_node("Relu", ["y0"], ["y"]),
+    ]
+    inits = {
+        "k16": np.array(16000, np.int64),
+        "s16": np.array([1, 16, 4], np.int64),
+        "s8": np.array([1, 32, 2], np.int64),
+    }
+    g = helper.make_graph(
+        nodes,
+        "vad",
+        [
+            helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 64]),
+            helper.make_tensor_value_info("sr", TensorProto.INT64, []),
+        ],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+        [onnx.numpy_helper.from_array(v, k) for k, v in inits.items()],
+    )
     return helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)]), x
 
 
 @pytest.mark.parametrize("sr", [16000, 8000])
 def test_freeze_input_folds_the_if_away(tmp_path, sr):
     from helpers import ort_run
+
     m, x = _sample_rate_model()
     r = kiln.compile(m, tmp_path / "m.kiln", freeze_inputs=[f"sr={sr}"])
     assert r.report["ops_before"].get("If", 0) == 0 and r.manifest["import_stats"]["ifs_inlined"] == 1
@@ -90,16 +121,23 @@ def test_freeze_input_cli_and_bad_values(tmp_path):
 
 def _data_loop_model():
     """A Loop whose trip count is an input's value (data): its iteration count is known only at run time."""
-    body = helper.make_graph([helper.make_node("Identity", ["cond_in"], ["cond_out"]),
-                              helper.make_node("Add", ["v_in", "one"], ["v_out"])], "body",
-                             [helper.make_tensor_value_info("i", TensorProto.INT64, []),
-                              helper.make_tensor_value_info("cond_in", TensorProto.BOOL, []),
-                              helper.make_tensor_value_info("v_in", TensorProto.FLOAT, [1, 3])],
-                             [helper.make_tensor_value_info("cond_out", TensorProto.BOOL, []),
-                              helper.make_tensor_value_info("v_out", TensorProto.FLOAT, [1, 3])])
+    body = helper.make_graph(
+        [helper.make_node("Identity", ["cond_in"], ["cond_out"]), helper.make_node("Add", ["v_in", "one"], ["v_out"])],
+        "body",
+        [
+            helper.make_tensor_value_info("i", TensorProto.INT64, []),
+            helper.make_tensor_value_info("cond_in", TensorProto.BOOL, []),
+            helper.make_tensor_value_info("v_in", TensorProto.FLOAT, [1, 3]),
+        ],
+        [
+            helper.make_tensor_value_info("cond_out", TensorProto.BOOL, []),
+            helper.make_tensor_value_info("v_out", TensorProto.FLOAT, [1, 3]),
+        ],
+    )
     nodes = [helper.make_node("Loop", ["n", "t", "x"], ["y"], body=body)]
-    return make_model(nodes, {"x": rand(1, 3), "n": np.array(3, np.int64)}, ["y"],
-                      {"t": np.array(True), "one": np.float32(1)})
+    return make_model(
+        nodes, {"x": rand(1, 3), "n": np.array(3, np.int64)}, ["y"], {"t": np.array(True), "one": np.float32(1)}
+    )
 
 
 def test_loop_with_a_data_trip_count_is_refused_by_name(tmp_path):
@@ -120,13 +158,22 @@ def test_nested_if_reads_a_local_of_the_inlined_branch(tmp_path):
     # (silero-vad's decoder: KeyError in TVM's importer when inlining renamed 't' but not the inner reads)
     inner_then = _branch([helper.make_node("Neg", ["t"], ["it"])], "it")
     inner_else = _branch([helper.make_node("Abs", ["t"], ["ie"])], "ie")
-    outer_then = helper.make_graph([helper.make_node("Relu", ["x"], ["t"]),
-                                    helper.make_node("If", ["c"], ["o1"], then_branch=inner_then, else_branch=inner_else)],
-                                   "ot", [], [_tv("o1")])
+    outer_then = helper.make_graph(
+        [
+            helper.make_node("Relu", ["x"], ["t"]),
+            helper.make_node("If", ["c"], ["o1"], then_branch=inner_then, else_branch=inner_else),
+        ],
+        "ot",
+        [],
+        [_tv("o1")],
+    )
     outer_else = _branch([helper.make_node("Sigmoid", ["x"], ["oe"])], "oe")
-    nodes = [helper.make_node("Shape", ["x"], ["s"]), helper.make_node("ReduceProd", ["s"], ["n"], keepdims=0),
-             helper.make_node("Greater", ["n", "two"], ["c"]),
-             helper.make_node("If", ["c"], ["y"], then_branch=outer_then, else_branch=outer_else)]
+    nodes = [
+        helper.make_node("Shape", ["x"], ["s"]),
+        helper.make_node("ReduceProd", ["s"], ["n"], keepdims=0),
+        helper.make_node("Greater", ["n", "two"], ["c"]),
+        helper.make_node("If", ["c"], ["y"], then_branch=outer_then, else_branch=outer_else),
+    ]
     m = make_model(nodes, {"x": rand(2, 3)}, ["y"], {"two": np.array(2, np.int64)}, in_shapes={"x": ["N", 3]})
     out = check_against_ort(m, {"x": rand(2, 3, seed=3)}, tmp_path, input_shapes=["x:2x3"])
     np.testing.assert_allclose(out["y"], -np.maximum(rand(2, 3, seed=3), 0), rtol=1e-6)
@@ -137,18 +184,39 @@ def test_data_dependent_if_branches_are_folded_and_decomposed(tmp_path):
     # branch runs an LSTM (decomposed inside the branch): both were left to TVM, which refused them
     h, t = 3, 6
     r = np.random.default_rng(0)
-    then_g = _branch([helper.make_node("Shape", ["x"], ["s"]), helper.make_node("Slice", ["s", "i2", "i3"], ["w"]),
-                      helper.make_node("Mod", ["w", "four"], ["rem"]), helper.make_node("Concat", ["z5", "rem"], ["pads"], axis=0),
-                      helper.make_node("Pad", ["x", "pads"], ["p"]),
-                      helper.make_node("ReduceMean", ["p"], ["t_out"], axes=[2], keepdims=1)], "t_out")
-    else_g = _branch([helper.make_node("Transpose", ["x"], ["xt"], perm=[2, 0, 1]),
-                      helper.make_node("LSTM", ["xt", "W", "R"], ["", "yh"], hidden_size=h),
-                      helper.make_node("Transpose", ["yh"], ["e_out"], perm=[1, 2, 0])], "e_out")
-    nodes = [helper.make_node("ReduceSum", ["x"], ["sum"], keepdims=0), helper.make_node("Greater", ["sum", "zero"], ["c"]),
-             helper.make_node("If", ["c"], ["y"], then_branch=then_g, else_branch=else_g)]
-    inits = {"i2": np.array([2], np.int64), "i3": np.array([3], np.int64), "four": np.array([4], np.int64),
-             "z5": np.zeros(5, np.int64), "zero": np.float32(0), "W": r.standard_normal((1, 4 * h, 4)).astype(np.float32),
-             "R": r.standard_normal((1, 4 * h, h)).astype(np.float32)}
+    then_g = _branch(
+        [
+            helper.make_node("Shape", ["x"], ["s"]),
+            helper.make_node("Slice", ["s", "i2", "i3"], ["w"]),
+            helper.make_node("Mod", ["w", "four"], ["rem"]),
+            helper.make_node("Concat", ["z5", "rem"], ["pads"], axis=0),
+            helper.make_node("Pad", ["x", "pads"], ["p"]),
+            helper.make_node("ReduceMean", ["p"], ["t_out"], axes=[2], keepdims=1),
+        ],
+        "t_out",
+    )
+    else_g = _branch(
+        [
+            helper.make_node("Transpose", ["x"], ["xt"], perm=[2, 0, 1]),
+            helper.make_node("LSTM", ["xt", "W", "R"], ["", "yh"], hidden_size=h),
+            helper.make_node("Transpose", ["yh"], ["e_out"], perm=[1, 2, 0]),
+        ],
+        "e_out",
+    )
+    nodes = [
+        helper.make_node("ReduceSum", ["x"], ["sum"], keepdims=0),
+        helper.make_node("Greater", ["sum", "zero"], ["c"]),
+        helper.make_node("If", ["c"], ["y"], then_branch=then_g, else_branch=else_g),
+    ]
+    inits = {
+        "i2": np.array([2], np.int64),
+        "i3": np.array([3], np.int64),
+        "four": np.array([4], np.int64),
+        "z5": np.zeros(5, np.int64),
+        "zero": np.float32(0),
+        "W": r.standard_normal((1, 4 * h, 4)).astype(np.float32),
+        "R": r.standard_normal((1, 4 * h, h)).astype(np.float32),
+    }
     m = make_model(nodes, {"x": rand(1, 4, t)}, ["y"], inits, opset=13)
     x = np.abs(rand(1, 4, t, seed=5))
     assert check_against_ort(m, {"x": x}, tmp_path)["y"].shape == (1, 4, 1)

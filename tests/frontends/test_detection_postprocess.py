@@ -3,12 +3,15 @@ the data. Small graphs built with onnx.helper, each compiled by Kiln and matched
 score threshold -> NonZero -> TopK with k = min(candidates, limit) -> NMS -> Gather, arithmetic on the
 run-time-sized results (an Add of two such tensors failed in tvm.compile), ConstantOfShape of a run-time
 shape, an If whose branches have different run-time sizes."""
+
 from __future__ import annotations
 
 import numpy as np
 import onnx
 import pytest
-from onnx import TensorProto as T, helper as h, numpy_helper as nh
+from onnx import TensorProto as T
+from onnx import helper as h
+from onnx import numpy_helper as nh
 
 ort = pytest.importorskip("onnxruntime")
 import kiln  # noqa: E402
@@ -21,7 +24,10 @@ def _c(name, a, dtype=None):
 
 
 def _model(nodes, inits, outputs, inputs=None):
-    inputs = inputs or [h.make_tensor_value_info("scores", T.FLOAT, [N]), h.make_tensor_value_info("boxes", T.FLOAT, [N, 4])]
+    inputs = inputs or [
+        h.make_tensor_value_info("scores", T.FLOAT, [N]),
+        h.make_tensor_value_info("boxes", T.FLOAT, [N, 4]),
+    ]
     g = h.make_graph(nodes, "detpost", inputs, outputs, inits)
     m = h.make_model(g, opset_imports=[h.make_opsetid("", 17)])
     m.ir_version = 8
@@ -34,8 +40,10 @@ def _feed(seed=0, thr_frac=0.5):
     centers = rng.uniform(10, 60, (6, 2))  # clustered: NMS suppresses some
     xy = (centers[rng.integers(0, 6, N)] + rng.normal(0, 3, (N, 2))).astype(np.float32)
     wh = rng.uniform(8, 16, (N, 2)).astype(np.float32)
-    return {"scores": rng.permutation(np.linspace(0.01, 0.99, N)).astype(np.float32),
-            "boxes": np.concatenate([xy, xy + wh], 1).astype(np.float32)}
+    return {
+        "scores": rng.permutation(np.linspace(0.01, 0.99, N)).astype(np.float32),
+        "boxes": np.concatenate([xy, xy + wh], 1).astype(np.float32),
+    }
 
 
 def _check(model, tmp_path, feeds):
@@ -79,8 +87,13 @@ def _candidates(limit):
         h.make_node("TopK", ["s1", "k"], ["tv", "ti"], axis=0),
         h.make_node("Gather", ["b1", "ti"], ["b2"], axis=0),
     ]
-    inits = [_c("thr", 0.3, np.float32), _c("m1", [-1], np.int64), _c("zero", 0, np.int64), _c("ax0", [0], np.int64),
-             _c("klim", [limit], np.int64)]
+    inits = [
+        _c("thr", 0.3, np.float32),
+        _c("m1", [-1], np.int64),
+        _c("zero", 0, np.int64),
+        _c("ax0", [0], np.int64),
+        _c("klim", [limit], np.int64),
+    ]
     return nodes, inits
 
 
@@ -103,11 +116,23 @@ def test_threshold_topk_nms_gather(tmp_path, limit):
         h.make_node("Gather", ["tv", "keepi"], ["out_scores"], axis=0),
         h.make_node("Gather", ["ti", "keepi"], ["out_idx"], axis=0),
     ]
-    inits += [_c("big", [100.0], np.float32), _c("zerof", [0.0], np.float32), _c("ax1", [1], np.int64),
-              _c("maxo", [9223372036854775807], np.int64), _c("iou", [0.5], np.float32), _c("two", 2, np.int64)]
-    m = _model(nodes, inits, [h.make_tensor_value_info("out_boxes", T.FLOAT, ["d", 4]),
-                              h.make_tensor_value_info("out_scores", T.FLOAT, ["d"]),
-                              h.make_tensor_value_info("out_idx", T.INT64, ["d"])])
+    inits += [
+        _c("big", [100.0], np.float32),
+        _c("zerof", [0.0], np.float32),
+        _c("ax1", [1], np.int64),
+        _c("maxo", [9223372036854775807], np.int64),
+        _c("iou", [0.5], np.float32),
+        _c("two", 2, np.int64),
+    ]
+    m = _model(
+        nodes,
+        inits,
+        [
+            h.make_tensor_value_info("out_boxes", T.FLOAT, ["d", 4]),
+            h.make_tensor_value_info("out_scores", T.FLOAT, ["d"]),
+            h.make_tensor_value_info("out_idx", T.INT64, ["d"]),
+        ],
+    )
     for ref in _check(m, tmp_path, [_feed(0), _feed(1)]):
         assert 0 < ref[0].shape[0] < min(limit, N)  # NMS suppressed some candidates: the sizes really vary
 
@@ -123,23 +148,38 @@ def test_constant_of_shape_of_runtime_shape(tmp_path):
         h.make_node("Mul", ["ones", "b2"], ["scaled"]),
         h.make_node("Cast", ["bsh"], ["bshf"], to=T.FLOAT),
     ]
-    m = _model(nodes, inits, [h.make_tensor_value_info("lab2", T.INT64, ["d"]),
-                              h.make_tensor_value_info("scaled", T.FLOAT, ["d", 4]),
-                              h.make_tensor_value_info("bshf", T.FLOAT, [2])])
+    m = _model(
+        nodes,
+        inits,
+        [
+            h.make_tensor_value_info("lab2", T.INT64, ["d"]),
+            h.make_tensor_value_info("scaled", T.FLOAT, ["d", 4]),
+            h.make_tensor_value_info("bshf", T.FLOAT, [2]),
+        ],
+    )
     _check(m, tmp_path, [_feed(0), _feed(2)])
 
 
 def test_empty_candidates(tmp_path):
     """No score above the threshold: every run-time size is 0."""
     nodes, inits = _candidates(10)
-    nodes += [h.make_node("Add", ["b2", "b2"], ["out_boxes"]), h.make_node("Identity", ["tv"], ["out_scores"]),
-              h.make_node("Unsqueeze", ["b2", "ax0"], ["b4"]),
-              h.make_node("Unsqueeze", ["tv", "ax01"], ["s3"]),
-              h.make_node("NonMaxSuppression", ["b4", "s3", "maxo", "iou"], ["sel"])]
+    nodes += [
+        h.make_node("Add", ["b2", "b2"], ["out_boxes"]),
+        h.make_node("Identity", ["tv"], ["out_scores"]),
+        h.make_node("Unsqueeze", ["b2", "ax0"], ["b4"]),
+        h.make_node("Unsqueeze", ["tv", "ax01"], ["s3"]),
+        h.make_node("NonMaxSuppression", ["b4", "s3", "maxo", "iou"], ["sel"]),
+    ]
     inits += [_c("ax01", [0, 1], np.int64), _c("maxo", [9223372036854775807], np.int64), _c("iou", [0.5], np.float32)]
-    m = _model(nodes, inits, [h.make_tensor_value_info("out_boxes", T.FLOAT, ["d", 4]),
-                              h.make_tensor_value_info("out_scores", T.FLOAT, ["d"]),
-                              h.make_tensor_value_info("sel", T.INT64, ["e", 3])])
+    m = _model(
+        nodes,
+        inits,
+        [
+            h.make_tensor_value_info("out_boxes", T.FLOAT, ["d", 4]),
+            h.make_tensor_value_info("out_scores", T.FLOAT, ["d"]),
+            h.make_tensor_value_info("sel", T.INT64, ["e", 3]),
+        ],
+    )
     low = _feed(0)
     low["scores"] = np.full(N, 0.1, np.float32)
     refs = _check(m, tmp_path, [low, _feed(1)])
@@ -157,8 +197,15 @@ def test_whole_axis_slice_of_runtime_size(tmp_path):
         h.make_node("Add", ["b2", "tvc"], ["out"]),
         h.make_node("Slice", ["b2", "one", "smax", "ax0"], ["tail"]),  # a slice that is not the whole axis
     ]
-    inits += [_c("s0", [0], np.int64), _c("one", [1], np.int64), _c("smax", [9223372036854775807], np.int64),
-              _c("ax1", [1], np.int64)]
-    m = _model(nodes, inits, [h.make_tensor_value_info("out", T.FLOAT, ["d", 4]),
-                              h.make_tensor_value_info("tail", T.FLOAT, ["e", 4])])
+    inits += [
+        _c("s0", [0], np.int64),
+        _c("one", [1], np.int64),
+        _c("smax", [9223372036854775807], np.int64),
+        _c("ax1", [1], np.int64),
+    ]
+    m = _model(
+        nodes,
+        inits,
+        [h.make_tensor_value_info("out", T.FLOAT, ["d", 4]), h.make_tensor_value_info("tail", T.FLOAT, ["e", 4])],
+    )
     _check(m, tmp_path, [_feed(0), _feed(3)])

@@ -1,18 +1,22 @@
 """ONNX-level folding never stops a compile: a constant subgraph ONNX's reference evaluator cannot
 run stays in the graph (one warning per op type), and old opsets fold with their own op versions."""
+
 import warnings
 
 import numpy as np
+from helpers import check_against_ort, make_model, rand
 from onnx import helper
 
 import kiln
-from helpers import check_against_ort, make_model, rand
 
 
 def _unsqueeze_model(opset):
-    nodes = [helper.make_node("Unsqueeze", ["c"], ["cu"], axes=[0]) if opset < 13 else
-             helper.make_node("Unsqueeze", ["c", "ax"], ["cu"]),
-             helper.make_node("Add", ["x", "cu"], ["y"])]
+    nodes = [
+        helper.make_node("Unsqueeze", ["c"], ["cu"], axes=[0])
+        if opset < 13
+        else helper.make_node("Unsqueeze", ["c", "ax"], ["cu"]),
+        helper.make_node("Add", ["x", "cu"], ["y"]),
+    ]
     inits = {"c": rand(3, seed=3)} if opset < 13 else {"c": rand(3, seed=3), "ax": np.array([0], np.int64)}
     return make_model(nodes, {"x": rand(2, 3)}, ["y"], inits, opset=opset)
 
@@ -28,17 +32,28 @@ def test_opset11_unsqueeze_with_axes_attribute_folds(tmp_path):
 
 def test_a_node_the_evaluator_cannot_run_stays_in_the_graph(tmp_path, monkeypatch):
     from onnx.reference import ReferenceEvaluator
+
     real = ReferenceEvaluator.run
 
     def refuse_unsqueeze(self, *a, **kw):
         if any(n.op_type == "Unsqueeze" for n in self.proto_.graph.node):
             raise ValueError("cannot reshape array of size 1 into shape (1,32)")  # as its GatherElements did
         return real(self, *a, **kw)
+
     monkeypatch.setattr(ReferenceEvaluator, "run", refuse_unsqueeze)
     x = rand(2, 3)
-    m = make_model([helper.make_node("Unsqueeze", ["c", "ax"], ["cu"]), helper.make_node("Unsqueeze", ["c", "ax"], ["cv"]),
-                    helper.make_node("Add", ["cu", "cv"], ["s"]), helper.make_node("Add", ["x", "s"], ["y"])],
-                   {"x": x}, ["y"], {"c": rand(3, seed=3), "ax": np.array([0], np.int64)}, opset=17)
+    m = make_model(
+        [
+            helper.make_node("Unsqueeze", ["c", "ax"], ["cu"]),
+            helper.make_node("Unsqueeze", ["c", "ax"], ["cv"]),
+            helper.make_node("Add", ["cu", "cv"], ["s"]),
+            helper.make_node("Add", ["x", "s"], ["y"]),
+        ],
+        {"x": x},
+        ["y"],
+        {"c": rand(3, seed=3), "ax": np.array([0], np.int64)},
+        opset=17,
+    )
     with warnings.catch_warnings(record=True) as w:
         warnings.simplefilter("always")
         r = kiln.compile(m, tmp_path / "m.kiln")

@@ -1,51 +1,82 @@
 """Patterns real exporters write that TVM 0.27's importer rejects on its own: run-time shape
 arithmetic, computed pads, constant-condition If, wrong declared output shapes, LSTM and GRU."""
+
 import numpy as np
 import pytest
+from helpers import check_against_ort, compile_and_run, make_model, rand
 from onnx import TensorProto, helper
 
 import kiln
-from helpers import check_against_ort, compile_and_run, make_model, rand
 
 
 def test_shape_gather_concat_reshape(tmp_path):
     # PyTorch's x.view(x.size(0), -1), with a symbolic batch pinned at compile time
     x = rand(2, 4, 3, 3)
-    nodes = [helper.make_node("Shape", ["x"], ["s"]),
-             helper.make_node("Gather", ["s", "zero"], ["n"], axis=0),
-             helper.make_node("Unsqueeze", ["n", "ax0"], ["n1"]),
-             helper.make_node("Concat", ["n1", "minus1"], ["shape"], axis=0),
-             helper.make_node("Reshape", ["x", "shape"], ["y"])]
-    m = make_model(nodes, {"x": x}, ["y"], {"zero": np.array(0, np.int64), "ax0": np.array([0], np.int64),
-                                             "minus1": np.array([-1], np.int64)}, in_shapes={"x": ["N", 4, 3, 3]})
+    nodes = [
+        helper.make_node("Shape", ["x"], ["s"]),
+        helper.make_node("Gather", ["s", "zero"], ["n"], axis=0),
+        helper.make_node("Unsqueeze", ["n", "ax0"], ["n1"]),
+        helper.make_node("Concat", ["n1", "minus1"], ["shape"], axis=0),
+        helper.make_node("Reshape", ["x", "shape"], ["y"]),
+    ]
+    m = make_model(
+        nodes,
+        {"x": x},
+        ["y"],
+        {"zero": np.array(0, np.int64), "ax0": np.array([0], np.int64), "minus1": np.array([-1], np.int64)},
+        in_shapes={"x": ["N", 4, 3, 3]},
+    )
     check_against_ort(m, {"x": x}, tmp_path, input_shapes=["x:2x4x3x3"])
 
 
 def test_computed_pads(tmp_path):
     # pads computed from the input size at run time ("Dynamic pads are not supported yet" in TVM)
     x = rand(1, 2, 5, 7)
-    nodes = [helper.make_node("Shape", ["x"], ["s"]),
-             helper.make_node("Slice", ["s", "two", "four"], ["hw"]),
-             helper.make_node("Mod", ["hw", "two"], ["odd"]),
-             helper.make_node("Concat", ["zeros2", "zeros2", "zeros2", "odd"], ["pads"], axis=0),
-             helper.make_node("Pad", ["x", "pads"], ["y"], mode="constant")]
-    m = make_model(nodes, {"x": x}, ["y"], {"two": np.array([2], np.int64), "four": np.array([4], np.int64),
-                                             "zeros2": np.zeros(2, np.int64)}, in_shapes={"x": [1, 2, "H", "W"]})
+    nodes = [
+        helper.make_node("Shape", ["x"], ["s"]),
+        helper.make_node("Slice", ["s", "two", "four"], ["hw"]),
+        helper.make_node("Mod", ["hw", "two"], ["odd"]),
+        helper.make_node("Concat", ["zeros2", "zeros2", "zeros2", "odd"], ["pads"], axis=0),
+        helper.make_node("Pad", ["x", "pads"], ["y"], mode="constant"),
+    ]
+    m = make_model(
+        nodes,
+        {"x": x},
+        ["y"],
+        {"two": np.array([2], np.int64), "four": np.array([4], np.int64), "zeros2": np.zeros(2, np.int64)},
+        in_shapes={"x": [1, 2, "H", "W"]},
+    )
     out = check_against_ort(m, {"x": x}, tmp_path, input_shapes=["x:1x2x5x7"])
     assert out["y"].shape == (1, 2, 6, 8)
 
 
 def test_if_with_constant_condition_is_inlined(tmp_path):
     x = rand(1, 3, 4, 4)
-    then_g = helper.make_graph([helper.make_node("Relu", ["x"], ["t"])], "then", [],
-                               [helper.make_tensor_value_info("t", TensorProto.FLOAT, None)])
-    else_g = helper.make_graph([helper.make_node("Neg", ["x"], ["e"])], "else", [],
-                               [helper.make_tensor_value_info("e", TensorProto.FLOAT, None)])
-    nodes = [helper.make_node("Shape", ["x"], ["s"]), helper.make_node("Gather", ["s", "zero"], ["n"], axis=0),
-             helper.make_node("Equal", ["n", "one"], ["cond"]),
-             helper.make_node("If", ["cond"], ["y"], then_branch=then_g, else_branch=else_g)]
-    m = make_model(nodes, {"x": x}, ["y"], {"zero": np.array(0, np.int64), "one": np.array(1, np.int64)},
-                   in_shapes={"x": ["N", 3, 4, 4]})
+    then_g = helper.make_graph(
+        [helper.make_node("Relu", ["x"], ["t"])],
+        "then",
+        [],
+        [helper.make_tensor_value_info("t", TensorProto.FLOAT, None)],
+    )
+    else_g = helper.make_graph(
+        [helper.make_node("Neg", ["x"], ["e"])],
+        "else",
+        [],
+        [helper.make_tensor_value_info("e", TensorProto.FLOAT, None)],
+    )
+    nodes = [
+        helper.make_node("Shape", ["x"], ["s"]),
+        helper.make_node("Gather", ["s", "zero"], ["n"], axis=0),
+        helper.make_node("Equal", ["n", "one"], ["cond"]),
+        helper.make_node("If", ["cond"], ["y"], then_branch=then_g, else_branch=else_g),
+    ]
+    m = make_model(
+        nodes,
+        {"x": x},
+        ["y"],
+        {"zero": np.array(0, np.int64), "one": np.array(1, np.int64)},
+        in_shapes={"x": ["N", 3, 4, 4]},
+    )
     out = check_against_ort(m, {"x": x}, tmp_path, input_shapes=["x:1x3x4x4"])
     np.testing.assert_array_equal(out["y"], np.maximum(x, 0))
 
@@ -62,7 +93,7 @@ def _rnn_model(op, T, B, I, H, direction, seed, layout=0, with_states=True, **at
     nd = 2 if direction == "bidirectional" else 1
     g = 4 if op == "LSTM" else 3
     r = np.random.default_rng(seed)
-    w = lambda *s: (r.standard_normal(s) * 0.4).astype(np.float32)  # noqa: E731
+    w = lambda *s: (r.standard_normal(s) * 0.4).astype(np.float32)
     inits = {"W": w(nd, g * H, I), "R": w(nd, g * H, H), "B": w(nd, 2 * g * H)}
     x = rand(*((B, T, I) if layout else (T, B, I)), seed=seed + 1)
     feeds = {"x": x}
@@ -102,9 +133,14 @@ def test_lstm_batch_first(tmp_path):
     # onnxruntime refuses layout=1 ("Batchwise recurrent operations are not supported"): ONNX's
     # reference evaluator is the reference here (it handles `clip` differently from onnxruntime, so no clip)
     from onnx.reference import ReferenceEvaluator
+
     m, feeds = _rnn_model("LSTM", T=4, B=3, I=5, H=6, direction="bidirectional", seed=2, layout=1)
     _add_peepholes(m, 6)
-    m.graph.initializer[-1].CopyFrom(helper.make_tensor("P", TensorProto.FLOAT, [2, 18], np.random.default_rng(9).standard_normal(36).astype(np.float32)))
+    m.graph.initializer[-1].CopyFrom(
+        helper.make_tensor(
+            "P", TensorProto.FLOAT, [2, 18], np.random.default_rng(9).standard_normal(36).astype(np.float32)
+        )
+    )
     refs = ReferenceEvaluator(m).run(None, feeds)
     ours = compile_and_run(m, feeds, tmp_path)
     assert ours["Y"].shape == (3, 4, 2, 6) and ours["Y_h"].shape == (3, 2, 6)

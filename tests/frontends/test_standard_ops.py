@@ -1,6 +1,7 @@
 """Regression tests for the rewrites of standard_math.py: a few of onnx's own backend node cases per op
 family, compiled by Kiln (shape-deciding inputs frozen, as the CLI's --freeze-input) and compared with
 the case's expected outputs."""
+
 from __future__ import annotations
 
 import warnings
@@ -11,15 +12,26 @@ import pytest
 import kiln
 
 CASES = {
-    "test_cumprod_2d_axis_1": ["axis"], "test_cumprod_1d_reverse_exclusive": ["axis"],
-    "test_pow_types_int64_float32": [], "test_pow_types_float32_int32": [],
-    "test_mod_float_edge_cases_fmod_0_float32": [], "test_isinf_negative": [], "test_cosh_example": [],
-    "test_l2normalization_axis_0": [], "test_batchnorm_example_training_mode": [], "test_det_nd": [],
-    "test_reversesequence_batch": [], "test_spacetodepth_crd_mode_example": [], "test_eyelike_with_dtype": [],
-    "test_dropout_default_mask": [], "test_convtranspose_output_shape": [],
-    "test_col2im_pads": ["image_shape", "block_shape"], "test_maxpool_with_argmax_2d_precomputed_strides": [],
-    "test_resize_downsample_scales_cubic_antialias": ["scales"], "test_resize_tf_crop_and_resize_axes_3_2":
-        ["roi", "sizes"], "test_resize_downsample_sizes_nearest_not_larger": ["sizes"],
+    "test_cumprod_2d_axis_1": ["axis"],
+    "test_cumprod_1d_reverse_exclusive": ["axis"],
+    "test_pow_types_int64_float32": [],
+    "test_pow_types_float32_int32": [],
+    "test_mod_float_edge_cases_fmod_0_float32": [],
+    "test_isinf_negative": [],
+    "test_cosh_example": [],
+    "test_l2normalization_axis_0": [],
+    "test_batchnorm_example_training_mode": [],
+    "test_det_nd": [],
+    "test_reversesequence_batch": [],
+    "test_spacetodepth_crd_mode_example": [],
+    "test_eyelike_with_dtype": [],
+    "test_dropout_default_mask": [],
+    "test_convtranspose_output_shape": [],
+    "test_col2im_pads": ["image_shape", "block_shape"],
+    "test_maxpool_with_argmax_2d_precomputed_strides": [],
+    "test_resize_downsample_scales_cubic_antialias": ["scales"],
+    "test_resize_tf_crop_and_resize_axes_3_2": ["roi", "sizes"],
+    "test_resize_downsample_sizes_nearest_not_larger": ["sizes"],
 }
 
 
@@ -28,6 +40,7 @@ def cases():
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         from onnx.backend.test.case.node import collect_testcases
+
         return {c.name: c for c in collect_testcases(None) if c.name in CASES}
 
 
@@ -49,8 +62,12 @@ def test_equal_on_strings_is_a_clear_refusal(cases, tmp_path):
     from onnx import TensorProto, helper
 
     n = helper.make_node("Equal", ["a", "b"], ["y"])
-    g = helper.make_graph([n], "t", [helper.make_tensor_value_info(x, TensorProto.STRING, [2]) for x in "ab"],
-                          [helper.make_tensor_value_info("y", TensorProto.BOOL, [2])])
+    g = helper.make_graph(
+        [n],
+        "t",
+        [helper.make_tensor_value_info(x, TensorProto.STRING, [2]) for x in "ab"],
+        [helper.make_tensor_value_info("y", TensorProto.BOOL, [2])],
+    )
     m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 19)])
     with pytest.raises(kiln.errors.UnsupportedModelError, match="Equal on string"):
         kiln.compile(m, tmp_path / "m.kiln")

@@ -1,5 +1,6 @@
 """A bounded fuzz run of both front doors (ONNX models, .kiln artifacts): every case must end in
 success or a KilnError; no other exception, no crash, no hang. Longer runs: python -m fuzz.run."""
+
 import sys
 from pathlib import Path
 
@@ -7,8 +8,8 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from fuzz.executor import Executor  # noqa: E402
-from fuzz.run import campaign, seed_artifact  # noqa: E402
+from fuzz.executor import Executor
+from fuzz.run import campaign, seed_artifact
 
 
 @pytest.fixture(scope="module")

@@ -1,6 +1,7 @@
 """--target cuda: every zoo model compiles (no GPU needed) into an artifact whose manifest says
 cuda, every kernel bound by the GPU schedules; on a host without a GPU, loading it is a clear
 error. Running on a GPU is benchmarks/gpu.sh's job."""
+
 from __future__ import annotations
 
 import pytest
@@ -13,15 +14,20 @@ from kiln.target import Target
 @pytest.mark.parametrize("name", sorted(zoo.MODELS))
 def test_zoo_compiles_for_cuda(tmp_path, name):
     build, shape = zoo.MODELS[name]
-    r = kiln.compile(build(), tmp_path / "m.kiln", input_shapes=[shape], target="cuda -arch=sm_90", report_path=tmp_path / "r.json")
+    r = kiln.compile(
+        build(), tmp_path / "m.kiln", input_shapes=[shape], target="cuda -arch=sm_90", report_path=tmp_path / "r.json"
+    )
     m = r.manifest
     assert m["device"] == "cuda" and m["target"] == "cuda -arch=sm_90" and m["target_dict"]["arch"] == "sm_90"
     assert m["cpu_features"] == []  # generic host code: any x86-64 GPU server
-    assert r.report["kernels"] > 0 and r.report["kernels_unscheduled"] == 0  # CUDA codegen needs every kernel bound to threads
+    assert (
+        r.report["kernels"] > 0 and r.report["kernels_unscheduled"] == 0
+    )  # CUDA codegen needs every kernel bound to threads
 
 
 def test_cuda_artifact_on_a_host_without_gpu(tmp_path, small_conv_model):
     import tvm
+
     kiln.compile(small_conv_model, tmp_path / "g.kiln", input_shapes=["input:1x3x8x8"], target="cuda -gpu=a100")
     if tvm.cuda(0).exist:
         pytest.skip("this host has a GPU")
@@ -45,7 +51,10 @@ def test_gpu_kernels_are_tunable_tasks():
     from kiln.compiler.optimize import optimize
     from kiln.frontends.importer import import_onnx
     from kiln.schedules.tuning import extract
-    co = CompileOptions.make(target="cuda -arch=sm_80", input_shapes=["input:1x3x32x32"], disabled_passes=("GPUSchedules",))
+
+    co = CompileOptions.make(
+        target="cuda -arch=sm_80", input_shapes=["input:1x3x32x32"], disabled_passes=("GPUSchedules",)
+    )
     mod = optimize(import_onnx(zoo.resnet18(size=32, classes=10), co.shapes).mod, co).mod
     tasks = extract(mod, co.target.tvm())
     assert len(tasks) >= 10 and all(t.target.kind.name == "cuda" for t in tasks)

@@ -1,14 +1,15 @@
 """Artifact integrity: the runtime refuses anything it cannot trust, before loading code."""
+
 import shutil
 import zipfile
 
 import numpy as np
 import pytest
+from tests_runtime_helpers import rewrite_manifest, rewrite_manifest_features
 
 import kiln
 from kiln.runtime import artifact as art
 from kiln.runtime.hostinfo import host_arch
-from tests_runtime_helpers import rewrite_manifest, rewrite_manifest_features
 
 
 def _member_data_offset(path, name) -> tuple[int, int]:
@@ -87,6 +88,7 @@ def test_write_is_atomic(tmp_path, small_artifact, monkeypatch):
 
     def boom(*a, **k):
         raise RuntimeError("disk full")
+
     monkeypatch.setattr(zipfile.ZipFile, "writestr", boom)
     with pytest.raises(RuntimeError):
         art.write_artifact(dst, {"x": 1}, {"a": b"1"})

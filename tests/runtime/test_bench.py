@@ -1,4 +1,5 @@
 """`kiln bench`: its numbers are real measurements of the artifact (and of onnxruntime when asked)."""
+
 import json
 
 import pytest
@@ -38,12 +39,31 @@ def test_block_ratios():
 
 def test_bench_cli_json(tmp_path, small_artifact, small_onnx_path, capsys):
     out = tmp_path / "b.json"
-    assert main(["bench", str(small_artifact), "--onnx", str(small_onnx_path), "--repeat", "5", "--warmup", "1",
-                 "--threads", "1", "--json", str(out)]) == 0
+    assert (
+        main(
+            [
+                "bench",
+                str(small_artifact),
+                "--onnx",
+                str(small_onnx_path),
+                "--repeat",
+                "5",
+                "--warmup",
+                "1",
+                "--threads",
+                "1",
+                "--json",
+                str(out),
+            ]
+        )
+        == 0
+    )
     text = capsys.readouterr().out
     assert "kiln / onnxruntime p50 =" in text and "cold start" in text and "per block pair (1 pairs of" in text
     r = json.loads(out.read_text())
-    assert {"p50_ms", "p99_ms", "qps", "cold_start_ms", "peak_rss_mb", "ort_p50_ms", "ort_p99_ms", "ratio_p50"} <= set(r)
+    assert {"p50_ms", "p99_ms", "qps", "cold_start_ms", "peak_rss_mb", "ort_p50_ms", "ort_p99_ms", "ratio_p50"} <= set(
+        r
+    )
 
 
 def test_bench_bad_options(small_artifact, capsys):

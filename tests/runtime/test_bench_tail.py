@@ -1,4 +1,5 @@
 """kiln bench shows the tail: the worst run, p99 over p50, and a flag when that exceeds 2x."""
+
 import json
 
 import pytest
@@ -22,11 +23,23 @@ def test_slow_runs_and_which_were_preempted():
 
 
 def test_the_text_says_which_engine_has_a_tail():
-    r = {"artifact": "m.kiln", "target": "llvm", "threads": 2, "runs": 100, "warmup": 5,
-         **percentiles([6.0] * 97 + [500.0] * 3),
-         **slow_runs([6.0] * 97 + [500.0] * 3, [0] * 97 + [2] * 3),
-         **percentiles([6.0] * 100, prefix="ort_"), "cold_start_ms": 1.0, "peak_rss_mb": 1.0, "first_run_ms": 1.0,
-         "first_run_after_warmup_ms": 1.0, "warmup_ms": 1.0, "ratio_p50": 1.0, "max_abs_diff": 0.0}
+    r = {
+        "artifact": "m.kiln",
+        "target": "llvm",
+        "threads": 2,
+        "runs": 100,
+        "warmup": 5,
+        **percentiles([6.0] * 97 + [500.0] * 3),
+        **slow_runs([6.0] * 97 + [500.0] * 3, [0] * 97 + [2] * 3),
+        **percentiles([6.0] * 100, prefix="ort_"),
+        "cold_start_ms": 1.0,
+        "peak_rss_mb": 1.0,
+        "first_run_ms": 1.0,
+        "first_run_after_warmup_ms": 1.0,
+        "warmup_ms": 1.0,
+        "ratio_p50": 1.0,
+        "max_abs_diff": 0.0,
+    }
     text = format_bench(r)
     assert "TAIL: kiln p99 is" in text and "TAIL: onnxruntime" not in text and "max" in text
     assert "3 run(s) over 2x p50, 3 of them preempted" in text
@@ -34,8 +47,25 @@ def test_the_text_says_which_engine_has_a_tail():
 
 def test_bench_json_has_the_tail(tmp_path, small_artifact, small_onnx_path):
     out = tmp_path / "b.json"
-    assert main(["bench", str(small_artifact), "--onnx", str(small_onnx_path), "--repeat", "5", "--warmup", "1",
-                 "--threads", "1", "--json", str(out)]) == 0
+    assert (
+        main(
+            [
+                "bench",
+                str(small_artifact),
+                "--onnx",
+                str(small_onnx_path),
+                "--repeat",
+                "5",
+                "--warmup",
+                "1",
+                "--threads",
+                "1",
+                "--json",
+                str(out),
+            ]
+        )
+        == 0
+    )
     r = json.loads(out.read_text())
     for p in ("", "ort_"):
         assert isinstance(r[f"{p}tail_flag"], bool) and r[f"{p}max_ms"] >= r[f"{p}p99_ms"]

@@ -1,11 +1,12 @@
 """What a graph may take and return at its boundary: 0-d inputs stay 0-d, a model with no inputs runs,
 an empty constant in a Concat is dropped, and sequences at the boundary are refused by name."""
+
 import numpy as np
 import pytest
+from helpers import check_against_ort, make_model
 from onnx import TensorProto, helper
 
 import kiln
-from helpers import check_against_ort, make_model
 
 
 def test_scalar_input_stays_scalar(tmp_path):
@@ -15,22 +16,33 @@ def test_scalar_input_stays_scalar(tmp_path):
 
 
 def test_model_without_inputs(tmp_path):
-    g = helper.make_graph([helper.make_node("Constant", [], ["y"], value=helper.make_tensor("v", TensorProto.FLOAT, [2], [1, 2]))],
-                          "g", [], [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2])])
+    g = helper.make_graph(
+        [helper.make_node("Constant", [], ["y"], value=helper.make_tensor("v", TensorProto.FLOAT, [2], [1, 2]))],
+        "g",
+        [],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2])],
+    )
     kiln.compile(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]), tmp_path / "c.kiln")
     np.testing.assert_array_equal(kiln.load(tmp_path / "c.kiln").run({})["y"], [1, 2])
 
 
 def test_concat_with_an_empty_constant(tmp_path):
     x = np.ones((2, 4, 3), np.float32)
-    m = make_model([helper.make_node("Concat", ["e", "x"], ["y"], axis=2)], {"x": x}, ["y"], {"e": np.zeros((2, 4, 0), np.float32)})
+    m = make_model(
+        [helper.make_node("Concat", ["e", "x"], ["y"], axis=2)], {"x": x}, ["y"], {"e": np.zeros((2, 4, 0), np.float32)}
+    )
     check_against_ort(m, {"x": x}, tmp_path)
 
 
 def test_sequence_at_the_boundary_is_refused_by_name(tmp_path):
-    g = helper.make_graph([helper.make_node("SequenceAt", ["s", "i"], ["y"])], "g",
-                          [helper.make_tensor_sequence_value_info("s", TensorProto.FLOAT, None),
-                           helper.make_tensor_value_info("i", TensorProto.INT64, [])],
-                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)])
+    g = helper.make_graph(
+        [helper.make_node("SequenceAt", ["s", "i"], ["y"])],
+        "g",
+        [
+            helper.make_tensor_sequence_value_info("s", TensorProto.FLOAT, None),
+            helper.make_tensor_value_info("i", TensorProto.INT64, []),
+        ],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+    )
     with pytest.raises(kiln.UnsupportedModelError, match="input 's' \\(sequence_type\\)"):
         kiln.compile(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]), tmp_path / "s.kiln")

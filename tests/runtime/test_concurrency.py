@@ -1,4 +1,5 @@
 """One loaded model used from many threads at once: every output correct."""
+
 import concurrent.futures
 
 import numpy as np
@@ -31,7 +32,10 @@ def test_threads_on_several_models_and_buckets(tmp_path, small_conv_model):
     refs = [models[0].run({"input": x})["output"] for x in xs]
 
     def work(t):
-        return all(np.array_equal(models[t % 2].run({"input": xs[(t + k) % 4]})["output"], refs[(t + k) % 4]) for k in range(40))
+        return all(
+            np.array_equal(models[t % 2].run({"input": xs[(t + k) % 4]})["output"], refs[(t + k) % 4])
+            for k in range(40)
+        )
 
     with concurrent.futures.ThreadPoolExecutor(8) as pool:
         assert all(pool.map(work, range(8)))

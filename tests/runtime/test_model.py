@@ -1,4 +1,5 @@
 """Running an artifact: input validation, threads, and the runtime-only guarantee."""
+
 import ast
 import json
 import subprocess
@@ -7,9 +8,9 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from helpers import ort_run
 
 import kiln
-from helpers import ort_run
 
 
 def test_run_matches_onnxruntime(small_artifact, small_conv_model, small_input):
@@ -20,12 +21,27 @@ def test_run_matches_onnxruntime(small_artifact, small_conv_model, small_input):
     assert "small.kiln" in repr(m) and "input:1x3x8x8:float32" in repr(m)
 
 
-@pytest.mark.parametrize("feed,match,fix", [
-    ({"inp": np.zeros((1, 3, 8, 8), np.float32)}, r"missing \['input'\]; unknown \['inp'\]", "inputs are ['input']"),
-    ({}, r"missing \['input'\]", "inputs are"),
-    ({"input": np.zeros((1, 3, 8, 9), np.float32)}, "shape 1x3x8x9, the model was compiled for 1x3x8x8", "--input-shape input:1x3x8x9"),
-    ({"input": np.zeros((1, 3, 8, 8), np.float64)}, "dtype float64, the model expects float32", "astype('float32')"),
-])
+@pytest.mark.parametrize(
+    "feed,match,fix",
+    [
+        (
+            {"inp": np.zeros((1, 3, 8, 8), np.float32)},
+            r"missing \['input'\]; unknown \['inp'\]",
+            "inputs are ['input']",
+        ),
+        ({}, r"missing \['input'\]", "inputs are"),
+        (
+            {"input": np.zeros((1, 3, 8, 9), np.float32)},
+            "shape 1x3x8x9, the model was compiled for 1x3x8x8",
+            "--input-shape input:1x3x8x9",
+        ),
+        (
+            {"input": np.zeros((1, 3, 8, 8), np.float64)},
+            "dtype float64, the model expects float32",
+            "astype('float32')",
+        ),
+    ],
+)
 def test_bad_inputs(small_artifact, feed, match, fix):
     with pytest.raises(kiln.InputError, match=match) as e:
         kiln.load(small_artifact).run(feed)
@@ -39,6 +55,7 @@ def test_bad_num_threads(small_artifact):
 
 def test_default_threads_is_physical_cores(small_artifact):
     from kiln.runtime.hostinfo import physical_cores
+
     assert kiln.load(small_artifact).num_threads == physical_cores() >= 1
 
 
@@ -57,21 +74,38 @@ print(json.dumps({"compiler_lib": "libtvm_compiler" in maps, "runtime_lib": "lib
 
 def test_runtime_loads_without_the_compiler(tmp_path, small_artifact, small_input):
     np.save(tmp_path / "x.npy", small_input["input"])
-    r = subprocess.run([sys.executable, "-c", PROBE, str(small_artifact), str(tmp_path / "x.npy")],
-                       capture_output=True, text=True, timeout=120)
+    r = subprocess.run(
+        [sys.executable, "-c", PROBE, str(small_artifact), str(tmp_path / "x.npy")],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert r.returncode == 0, r.stderr
     info = json.loads(r.stdout.strip().splitlines()[-1])
-    assert info == {"compiler_lib": False, "runtime_lib": True, "kiln_compiler": False, "relax": False,
-                    "sum": pytest.approx(float(kiln.load(small_artifact).run(small_input)["output"].sum()), rel=1e-5)}
+    assert info == {
+        "compiler_lib": False,
+        "runtime_lib": True,
+        "kiln_compiler": False,
+        "relax": False,
+        "sum": pytest.approx(float(kiln.load(small_artifact).run(small_input)["output"].sum()), rel=1e-5),
+    }
 
 
 def test_runtime_sources_never_import_the_compiler():
     pkg = Path(kiln.__file__).parent
-    accel_runtime = [pkg / "accel" / "vta" / f for f in ("runtime.py", "sim.py", "isa.py", "config.py")]  # loaded by kiln.load
-    for f in [*(pkg / "runtime").rglob("*.py"), *(pkg / "serve").rglob("*.py"), *accel_runtime]:  # the server runs on the runtime only
+    accel_runtime = [
+        pkg / "accel" / "vta" / f for f in ("runtime.py", "sim.py", "isa.py", "config.py")
+    ]  # loaded by kiln.load
+    for f in [
+        *(pkg / "runtime").rglob("*.py"),
+        *(pkg / "serve").rglob("*.py"),
+        *accel_runtime,
+    ]:  # the server runs on the runtime only
         for node in ast.walk(ast.parse(f.read_text())):
             if isinstance(node, ast.ImportFrom):
                 mod = ("." * node.level) + (node.module or "")
                 assert not any(x in mod for x in ("compiler", "frontends", "target")), f"{f}: imports {mod}"
             elif isinstance(node, ast.Import):
-                assert not any(a.name.startswith(("kiln.compiler", "kiln.frontends", "tvm.relax")) for a in node.names), f
+                assert not any(
+                    a.name.startswith(("kiln.compiler", "kiln.frontends", "tvm.relax")) for a in node.names
+                ), f

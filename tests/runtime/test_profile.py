@@ -1,6 +1,7 @@
 """`kiln profile` / `kiln bench --profile`: every kernel with its source ONNX nodes, time, roofline
 and schedule; the kernels' times add up to the measured latency; --plot fails before any run
 without matplotlib."""
+
 import json
 import sys
 
@@ -22,22 +23,35 @@ def _rand(*shape, seed=0):
 
 def small_cnn(c: int = 32, hw: int = 64) -> onnx.ModelProto:
     """conv-relu, strided conv-relu, conv + residual add + relu, global pool, flatten, fc: named nodes."""
-    nodes = [helper.make_node("Conv", ["x", "w1", "b1"], ["c1"], pads=[1, 1, 1, 1], name="conv1"),
-             helper.make_node("Relu", ["c1"], ["r1"], name="relu1"),
-             helper.make_node("Conv", ["r1", "w2", "b2"], ["c2"], pads=[1, 1, 1, 1], strides=[2, 2], name="conv2"),
-             helper.make_node("Relu", ["c2"], ["r2"], name="relu2"),
-             helper.make_node("Conv", ["r2", "w3", "b3"], ["c3"], pads=[1, 1, 1, 1], name="conv3"),
-             helper.make_node("Add", ["c3", "r2"], ["a3"], name="residual"),
-             helper.make_node("Relu", ["a3"], ["r3"], name="relu3"),
-             helper.make_node("GlobalAveragePool", ["r3"], ["g"], name="pool"),
-             helper.make_node("Flatten", ["g"], ["f"], name="flatten"),
-             helper.make_node("Gemm", ["f", "wf", "bf"], ["y"], transB=1, name="fc")]
-    inits = {"w1": _rand(c, 3, 3, 3, seed=1), "b1": _rand(c, seed=2), "w2": _rand(2 * c, c, 3, 3, seed=3),
-             "b2": _rand(2 * c, seed=4), "w3": _rand(2 * c, 2 * c, 3, 3, seed=5), "b3": _rand(2 * c, seed=6),
-             "wf": _rand(10, 2 * c, seed=7), "bf": _rand(10, seed=8)}
-    g = helper.make_graph(nodes, "cnn", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, hw, hw])],
-                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 10])],
-                          [numpy_helper.from_array(v, k) for k, v in inits.items()])
+    nodes = [
+        helper.make_node("Conv", ["x", "w1", "b1"], ["c1"], pads=[1, 1, 1, 1], name="conv1"),
+        helper.make_node("Relu", ["c1"], ["r1"], name="relu1"),
+        helper.make_node("Conv", ["r1", "w2", "b2"], ["c2"], pads=[1, 1, 1, 1], strides=[2, 2], name="conv2"),
+        helper.make_node("Relu", ["c2"], ["r2"], name="relu2"),
+        helper.make_node("Conv", ["r2", "w3", "b3"], ["c3"], pads=[1, 1, 1, 1], name="conv3"),
+        helper.make_node("Add", ["c3", "r2"], ["a3"], name="residual"),
+        helper.make_node("Relu", ["a3"], ["r3"], name="relu3"),
+        helper.make_node("GlobalAveragePool", ["r3"], ["g"], name="pool"),
+        helper.make_node("Flatten", ["g"], ["f"], name="flatten"),
+        helper.make_node("Gemm", ["f", "wf", "bf"], ["y"], transB=1, name="fc"),
+    ]
+    inits = {
+        "w1": _rand(c, 3, 3, 3, seed=1),
+        "b1": _rand(c, seed=2),
+        "w2": _rand(2 * c, c, 3, 3, seed=3),
+        "b2": _rand(2 * c, seed=4),
+        "w3": _rand(2 * c, 2 * c, 3, 3, seed=5),
+        "b3": _rand(2 * c, seed=6),
+        "wf": _rand(10, 2 * c, seed=7),
+        "bf": _rand(10, seed=8),
+    }
+    g = helper.make_graph(
+        nodes,
+        "cnn",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, hw, hw])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 10])],
+        [numpy_helper.from_array(v, k) for k, v in inits.items()],
+    )
     return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
 
 
@@ -51,6 +65,7 @@ def cnn_artifact(tmp_path_factory):
 def test_manifest_kernel_info(cnn_artifact):
     """Compile time records each kernel's source nodes, FLOPs, bytes and schedule."""
     from kiln.runtime.artifact import read_manifest
+
     info = read_manifest(cnn_artifact)["buckets"][0]["kernel_info"]
     ops = {k: v["ops"] for k, v in info.items()}
     claimed = [o for v in ops.values() for o in v]
@@ -82,8 +97,9 @@ def test_profile_adds_up(cnn_artifact):
 
 def test_cli_profile_json(cnn_artifact, tmp_path, capsys):
     out = tmp_path / "p.json"
-    assert main(["profile", str(cnn_artifact), "--threads", "1", "--repeat", "5", "--top", "2",
-                 "--json", str(out)]) == 0
+    assert (
+        main(["profile", str(cnn_artifact), "--threads", "1", "--repeat", "5", "--top", "2", "--json", str(out)]) == 0
+    )
     text = capsys.readouterr().out
     p = json.loads(out.read_text())
     assert len(p["kernels"]) >= 4 and f"{len(p['kernels']) - 2} more kernel(s)" in text
@@ -91,8 +107,24 @@ def test_cli_profile_json(cnn_artifact, tmp_path, capsys):
 
 def test_bench_profile_json(cnn_artifact, tmp_path, capsys):
     out = tmp_path / "b.json"
-    assert main(["bench", str(cnn_artifact), "--threads", "1", "--warmup", "1", "--repeat", "5", "--profile",
-                 "--json", str(out)]) == 0
+    assert (
+        main(
+            [
+                "bench",
+                str(cnn_artifact),
+                "--threads",
+                "1",
+                "--warmup",
+                "1",
+                "--repeat",
+                "5",
+                "--profile",
+                "--json",
+                str(out),
+            ]
+        )
+        == 0
+    )
     r = json.loads(out.read_text())
     assert r["runs"] == 5 and r["profile"]["runs"] == 5 and r["profile"]["kernels"]
     assert "source ops" in capsys.readouterr().out
@@ -110,17 +142,24 @@ def test_plot_without_matplotlib_fails_first(cnn_artifact, tmp_path, monkeypatch
 
 def test_plot_png(cnn_artifact, tmp_path):
     pytest.importorskip("matplotlib")
-    assert main(["profile", str(cnn_artifact), "--threads", "1", "--repeat", "3",
-                 "--plot", str(tmp_path / "k.png")]) == 0
+    assert (
+        main(["profile", str(cnn_artifact), "--threads", "1", "--repeat", "3", "--plot", str(tmp_path / "k.png")]) == 0
+    )
     assert (tmp_path / "k.png").read_bytes()[:4] == b"\x89PNG"
 
 
 def test_summarize_without_static_facts():
     """An artifact compiled before kernel_info existed: times and shares, no roofline; builtins apart."""
     runs = [{"k1": 0.002, "k2": 0.001, "vm.builtin.alloc_storage": 0.0001}] * 3
-    p = summarize(runs, {"k1": 1, "k2": 2, "vm.builtin.alloc_storage": 1}, [3.5, 3.2, 3.4], {},
-                  {"gflops": 100.0, "method": "x"}, 10.0,
-                  {"artifact": "a.kiln", "target": "llvm", "threads": 1, "runs": 3})
+    p = summarize(
+        runs,
+        {"k1": 1, "k2": 2, "vm.builtin.alloc_storage": 1},
+        [3.5, 3.2, 3.4],
+        {},
+        {"gflops": 100.0, "method": "x"},
+        10.0,
+        {"artifact": "a.kiln", "target": "llvm", "threads": 1, "runs": 3},
+    )
     assert [r["kernel"] for r in p["kernels"]] == ["k1", "k2"] and p["kernels_ms"] == pytest.approx(3.0)
     assert p["latency_ms"] == 3.4 and p["builtins_ms"] == pytest.approx(0.1) and p["kernels"][1]["calls"] == 2
     assert p["kernels"][0]["gflops"] is None and not p["static_facts"]
@@ -130,14 +169,24 @@ def test_summarize_without_static_facts():
 def test_source_ops_matching():
     """Compute kernels take the compute nodes in order (a depthwise+pointwise kernel two), with the
     element-wise nodes their names show fused; layout transforms take none."""
-    nodes = [helper.make_node("Conv", ["x", "w"], ["a"], name="dw"),
-             helper.make_node("Clip", ["a"], ["b"], name="clip"),
-             helper.make_node("Conv", ["b", "w2"], ["c"], name="pw"),
-             helper.make_node("Add", ["c", "x"], ["d"], name="res"),
-             helper.make_node("Relu", ["d"], ["e"], name="act")]
-    model = helper.make_model(helper.make_graph(nodes, "g",
-                                                [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1])],
-                                                [helper.make_tensor_value_info("e", TensorProto.FLOAT, [1])]))
+    nodes = [
+        helper.make_node("Conv", ["x", "w"], ["a"], name="dw"),
+        helper.make_node("Clip", ["a"], ["b"], name="clip"),
+        helper.make_node("Conv", ["b", "w2"], ["c"], name="pw"),
+        helper.make_node("Add", ["c", "x"], ["d"], name="res"),
+        helper.make_node("Relu", ["d"], ["e"], name="act"),
+    ]
+    model = helper.make_model(
+        helper.make_graph(
+            nodes,
+            "g",
+            [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1])],
+            [helper.make_tensor_value_info("e", TensorProto.FLOAT, [1])],
+        )
+    )
     got = source_ops(["te_layout_transform", "fused_dwpw_conv2d_relax_add", "relu"], model)
-    assert got == {"te_layout_transform": [], "fused_dwpw_conv2d_relax_add": ["dw", "clip", "pw", "res"],
-                   "relu": ["act"]}
+    assert got == {
+        "te_layout_transform": [],
+        "fused_dwpw_conv2d_relax_add": ["dw", "clip", "pw", "res"],
+        "relu": ["act"],
+    }

@@ -1,5 +1,6 @@
 """Signed artifacts (Ed25519 over the manifest): signed -> accepted, unsigned -> refused,
 tampered -> refused, each with its reason; and the zip layout checks (zip-slip, links, sizes)."""
+
 import json
 import os
 import shutil
@@ -85,6 +86,7 @@ def test_bad_keys_are_clear_errors(signed, keys, tmp_path):
 
 def test_cli_keygen_sign_and_trusted_run(tmp_path, small_artifact, capsys):
     import numpy as np
+
     assert main(["keygen", str(tmp_path / "k"), str(tmp_path / "k.pub")]) == 0
     assert main(["keygen", str(tmp_path / "other"), str(tmp_path / "other.pub")]) == 0
     model = tmp_path / "m.kiln"
@@ -112,13 +114,18 @@ def _symlink(name):
     return info
 
 
-@pytest.mark.parametrize("info, msg", [(zipfile.ZipInfo("../evil.so"), "unsafe member path"),
-                                       (zipfile.ZipInfo("/etc/evil"), "unsafe member path"),
-                                       (zipfile.ZipInfo("sub/../../evil"), "unsafe member path"),
-                                       (zipfile.ZipInfo("..\\evil"), "unsafe member path"),
-                                       (_symlink("link.so"), "symlink"),
-                                       (zipfile.ZipInfo("folder/"), "folder"),
-                                       (zipfile.ZipInfo("extra.bin"), "does not list")])
+@pytest.mark.parametrize(
+    "info, msg",
+    [
+        (zipfile.ZipInfo("../evil.so"), "unsafe member path"),
+        (zipfile.ZipInfo("/etc/evil"), "unsafe member path"),
+        (zipfile.ZipInfo("sub/../../evil"), "unsafe member path"),
+        (zipfile.ZipInfo("..\\evil"), "unsafe member path"),
+        (_symlink("link.so"), "symlink"),
+        (zipfile.ZipInfo("folder/"), "folder"),
+        (zipfile.ZipInfo("extra.bin"), "does not list"),
+    ],
+)
 def test_unsafe_members_are_refused_before_anything_is_read(tmp_path, small_artifact, info, msg):
     bad = tmp_path / "bad.kiln"
     _with_member(small_artifact, bad, info)

@@ -1,6 +1,7 @@
 """Tuning on remote devices through TVM's own RPC tracker: a tracker and two servers on loopback,
 candidates measured on both; one server killed mid-run costs only its in-flight candidates; the
 records apply to `kiln compile`."""
+
 import os
 import signal
 import socket
@@ -30,7 +31,13 @@ def _port() -> int:
 
 def _start(args) -> subprocess.Popen:
     env = dict(os.environ, TVM_NUM_THREADS="1")
-    return subprocess.Popen([sys.executable, "-m", *args], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    return subprocess.Popen(
+        [sys.executable, "-m", *args],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
 
 
 def _stop(p: subprocess.Popen) -> None:
@@ -43,6 +50,7 @@ def _stop(p: subprocess.Popen) -> None:
 
 def _free(port: int, key: str) -> int:
     from tvm import rpc
+
     try:
         return rpc.connect_tracker("127.0.0.1", port).summary()["queue_info"].get(key, {}).get("free", 0)
     except Exception:
@@ -52,13 +60,43 @@ def _free(port: int, key: str) -> int:
 @pytest.fixture
 def tracker_with_two_servers():
     port = _port()
-    procs = [_start(["tvm.exec.rpc_tracker", "--host", "127.0.0.1", "--port", str(port), "--port-end", str(port + 1), "--silent"])]
+    procs = [
+        _start(
+            [
+                "tvm.exec.rpc_tracker",
+                "--host",
+                "127.0.0.1",
+                "--port",
+                str(port),
+                "--port-end",
+                str(port + 1),
+                "--silent",
+            ]
+        )
+    ]
     try:
         deadline = time.time() + 60
         while _free(port, "kiln-test") < 0 and time.time() < deadline:
             time.sleep(0.5)
-        servers = [_start(["tvm.exec.rpc_server", "--host", "127.0.0.1", "--port", str(_port()), "--port-end", "65000",
-                           "--tracker", f"127.0.0.1:{port}", "--key", "kiln-test", "--silent"]) for _ in range(2)]
+        servers = [
+            _start(
+                [
+                    "tvm.exec.rpc_server",
+                    "--host",
+                    "127.0.0.1",
+                    "--port",
+                    str(_port()),
+                    "--port-end",
+                    "65000",
+                    "--tracker",
+                    f"127.0.0.1:{port}",
+                    "--key",
+                    "kiln-test",
+                    "--silent",
+                ]
+            )
+            for _ in range(2)
+        ]
         procs += servers
         while _free(port, "kiln-test") < 2 and time.time() < deadline:
             time.sleep(0.5)
@@ -72,8 +110,15 @@ def tracker_with_two_servers():
 def test_tuning_over_rpc_survives_a_dead_server(tmp_path, tracker_with_two_servers):
     port, servers = tracker_with_two_servers
     x = rand(1, 16, 8, 8)
-    model = make_model([helper.make_node("Conv", ["input", "w"], ["c"], pads=[1, 1, 1, 1]), helper.make_node("Relu", ["c"], ["output"])],
-                       {"input": x}, ["output"], {"w": rand(16, 16, 3, 3, seed=1) * 0.2})
+    model = make_model(
+        [
+            helper.make_node("Conv", ["input", "w"], ["c"], pads=[1, 1, 1, 1]),
+            helper.make_node("Relu", ["c"], ["output"]),
+        ],
+        {"input": x},
+        ["output"],
+        {"w": rand(16, 16, 3, 3, seed=1) * 0.2},
+    )
     co = CompileOptions.make()
     lines = []
 
@@ -82,7 +127,12 @@ def test_tuning_over_rpc_survives_a_dead_server(tmp_path, tracker_with_two_serve
         if line.startswith("round 1:"):
             _stop(servers[0])  # a device dies mid-run: the next rounds go to the other one
 
-    r = tune(model, co, TuneOptions(db_root=str(tmp_path), trials=24, rpc_tracker=f"127.0.0.1:{port}", rpc_key="kiln-test"), progress=progress)
+    r = tune(
+        model,
+        co,
+        TuneOptions(db_root=str(tmp_path), trials=24, rpc_tracker=f"127.0.0.1:{port}", rpc_key="kiln-test"),
+        progress=progress,
+    )
     assert r["devices"] == 2 and "measuring on 2 device(s)" in lines[0]
     assert sum(1 for l in lines if l.startswith("round")) >= 2  # it went on after the server died
     db = tmp_path / target_key(co.target)
@@ -91,7 +141,12 @@ def test_tuning_over_rpc_survives_a_dead_server(tmp_path, tracker_with_two_serve
     assert len(ok) >= 8  # measured candidates from both rounds (failed ones are recorded as failures)
     out = kiln.compile(model, tmp_path / "t.kiln", tuning_db=str(tmp_path))
     assert out.report["tuned_kernels"] >= 1
-    np.testing.assert_allclose(kiln.load(tmp_path / "t.kiln").run({"input": x})["output"], ort_run(model, {"input": x})[0], rtol=1e-4, atol=1e-4)
+    np.testing.assert_allclose(
+        kiln.load(tmp_path / "t.kiln").run({"input": x})["output"],
+        ort_run(model, {"input": x})[0],
+        rtol=1e-4,
+        atol=1e-4,
+    )
 
 
 def test_rpc_errors(tmp_path):
@@ -100,5 +155,8 @@ def test_rpc_errors(tmp_path):
     with pytest.raises(OptionsError, match="HOST:PORT"):
         TuneOptions(trials=1, rpc_tracker="nohost", rpc_key="k")
     with pytest.raises(OptionsError, match="cannot reach the RPC tracker"):
-        tune(make_model([helper.make_node("Relu", ["input"], ["output"])], {"input": rand(1, 4)}, ["output"]), CompileOptions.make(),
-             TuneOptions(db_root=str(tmp_path), trials=1, rpc_tracker=f"127.0.0.1:{_port()}", rpc_key="k"))
+        tune(
+            make_model([helper.make_node("Relu", ["input"], ["output"])], {"input": rand(1, 4)}, ["output"]),
+            CompileOptions.make(),
+            TuneOptions(db_root=str(tmp_path), trials=1, rpc_tracker=f"127.0.0.1:{_port()}", rpc_key="k"),
+        )

@@ -1,5 +1,6 @@
 """Each default-schedule rule on an example workload: the registry picks the expected rule, the
 rule applies, and the scheduled kernel matches numpy."""
+
 import numpy as np
 import pytest
 import tvm
@@ -24,8 +25,14 @@ def _kernel(build_body, params):
             out = bb.emit_output(build_body(bb))
         bb.emit_func_output(out)
     with TARGET:
-        mod = tvm.transform.Sequential([relax.transform.LegalizeOps(customize_legalize_map=LEGALIZE), relax.transform.AnnotateTIROpPattern(),
-                                        relax.transform.FuseOps(), relax.transform.FuseTIR()])(bb.get())
+        mod = tvm.transform.Sequential(
+            [
+                relax.transform.LegalizeOps(customize_legalize_map=LEGALIZE),
+                relax.transform.AnnotateTIROpPattern(),
+                relax.transform.FuseOps(),
+                relax.transform.FuseTIR(),
+            ]
+        )(bb.get())
     funcs = [f for _, f in mod.functions.items() if isinstance(f, tirx.PrimFunc)]
     assert len(funcs) == 1, "the workload should fuse into one kernel"
     return funcs[0]
@@ -50,62 +57,122 @@ def _conv_nchw_ref(x, w, pad):
     out = np.zeros((n, o, h + 2 * pad - kh + 1, wd + 2 * pad - kw + 1), np.float64)
     for i in range(kh):
         for j in range(kw):
-            out += np.einsum("nchw,oc->nohw", xp[:, :, i:i + out.shape[2], j:j + out.shape[3]], w[:, :, i, j])
+            out += np.einsum("nchw,oc->nohw", xp[:, :, i : i + out.shape[2], j : j + out.shape[3]], w[:, :, i, j])
     return out
 
 
 def _workloads():
     x, w, b = rnd(1, 16, 9, 9), rnd(32, 16, 3, 3, seed=1), rnd(1, 32, 1, 1, seed=2)
-    conv = lambda bb: relax.op.nn.relu(bb.emit(relax.op.add(bb.emit(relax.op.nn.conv2d(cx, cw, padding=[1, 1])), cb)))  # noqa: E731
+    conv = lambda bb: relax.op.nn.relu(bb.emit(relax.op.add(bb.emit(relax.op.nn.conv2d(cx, cw, padding=[1, 1])), cb)))
     cx, cw, cb = _var("x", (1, 16, 9, 9)), _var("w", (32, 16, 3, 3)), _var("b", (1, 32, 1, 1))
-    yield "conv2d_nchw", "conv2d_nchw:conv2d_nchw_oc", conv, [cx, cw, cb], [x, w, b], np.maximum(_conv_nchw_ref(x, w, 1) + b, 0)
+    yield (
+        "conv2d_nchw",
+        "conv2d_nchw:conv2d_nchw_oc",
+        conv,
+        [cx, cw, cb],
+        [x, w, b],
+        np.maximum(_conv_nchw_ref(x, w, 1) + b, 0),
+    )
 
     # a stem: 3 input channels, stride 2, padding (the padded rows in a stack tile)
     sx, sw = rnd(1, 3, 15, 17, seed=11), rnd(16, 3, 3, 3, seed=12)
     vsx, vsw = _var("x", (1, 3, 15, 17)), _var("w", (16, 3, 3, 3))
-    yield ("conv2d_stem", "conv2d_nchw:conv2d_nchw_oc", lambda bb: relax.op.nn.relu(bb.emit(relax.op.nn.conv2d(vsx, vsw, strides=[2, 2], padding=[1, 1]))),
-           [vsx, vsw], [sx, sw], np.maximum(_conv_nchw_ref(sx, sw, 1)[:, :, ::2, ::2], 0))
+    yield (
+        "conv2d_stem",
+        "conv2d_nchw:conv2d_nchw_oc",
+        lambda bb: relax.op.nn.relu(bb.emit(relax.op.nn.conv2d(vsx, vsw, strides=[2, 2], padding=[1, 1]))),
+        [vsx, vsw],
+        [sx, sw],
+        np.maximum(_conv_nchw_ref(sx, sw, 1)[:, :, ::2, ::2], 0),
+    )
 
     # 1x1 conv with channels that cannot be blocked by 16 (MobileNetV2's 24), bias, clip: the pointwise rule
     x1, w1, b1 = rnd(1, 24, 8, 14), rnd(48, 24, 1, 1, seed=4), rnd(1, 48, 1, 1, seed=5)
     px, pw, pb = _var("x", (1, 24, 8, 14)), _var("w", (48, 24, 1, 1)), _var("b", (1, 48, 1, 1))
-    pointwise = lambda bb: relax.op.clip(bb.emit(relax.op.add(bb.emit(relax.op.nn.conv2d(px, pw)), pb)), 0.0, 6.0)  # noqa: E731
-    yield "conv2d_1x1_nchw", "conv2d_nchw", pointwise, [px, pw, pb], [x1, w1, b1], np.clip(_conv_nchw_ref(x1, w1, 0) + b1, 0, 6)
+    pointwise = lambda bb: relax.op.clip(bb.emit(relax.op.add(bb.emit(relax.op.nn.conv2d(px, pw)), pb)), 0.0, 6.0)
+    yield (
+        "conv2d_1x1_nchw",
+        "conv2d_nchw",
+        pointwise,
+        [px, pw, pb],
+        [x1, w1, b1],
+        np.clip(_conv_nchw_ref(x1, w1, 0) + b1, 0, 6),
+    )
 
     # depthwise NCHW (channels that cannot be blocked): padding stride 1, padding stride 2 (the
     # de-interleaved padded plane), no padding; odd widths, bias + clip epilogue
     for tag, hw, stride, pad in (("s1", (10, 13), 1, 1), ("s2", (11, 14), 2, 1), ("nopad", (9, 12), 1, 0)):
         dx, dw, db = rnd(1, 24, *hw, seed=6), rnd(24, 1, 3, 3, seed=7), rnd(1, 24, 1, 1, seed=8)
         vdx, vdw, vdb = _var("x", (1, 24, *hw)), _var("w", (24, 1, 3, 3)), _var("b", (1, 24, 1, 1))
-        dwc = lambda bb, vdx=vdx, vdw=vdw, vdb=vdb, stride=stride, pad=pad: relax.op.clip(bb.emit(relax.op.add(bb.emit(  # noqa: E731
-            relax.op.nn.conv2d(vdx, vdw, strides=[stride, stride], padding=[pad, pad], groups=24)), vdb)), 0.0, 6.0)
-        ref = np.stack([_conv_nchw_ref(dx[:, c:c + 1], dw[c:c + 1], pad)[:, 0] for c in range(24)], axis=1)[:, :, ::stride, ::stride]
+        dwc = lambda bb, vdx=vdx, vdw=vdw, vdb=vdb, stride=stride, pad=pad: relax.op.clip(
+            bb.emit(
+                relax.op.add(
+                    bb.emit(
+                        relax.op.nn.conv2d(vdx, vdw, strides=[stride, stride], padding=[pad, pad], groups=24)
+                    ),
+                    vdb,
+                )
+            ),
+            0.0,
+            6.0,
+        )
+        ref = np.stack([_conv_nchw_ref(dx[:, c : c + 1], dw[c : c + 1], pad)[:, 0] for c in range(24)], axis=1)[
+            :, :, ::stride, ::stride
+        ]
         yield f"depthwise_nchw_{tag}", "depthwise_nchw", dwc, [vdx, vdw, vdb], [dx, dw, db], np.clip(ref + db, 0, 6)
 
     # NCHW <-> NCHW16c transforms: transposed tiles (widths 24 and 8 -> tiles of 8 pixels)
     lx = rnd(1, 32, 3, 24, seed=9)
     vlx = _var("x", (1, 32, 3, 24))
-    yield ("layout_block", "layout_transform", lambda bb: relax.op.layout_transform(vlx, index_map=lambda n, c, h, w: (n, c // 16, h, w, c % 16)),
-           [vlx], [lx], lx.reshape(1, 2, 16, 3, 24).transpose(0, 1, 3, 4, 2))
+    yield (
+        "layout_block",
+        "layout_transform",
+        lambda bb: relax.op.layout_transform(vlx, index_map=lambda n, c, h, w: (n, c // 16, h, w, c % 16)),
+        [vlx],
+        [lx],
+        lx.reshape(1, 2, 16, 3, 24).transpose(0, 1, 3, 4, 2),
+    )
     ux = rnd(1, 2, 5, 8, 16, seed=10)
     vux = _var("x", (1, 2, 5, 8, 16))
-    yield ("layout_unblock", "layout_transform", lambda bb: relax.op.layout_transform(vux, index_map=lambda n, c, h, w, b: (n, c * 16 + b, h, w)),
-           [vux], [ux], ux.transpose(0, 1, 4, 2, 3).reshape(1, 32, 5, 8))
+    yield (
+        "layout_unblock",
+        "layout_transform",
+        lambda bb: relax.op.layout_transform(vux, index_map=lambda n, c, h, w, b: (n, c * 16 + b, h, w)),
+        [vux],
+        [ux],
+        ux.transpose(0, 1, 4, 2, 3).reshape(1, 32, 5, 8),
+    )
 
     xc = x.reshape(1, 1, 16, 9, 9).transpose(0, 1, 3, 4, 2)  # NCHW16c
     wc = w.reshape(2, 16, 1, 16, 3, 3).transpose(0, 2, 4, 5, 3, 1)  # OIHW16i16o
     ref = _conv_nchw_ref(x, w, 1).reshape(1, 2, 16, 9, 9).transpose(0, 1, 3, 4, 2)
     vx, vw = _var("x", (1, 1, 9, 9, 16)), _var("w", (2, 1, 3, 3, 16, 16))
-    yield ("conv2d_nchwc", "conv2d", lambda bb: relax.op.nn.conv2d(vx, vw, padding=[1, 1], data_layout="NCHW16c",
-                                                                   kernel_layout="OIHW16i16o"), [vx, vw], [xc, wc], ref)
+    yield (
+        "conv2d_nchwc",
+        "conv2d",
+        lambda bb: relax.op.nn.conv2d(vx, vw, padding=[1, 1], data_layout="NCHW16c", kernel_layout="OIHW16i16o"),
+        [vx, vw],
+        [xc, wc],
+        ref,
+    )
 
     # 32 input channels in two blocks, stride 2: the reduction runs (ic / 16, kh, kw, ic % 16), the weights' memory order
     x2, w2 = rnd(1, 32, 9, 9, seed=14), rnd(16, 32, 3, 3, seed=15)
     ref2 = _conv_nchw_ref(x2, w2, 1)[:, :, ::2, ::2].reshape(1, 1, 16, 5, 5).transpose(0, 1, 3, 4, 2)
     vx2, vw2 = _var("x", (1, 2, 9, 9, 16)), _var("w", (1, 2, 3, 3, 16, 16))
-    yield ("conv2d_nchwc_2blocks_s2", "conv2d", lambda bb: relax.op.nn.conv2d(vx2, vw2, strides=[2, 2], padding=[1, 1], data_layout="NCHW16c",
-                                                                              kernel_layout="OIHW16i16o"),
-           [vx2, vw2], [x2.reshape(1, 2, 16, 9, 9).transpose(0, 1, 3, 4, 2), w2.reshape(1, 16, 2, 16, 3, 3).transpose(0, 2, 4, 5, 3, 1)], ref2)
+    yield (
+        "conv2d_nchwc_2blocks_s2",
+        "conv2d",
+        lambda bb: relax.op.nn.conv2d(
+            vx2, vw2, strides=[2, 2], padding=[1, 1], data_layout="NCHW16c", kernel_layout="OIHW16i16o"
+        ),
+        [vx2, vw2],
+        [
+            x2.reshape(1, 2, 16, 9, 9).transpose(0, 1, 3, 4, 2),
+            w2.reshape(1, 16, 2, 16, 3, 3).transpose(0, 2, 4, 5, 3, 1),
+        ],
+        ref2,
+    )
 
     a, m = rnd(4, 48), rnd(48, 32, seed=3)
     va, vm = _var("a", (4, 48)), _var("m", (48, 32))
@@ -113,32 +180,59 @@ def _workloads():
 
     p = rnd(1, 8, 12, 12)
     vp = _var("p", (1, 8, 12, 12))
-    yield ("max_pool", "pool", lambda bb: relax.op.nn.max_pool2d(vp, pool_size=[2, 2], strides=[2, 2]), [vp], [p],
-           p.reshape(1, 8, 6, 2, 6, 2).max(axis=(3, 5)))
+    yield (
+        "max_pool",
+        "pool",
+        lambda bb: relax.op.nn.max_pool2d(vp, pool_size=[2, 2], strides=[2, 2]),
+        [vp],
+        [p],
+        p.reshape(1, 8, 6, 2, 6, 2).max(axis=(3, 5)),
+    )
     yield "mean", "reduction", lambda bb: relax.op.mean(vp, axis=[2, 3]), [vp], [p], p.mean(axis=(2, 3))
     # ResNet's stem pool: 3x3, stride 2, padding 1 (strided lanes: unrolled scalars); 13 wide -> 7 outputs
     q = rnd(1, 8, 13, 13, seed=13)
     vq = _var("q", (1, 8, 13, 13))
     qp = np.pad(q, [(0, 0), (0, 0), (1, 1), (1, 1)], constant_values=-np.inf)
-    yield ("max_pool_3x3s2", "pool", lambda bb: relax.op.nn.max_pool2d(vq, pool_size=[3, 3], strides=[2, 2], padding=[1, 1]), [vq], [q],
-           np.max([qp[:, :, i:i + 13:2, j:j + 13:2] for i in range(3) for j in range(3)], axis=0))
+    yield (
+        "max_pool_3x3s2",
+        "pool",
+        lambda bb: relax.op.nn.max_pool2d(vq, pool_size=[3, 3], strides=[2, 2], padding=[1, 1]),
+        [vq],
+        [q],
+        np.max([qp[:, :, i : i + 13 : 2, j : j + 13 : 2] for i in range(3) for j in range(3)], axis=0),
+    )
 
     s = rnd(6, 40)
     vs = _var("s", (6, 40))
     e = np.exp(s - s.max(-1, keepdims=True))
     yield "softmax", "softmax", lambda bb: relax.op.nn.softmax(vs, axis=-1), [vs], [s], e / e.sum(-1, keepdims=True)
-    yield "softmax_axis1", "softmax:multi_reduction", lambda bb: relax.op.nn.softmax(vs, axis=0), [vs], [s], np.exp(s - s.max(0)) / np.exp(s - s.max(0)).sum(0)
+    yield (
+        "softmax_axis1",
+        "softmax:multi_reduction",
+        lambda bb: relax.op.nn.softmax(vs, axis=0),
+        [vs],
+        [s],
+        np.exp(s - s.max(0)) / np.exp(s - s.max(0)).sum(0),
+    )
 
     t = rnd(2, 3, 32)
     vt = _var("t", (2, 3, 32))
-    yield ("transpose_relu", "injective", lambda bb: relax.op.nn.relu(bb.emit(relax.op.permute_dims(vt, [1, 0, 2]))), [vt], [t],
-           np.maximum(t.transpose(1, 0, 2), 0))
+    yield (
+        "transpose_relu",
+        "injective",
+        lambda bb: relax.op.nn.relu(bb.emit(relax.op.permute_dims(vt, [1, 0, 2]))),
+        [vt],
+        [t],
+        np.maximum(t.transpose(1, 0, 2), 0),
+    )
 
 
 @pytest.mark.parametrize("case", list(_workloads()), ids=lambda c: c[0])
 def test_rule_on_workload(case):
     name, kind, body, params, inputs, ref = case
-    kind, _, rule = kind.partition(":")  # the kind the registry picks, and the rule under test (default: the kind's own)
+    kind, _, rule = kind.partition(
+        ":"
+    )  # the kind the registry picks, and the rule under test (default: the kind's own)
     func = _kernel(body, params)
     sch = s_tir.Schedule(func)
     got_kind, anchor = classify(sch)
@@ -154,6 +248,7 @@ def test_fallback_when_a_rule_does_not_fit():
     """An NCHW conv with 12 output channels cannot vectorize over channels by 16: the pass falls
     back to the generic tiled rule, and the kernel still matches numpy."""
     from kiln.schedules import ApplyDefaultSchedules
+
     x, w = rnd(1, 4, 10, 10), rnd(12, 4, 3, 3, seed=1)
     vx, vw = _var("x", (1, 4, 10, 10)), _var("w", (12, 4, 3, 3))
     func = _kernel(lambda bb: relax.op.nn.conv2d(vx, vw, strides=[2, 2]), [vx, vw])
@@ -168,6 +263,7 @@ def test_grouped_conv_is_not_depthwise():
     """A grouped conv with 2 input channels per group is not depthwise: its rule refuses it and
     the generic reduction rule schedules it; numerics against numpy."""
     from kiln.schedules import ApplyDefaultSchedules
+
     x, w = rnd(1, 8, 7, 9), rnd(8, 2, 3, 3, seed=1)
     vx, vw = _var("x", (1, 8, 7, 9)), _var("w", (8, 2, 3, 3))
     func = _kernel(lambda bb: relax.op.nn.conv2d(vx, vw, padding=[1, 1], groups=4), [vx, vw])
@@ -177,73 +273,113 @@ def test_grouped_conv_is_not_depthwise():
     sch = s_tir.Schedule(func)
     with pytest.raises(s_tir.ScheduleError, match="depthwise"):
         RULES[("cpu", "depthwise_nchw")](sch, classify(sch)[1], 16)
-    ref = np.concatenate([_conv_nchw_ref(x[:, 2 * g:2 * g + 2], w[2 * g:2 * g + 2], 1) for g in range(4)], axis=1)
+    ref = np.concatenate([_conv_nchw_ref(x[:, 2 * g : 2 * g + 2], w[2 * g : 2 * g + 2], 1) for g in range(4)], axis=1)
     np.testing.assert_allclose(_run(mod["k"], [x, w]), ref, rtol=1e-4, atol=1e-4)
 
 
 def test_pointwise_rule_keeps_the_output_layout_without_an_epilogue(tmp_path):
     """A bias-free 24-channel 1x1 conv whose result is the kernel's output: the pointwise rule must
     not flatten the output buffer (it did, and the artifact's own code rejected its inputs)."""
-    import kiln
     from helpers import make_model, ort_run, rand
     from onnx import helper
-    m = make_model([helper.make_node("Conv", ["input", "w"], ["output"])], {"input": rand(1, 24, 8, 8)}, ["output"], {"w": rand(32, 24, 1, 1, seed=2)})
+
+    import kiln
+
+    m = make_model(
+        [helper.make_node("Conv", ["input", "w"], ["output"])],
+        {"input": rand(1, 24, 8, 8)},
+        ["output"],
+        {"w": rand(32, 24, 1, 1, seed=2)},
+    )
     kiln.compile(m, tmp_path / "pw.kiln", layout="NCHW")
     x = rand(1, 24, 8, 8, seed=4)
-    np.testing.assert_allclose(kiln.load(tmp_path / "pw.kiln").run({"input": x})["output"], ort_run(m, {"input": x})[0], rtol=1e-4, atol=1e-4)
+    np.testing.assert_allclose(
+        kiln.load(tmp_path / "pw.kiln").run({"input": x})["output"], ort_run(m, {"input": x})[0], rtol=1e-4, atol=1e-4
+    )
 
 
-@pytest.mark.parametrize("hw, n", [((16, 20), 1), ((18, 22), 1), ((7, 10), 1), ((7, 10), 3)], ids=["F4x4", "F4x4_overhang", "F2x2_overhang", "F2x2_batch3"])
+@pytest.mark.parametrize(
+    "hw, n",
+    [((16, 20), 1), ((18, 22), 1), ((7, 10), 1), ((7, 10), 3)],
+    ids=["F4x4", "F4x4_overhang", "F2x2_overhang", "F2x2_batch3"],
+)
 def test_winograd_rule(hw, n):
     """A Winograd conv + bias + ReLU kernel (the Winograd pass's compute, weights transformed at
     compile time): the registry picks the winograd rule, and the scheduled kernel matches a direct
     conv in numpy; 16x20 outputs take F(4x4, 3x3), 18x22 too (the last tiles overhang the
     output), 7x10 F(2x2, 3x3) (overhanging by a row), also for a batch of 3 (one tile axis over all images)."""
     from kiln.compiler.winograd import conv2d_winograd_nchwc, tile_size, transform_weight
+
     x, w, b = rnd(n, 32, *hw), rnd(32, 32, 3, 3, seed=1), rnd(1, 32, 1, 1, seed=2)
     m = tile_size(*hw)
     assert m == {(16, 20): 4, (18, 22): 4, (7, 10): 2}[hw]
     wc = w.reshape(2, 16, 2, 16, 3, 3).transpose(0, 2, 4, 5, 3, 1)  # OIHW16i16o
     u = transform_weight(wc, m)
     vx, vu, vb = _var("x", (n, 2, *hw, 16)), _var("u", u.shape), _var("b", (1, 2, 1, 1, 16))
-    func = _kernel(lambda bb: relax.op.nn.relu(bb.emit(relax.op.add(bb.emit(bb.call_te(conv2d_winograd_nchwc, vx, vu, m)), vb))), [vx, vu, vb])
+    func = _kernel(
+        lambda bb: relax.op.nn.relu(bb.emit(relax.op.add(bb.emit(bb.call_te(conv2d_winograd_nchwc, vx, vu, m)), vb))),
+        [vx, vu, vb],
+    )
     sch = s_tir.Schedule(func)
     kind, anchor = classify(sch)
     assert kind == "winograd"
     RULES[("cpu", kind)](sch, anchor, 16)
-    blocked = lambda a: a.reshape(a.shape[0], 2, 16, *a.shape[2:]).transpose(0, 1, 3, 4, 2)  # noqa: E731 - NCHW -> NCHW16c
+    blocked = lambda a: a.reshape(a.shape[0], 2, 16, *a.shape[2:]).transpose(0, 1, 3, 4, 2)
     ref = blocked(np.maximum(_conv_nchw_ref(x, w, 1) + b, 0))
     inputs = [blocked(x), u, blocked(b)]
     np.testing.assert_allclose(_run(sch.mod["main"], inputs), ref, rtol=1e-4, atol=1e-4)
     np.testing.assert_allclose(_run(func, inputs), ref, rtol=1e-4, atol=1e-4)
 
 
-@pytest.mark.parametrize("k, stride, clamp, o", [(3, 1, (0.0, 6.0), 24), (3, 2, None, 32), (5, 1, (0.0, np.inf), 24)],
-                         ids=["3x3_relu6", "3x3_stride2_halves", "5x5_relu"])
+@pytest.mark.parametrize(
+    "k, stride, clamp, o",
+    [(3, 1, (0.0, 6.0), 24), (3, 2, None, 32), (5, 1, (0.0, np.inf), 24)],
+    ids=["3x3_relu6", "3x3_stride2_halves", "5x5_relu"],
+)
 def test_depthwise_pointwise_rule(k, stride, clamp, o):
     """The depthwise + 1x1 conv kernel (FuseDepthwisePointwise's compute) + the projection's bias:
     the registry picks its rule, and the scheduled kernel matches numpy (depthwise per channel,
     bias, clamp, then the 1x1 conv); 32 channels (NCHW16c) -> o (NCHW8c), 9x11 input; stride 2
     leaves 5 output rows, so the 4 output blocks are split in halves across threads too."""
     from kiln.compiler.passes.fuse_depthwise_pointwise import dwpw_conv2d
-    x, wd, bd, wp, bp = rnd(1, 32, 9, 11), rnd(32, 1, k, k, seed=1), rnd(32, seed=2), rnd(o, 32, seed=3), rnd(1, o, 1, 1, seed=4)
+
+    x, wd, bd, wp, bp = (
+        rnd(1, 32, 9, 11),
+        rnd(32, 1, k, k, seed=1),
+        rnd(32, seed=2),
+        rnd(o, 32, seed=3),
+        rnd(1, o, 1, 1, seed=4),
+    )
     p = k // 2
-    dw = np.concatenate([_conv_nchw_ref(x[:, c:c + 1], wd[c:c + 1], p) for c in range(32)], axis=1)[:, :, ::stride, ::stride] + bd.reshape(1, 32, 1, 1)
+    dw = np.concatenate([_conv_nchw_ref(x[:, c : c + 1], wd[c : c + 1], p) for c in range(32)], axis=1)[
+        :, :, ::stride, ::stride
+    ] + bd.reshape(1, 32, 1, 1)
     lo, hi = clamp or (-np.inf, np.inf)
     ref = np.einsum("nchw,oc->nohw", np.clip(dw, lo, hi), wp) + bp
     oh, ow = ref.shape[2:]
     vx, vwd, vbd = _var("x", (1, 2, 9, 11, 16)), _var("wd", (2, 1, k, k, 1, 16)), _var("bd", (1, 2, 1, 1, 16))
     vwp, vbp = _var("wp", (o // 8, 2, 1, 1, 16, 8)), _var("bp", (1, o // 8, 1, 1, 8))
-    func = _kernel(lambda bb: relax.op.add(bb.emit(bb.call_te(dwpw_conv2d, vx, vwd, vbd, vwp, [stride, stride], [p] * 4, lo, hi)), vbp),
-                   [vx, vwd, vbd, vwp, vbp])
+    func = _kernel(
+        lambda bb: relax.op.add(
+            bb.emit(bb.call_te(dwpw_conv2d, vx, vwd, vbd, vwp, [stride, stride], [p] * 4, lo, hi)), vbp
+        ),
+        [vx, vwd, vbd, vwp, vbp],
+    )
     sch = s_tir.Schedule(func)
     kind, anchor = classify(sch)
     assert kind == "depthwise_pointwise"
     RULES[("cpu", kind)](sch, anchor, 16)
-    assert int(sch.get(sch.get_loops(anchor)[0]).extent) == oh * (2 if oh < 8 else 1)  # the parallel loop: rows (x 2 halves)
-    blocked = lambda a, b: a.reshape(a.shape[0], -1, b, *a.shape[2:]).transpose(0, 1, 3, 4, 2)  # noqa: E731 - NCHW -> NCHW{b}c
-    inputs = [blocked(x, 16), wd.reshape(2, 16, 1, k, k).transpose(0, 2, 3, 4, 1)[:, :, :, :, None, :], blocked(bd.reshape(1, 32, 1, 1), 16),
-              wp.reshape(o // 8, 8, 2, 16, 1, 1).transpose(0, 2, 4, 5, 3, 1), blocked(bp, 8)]
+    assert int(sch.get(sch.get_loops(anchor)[0]).extent) == oh * (
+        2 if oh < 8 else 1
+    )  # the parallel loop: rows (x 2 halves)
+    blocked = lambda a, b: a.reshape(a.shape[0], -1, b, *a.shape[2:]).transpose(0, 1, 3, 4, 2)
+    inputs = [
+        blocked(x, 16),
+        wd.reshape(2, 16, 1, k, k).transpose(0, 2, 3, 4, 1)[:, :, :, :, None, :],
+        blocked(bd.reshape(1, 32, 1, 1), 16),
+        wp.reshape(o // 8, 8, 2, 16, 1, 1).transpose(0, 2, 4, 5, 3, 1),
+        blocked(bp, 8),
+    ]
     assert ref.shape == (1, o, oh, ow)
     np.testing.assert_allclose(_run(sch.mod["main"], inputs), blocked(ref, 8), rtol=1e-4, atol=1e-4)
     np.testing.assert_allclose(_run(func, inputs), blocked(ref, 8), rtol=1e-4, atol=1e-4)
@@ -254,9 +390,17 @@ def test_strided_lanes_are_detected():
     they run as unrolled scalars); a blocked conv reads its lanes contiguously."""
     vq = _var("q", (1, 8, 13, 13))
     vx, vw = _var("x", (1, 1, 9, 9, 16)), _var("w", (2, 1, 3, 3, 16, 16))
-    cases = [(lambda bb: relax.op.nn.max_pool2d(vq, pool_size=[3, 3], strides=[2, 2], padding=[1, 1]), [vq], True),
-             (lambda bb: relax.op.nn.max_pool2d(vq, pool_size=[3, 3], strides=[1, 1], padding=[1, 1]), [vq], False),
-             (lambda bb: relax.op.nn.conv2d(vx, vw, strides=[2, 2], padding=[1, 1], data_layout="NCHW16c", kernel_layout="OIHW16i16o"), [vx, vw], False)]
+    cases = [
+        (lambda bb: relax.op.nn.max_pool2d(vq, pool_size=[3, 3], strides=[2, 2], padding=[1, 1]), [vq], True),
+        (lambda bb: relax.op.nn.max_pool2d(vq, pool_size=[3, 3], strides=[1, 1], padding=[1, 1]), [vq], False),
+        (
+            lambda bb: relax.op.nn.conv2d(
+                vx, vw, strides=[2, 2], padding=[1, 1], data_layout="NCHW16c", kernel_layout="OIHW16i16o"
+            ),
+            [vx, vw],
+            False,
+        ),
+    ]
     for body, params, strided in cases:
         sch = s_tir.Schedule(_kernel(body, params))
         _, anchor = classify(sch)
@@ -269,9 +413,18 @@ def test_blocked_conv_reads_weights_in_memory_order():
     16, 16] in memory order); a 1x1 conv keeps its one channel loop."""
     for k, order in ((3, [("ic_0", 2), ("kh", 3), ("kw", 3), ("ic_1", 16)]), (1, [("ic", 32), ("kh", 1), ("kw", 1)])):
         vx, vw = _var("x", (1, 2, 9, 9, 16)), _var("w", (1, 2, k, k, 16, 16))
-        sch = s_tir.Schedule(_kernel(lambda bb: relax.op.nn.conv2d(vx, vw, padding=[k // 2] * 2, data_layout="NCHW16c",
-                                                                   kernel_layout="OIHW16i16o"), [vx, vw]))
+        sch = s_tir.Schedule(
+            _kernel(
+                lambda bb: relax.op.nn.conv2d(
+                    vx, vw, padding=[k // 2] * 2, data_layout="NCHW16c", kernel_layout="OIHW16i16o"
+                ),
+                [vx, vw],
+            )
+        )
         _, anchor = classify(sch)
         RULES[("cpu", "conv2d")](sch, anchor, 16)
-        loops = [(str(lp.loop_var), int(lp.extent)) for lp in map(sch.get, sch.get_loops(sch.get_sblock("conv2d_NCHWc_update")))]
+        loops = [
+            (str(lp.loop_var), int(lp.extent))
+            for lp in map(sch.get, sch.get_loops(sch.get_sblock("conv2d_NCHWc_update")))
+        ]
         assert [lp for lp in loops if lp[0].startswith(("ic", "kh", "kw"))] == order

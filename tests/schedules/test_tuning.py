@@ -1,4 +1,5 @@
 """Tuning: a tiny model for a few trials, resuming, surviving a kill, a corrupt line, applying."""
+
 import os
 import signal
 import subprocess
@@ -8,10 +9,10 @@ import time
 import numpy as np
 import onnx
 import pytest
+from helpers import make_model, ort_run, rand
 from onnx import helper
 
 import kiln
-from helpers import make_model, ort_run, rand
 from kiln.compiler import CompileOptions
 from kiln.schedules.database import FILES, open_database, target_key
 from kiln.schedules.tuning import TuneOptions, parse_duration, tune
@@ -20,7 +21,10 @@ from kiln.schedules.tuning import TuneOptions, parse_duration, tune
 @pytest.fixture(scope="module")
 def tiny():
     x = rand(1, 16, 8, 8)
-    nodes = [helper.make_node("Conv", ["input", "w"], ["c"], pads=[1, 1, 1, 1]), helper.make_node("Relu", ["c"], ["output"])]
+    nodes = [
+        helper.make_node("Conv", ["input", "w"], ["c"], pads=[1, 1, 1, 1]),
+        helper.make_node("Relu", ["c"], ["output"]),
+    ]
     return make_model(nodes, {"input": x}, ["output"], {"w": rand(16, 16, 3, 3, seed=1) * 0.2})
 
 
@@ -34,20 +38,25 @@ def test_tune_resume_and_apply(tmp_path, tiny):
     r = tune(tiny, co, TuneOptions(db_root=str(tmp_path), trials=4), progress=lines.append)
     db = tmp_path / target_key(co.target)
     assert r["db"] == str(db) and r["new_records"] >= 4 and all((db / f).exists() for f in FILES)
-    assert r["defaults_measured"] == r["tasks"] and "default schedules of" in lines[0]  # the baseline, once per workload
+    assert (
+        r["defaults_measured"] == r["tasks"] and "default schedules of" in lines[0]
+    )  # the baseline, once per workload
     assert lines and "trials" in lines[-1] and "s/trial" in lines[-1]
     first = _records(db)
     r2 = tune(tiny, co, TuneOptions(db_root=str(tmp_path), trials=4), progress=lines.append)
     assert _records(db) == first + r2["new_records"] and 1 <= r2["new_records"] <= 8  # continues, keeps the old records
-    assert r2["trials"] <= 8 and r2["defaults_measured"] == 0  # asked for 4; MetaSchedule measures in batches of up to 8
+    assert (
+        r2["trials"] <= 8 and r2["defaults_measured"] == 0
+    )  # asked for 4; MetaSchedule measures in batches of up to 8
     out = kiln.compile(tiny, tmp_path / "t.kiln", tuning_db=str(tmp_path))
     rep = out.report  # records applied: each beat its default or is that default (tuned_coverage counts the first)
     assert rep["tuned_kernels"] == rep["tuned_faster_kernels"] + rep["tuned_default_kernels"] >= 1
     assert 0 <= rep["tuned_coverage"] <= 1
     assert out.manifest["compile_options"]["tuning_db_sha256"]
     x = rand(1, 16, 8, 8, seed=3)
-    np.testing.assert_allclose(kiln.load(tmp_path / "t.kiln").run({"input": x})["output"], ort_run(tiny, {"input": x})[0],
-                               rtol=1e-4, atol=1e-4)
+    np.testing.assert_allclose(
+        kiln.load(tmp_path / "t.kiln").run({"input": x})["output"], ort_run(tiny, {"input": x})[0], rtol=1e-4, atol=1e-4
+    )
 
 
 def test_killed_tuning_leaves_a_database_that_loads_and_resumes(tmp_path, tiny):
@@ -120,6 +129,7 @@ def test_twenty_random_kills_leave_a_readable_database(tmp_path, tiny):
     was in it is ever lost. (A run spends ~25 s here before its first records.)"""
     import random
     import warnings
+
     model = tmp_path / "tiny.onnx"
     onnx.save(tiny, model)
     db = tmp_path / "db" / target_key(CompileOptions.make().target)
@@ -151,7 +161,9 @@ def test_twenty_random_kills_leave_a_readable_database(tmp_path, tiny):
             unreadable += 1
             continue
         counts.append(n)
-    print(f"kills: {kills}, unreadable: {unreadable}, torn lines repaired: {repaired}, records after each kill: {counts[1:]}")
+    print(
+        f"kills: {kills}, unreadable: {unreadable}, torn lines repaired: {repaired}, records after each kill: {counts[1:]}"
+    )
     assert unreadable == 0
     assert counts == sorted(counts) and counts[-1] > 0  # records only ever grow
 
@@ -162,11 +174,22 @@ def test_tune_a_bf16_build(tmp_path, tiny):
     kernel where the CPU has AVX512-BF16, comes scheduled and is no task), and that compile applies
     them; a float32 build has other kernels."""
     from kiln.cli import build_parser
+
     assert build_parser().parse_args(["tune", "m.onnx", "--trials", "2", "--precision", "bf16"]).precision == "bf16"
-    nodes = [helper.make_node("Conv", ["input", "w"], ["c"], pads=[1, 1, 1, 1]), helper.make_node("Relu", ["c"], ["r"]),
-             helper.make_node("Conv", ["r", "w2"], ["output"])]
-    m = make_model(nodes, {"input": rand(1, 16, 16, 16)}, ["output"], {"w": rand(16, 16, 3, 3, seed=1) * 0.2, "w2": rand(32, 16, 1, 1, seed=2) * 0.2})
-    r = tune(m, CompileOptions.make(precision="bf16"), TuneOptions(db_root=str(tmp_path), trials=2), progress=lambda s: None)
+    nodes = [
+        helper.make_node("Conv", ["input", "w"], ["c"], pads=[1, 1, 1, 1]),
+        helper.make_node("Relu", ["c"], ["r"]),
+        helper.make_node("Conv", ["r", "w2"], ["output"]),
+    ]
+    m = make_model(
+        nodes,
+        {"input": rand(1, 16, 16, 16)},
+        ["output"],
+        {"w": rand(16, 16, 3, 3, seed=1) * 0.2, "w2": rand(32, 16, 1, 1, seed=2) * 0.2},
+    )
+    r = tune(
+        m, CompileOptions.make(precision="bf16"), TuneOptions(db_root=str(tmp_path), trials=2), progress=lambda s: None
+    )
     assert r["new_records"] >= r["tasks"] >= 1
     out = kiln.compile(m, tmp_path / "t.kiln", tuning_db=str(tmp_path), precision="bf16")
     rep = out.report  # every task's kernel runs a record: one that beat its default schedule, or that default
@@ -176,14 +199,18 @@ def test_tune_a_bf16_build(tmp_path, tiny):
     assert kiln.compile(m, tmp_path / "f.kiln", tuning_db=str(tmp_path)).report["tuned_coverage"] == 0.0
     x = rand(1, 16, 16, 16, seed=3)
     ref = ort_run(m, {"input": x})[0]
-    np.testing.assert_allclose(kiln.load(tmp_path / "t.kiln").run({"input": x})["output"], ref, rtol=4e-2, atol=4e-2 * np.abs(ref).max())
+    np.testing.assert_allclose(
+        kiln.load(tmp_path / "t.kiln").run({"input": x})["output"], ref, rtol=4e-2, atol=4e-2 * np.abs(ref).max()
+    )
 
 
 def test_shipped_records_apply_by_default_and_none_disables(tmp_path, tiny, monkeypatch):
     tune(tiny, CompileOptions.make(), TuneOptions(db_root=str(tmp_path / "shipped"), trials=2), progress=lambda s: None)
     monkeypatch.setenv("KILN_TUNING_LOGS", str(tmp_path / "shipped"))
     r = kiln.compile(tiny, tmp_path / "a.kiln")  # no --tuning-db: the shipped records for this target
-    assert r.report["tuned_kernels"] >= 1 and r.manifest["compile_options"]["tuning_db"].startswith(str(tmp_path / "shipped"))
+    assert r.report["tuned_kernels"] >= 1 and r.manifest["compile_options"]["tuning_db"].startswith(
+        str(tmp_path / "shipped")
+    )
     r = kiln.compile(tiny, tmp_path / "b.kiln", tuning_db="none")
     assert r.report.get("tuned_kernels", 0) == 0 and r.manifest["compile_options"]["tuning_db"] is None
     monkeypatch.setenv("KILN_TUNING_LOGS", str(tmp_path / "nothing"))  # another machine: no records for its key
@@ -192,6 +219,7 @@ def test_shipped_records_apply_by_default_and_none_disables(tmp_path, tiny, monk
 
 def test_compact_keeps_the_best_record_per_workload(tmp_path, tiny):
     from kiln.schedules.database import compact
+
     co = CompileOptions.make()
     tune(tiny, co, TuneOptions(db_root=str(tmp_path), trials=8), progress=lambda s: None)
     db = tmp_path / target_key(co.target)
@@ -201,12 +229,17 @@ def test_compact_keeps_the_best_record_per_workload(tmp_path, tiny):
     small = kiln.compile(tiny, tmp_path / "small.kiln", tuning_db=str(tmp_path))
     assert small.report["tuned_kernels"] == full.report["tuned_kernels"] >= 1
     x = rand(1, 16, 8, 8, seed=4)
-    np.testing.assert_allclose(kiln.load(tmp_path / "small.kiln").run({"input": x})["output"], ort_run(tiny, {"input": x})[0],
-                               rtol=1e-4, atol=1e-4)
+    np.testing.assert_allclose(
+        kiln.load(tmp_path / "small.kiln").run({"input": x})["output"],
+        ort_run(tiny, {"input": x})[0],
+        rtol=1e-4,
+        atol=1e-4,
+    )
 
 
 def test_rounds_cover_every_task_then_follow_estimated_latency():
     from kiln.schedules.tuning import pick_tasks
+
     shares, done = [0.6, 0.3, 0.05, 0.05], [0, 0, 0, 0]
     seen = []
     for _ in range(2):  # two tasks per round: every task once before any twice
@@ -237,6 +270,7 @@ def test_recorded_default_schedule_replays_to_the_default(tmp_path, tiny):
     from kiln.schedules.apply import first_rule_that_applies
     from kiln.schedules.builder import WorkerBuilder
     from kiln.schedules.tuning import extract, record_default_schedules
+
     co = CompileOptions.make()
     co = dataclasses.replace(co, disabled_passes=(SCHEDULE_ROW["llvm"],))
     mod = optimize(import_onnx(tiny, co.shapes).mod, co).mod
@@ -244,7 +278,11 @@ def test_recorded_default_schedule_replays_to_the_default(tmp_path, tiny):
     tasks = extract(mod, target)
     db = open_database(tmp_path / "db")
     builder = WorkerBuilder(str(tmp_path))
-    assert record_default_schedules(tasks, target, db, builder, ms.runner.LocalRunner(timeout_sec=30), 16) == len(tasks) >= 1
+    assert (
+        record_default_schedules(tasks, target, db, builder, ms.runner.LocalRunner(timeout_sec=30), 16)
+        == len(tasks)
+        >= 1
+    )
     assert record_default_schedules(tasks, target, db, builder, ms.runner.LocalRunner(timeout_sec=30), 16) == 0
     for t in tasks:
         (rec,) = db.get_top_k(db.commit_workload(t.dispatched[0]), 1)
@@ -264,9 +302,12 @@ def test_recorded_default_schedule_replays_to_the_default(tmp_path, tiny):
         if sch is not None:
             sch.get_child_blocks(sch.get_sblock("root"))
         return kind, sch
+
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(apply, "first_rule_that_applies", changed_rule)
-        assert record_default_schedules(tasks, target, db, builder, ms.runner.LocalRunner(timeout_sec=30), 16) == len(tasks)
+        assert record_default_schedules(tasks, target, db, builder, ms.runner.LocalRunner(timeout_sec=30), 16) == len(
+            tasks
+        )
     builder.close()
 
 
@@ -277,7 +318,6 @@ def test_compacted_database_does_not_measure_its_defaults_again(tmp_path, tiny):
     import dataclasses
 
     import tvm
-
     from tvm.s_tir import meta_schedule as ms
     from tvm.s_tir.meta_schedule.arg_info import ArgInfo
 
@@ -287,17 +327,29 @@ def test_compacted_database_does_not_measure_its_defaults_again(tmp_path, tiny):
     from kiln.schedules.builder import WorkerBuilder
     from kiln.schedules.database import DEFAULTS, compact
     from kiln.schedules.tuning import extract, record_default_schedules
+
     co = dataclasses.replace(CompileOptions.make(), disabled_passes=(SCHEDULE_ROW["llvm"],))
     tasks = extract(optimize(import_onnx(tiny, co.shapes).mod, co).mod, co.target.tvm())
-    target, path, builder, runner = co.target.tvm(), tmp_path / "db", WorkerBuilder(str(tmp_path)), ms.runner.LocalRunner(timeout_sec=30)
+    target, path, builder, runner = (
+        co.target.tvm(),
+        tmp_path / "db",
+        WorkerBuilder(str(tmp_path)),
+        ms.runner.LocalRunner(timeout_sec=30),
+    )
     db = open_database(path)
     assert record_default_schedules(tasks, target, db, builder, runner, 16, path) == len(tasks) >= 1
     assert (path / DEFAULTS).exists()
-    for t in tasks:  # a faster record of each workload (a trace that schedules nothing, timed 0.1 us): compaction keeps only it
+    for t in (
+        tasks
+    ):  # a faster record of each workload (a trace that schedules nothing, timed 0.1 us): compaction keeps only it
         mod = t.dispatched[0]
         sch = tvm.s_tir.Schedule(mod)
         sch.get_child_blocks(sch.get_sblock("root"))  # (MetaSchedule ignores records with an empty trace)
-        db.commit_tuning_record(ms.database.TuningRecord(sch.trace, db.commit_workload(mod), [1e-7], target, ArgInfo.from_prim_func(mod["main"])))
+        db.commit_tuning_record(
+            ms.database.TuningRecord(
+                sch.trace, db.commit_workload(mod), [1e-7], target, ArgInfo.from_prim_func(mod["main"])
+            )
+        )
     compact(path)
     db = open_database(path)
     assert len(db.get_all_tuning_records()) == len(tasks)  # the default records are gone
@@ -312,6 +364,7 @@ def slow_when_flagged(mod_json, target, out_dir):
     import time
 
     from kiln.schedules.builder import compile_candidate
+
     while os.path.exists(os.path.join(out_dir, "slow")):
         time.sleep(0.1)
     return compile_candidate(mod_json, target, out_dir)
@@ -328,6 +381,7 @@ def test_a_runaway_build_is_killed_and_the_next_one_builds(tmp_path):
     from tvm.s_tir.meta_schedule.builder import BuilderInput
 
     from kiln.schedules.builder import WorkerBuilder
+
     a = te.placeholder((16,), name="a")
     mod = tvm.IRModule({"main": te.create_prim_func([a, te.compute((16,), lambda i: a[i] + 1.0, name="b")])})
     target = tvm.target.Target({"kind": "llvm"})
@@ -347,16 +401,19 @@ def test_the_shipped_tuning_logs_load():
     """Every target folder Kiln ships in tuning_logs/ is a database that loads, one record per
     workload (compacted), each with a measured time; named by a target key."""
     from kiln.compiler.options import SHIPPED_TUNING_LOGS
+
     folders = [d for d in SHIPPED_TUNING_LOGS.iterdir() if d.is_dir()]
     assert folders, "Kiln ships tuning records for at least the machine they were made on"
     for d in folders:
         assert d.name.startswith("llvm-") and all((d / f).exists() for f in FILES)
         records = open_database(d).get_all_tuning_records()
         import tvm_ffi
+
         workloads = {tvm_ffi.structural_hash(r.workload.mod) for r in records}
         assert len(records) == len(workloads) >= 1
         assert all(r.run_secs and float(r.run_secs[0]) > 0 for r in records)
         from kiln.schedules.database import measured_defaults
+
         ledger = measured_defaults(d)  # the defaults measured into it: a tune run here does not measure them again
         assert ledger and len({str(h) for h in workloads} & set(ledger)) >= len(ledger) // 2
 
@@ -371,6 +428,7 @@ def test_a_build_worker_that_does_not_start_is_a_clear_error(tmp_path, monkeypat
 
     from kiln.errors import ResourceError
     from kiln.schedules import builder as b
+
     monkeypatch.setattr(b, "START_TIMEOUT_S", 0.0)
     worker = b.WorkerBuilder(str(tmp_path))
     with pytest.raises(ResourceError, match="build worker process did not start") as e:

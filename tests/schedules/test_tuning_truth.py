@@ -1,27 +1,38 @@
 """kiln tune tells the truth: the budget is the wall time, a kernel whose best record is its default
 schedule is not counted as tuned, and the progress lines, the summary and the compile report agree."""
+
 import re
 import time
 
 import pytest
 import tvm
+from helpers import make_model, rand
 from onnx import helper
 from tvm.s_tir import meta_schedule as ms
 from tvm.s_tir.meta_schedule.arg_info import ArgInfo
 
 import kiln
-from helpers import make_model, rand
 from kiln.compiler import CompileOptions
 from kiln.schedules.builder import WorkerBuilder
 from kiln.schedules.database import open_database, target_key
-from kiln.schedules.tuning import (TuneOptions, estimated_latency, extract, format_summary, prepare,
-                                   record_default_schedules, round_size, tune)
+from kiln.schedules.tuning import (
+    TuneOptions,
+    estimated_latency,
+    extract,
+    format_summary,
+    prepare,
+    record_default_schedules,
+    round_size,
+    tune,
+)
 
 
 @pytest.fixture(scope="module")
 def tiny():
-    nodes = [helper.make_node("Conv", ["input", "w"], ["c"], pads=[1, 1, 1, 1]),
-             helper.make_node("Relu", ["c"], ["output"])]
+    nodes = [
+        helper.make_node("Conv", ["input", "w"], ["c"], pads=[1, 1, 1, 1]),
+        helper.make_node("Relu", ["c"], ["output"]),
+    ]
     return make_model(nodes, {"input": rand(1, 16, 8, 8)}, ["output"], {"w": rand(16, 16, 3, 3, seed=1) * 0.2})
 
 
@@ -71,8 +82,11 @@ def test_a_kernel_whose_best_record_is_its_default_is_not_tuned(tmp_path, tiny):
         mod = t.dispatched[0]
         sch = tvm.s_tir.Schedule(mod)
         sch.get_child_blocks(sch.get_sblock("root"))  # (MetaSchedule ignores records with an empty trace)
-        db.commit_tuning_record(ms.database.TuningRecord(sch.trace, db.commit_workload(mod), [1e-7], target,
-                                                         ArgInfo.from_prim_func(mod["main"])))
+        db.commit_tuning_record(
+            ms.database.TuningRecord(
+                sch.trace, db.commit_workload(mod), [1e-7], target, ArgInfo.from_prim_func(mod["main"])
+            )
+        )
     r = kiln.compile(tiny, tmp_path / "t.kiln", tuning_db=str(tmp_path)).report
     assert r["tuned_faster_kernels"] == r["tuned_kernels"] == len(tasks) and r["tuned_default_kernels"] == 0
     assert r["tuned_coverage"] == 1.0
@@ -99,6 +113,7 @@ def test_progress_summary_and_compile_report_agree(tmp_path, tiny):
 def test_estimated_latency_needs_every_default():
     class T:
         weight = 2
+
     assert estimated_latency([T(), T()], [(1e-3, 5e-4), (2e-3, 2e-3)]) == pytest.approx((6.0, 5.0))
     assert estimated_latency([T()], [(None, 1e-3)]) == (None, None)
 
@@ -109,6 +124,7 @@ def test_no_build_starts_past_the_deadline(tmp_path):
     from tvm.s_tir.meta_schedule.builder import BuilderInput
 
     from kiln.schedules.tuning import BudgetBuilder
+
     b = BudgetBuilder(str(tmp_path))
     b.deadline = time.perf_counter() - 1
     mod = tvm.IRModule()

@@ -1,4 +1,5 @@
 """/metrics shows the tail per model version as kiln bench does: max, p99 over p50, the flag."""
+
 import re
 
 from kiln.serve.metrics import Metrics

@@ -1,4 +1,5 @@
 """`kiln serve` end to end: a real server process on loopback, real HTTP requests."""
+
 import concurrent.futures
 import io
 import json
@@ -25,9 +26,17 @@ def served(tmp_path_factory):
     d = tmp_path_factory.mktemp("serve")
     paths = []
     for seed in (1, 7):
-        nodes = [helper.make_node("Conv", ["input", "w", "b"], ["c"], pads=[1, 1, 1, 1]), helper.make_node("Relu", ["c"], ["output"])]
-        m = make_model(nodes, {"input": rand(1, 3, 16, 16)}, ["output"], {"w": rand(8, 3, 3, 3, seed=seed), "b": rand(8, seed=2)},
-                       in_shapes={"input": ["N", 3, 16, 16]})
+        nodes = [
+            helper.make_node("Conv", ["input", "w", "b"], ["c"], pads=[1, 1, 1, 1]),
+            helper.make_node("Relu", ["c"], ["output"]),
+        ]
+        m = make_model(
+            nodes,
+            {"input": rand(1, 3, 16, 16)},
+            ["output"],
+            {"w": rand(8, 3, 3, 3, seed=seed), "b": rand(8, seed=2)},
+            in_shapes={"input": ["N", 3, 16, 16]},
+        )
         p = d / f"net{seed}.kiln"
         kiln.compile(m, p, shape_buckets="input:1x3x16x16,2x3x16x16,4x3x16x16,8x3x16x16")
         paths.append(p)
@@ -36,8 +45,12 @@ def served(tmp_path_factory):
 
 class Proc:
     def __init__(self, *args):
-        self.p = subprocess.Popen([sys.executable, "-m", "kiln", "serve", "--port", "0", *map(str, args)],
-                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        self.p = subprocess.Popen(
+            [sys.executable, "-m", "kiln", "serve", "--port", "0", *map(str, args)],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
         line = self.p.stdout.readline()
         m = re.search(r"http://127\.0\.0\.1:(\d+)", line)
         assert m, (line, self.p.stderr.read() if self.p.poll() is not None else "")
@@ -87,7 +100,12 @@ def test_predict_json_and_npz_match_the_runtime(server, served):
     x = rand(1, 3, 16, 16, seed=3)
     code, headers, body = server.predict(x)
     assert code == 200 and headers["X-Kiln-Model-Version"] == "v1"
-    np.testing.assert_allclose(np.array(json.loads(body)["outputs"]["output"], np.float32), ref.run({"input": x})["output"], rtol=1e-6, atol=1e-6)
+    np.testing.assert_allclose(
+        np.array(json.loads(body)["outputs"]["output"], np.float32),
+        ref.run({"input": x})["output"],
+        rtol=1e-6,
+        atol=1e-6,
+    )
     buf = io.BytesIO()
     np.savez(buf, input=rand(3, 3, 16, 16, seed=4))
     code, headers, body = server.post("/v1/models/net1:predict", buf.getvalue(), "application/x-npz")
@@ -97,10 +115,13 @@ def test_predict_json_and_npz_match_the_runtime(server, served):
 
 
 def test_bad_requests_get_json_errors(server):
-    for body, code, what in [(b"{", 400, "not valid JSON"), (b'{"x": 1}', 400, '"inputs"'),
-                             (b'{"inputs": {"input": [[1, 2], [3]]}}', 400, "rectangular"),
-                             (json.dumps({"inputs": {"input": rand(16, 3, 16, 16).tolist()}}).encode(), 400, "larger than every bucket"),
-                             (b'{"inputs": {"input": [1.0]}}', 400, "rank")]:
+    for body, code, what in [
+        (b"{", 400, "not valid JSON"),
+        (b'{"x": 1}', 400, '"inputs"'),
+        (b'{"inputs": {"input": [[1, 2], [3]]}}', 400, "rectangular"),
+        (json.dumps({"inputs": {"input": rand(16, 3, 16, 16).tolist()}}).encode(), 400, "larger than every bucket"),
+        (b'{"inputs": {"input": [1.0]}}', 400, "rank"),
+    ]:
         c, h, b = server.post("/v1/models/net1:predict", body)
         assert c == code and what in json.loads(b)["error"], (c, b[:300])
         assert h["Content-Type"].startswith("application/json")
@@ -129,8 +150,12 @@ def test_dynamic_batching_splits_results_back_per_request(served):
             results = list(pool.map(lambda x: s.predict(x), xs))
         for x, (code, _, body) in zip(xs, results):
             assert code == 200
-            np.testing.assert_allclose(np.array(json.loads(body)["outputs"]["output"], np.float32), ref.run({"input": x})["output"],
-                                       rtol=1e-5, atol=1e-5)
+            np.testing.assert_allclose(
+                np.array(json.loads(body)["outputs"]["output"], np.float32),
+                ref.run({"input": x})["output"],
+                rtol=1e-5,
+                atol=1e-5,
+            )
         metrics = s.get("/metrics")[2].decode()
         batches = float(re.search(r'kiln_batch_size_count\{model="net1",version="v1"\} (\d+)', metrics).group(1))
         requests = float(re.search(r'kiln_batch_size_sum\{model="net1",version="v1"\} (\d+)', metrics).group(1))
@@ -174,7 +199,18 @@ def test_sigterm_finishes_in_flight_requests_then_exits(served):
 
 
 def test_canary_split_between_versions(served):
-    s = Proc("--model", f"v1={served[0]}", "--model", f"v2={served[1]}", "--split", "v2=0.25", "--name", "net", "--max-wait-ms", "0")
+    s = Proc(
+        "--model",
+        f"v1={served[0]}",
+        "--model",
+        f"v2={served[1]}",
+        "--split",
+        "v2=0.25",
+        "--name",
+        "net",
+        "--max-wait-ms",
+        "0",
+    )
     try:
         x = rand(1, 3, 16, 16)
         outs = {v: kiln.load(p).run({"input": x})["output"] for v, p in (("v1", served[0]), ("v2", served[1]))}
@@ -183,7 +219,9 @@ def test_canary_split_between_versions(served):
             code, h, body = s.predict(x, name="net")
             v = h["X-Kiln-Model-Version"]
             seen[v] += 1
-            np.testing.assert_allclose(np.array(json.loads(body)["outputs"]["output"], np.float32), outs[v], rtol=1e-5, atol=1e-5)
+            np.testing.assert_allclose(
+                np.array(json.loads(body)["outputs"]["output"], np.float32), outs[v], rtol=1e-5, atol=1e-5
+            )
         assert 30 <= seen["v2"] <= 70, seen  # 25% of 200 = 50; binomial sd ~6
         code, h, _ = s.predict(x, name="net/versions/v2")
         assert code == 200 and h["X-Kiln-Model-Version"] == "v2"
@@ -193,8 +231,10 @@ def test_canary_split_between_versions(served):
         s.stop()
 
 
-@pytest.mark.parametrize("models, split, msg", [([], (), "no model"), (["v1=a.kiln"], (), "no such artifact"),
-                                                (["MODEL"], ("v1=2",), "bad --split")])
+@pytest.mark.parametrize(
+    "models, split, msg",
+    [([], (), "no model"), (["v1=a.kiln"], (), "no such artifact"), (["MODEL"], ("v1=2",), "bad --split")],
+)
 def test_serve_options_errors(models, split, msg, served):
     models = [m if m != "MODEL" else str(served[0]) for m in models]
     with pytest.raises(kiln.OptionsError, match=msg):
@@ -204,7 +244,9 @@ def test_serve_options_errors(models, split, msg, served):
 def test_healthz_reports_a_model_that_fails_to_load(tmp_path):
     bad = tmp_path / "bad.kiln"
     bad.write_bytes(b"not a zip")
-    p = subprocess.Popen([sys.executable, "-m", "kiln", "serve", str(bad), "--port", "0"], stdout=subprocess.PIPE, text=True)
+    p = subprocess.Popen(
+        [sys.executable, "-m", "kiln", "serve", str(bad), "--port", "0"], stdout=subprocess.PIPE, text=True
+    )
     try:
         url = re.search(r"http://[\d.:]+", p.stdout.readline()).group(0)
         deadline = time.time() + 30
@@ -226,11 +268,15 @@ def test_healthz_reports_a_model_that_fails_to_load(tmp_path):
 
 def test_workers_share_one_port_and_stop_together(served):
     import socket
+
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    p = subprocess.Popen([sys.executable, "-m", "kiln", "serve", str(served[0]), "--port", str(port), "--workers", "2"],
-                         stdout=subprocess.PIPE, text=True)
+    p = subprocess.Popen(
+        [sys.executable, "-m", "kiln", "serve", str(served[0]), "--port", str(port), "--workers", "2"],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     try:
         announced = [p.stdout.readline(), p.stdout.readline()]
         assert all(f":{port}" in line for line in announced), announced
@@ -244,8 +290,12 @@ def test_workers_share_one_port_and_stop_together(served):
                 time.sleep(0.1)
         body = json.dumps({"inputs": {"input": rand(1, 3, 16, 16).tolist()}}).encode()
         for _ in range(10):
-            r = urllib.request.urlopen(urllib.request.Request(url + "/v1/models/net1:predict", data=body,
-                                                              headers={"Content-Type": "application/json"}), timeout=30)
+            r = urllib.request.urlopen(
+                urllib.request.Request(
+                    url + "/v1/models/net1:predict", data=body, headers={"Content-Type": "application/json"}
+                ),
+                timeout=30,
+            )
             assert r.status == 200
     finally:
         p.send_signal(signal.SIGTERM)

@@ -1,6 +1,7 @@
 """The accelerator's hardware configuration as data: VTA's bitstream name
 `{batch}x{block}_i{inp}w{wgt}a{acc}_{uop}_{inp}_{wgt}_{acc}` (log2 sizes of the on-chip buffers in
 bytes), plus the clock and the AXI bus width of a board. Parsed once, here."""
+
 from __future__ import annotations
 
 import dataclasses
@@ -44,15 +45,20 @@ class VTAConfig:
             raise OptionsError(f"unknown board {board!r}", where="-board", fix=f"use one of {', '.join(BOARDS)}")
         b, blk, i, w, a, lu, li, lw, la = (int(g) for g in m.groups())
         if (i, w, a) != (8, 8, 32) or b != 1 or blk not in (8, 16, 32):
-            raise OptionsError(f"VTA configuration {name!r} is not supported", where="vta config",
-                               fix="Kiln simulates batch 1, int8 inputs/weights, int32 accumulators, blocks of 8, 16 or 32")
+            raise OptionsError(
+                f"VTA configuration {name!r} is not supported",
+                where="vta config",
+                fix="Kiln simulates batch 1, int8 inputs/weights, int32 accumulators, blocks of 8, 16 or 32",
+            )
         clock, axi = BOARDS[board]
         return VTAConfig(b, blk, i, w, a, lu, li, lw, la, board, clock, axi)
 
     @property
     def name(self) -> str:
-        return (f"{self.batch}x{self.block}_i{self.inp_bits}w{self.wgt_bits}a{self.acc_bits}_"
-                f"{self.log_uop_bytes}_{self.log_inp_bytes}_{self.log_wgt_bytes}_{self.log_acc_bytes}")
+        return (
+            f"{self.batch}x{self.block}_i{self.inp_bits}w{self.wgt_bits}a{self.acc_bits}_"
+            f"{self.log_uop_bytes}_{self.log_inp_bytes}_{self.log_wgt_bytes}_{self.log_acc_bytes}"
+        )
 
     # element sizes (bytes) of each memory type, and buffer depths (elements)
     @property
@@ -92,5 +98,10 @@ class VTAConfig:
         return self.batch * self.block * self.block
 
     def to_json(self) -> dict:
-        return {"name": self.name, "board": self.board, "clock_mhz": self.clock_mhz, "axi_bytes": self.axi_bytes,
-                "macs_per_cycle": self.macs_per_cycle}
+        return {
+            "name": self.name,
+            "board": self.board,
+            "clock_mhz": self.clock_mhz,
+            "axi_bytes": self.axi_bytes,
+            "macs_per_cycle": self.macs_per_cycle,
+        }

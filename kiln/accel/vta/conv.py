@@ -10,6 +10,7 @@ input channels, all columns); input rows come in by 2D DMA with the zero padding
 fly. Tiles alternate between two halves of the inp/wgt/acc/uop buffers so the load of tile k+1 and
 the store of tile k-1 overlap tile k's compute (tokens: load waits for compute to release the
 half it reuses, compute for the store of the tile that used its acc half)."""
+
 from __future__ import annotations
 
 import dataclasses
@@ -51,7 +52,7 @@ def requant_params(real_mult: np.ndarray, acc_bound: float) -> tuple[np.ndarray,
     |acc >> shift1| * 255 < 2^31 for |acc| <= acc_bound."""
     top = float(np.max(real_mult))
     total = max(0, int(math.floor(math.log2(255.0 / top)))) if top > 0 else 0
-    m = np.clip(np.round(real_mult * 2.0 ** total), 1, 255).astype(np.int32)
+    m = np.clip(np.round(real_mult * 2.0**total), 1, 255).astype(np.int32)
     s1 = max(0, int(math.ceil(math.log2(max(acc_bound, 1) * 255.0 / 2**31))))
     s1 = min(s1, total)
     return m, s1, total - s1
@@ -73,6 +74,7 @@ class Tiling:
 @dataclasses.dataclass
 class Program:
     """A compiled layer: instruction stream, micro-ops and constants, and where each lives in DRAM."""
+
     layer: ConvLayer
     tiling: Tiling
     insns: list
@@ -99,7 +101,7 @@ def plan(layer: ConvLayer, cfg: VTAConfig) -> Tiling:
     if max(layer.padding) > 15:
         raise NotOffloadable("padding over 15 (the DMA pad fields are 4 bits)")
     x_total = w + pl + pr
-    half = lambda depth: depth // 2  # noqa: E731  (double buffering)
+    half = lambda depth: depth // 2
     best = None
     for tco in range(ob, 0, -1):
         if tco * ib * kh * kw > min(half(cfg.wgt_depth), half(cfg.uop_depth)):
@@ -112,7 +114,9 @@ def plan(layer: ConvLayer, cfg: VTAConfig) -> Tiling:
                 best = Tiling(tco, th, x_total, rows_in)
             break
     if best is None:
-        raise NotOffloadable(f"no tile of {ib} input-channel blocks fits the on-chip buffers (needs input-channel tiling)")
+        raise NotOffloadable(
+            f"no tile of {ib} input-channel blocks fits the on-chip buffers (needs input-channel tiling)"
+        )
     return best
 
 
@@ -125,10 +129,20 @@ def compile_conv(layer: ConvLayer, cfg: VTAConfig) -> Program:
     wq = np.zeros((ob * blk, ib * blk, kh, kw), np.int8)
     wq[:o, :c] = layer.weight
     wpk = wq.reshape(ob, blk, ib, blk, kh, kw).transpose(0, 2, 4, 5, 1, 3)  # OIHW16o16i
-    pad_o = lambda v: np.concatenate([v, np.zeros(ob * blk - o, v.dtype)]).reshape(ob, 1, blk)  # noqa: E731
-    consts = {"wgt": np.ascontiguousarray(wpk), "bias": pad_o(layer.bias.astype(np.int32)), "mult": pad_o(layer.mult.astype(np.int32))}
-    sizes = {"inp": (ib * h * w, cfg.inp_elem_bytes), "wgt": (ob * ib * kh * kw, cfg.wgt_elem_bytes), "bias": (ob, cfg.acc_elem_bytes),
-             "mult": (ob, cfg.acc_elem_bytes), "out": (ob * oh * ow, cfg.out_elem_bytes), "uop": (0, 4)}
+    pad_o = lambda v: np.concatenate([v, np.zeros(ob * blk - o, v.dtype)]).reshape(ob, 1, blk)
+    consts = {
+        "wgt": np.ascontiguousarray(wpk),
+        "bias": pad_o(layer.bias.astype(np.int32)),
+        "mult": pad_o(layer.mult.astype(np.int32)),
+    }
+    sizes = {
+        "inp": (ib * h * w, cfg.inp_elem_bytes),
+        "wgt": (ob * ib * kh * kw, cfg.wgt_elem_bytes),
+        "bias": (ob, cfg.acc_elem_bytes),
+        "mult": (ob, cfg.acc_elem_bytes),
+        "out": (ob * oh * ow, cfg.out_elem_bytes),
+        "uop": (0, 4),
+    }
     regions, pos = {}, 0
     uops_all: list[isa.Uop] = []
     insns: list[isa.Insn] = []
@@ -145,11 +159,22 @@ def compile_conv(layer: ConvLayer, cfg: VTAConfig) -> Program:
         y1 = (r0 + th - 1) * sh - pt + kh  # exclusive
         top, bottom = max(0, -y0), max(0, y1 - h)
         rows = y1 - y0
-        gemm = [isa.Uop(acc_base + co * th * ow, inp_base + i * rows * t.x_total + a * t.x_total + b, wgt_base + ((co * ib + i) * kh + a) * kw + b)
-                for i in range(ib) for a in range(kh) for b in range(kw) for co in range(tco)]
+        gemm = [
+            isa.Uop(
+                acc_base + co * th * ow,
+                inp_base + i * rows * t.x_total + a * t.x_total + b,
+                wgt_base + ((co * ib + i) * kh + a) * kw + b,
+            )
+            for i in range(ib)
+            for a in range(kh)
+            for b in range(kw)
+            for co in range(tco)
+        ]
         # ALU kernels: one micro-op per output-channel block, operand = its bias / multiplier slot, or none (immediates)
-        alu = {src: [isa.Uop(acc_base + co * th * ow, (slot + co) if slot is not None else 0) for co in range(tco)]
-               for src, slot in (("bias", bias_slot), ("mult", mult_slot), ("imm", None))}
+        alu = {
+            src: [isa.Uop(acc_base + co * th * ow, (slot + co) if slot is not None else 0) for co in range(tco)]
+            for src, slot in (("bias", bias_slot), ("mult", mult_slot), ("imm", None))
+        }
         uop_gemm_at = len(uops_all)
         kernel = gemm + alu["bias"] + alu["mult"] + alu["imm"]
         uops_all += kernel
@@ -157,37 +182,120 @@ def compile_conv(layer: ConvLayer, cfg: VTAConfig) -> Program:
         at = {"bias": ubase + len(gemm), "mult": ubase + len(gemm) + tco, "imm": ubase + len(gemm) + 2 * tco}
         # --- load module: input rows of every input-channel block, then this tile's weights unless this
         # buffer half still holds them (tile k-2 had the same output channels): weights load once per channel tile
-        loads = [isa.make(isa.LOAD, memory_type=isa.MEM_INP, sram_base=inp_base + i * rows * t.x_total,
-                          dram_base=("inp", (i * h + max(y0, 0)) * w), y_size=rows - top - bottom, x_size=w, x_stride=w,
-                          y_pad_0=top, y_pad_1=bottom, x_pad_0=pl, x_pad_1=pr) for i in range(ib)]
+        loads = [
+            isa.make(
+                isa.LOAD,
+                memory_type=isa.MEM_INP,
+                sram_base=inp_base + i * rows * t.x_total,
+                dram_base=("inp", (i * h + max(y0, 0)) * w),
+                y_size=rows - top - bottom,
+                x_size=w,
+                x_stride=w,
+                y_pad_0=top,
+                y_pad_1=bottom,
+                x_pad_0=pl,
+                x_pad_1=pr,
+            )
+            for i in range(ib)
+        ]
         if wgt_held[hb] != c0:
-            loads.append(isa.make(isa.LOAD, memory_type=isa.MEM_WGT, sram_base=wgt_base, dram_base=("wgt", c0 * ib * kh * kw), y_size=1,
-                                  x_size=tco * ib * kh * kw, x_stride=tco * ib * kh * kw))
+            loads.append(
+                isa.make(
+                    isa.LOAD,
+                    memory_type=isa.MEM_WGT,
+                    sram_base=wgt_base,
+                    dram_base=("wgt", c0 * ib * kh * kw),
+                    y_size=1,
+                    x_size=tco * ib * kh * kw,
+                    x_stride=tco * ib * kh * kw,
+                )
+            )
             wgt_held[hb] = c0
         loads[0].f["pop_next_dep"] = int(k >= 2)
         loads[-1].f["push_next_dep"] = 1
         insns += loads
         # --- compute module: micro-ops, bias and multipliers, GEMM, requantization on the ALU
-        insns.append(isa.make(isa.LOAD, memory_type=isa.MEM_UOP, sram_base=ubase, dram_base=("uop", uop_gemm_at), y_size=1,
-                              x_size=len(kernel), x_stride=len(kernel), pop_next_dep=int(k >= 2)))
+        insns.append(
+            isa.make(
+                isa.LOAD,
+                memory_type=isa.MEM_UOP,
+                sram_base=ubase,
+                dram_base=("uop", uop_gemm_at),
+                y_size=1,
+                x_size=len(kernel),
+                x_stride=len(kernel),
+                pop_next_dep=int(k >= 2),
+            )
+        )
         for name, slot in (("bias", bias_slot), ("mult", mult_slot)):
-            insns.append(isa.make(isa.LOAD, memory_type=isa.MEM_ACC, sram_base=slot, dram_base=(name, c0), y_size=1, x_size=tco, x_stride=tco))
+            insns.append(
+                isa.make(
+                    isa.LOAD,
+                    memory_type=isa.MEM_ACC,
+                    sram_base=slot,
+                    dram_base=(name, c0),
+                    y_size=1,
+                    x_size=tco,
+                    x_stride=tco,
+                )
+            )
         g = dict(iter_out=th, iter_in=ow, dst_factor_out=ow, dst_factor_in=1)
         insns.append(isa.make(isa.GEMM, reset_reg=1, uop_bgn=ubase, uop_end=ubase + tco, **g))
-        insns.append(isa.make(isa.GEMM, uop_bgn=ubase, uop_end=ubase + len(gemm), src_factor_out=sh * t.x_total, src_factor_in=sw,
-                              pop_prev_dep=1, push_prev_dep=1, **g))
+        insns.append(
+            isa.make(
+                isa.GEMM,
+                uop_bgn=ubase,
+                uop_end=ubase + len(gemm),
+                src_factor_out=sh * t.x_total,
+                src_factor_in=sw,
+                pop_prev_dep=1,
+                push_prev_dep=1,
+                **g,
+            )
+        )
         seq = [(isa.ALU_ADD, "bias", 0)]
-        seq += [x for step in runtime.shift_steps(layer.shift1) for x in ((isa.ALU_ADD, "imm", 1 << (step - 1)), (isa.ALU_SHR, "imm", step))]
+        seq += [
+            x
+            for step in runtime.shift_steps(layer.shift1)
+            for x in ((isa.ALU_ADD, "imm", 1 << (step - 1)), (isa.ALU_SHR, "imm", step))
+        ]
         seq += [(isa.ALU_MUL, "mult", 0)]
-        seq += [x for step in runtime.shift_steps(layer.shift2) for x in ((isa.ALU_ADD, "imm", 1 << (step - 1)), (isa.ALU_SHR, "imm", step))]
+        seq += [
+            x
+            for step in runtime.shift_steps(layer.shift2)
+            for x in ((isa.ALU_ADD, "imm", 1 << (step - 1)), (isa.ALU_SHR, "imm", step))
+        ]
         seq += [(isa.ALU_MAX, "imm", 0 if layer.relu else -127), (isa.ALU_MIN, "imm", 127)]
         for j, (op, src, imm) in enumerate(seq):
-            insns.append(isa.make(isa.ALU, uop_bgn=at[src], uop_end=at[src] + tco, iter_out=1, iter_in=th * ow, dst_factor_in=1,
-                                  alu_opcode=op, use_imm=int(src == "imm"), imm=imm, push_next_dep=int(j == len(seq) - 1)))
+            insns.append(
+                isa.make(
+                    isa.ALU,
+                    uop_bgn=at[src],
+                    uop_end=at[src] + tco,
+                    iter_out=1,
+                    iter_in=th * ow,
+                    dst_factor_in=1,
+                    alu_opcode=op,
+                    use_imm=int(src == "imm"),
+                    imm=imm,
+                    push_next_dep=int(j == len(seq) - 1),
+                )
+            )
         # --- store module
         for co in range(tco):
-            insns.append(isa.make(isa.STORE, memory_type=isa.MEM_OUT, sram_base=acc_base + co * th * ow, dram_base=("out", ((c0 + co) * oh + r0) * ow),
-                                  y_size=1, x_size=th * ow, x_stride=th * ow, pop_prev_dep=int(co == 0), push_prev_dep=int(co == tco - 1)))
+            insns.append(
+                isa.make(
+                    isa.STORE,
+                    memory_type=isa.MEM_OUT,
+                    sram_base=acc_base + co * th * ow,
+                    dram_base=("out", ((c0 + co) * oh + r0) * ow),
+                    y_size=1,
+                    x_size=th * ow,
+                    x_stride=th * ow,
+                    pop_prev_dep=int(co == 0),
+                    push_prev_dep=int(co == tco - 1),
+                )
+            )
     # drain: compute takes the store tokens of the last two tiles, then FINISH
     for _ in range(min(2, len(tiles))):
         insns.append(isa.make(isa.ALU, uop_bgn=0, uop_end=0, iter_out=0, iter_in=0, pop_next_dep=1))
@@ -219,9 +327,25 @@ def to_layer_program(prog: Program, name: str, cfg: VTAConfig) -> runtime.LayerP
 
 def _program_fields(layer: ConvLayer, name: str, regions: dict, arrays: dict, dram_bytes: int) -> runtime.LayerProgram:
     if "wgt" not in arrays:  # no program: numpy reference only
-        arrays = {"weight": layer.weight, "bias": layer.bias.astype(np.int32), "mult": layer.mult.astype(np.int32), **arrays}
-    return runtime.LayerProgram(name, tuple(layer.in_shape), tuple(layer.out_shape), tuple(layer.stride), tuple(layer.padding), layer.relu,
-                                layer.shift1, layer.shift2, dram_bytes, {k: list(v) for k, v in regions.items()}, arrays)
+        arrays = {
+            "weight": layer.weight,
+            "bias": layer.bias.astype(np.int32),
+            "mult": layer.mult.astype(np.int32),
+            **arrays,
+        }
+    return runtime.LayerProgram(
+        name,
+        tuple(layer.in_shape),
+        tuple(layer.out_shape),
+        tuple(layer.stride),
+        tuple(layer.padding),
+        layer.relu,
+        layer.shift1,
+        layer.shift2,
+        dram_bytes,
+        {k: list(v) for k, v in regions.items()},
+        arrays,
+    )
 
 
 def run(prog: Program, x: np.ndarray, cfg: VTAConfig) -> tuple[np.ndarray, Stats]:

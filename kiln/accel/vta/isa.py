@@ -2,10 +2,11 @@
 decode that round-trip bit for bit. Field layouts are data derived from the configuration (index
 widths follow the buffer depths); a field never straddles bit 64, as in VTA's C bitfields. For the
 default config the positions are those of vta-spec.md section 2."""
+
 from __future__ import annotations
 
 import dataclasses
-from functools import lru_cache
+from functools import cache
 
 from .config import VTAConfig
 
@@ -35,14 +36,36 @@ def _place(fields: list[tuple[str, int]]) -> dict[str, tuple[int, int]]:
     return out
 
 
-@lru_cache(maxsize=None)
+@cache
 def layouts(cfg: VTAConfig) -> dict[str, dict[str, tuple[int, int]]]:
     uop, acc, inp, wgt = _bits(cfg.uop_depth), _bits(cfg.acc_depth), _bits(cfg.inp_depth), _bits(cfg.wgt_depth)
-    loops = [("reset_reg", 1), ("uop_bgn", uop), ("uop_end", uop + 1), ("iter_out", 14), ("iter_in", 14),
-             ("dst_factor_out", acc), ("dst_factor_in", acc), ("src_factor_out", max(acc, inp)), ("src_factor_in", max(acc, inp))]
+    loops = [
+        ("reset_reg", 1),
+        ("uop_bgn", uop),
+        ("uop_end", uop + 1),
+        ("iter_out", 14),
+        ("iter_in", 14),
+        ("dst_factor_out", acc),
+        ("dst_factor_in", acc),
+        ("src_factor_out", max(acc, inp)),
+        ("src_factor_in", max(acc, inp)),
+    ]
     return {
-        "mem": _place(COMMON + [("memory_type", 3), ("sram_base", 16), ("dram_base", 32), ("y_size", 16), ("x_size", 16),
-                                ("x_stride", 16), ("y_pad_0", 4), ("y_pad_1", 4), ("x_pad_0", 4), ("x_pad_1", 4)]),
+        "mem": _place(
+            COMMON
+            + [
+                ("memory_type", 3),
+                ("sram_base", 16),
+                ("dram_base", 32),
+                ("y_size", 16),
+                ("x_size", 16),
+                ("x_stride", 16),
+                ("y_pad_0", 4),
+                ("y_pad_1", 4),
+                ("x_pad_0", 4),
+                ("x_pad_1", 4),
+            ]
+        ),
         "gemm": _place(COMMON + loops + [("wgt_factor_out", wgt), ("wgt_factor_in", wgt)]),
         "alu": _place(COMMON + loops + [("alu_opcode", 3), ("use_imm", 1), ("imm", 16)]),
         "finish": _place(COMMON),
@@ -57,6 +80,7 @@ def _kind(opcode: int) -> str:
 @dataclasses.dataclass
 class Insn:
     """One instruction; `f` holds its fields by name (the layout says which apply)."""
+
     opcode: int
     f: dict
 
@@ -122,7 +146,7 @@ class Uop:
     @staticmethod
     def decode(word: int, cfg: VTAConfig) -> Uop:
         lay = layouts(cfg)["uop"]
-        get = lambda n: (word >> lay[n][0]) & ((1 << lay[n][1]) - 1)  # noqa: E731
+        get = lambda n: (word >> lay[n][0]) & ((1 << lay[n][1]) - 1)
         return Uop(get("dst_idx"), get("src_idx"), get("wgt_idx"))
 
 
@@ -133,4 +157,4 @@ def encode_stream(insns: list[Insn], cfg: VTAConfig) -> bytes:
 def decode_stream(data: bytes, cfg: VTAConfig) -> list[Insn]:
     if len(data) % 16:
         raise ValueError(f"an instruction stream is a multiple of 16 bytes, got {len(data)}")
-    return [decode(data[i:i + 16], cfg) for i in range(0, len(data), 16)]
+    return [decode(data[i : i + 16], cfg) for i in range(0, len(data), 16)]

@@ -8,6 +8,7 @@ Everything else (the first conv, pooling, residual adds, the classifier) stays o
 the report says why for each conv that is not offloaded. Each layer's program (tiling,
 instruction stream, micro-ops, packed weights) is generated here, at compile time, and stored in
 the artifact; the model calls it through a packed function the runtime registers."""
+
 from __future__ import annotations
 
 import dataclasses
@@ -18,7 +19,7 @@ from tvm import relax
 from tvm.ir.expr import GenericConst
 
 from ...compiler.analysis import op_name as _op
-from ...compiler.analysis import var_uses, var_users
+from ...compiler.analysis import var_users, var_uses
 from ...compiler.quantize.layers import _onnx_names
 from ...compiler.quantize.rewrite import quantize_weight
 from . import conv, runtime
@@ -67,7 +68,12 @@ def find_chains(func, onnx_model, cfg: VTAConfig) -> list[Chain]:
         channels = int(c.ty.shape.values[1 if kind == "Conv" else -1])
         end, var, bias, relu = c, b.var, None, False
         nxt = users.get(var, [])
-        if uses.get(var, 0) == 1 and len(nxt) == 1 and _op(nxt[0].value) == "relax.add" and isinstance(nxt[0].value.args[1], GenericConst):
+        if (
+            uses.get(var, 0) == 1
+            and len(nxt) == 1
+            and _op(nxt[0].value) == "relax.add"
+            and isinstance(nxt[0].value.args[1], GenericConst)
+        ):
             bv = nxt[0].value.args[1].value.numpy()
             if bv.size == channels and (kind == "MatMul" or bv.size == bv.shape[-3 if bv.ndim >= 3 else 0]):
                 end, var, bias = nxt[0].value, nxt[0].var, bv.reshape(-1)
@@ -130,15 +136,34 @@ def make_layers(chains: list[Chain], ranges: dict, cfg: VTAConfig) -> list[tuple
             layer = conv.ConvLayer(wq, bq.astype(np.int32), m, s1, s2, ch.relu, (1, in_shape[1], 1, 1))
         else:
             a = c.attrs
-            layer = conv.ConvLayer(wq, bq.astype(np.int32), m, s1, s2, ch.relu, in_shape,
-                                   tuple(int(s) for s in a.strides), tuple(int(p) for p in a.padding))
+            layer = conv.ConvLayer(
+                wq,
+                bq.astype(np.int32),
+                m,
+                s1,
+                s2,
+                ch.relu,
+                in_shape,
+                tuple(int(s) for s in a.strides),
+                tuple(int(p) for p in a.padding),
+            )
         try:
             prog = conv.compile_conv(layer, cfg)
         except conv.NotOffloadable as e:
             ch.reason = str(e)
             continue
-        out.append((ch, conv.to_layer_program(prog, ch.name, cfg), {"sx": sx, "sy": sy, "tiling": dataclasses.asdict(prog.tiling),
-                                                                   "macs": int(np.prod(layer.out_shape)) * int(np.prod(w.shape[1:]))}))
+        out.append(
+            (
+                ch,
+                conv.to_layer_program(prog, ch.name, cfg),
+                {
+                    "sx": sx,
+                    "sy": sy,
+                    "tiling": dataclasses.asdict(prog.tiling),
+                    "macs": int(np.prod(layer.out_shape)) * int(np.prod(w.shape[1:])),
+                },
+            )
+        )
     return out
 
 
@@ -146,10 +171,14 @@ def _lower_layer(bb, ch: Chain, x, compiled: tuple, uid: str):
     """quantize (CPU) -> the layer's packed function (accelerator) -> dequantize (CPU)."""
     index, prog, info = compiled
     op = relax.op
-    xq = bb.emit(op.astype(op.clip(op.round(op.multiply(x, relax.const(np.float32(1.0 / info["sx"])))), -127.0, 127.0), "int8"))
+    xq = bb.emit(
+        op.astype(op.clip(op.round(op.multiply(x, relax.const(np.float32(1.0 / info["sx"])))), -127.0, 127.0), "int8")
+    )
     if ch.dense:
         xq = bb.emit(op.reshape(xq, list(prog.in_shape)))
-    yq = bb.emit(relax.call_dps_packed(runtime.func_name(uid, index), [xq], relax.TensorType(list(prog.out_shape), "int8")))
+    yq = bb.emit(
+        relax.call_dps_packed(runtime.func_name(uid, index), [xq], relax.TensorType(list(prog.out_shape), "int8"))
+    )
     if ch.dense:
         yq = bb.emit(op.reshape(yq, [1, prog.out_shape[1]]))
     return op.multiply(op.astype(yq, "float32"), relax.const(np.float32(info["sy"])))
@@ -177,6 +206,7 @@ class _Taps(relax.PyExprMutator):
 
 def tapped(mod, chains):
     from ...compiler.quantize.layers import with_taps
+
     r = _Taps(mod, chains)
     main = r.visit_expr(mod["main"])
     out = tvm.IRModule(dict(mod.functions), attrs=mod.attrs)
@@ -191,18 +221,24 @@ def partition(mod, chains: list[Chain]) -> tvm.IRModule:
     into `Codegen="vta"` functions."""
     from tvm.relax.dpl import is_const, is_op, wildcard
     from tvm.relax.transform import FusionPattern
+
     accepted = {_weight_key(ch.conv): ch for ch in chains if ch.reason is None}
 
     def check(ctx) -> bool:
         # by weights, not object identity: fusing one pattern rebuilds the calls downstream of it
         ch = accepted.get(_weight_key(ctx.annotated_expr["root"]))
         return ch is not None and _op(ctx.matched_expr) == _op(ch.end)
+
     patterns = []
     for base, tag in (("relax.nn.conv2d", "conv2d"), ("relax.matmul", "dense")):
         root = is_op(base)(wildcard(), is_const())
         add = is_op("relax.add")(root, is_const())
-        for name, top in ((f"vta.{tag}_bias_relu", is_op("relax.nn.relu")(add)), (f"vta.{tag}_bias", add),
-                          (f"vta.{tag}_relu", is_op("relax.nn.relu")(root)), (f"vta.{tag}", root)):
+        for name, top in (
+            (f"vta.{tag}_bias_relu", is_op("relax.nn.relu")(add)),
+            (f"vta.{tag}_bias", add),
+            (f"vta.{tag}_relu", is_op("relax.nn.relu")(root)),
+            (f"vta.{tag}", root),
+        ):
             patterns.append(FusionPattern(name, top, {"root": root}, check))
     fused = relax.transform.FuseOpsByPattern(patterns, bind_constants=True, annotate_codegen=False)(mod)
     return relax.transform.MergeCompositeFunctions()(fused)
@@ -215,7 +251,9 @@ def _weight_key(call) -> bytes:
 
 def _root_weight(func) -> bytes:
     found = []
-    relax.analysis.post_order_visit(func.body, lambda e: found.append(e) if _op(e) in ("relax.nn.conv2d", "relax.matmul") else None)
+    relax.analysis.post_order_visit(
+        func.body, lambda e: found.append(e) if _op(e) in ("relax.nn.conv2d", "relax.matmul") else None
+    )
     return _weight_key(found[0])
 
 
@@ -248,7 +286,11 @@ class _Lower(relax.PyExprMutator):
                     local[b.var] = v
                     continue
                 callee = local.get(v.op) if isinstance(v, relax.Call) and isinstance(v.op, relax.Var) else None
-                new = self._layer(callee, [self.visit_expr(a) for a in v.args]) if callee is not None else self.visit_expr(v)
+                new = (
+                    self._layer(callee, [self.visit_expr(a) for a in v.args])
+                    if callee is not None
+                    else self.visit_expr(v)
+                )
                 self.set_var_remap(b.var, self.builder_.emit(new))
         return self.visit_expr(f.body.body)
 
@@ -260,13 +302,20 @@ class _Lower(relax.PyExprMutator):
 
 def offloaded(mod, chains, layers, uid: str):
     compiled = {ch.name: (i, prog, info) for i, (ch, prog, info) in enumerate(layers)}
-    offload = [dataclasses.replace(ch, reason=None) if ch.name in compiled else dataclasses.replace(ch, reason=ch.reason or "not compiled")
-               for ch in chains]
+    offload = [
+        dataclasses.replace(ch, reason=None)
+        if ch.name in compiled
+        else dataclasses.replace(ch, reason=ch.reason or "not compiled")
+        for ch in chains
+    ]
     parts = partition(mod, offload)
     lower = _Lower(parts, offload, compiled, uid)
     main = lower.visit_expr(parts["main"])
-    keep = {gv: f for gv, f in parts.functions.items()  # the partition's functions are all inlined now
-            if not (isinstance(f, relax.Function) and f.attrs and ("Codegen" in f.attrs or "Composite" in f.attrs))}
+    keep = {
+        gv: f
+        for gv, f in parts.functions.items()  # the partition's functions are all inlined now
+        if not (isinstance(f, relax.Function) and f.attrs and ("Codegen" in f.attrs or "Composite" in f.attrs))
+    }
     out = tvm.IRModule(keep, attrs=parts.attrs)
     out["main"] = main
     if lower.lowered != len(compiled):
@@ -281,13 +330,18 @@ def vta_optimize(imported, options, layout: str, where: str):
     from ...compiler.optimize import optimize
     from ...compiler.quantize.calibration import load_calibration
     from ...compiler.quantize.flow import _build_tapped, _merge_reports, collect_ranges
+
     t0 = time.perf_counter()
     cfg = options.target.vta_config()
     pre = optimize(imported.mod, options, layout=layout, where=where, part="pre")
     chains = find_chains(pre.mod["main"], imported.onnx_model, cfg)
     calib, _ = load_calibration(options.calibration, imported.inputs).split(options.calib_samples)
     mod, names = tapped(pre.mod, chains)
-    ranges = collect_ranges(_build_tapped(mod, names, imported, options, layout, where), calib, options.calib_method, where) if names else {}
+    ranges = (
+        collect_ranges(_build_tapped(mod, names, imported, options, layout, where), calib, options.calib_method, where)
+        if names
+        else {}
+    )
     layers = make_layers(chains, ranges, cfg)
     members = runtime.pack(cfg, [prog for _, prog, _ in layers])
     uid = runtime.digest(members)
@@ -307,14 +361,31 @@ def simulate_report(cfg: VTAConfig, layers, chains) -> dict:
         r = runtime.LayerRunner(cfg, prog)
         r.run(np.zeros(prog.in_shape, np.int8))
         st = r.stats
-        per.append({"layer": ch.name, "cycles": st.cycles, "gemm_cycles": st.gemm_cycles, "macs": info["macs"],
-                    "utilization": round(info["macs"] / max(st.cycles * cfg.macs_per_cycle, 1), 4), "tiling": info["tiling"],
-                    "insns": st.insns, "busy": st.busy, "stall": st.stall,
-                    "dram_bytes": {"load": st.load_bytes, "store": st.store_bytes}})
+        per.append(
+            {
+                "layer": ch.name,
+                "cycles": st.cycles,
+                "gemm_cycles": st.gemm_cycles,
+                "macs": info["macs"],
+                "utilization": round(info["macs"] / max(st.cycles * cfg.macs_per_cycle, 1), 4),
+                "tiling": info["tiling"],
+                "insns": st.insns,
+                "busy": st.busy,
+                "stall": st.stall,
+                "dram_bytes": {"load": st.load_bytes, "store": st.store_bytes},
+            }
+        )
         total, gemm, macs = total + st.cycles, gemm + st.gemm_cycles, macs + info["macs"]
     seconds = total / (cfg.clock_mhz * 1e6)
-    return {"config": cfg.to_json(), "offloaded": [ch.name for ch, _, _ in layers],
-            "not_offloaded": {ch.name: ch.reason for ch in chains if ch.reason is not None},
-            "sim_cycles_total": total, "sim_gemm_cycles": gemm, "macs_offloaded": macs,
-            "sim_seconds_at_clock": round(seconds, 6), "gops": round(2 * macs / seconds / 1e9, 3) if seconds else 0.0,
-            "utilization": round(macs / max(total * cfg.macs_per_cycle, 1), 4), "layers": per}
+    return {
+        "config": cfg.to_json(),
+        "offloaded": [ch.name for ch, _, _ in layers],
+        "not_offloaded": {ch.name: ch.reason for ch in chains if ch.reason is not None},
+        "sim_cycles_total": total,
+        "sim_gemm_cycles": gemm,
+        "macs_offloaded": macs,
+        "sim_seconds_at_clock": round(seconds, 6),
+        "gops": round(2 * macs / seconds / 1e9, 3) if seconds else 0.0,
+        "utilization": round(macs / max(total * cfg.macs_per_cycle, 1), 4),
+        "layers": per,
+    }

@@ -5,6 +5,7 @@ as two artifact members, and the packed functions the model's code calls for eac
 
 The same layer can run on `reference` (numpy, the same integer arithmetic) instead of the
 simulator: load(..., accelerator="reference")."""
+
 from __future__ import annotations
 
 import dataclasses
@@ -58,8 +59,18 @@ def unpack(members: dict[str, bytes]) -> tuple[VTAConfig, list[LayerProgram]]:
     layers = []
     for i, l in enumerate(meta["layers"]):
         mine = {k.split(".", 1)[1]: v for k, v in arrays.items() if k.split(".", 1)[0] == str(i)}
-        layers.append(LayerProgram(**{**l, "in_shape": tuple(l["in_shape"]), "out_shape": tuple(l["out_shape"]),
-                                      "stride": tuple(l["stride"]), "padding": tuple(l["padding"]), "arrays": mine}))
+        layers.append(
+            LayerProgram(
+                **{
+                    **l,
+                    "in_shape": tuple(l["in_shape"]),
+                    "out_shape": tuple(l["out_shape"]),
+                    "stride": tuple(l["stride"]),
+                    "padding": tuple(l["padding"]),
+                    "arrays": mine,
+                }
+            )
+        )
     return cfg, layers
 
 
@@ -91,9 +102,15 @@ class LayerRunner:
         sim = Simulator(cfg, np.zeros(p.dram_bytes, np.uint8))
         xp = np.zeros((ib * blk, h, w), np.int8)
         xp[:c] = x[0]
-        views = {"inp": sim._dram("inp"), "wgt": sim._dram("wgt"), "bias": sim._dram("acc"), "mult": sim._dram("acc"),
-                 "uop": sim._dram("uop"), "out": sim._dram("out")}
-        put = lambda name, a: views[name].__setitem__(slice(p.regions[name][0], p.regions[name][0] + len(a)), a)  # noqa: E731
+        views = {
+            "inp": sim._dram("inp"),
+            "wgt": sim._dram("wgt"),
+            "bias": sim._dram("acc"),
+            "mult": sim._dram("acc"),
+            "uop": sim._dram("uop"),
+            "out": sim._dram("out"),
+        }
+        put = lambda name, a: views[name].__setitem__(slice(p.regions[name][0], p.regions[name][0] + len(a)), a)
         put("inp", xp.reshape(ib, blk, h, w).transpose(0, 2, 3, 1).reshape(-1, *views["inp"].shape[1:]))
         for name in ("wgt", "bias", "mult", "uop"):
             put(name, p.arrays[name].reshape(-1, *views[name].shape[1:]))
@@ -101,7 +118,7 @@ class LayerRunner:
         with self._lock:
             self.stats.add(st)
             self.runs += 1
-        out = views["out"][p.regions["out"][0]:p.regions["out"][0] + ob * oh * ow].reshape(ob, oh, ow, blk)
+        out = views["out"][p.regions["out"][0] : p.regions["out"][0] + ob * oh * ow].reshape(ob, oh, ow, blk)
         return out.transpose(0, 3, 1, 2).reshape(ob * blk, oh, ow)[:o][None].copy()
 
 
@@ -132,8 +149,8 @@ def reference(p: LayerProgram, x: np.ndarray) -> np.ndarray:
     acc = np.zeros((x.shape[0], o, oh, ow), np.int64)
     for a in range(kh):
         for b in range(kw):
-            acc += np.einsum("nchw,oc->nohw", xp[:, :, a:a + sh * oh:sh, b:b + sw * ow:sw], wt[:, :, a, b])
-    wrap = lambda v: v.astype(np.int64).astype(np.uint32).view(np.int32).astype(np.int64)  # noqa: E731
+            acc += np.einsum("nchw,oc->nohw", xp[:, :, a : a + sh * oh : sh, b : b + sw * ow : sw], wt[:, :, a, b])
+    wrap = lambda v: v.astype(np.int64).astype(np.uint32).view(np.int32).astype(np.int64)
     bias = p.arrays["bias"].reshape(-1)[:o].astype(np.int64).reshape(1, -1, 1, 1)
     mult = p.arrays["mult"].reshape(-1)[:o].astype(np.int64).reshape(1, -1, 1, 1)
     y = wrap(_rshift_round(wrap(acc + bias), p.shift1) * mult)
@@ -145,18 +162,21 @@ def _unpack_weight(p: LayerProgram) -> np.ndarray:
     """OIHW int8 weights from the program's OIHW16o16i blocks (the artifact stores them once)."""
     w = p.arrays["wgt"]
     ob, ib, kh, kw, bo, bi = w.shape
-    return w.transpose(0, 4, 1, 5, 2, 3).reshape(ob * bo, ib * bi, kh, kw)[:p.out_shape[1], :p.in_shape[1]]
+    return w.transpose(0, 4, 1, 5, 2, 3).reshape(ob * bo, ib * bi, kh, kw)[: p.out_shape[1], : p.in_shape[1]]
 
 
 def register(members: dict[str, bytes], backend: str = "sim") -> tuple[str, list[LayerRunner]]:
     """Register one packed function per offloaded layer (before the VM is created); returns the
     program digest (part of the function names) and the runners (their stats)."""
     import tvm
+
     cfg, layers = unpack(members)
     uid = digest(members)
     runners = [LayerRunner(cfg, l) for l in layers]
     for i, r in enumerate(runners):
+
         def fn(x, out, r=r):
             out.copyfrom(r.run(x.numpy(), backend))
+
         tvm.register_global_func(func_name(uid, i), fn, override=True)
     return uid, runners

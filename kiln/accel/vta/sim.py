@@ -11,6 +11,7 @@ its module is free and the tokens it pops have been pushed; GEMM costs 1 cycle p
 iteration, ALU 2, DMA one beat per AXI word plus a fixed latency per instruction and per row
 (VTAConfig). A token stream in which no module can proceed is reported as AcceleratorError
 (fsim would spin forever)."""
+
 from __future__ import annotations
 
 import collections
@@ -26,8 +27,12 @@ MODULES = ("load", "compute", "store")
 # module -> {flag: (token queue, "pop"|"push")}
 TOKENS = {
     "load": {"pop_next_dep": ("g2l", "pop"), "push_next_dep": ("l2g", "push")},
-    "compute": {"pop_prev_dep": ("l2g", "pop"), "pop_next_dep": ("s2g", "pop"), "push_prev_dep": ("g2l", "push"),
-                "push_next_dep": ("g2s", "push")},
+    "compute": {
+        "pop_prev_dep": ("l2g", "pop"),
+        "pop_next_dep": ("s2g", "pop"),
+        "push_prev_dep": ("g2l", "push"),
+        "push_next_dep": ("g2s", "push"),
+    },
     "store": {"pop_prev_dep": ("g2s", "pop"), "push_prev_dep": ("s2g", "push")},
 }
 
@@ -80,8 +85,14 @@ class Simulator:
     def _dram(self, kind: str) -> np.ndarray:
         if kind not in self._views:
             c, d = self.cfg, self.dram
-            shape = {"inp": (np.int8, (c.batch, c.block)), "out": (np.int8, (c.batch, c.block)), "acc8": (np.int8, (c.batch, c.block)),
-                     "wgt": (np.int8, (c.block, c.block)), "acc": (np.int32, (c.batch, c.block)), "uop": (np.uint32, ())}[kind]
+            shape = {
+                "inp": (np.int8, (c.batch, c.block)),
+                "out": (np.int8, (c.batch, c.block)),
+                "acc8": (np.int8, (c.batch, c.block)),
+                "wgt": (np.int8, (c.block, c.block)),
+                "acc": (np.int32, (c.batch, c.block)),
+                "uop": (np.uint32, ()),
+            }[kind]
             dt, inner = shape
             eb = np.dtype(dt).itemsize * int(np.prod(inner))
             self._views[kind] = d[: len(d) // eb * eb].view(dt).reshape(-1, *inner)
@@ -113,17 +124,27 @@ class Simulator:
                     elif len(tokens[q]) >= self.cfg.token_depth:
                         ready = False
                         break
-                bad = [f for f in ("pop_prev_dep", "pop_next_dep", "push_prev_dep", "push_next_dep") if getattr(insn, f) and f not in TOKENS[m]]
+                bad = [
+                    f
+                    for f in ("pop_prev_dep", "pop_next_dep", "push_prev_dep", "push_next_dep")
+                    if getattr(insn, f) and f not in TOKENS[m]
+                ]
                 if bad:
-                    raise AcceleratorError(f"instruction #{queues[m][0][0]} {insn!r} on the {m} module sets {bad}: there is no such token queue",
-                                           where="vta stream", fix="load<->store tokens do not exist; route them through compute")
+                    raise AcceleratorError(
+                        f"instruction #{queues[m][0][0]} {insn!r} on the {m} module sets {bad}: there is no such token queue",
+                        where="vta stream",
+                        fix="load<->store tokens do not exist; route them through compute",
+                    )
                 if ready and (best is None or start < best[0]):
                     best = (start, m)
             if best is None:
                 waits = "; ".join(f"{m} waits at #{queues[m][0][0]} {queues[m][0][1]!r}" for m in MODULES if queues[m])
-                raise AcceleratorError(f"deadlock: no module can proceed ({waits}); tokens queued: "
-                                       + ", ".join(f"{q}={len(v)}" for q, v in tokens.items()), where="vta stream",
-                                       fix="every pop needs a matching push from the peer module (check the dependency flags)")
+                raise AcceleratorError(
+                    f"deadlock: no module can proceed ({waits}); tokens queued: "
+                    + ", ".join(f"{q}={len(v)}" for q, v in tokens.items()),
+                    where="vta stream",
+                    fix="every pop needs a matching push from the peer module (check the dependency flags)",
+                )
             start, m = best
             idx, insn = queues[m].popleft()
             for flag, (q, kind) in TOKENS[m].items():
@@ -140,12 +161,19 @@ class Simulator:
             finished = insn.opcode == isa.FINISH
             if finished and any(queues.values()):
                 left = "; ".join(f"{m}: #{queues[m][0][0]} {queues[m][0][1]!r}" for m in MODULES if queues[m])
-                raise AcceleratorError(f"FINISH ran while other modules still had instructions ({left})", where="vta stream",
-                                       fix="make FINISH pop the tokens of the last load and store so the pipeline drains first")
+                raise AcceleratorError(
+                    f"FINISH ran while other modules still had instructions ({left})",
+                    where="vta stream",
+                    fix="make FINISH pop the tokens of the last load and store so the pipeline drains first",
+                )
             if max_insns is not None and st.insns > max_insns:
-                raise AcceleratorError(f"more than {max_insns} instructions executed", where="vta stream", fix="check the stream for loops")
+                raise AcceleratorError(
+                    f"more than {max_insns} instructions executed", where="vta stream", fix="check the stream for loops"
+                )
         if not finished:
-            raise AcceleratorError("the stream ended without FINISH", where="vta stream", fix="end every stream with FINISH")
+            raise AcceleratorError(
+                "the stream ended without FINISH", where="vta stream", fix="end every stream with FINISH"
+            )
         st.cycles = max(free.values())
         return st
 
@@ -162,8 +190,11 @@ class Simulator:
                 return self._alu(insn, st)
             return 1  # FINISH
         except IndexError as e:
-            raise AcceleratorError(f"instruction #{idx} {insn!r} addresses memory out of range ({e})", where="vta stream",
-                                   fix="tile the layer to fit the on-chip buffers") from None
+            raise AcceleratorError(
+                f"instruction #{idx} {insn!r} addresses memory out of range ({e})",
+                where="vta stream",
+                fix="tile the layer to fit the on-chip buffers",
+            ) from None
 
     def _dma_cycles(self, nbytes: int, rows: int) -> int:
         c = self.cfg
@@ -174,14 +205,21 @@ class Simulator:
         if mt == isa.MEM_UOP:
             if i.sram_base + i.x_size > len(self.uop):
                 raise IndexError(f"uop buffer overflow: {i.sram_base}+{i.x_size} > {len(self.uop)}")
-            self.uop[i.sram_base:i.sram_base + i.x_size] = self._dram("uop")[i.dram_base:i.dram_base + i.x_size]
+            self.uop[i.sram_base : i.sram_base + i.x_size] = self._dram("uop")[i.dram_base : i.dram_base + i.x_size]
             st.load_bytes["uop"] += 4 * i.x_size
             return self._dma_cycles(4 * i.x_size, 1)
-        kind, sram = {isa.MEM_INP: ("inp", self.inp), isa.MEM_WGT: ("wgt", self.wgt), isa.MEM_ACC: ("acc", self.acc),
-                      isa.MEM_ACC_8BIT: ("acc8", self.acc)}.get(mt, (None, None))
+        kind, sram = {
+            isa.MEM_INP: ("inp", self.inp),
+            isa.MEM_WGT: ("wgt", self.wgt),
+            isa.MEM_ACC: ("acc", self.acc),
+            isa.MEM_ACC_8BIT: ("acc8", self.acc),
+        }.get(mt, (None, None))
         if kind is None:
-            raise AcceleratorError(f"LOAD of memory type {isa.MEM_TYPES.get(mt, mt)} is not valid", where="vta stream",
-                                   fix="LOAD takes uop, wgt, inp, acc or acc8")
+            raise AcceleratorError(
+                f"LOAD of memory type {isa.MEM_TYPES.get(mt, mt)} is not valid",
+                where="vta stream",
+                fix="LOAD takes uop, wgt, inp, acc or acc8",
+            )
         x_total = i.x_pad_0 + i.x_size + i.x_pad_1
         rows = i.y_pad_0 + i.y_size + i.y_pad_1
         n = rows * x_total
@@ -190,8 +228,8 @@ class Simulator:
         block = np.zeros((rows, x_total, *sram.shape[1:]), sram.dtype)
         if i.y_size and i.x_size:
             idx = i.dram_base + np.arange(i.y_size)[:, None] * i.x_stride + np.arange(i.x_size)[None, :]
-            block[i.y_pad_0:i.y_pad_0 + i.y_size, i.x_pad_0:i.x_pad_0 + i.x_size] = self._dram(kind)[idx]
-        sram[i.sram_base:i.sram_base + n] = block.reshape(n, *sram.shape[1:])
+            block[i.y_pad_0 : i.y_pad_0 + i.y_size, i.x_pad_0 : i.x_pad_0 + i.x_size] = self._dram(kind)[idx]
+        sram[i.sram_base : i.sram_base + n] = block.reshape(n, *sram.shape[1:])
         eb = self._dram(kind)[0].nbytes
         nbytes = i.x_size * i.y_size * eb
         st.load_bytes["acc" if kind == "acc8" else kind] += nbytes
@@ -199,13 +237,16 @@ class Simulator:
 
     def _store(self, i: isa.Insn, st: Stats) -> int:
         if i.memory_type != isa.MEM_OUT or i.y_pad_0 or i.y_pad_1 or i.x_pad_0 or i.x_pad_1:
-            raise AcceleratorError(f"STORE must write the out buffer without padding: {i!r}", where="vta stream",
-                                   fix="store from out (memory type 4) with all pads 0")
+            raise AcceleratorError(
+                f"STORE must write the out buffer without padding: {i!r}",
+                where="vta stream",
+                fix="store from out (memory type 4) with all pads 0",
+            )
         n = i.y_size * i.x_size
         if i.sram_base + n > len(self.acc):
             raise IndexError(f"out buffer overflow: {i.sram_base}+{n} > {len(self.acc)}")
         idx = i.dram_base + np.arange(i.y_size)[:, None] * i.x_stride + np.arange(i.x_size)[None, :]
-        src = self.acc[i.sram_base:i.sram_base + n].reshape(i.y_size, i.x_size, *self.acc.shape[1:])
+        src = self.acc[i.sram_base : i.sram_base + n].reshape(i.y_size, i.x_size, *self.acc.shape[1:])
         self._dram("out")[idx] = src.astype(np.int8)  # truncation: two's-complement wrap, no saturation
         eb = self._dram("out")[0].nbytes
         st.store_bytes += n * eb
@@ -214,7 +255,7 @@ class Simulator:
     def _loop(self, i: isa.Insn):
         """The instruction's two loop counters, flattened, and its micro-ops."""
         I, J = np.meshgrid(np.arange(i.iter_out), np.arange(i.iter_in), indexing="ij")
-        return I.ravel(), J.ravel(), [isa.Uop.decode(int(w), self.cfg) for w in self.uop[i.uop_bgn:i.uop_end]]
+        return I.ravel(), J.ravel(), [isa.Uop.decode(int(w), self.cfg) for w in self.uop[i.uop_bgn : i.uop_end]]
 
     def _gemm(self, i: isa.Insn, st: Stats) -> int:
         I, J, uops = self._loop(i)
@@ -266,5 +307,7 @@ class Simulator:
         elif op == isa.ALU_SHR:  # arithmetic right shift by the low 5 bits; negative: left shift
             r = np.where(y >= 0, x64 >> (y & 31), x64 << ((-y) & 31))
         else:
-            raise AcceleratorError(f"ALU opcode {op} is not valid", where="vta stream", fix="MIN=0 MAX=1 ADD=2 SHR=3 MUL=4")
+            raise AcceleratorError(
+                f"ALU opcode {op} is not valid", where="vta stream", fix="MIN=0 MAX=1 ADD=2 SHR=3 MUL=4"
+            )
         return r.astype(np.int64).astype(np.uint32).view(np.int32) if r.dtype != np.int32 else r  # wrap to int32

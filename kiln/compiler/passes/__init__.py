@@ -1,4 +1,5 @@
 """Kiln's own Relax passes, one per file. Each records what it did in `.stats`."""
+
 from .bf16_conv_kernel import BF16ConvKernel
 from .canonicalize_clip import CanonicalizeClip
 from .convert_layout import ConvertLayout
@@ -17,4 +18,22 @@ from .propagate_blocked_layout import PropagateBlockedLayout
 from .remove_noops import RemoveNoOps
 from .winograd import Winograd
 
-__all__ = ["BF16ConvKernel", "CanonicalizeClip", "ConvertLayout", "DeadCode", "FoldBatchNorm", "FoldConstants", "FuseBF16Epilogue", "FuseDepthwisePointwise", "FuseEpilogue", "LiftWeights", "LowerQDQ", "MixedPrecision", "NarrowBlockLayout", "PackDenseWeights", "PropagateBlockedLayout", "RemoveNoOps", "Winograd"]
+__all__ = [
+    "BF16ConvKernel",
+    "CanonicalizeClip",
+    "ConvertLayout",
+    "DeadCode",
+    "FoldBatchNorm",
+    "FoldConstants",
+    "FuseBF16Epilogue",
+    "FuseDepthwisePointwise",
+    "FuseEpilogue",
+    "LiftWeights",
+    "LowerQDQ",
+    "MixedPrecision",
+    "NarrowBlockLayout",
+    "PackDenseWeights",
+    "PropagateBlockedLayout",
+    "RemoveNoOps",
+    "Winograd",
+]

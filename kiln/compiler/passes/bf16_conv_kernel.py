@@ -7,6 +7,7 @@ weights are packed here, at compile time, into the kernel's [O/16, I/16, KH, KW,
 It writes float32; FuseBF16Epilogue then moves the bias, residual, ReLU/ReLU6 and bf16 cast that
 follow into the kernel (Epilogue).
 `stats["bf16_kernel_convs"]` counts the convs it took."""
+
 from __future__ import annotations
 
 import dataclasses
@@ -19,7 +20,9 @@ from tvm.ir.expr import GenericConst
 
 from .module_map import rewrite_calls
 
-CHANNEL_TASKS = 16  # output-channel pairs that make enough tasks to parallelize over (else rows, unless there are fewer rows)
+CHANNEL_TASKS = (
+    16  # output-channel pairs that make enough tasks to parallelize over (else rows, unless there are fewer rows)
+)
 EXTERN = "kiln_bf16_conv"  # name of the PrimFuncs that call the C kernel (their library must link it)
 
 
@@ -28,6 +31,7 @@ class Epilogue:
     """What the C kernel does to each output tile as it stores it (kiln_bf16_conv2d_nchw16c's flags):
     + bias, + residual, clamp to [lo, hi] (ReLU: [0, inf], ReLU6: [0, 6]), in that order; written in
     float32 and/or bf16."""
+
     bias: bool = False
     residual: bool = False
     clamp: tuple[float, float] | None = None
@@ -51,15 +55,23 @@ def kernel_func(data_shape, packed_shape, strides, padding, epilogue: Epilogue =
     oh, ow = (h + pt + pb - kh) // sh + 1, (w + pl + pr - kw) // sw + 1
     out_shape = (1, ob, oh, ow, 16)
     params = [("data", tuple(data_shape), "bfloat16"), ("packed", tuple(packed_shape), "bfloat16")]
-    params += [("bias", (1, ob, 1, 1, 16), "float32")] * epilogue.bias + [("res", out_shape, "float32")] * epilogue.residual
+    params += [("bias", (1, ob, 1, 1, 16), "float32")] * epilogue.bias + [
+        ("res", out_shape, "float32")
+    ] * epilogue.residual
     params += [("out", out_shape, "float32")] * epilogue.float32 + [("out16", out_shape, "bfloat16")] * epilogue.bf16
     names = {n for n, _, _ in params}
-    ptr = [f"{n}.data" if n in names else "data.data" for n in ("bias", "res", "out", "out16")]  # absent: never read (flags)
+    ptr = [
+        f"{n}.data" if n in names else "data.data" for n in ("bias", "res", "out", "out16")
+    ]  # absent: never read (flags)
     geometry = [sh, sw, pt, pl, pb, pr]
     lo, hi = (float(v) for v in epilogue.clamp or (0.0, 0.0))
-    bounds = f"T.float32({lo!r}), T.float32({hi!r})".replace("inf", "'inf'")  # TVMScript spells infinity T.float32('inf')
+    bounds = f"T.float32({lo!r}), T.float32({hi!r})".replace(
+        "inf", "'inf'"
+    )  # TVMScript spells infinity T.float32('inf')
     pairs = -(-ob // 2)
-    if pairs >= min(CHANNEL_TASKS, oh):  # tasks: pairs of output-channel blocks, each over every row: each weight is read once
+    if pairs >= min(
+        CHANNEL_TASKS, oh
+    ):  # tasks: pairs of output-channel blocks, each over every row: each weight is read once
         # (alone, 2 threads, weights cold: 1x1 512->2048 at 7x7 0.41 -> 0.31 ms, 3x3 512 at 7x7 0.63 -> 0.61, 256->1024 at 14x14 0.33 -> 0.28)
         loops = f"for c in T.parallel({pairs}):\n        for r in range({oh}):"
         ob_range = f"c * 2, T.min(c * 2 + 2, {ob})"
@@ -81,26 +93,48 @@ def applies(call) -> bool:
     if not isinstance(call.op, tvm.ir.Op) or call.op.name != "relax.nn.conv2d":
         return False
     a, x, w = call.attrs, call.args[0].ty, call.args[1]
-    if str(x.dtype) != "bfloat16" or not isinstance(w, GenericConst) or str(w.ty.dtype) != "bfloat16" or int(a.groups) != 1:
+    if (
+        str(x.dtype) != "bfloat16"
+        or not isinstance(w, GenericConst)
+        or str(w.ty.dtype) != "bfloat16"
+        or int(a.groups) != 1
+    ):
         return False
     shp, wshp = [int(v) for v in x.shape.values], list(w.value.shape)
-    return (len(shp) == 5 and shp[0] == 1 and shp[4] == 16 and len(wshp) == 6 and wshp[4] == 16 and wshp[5] == 16
-            and str(a.data_layout) == "NCHW16c" and all(int(d) == 1 for d in a.dilation)
-            and str(a.out_dtype) == "float32")
+    return (
+        len(shp) == 5
+        and shp[0] == 1
+        and shp[4] == 16
+        and len(wshp) == 6
+        and wshp[4] == 16
+        and wshp[5] == 16
+        and str(a.data_layout) == "NCHW16c"
+        and all(int(d) == 1 for d in a.dilation)
+        and str(a.out_dtype) == "float32"
+    )
 
 
 def _to_kernel(builder, call):
     if not applies(call):
         return None
     import ml_dtypes
+
     a = call.attrs
     w = call.args[1].value.numpy()  # [O/16, I/16, KH, KW, 16 i, 16 o]
     ob, ib, kh, kw = w.shape[:4]
-    packed = np.ascontiguousarray(w.reshape(ob, ib, kh, kw, 8, 2, 16).transpose(0, 1, 2, 3, 4, 6, 5)).astype(ml_dtypes.bfloat16)
-    func, out_shape = kernel_func(tuple(int(v) for v in call.args[0].ty.shape.values), packed.shape,
-                                  [int(s) for s in a.strides], [int(p) for p in a.padding])
+    packed = np.ascontiguousarray(w.reshape(ob, ib, kh, kw, 8, 2, 16).transpose(0, 1, 2, 3, 4, 6, 5)).astype(
+        ml_dtypes.bfloat16
+    )
+    func, out_shape = kernel_func(
+        tuple(int(v) for v in call.args[0].ty.shape.values),
+        packed.shape,
+        [int(s) for s in a.strides],
+        [int(p) for p in a.padding],
+    )
     gv = builder.add_func(func.without_attr("global_symbol"), EXTERN)  # TVMScript names it "func"
-    return relax.call_tir(gv, [call.args[0], relax.const(packed, "bfloat16")], relax.TensorType(list(out_shape), "float32"))
+    return relax.call_tir(
+        gv, [call.args[0], relax.const(packed, "bfloat16")], relax.TensorType(list(out_shape), "float32")
+    )
 
 
 @tvm.transform.module_pass(opt_level=2, name="BF16ConvKernel")
@@ -113,6 +147,7 @@ class BF16ConvKernel:
         if not count:
             return mod
         from ...schedules.kernels import build
+
         build("bf16_conv")  # compiled and loaded before anything references its symbol
         self.stats["bf16_kernel_convs"] += count
         return relax.transform.DeadCodeElimination(["main"])(out)

@@ -4,6 +4,7 @@ Where the bounds are constant scalars this rewrites them back to `relu` (max(x, 
 `clip(x, lo, hi)`, so FuseEpilogue can fuse ReLU/ReLU6 into the producing conv.
 `stats["clips_canonicalized"]` counts them. Run after FoldConstants (the importer wraps each
 bound in isnan/where, which folding turns into the constant)."""
+
 from __future__ import annotations
 
 import re

@@ -3,6 +3,7 @@ edges: TVM's ConvertLayout propagates the layout through layout-agnostic ops, an
 transposes are constants that FoldConstants computes at compile time. layout_guards keeps TVM's
 ConvertLayout away from the ops it mis-converts on a blocked tensor (each reads NCHW instead).
 `stats["layout_transforms"]` counts the data transforms left in the graph."""
+
 from __future__ import annotations
 
 import tvm
@@ -45,9 +46,14 @@ def count_layout_transforms(mod: tvm.IRModule) -> int:
 
     def visit(e):
         nonlocal n
-        if isinstance(e, relax.Call) and isinstance(e.op, tvm.ir.Op) and e.op.name in ("relax.permute_dims", "relax.layout_transform"):
+        if (
+            isinstance(e, relax.Call)
+            and isinstance(e.op, tvm.ir.Op)
+            and e.op.name in ("relax.permute_dims", "relax.layout_transform")
+        ):
             if not isinstance(e.args[0], GenericConst):
                 n += 1
+
     for _, f in mod.functions.items():
         if isinstance(f, relax.Function):
             relax.analysis.post_order_visit(f.body, visit)
@@ -58,8 +64,14 @@ def has_conv2d(mod: tvm.IRModule) -> bool:
     found = []
     for _, f in mod.functions.items():
         if isinstance(f, relax.Function):
-            relax.analysis.post_order_visit(f.body, lambda e: found.append(1) if isinstance(e, relax.Call)
-                                            and isinstance(e.op, tvm.ir.Op) and e.op.name == "relax.nn.conv2d" else None)
+            relax.analysis.post_order_visit(
+                f.body,
+                lambda e: (
+                    found.append(1)
+                    if isinstance(e, relax.Call) and isinstance(e.op, tvm.ir.Op) and e.op.name == "relax.nn.conv2d"
+                    else None
+                ),
+            )
     return bool(found)
 
 
@@ -67,7 +79,9 @@ def has_conv2d(mod: tvm.IRModule) -> bool:
 class ConvertLayout:
     def __init__(self, layout: str = "NCHW", block: int = 16):
         if layout not in LAYOUTS:
-            raise OptionsError(f"unknown layout {layout!r}", where="--layout", fix=f"use one of {', '.join(LAYOUTS + ('auto',))}")
+            raise OptionsError(
+                f"unknown layout {layout!r}", where="--layout", fix=f"use one of {', '.join(LAYOUTS + ('auto',))}"
+            )
         self.layout, self.block = layout, block
         self.stats = {"layout_transforms": 0}
         self.guarded = 0  # ops layout_guards kept from TVM's mis-conversions (not a report counter)

@@ -1,4 +1,5 @@
 """Shared by Kiln's passes: each records what it did in `self.stats`, which the report reads."""
+
 from __future__ import annotations
 
 import ml_dtypes
@@ -9,21 +10,33 @@ from tvm.ir.expr import GenericConst
 
 from ..analysis import _calls
 
-
-REDUCED_TYPES = {"fp16": ("float16", np.float16), "bf16": ("bfloat16", ml_dtypes.bfloat16)}  # --precision: (TVM, numpy) type
+REDUCED_TYPES = {
+    "fp16": ("float16", np.float16),
+    "bf16": ("bfloat16", ml_dtypes.bfloat16),
+}  # --precision: (TVM, numpy) type
 
 
 def count_calls(mod: tvm.IRModule) -> int:
     """Op calls (not calls to functions) in every Relax function of the module."""
-    return sum(isinstance(c.op, tvm.ir.Op) for _, f in mod.functions.items() if isinstance(f, relax.Function) for c in _calls(f))
+    return sum(
+        isinstance(c.op, tvm.ir.Op)
+        for _, f in mod.functions.items()
+        if isinstance(f, relax.Function)
+        for c in _calls(f)
+    )
 
 
 def float32_conv(call) -> bool:
     """A relax conv2d of float32 data by constant float32 weights, with a float32 (or unset) out_dtype:
     what the passes that rewrite convs into Kiln's own kernels can take."""
-    return (isinstance(call.op, tvm.ir.Op) and call.op.name == "relax.nn.conv2d" and isinstance(call.args[1], GenericConst)
-            and str(call.args[0].ty.dtype) == "float32" and str(call.args[1].ty.dtype) == "float32"
-            and str(call.attrs.out_dtype) in ("float32", "", "void", "None"))
+    return (
+        isinstance(call.op, tvm.ir.Op)
+        and call.op.name == "relax.nn.conv2d"
+        and isinstance(call.args[1], GenericConst)
+        and str(call.args[0].ty.dtype) == "float32"
+        and str(call.args[1].ty.dtype) == "float32"
+        and str(call.attrs.out_dtype) in ("float32", "", "void", "None")
+    )
 
 
 def nchwc_block(layout: str) -> int | None:

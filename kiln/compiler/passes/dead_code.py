@@ -1,5 +1,6 @@
 """DeadCode: remove bindings whose values are never used (e.g. BatchNorm's running statistics
 outputs, branches made dead by folding). `stats["dead_removed"]` counts removed op calls."""
+
 from __future__ import annotations
 
 import tvm

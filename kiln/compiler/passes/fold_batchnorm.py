@@ -2,6 +2,7 @@
 feeds it (also when a constant bias add sits between them). The producer's weights are scaled
 per output channel and one bias add remains:  BN(P(x, W) + b) = P(x, W * s) + ((b - mean) * s + beta)
 with s = gamma / sqrt(var + eps). New weights are computed here, in float64, at compile time."""
+
 from __future__ import annotations
 
 import numpy as np

@@ -2,6 +2,7 @@
 arithmetic, weight transposes, casts and reshapes of constants), with TVM's FoldConstant.
 `stats["constants_folded"]` counts the live op calls that became constants (TVM's FoldConstant
 also drops dead bindings; those are not counted as folded)."""
+
 from __future__ import annotations
 
 import tvm

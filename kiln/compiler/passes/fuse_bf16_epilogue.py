@@ -6,6 +6,7 @@ call it follows the chain of single uses [+ bias constant] -> [+ residual tensor
 with constant bounds]; the chain's value is written in bf16 for the casts to bf16 that read it and in
 float32 where anything else does (a residual add further on, a float32 conv): one output or both.
 `stats["bf16_epilogues_fused"]` counts the kernels that took an epilogue."""
+
 from __future__ import annotations
 
 import tvm
@@ -22,7 +23,9 @@ CALL_TIR = tvm.ir.Op.get("relax.call_tir")
 
 def _kernel(mod, value):
     """The BF16ConvKernel PrimFunc a binding's value calls without an epilogue yet, else None."""
-    if not (isinstance(value, relax.Call) and value.op.same_as(CALL_TIR) and isinstance(value.args[0], tvm.ir.GlobalVar)):
+    if not (
+        isinstance(value, relax.Call) and value.op.same_as(CALL_TIR) and isinstance(value.args[0], tvm.ir.GlobalVar)
+    ):
         return None
     func = mod[value.args[0]] if EXTERN in value.args[0].name_hint else None
     if func is None or func.attrs is None or "kiln.bf16_conv" not in func.attrs:
@@ -40,7 +43,9 @@ def _clamp(value) -> tuple[float, float] | None:
     """The [lo, hi] of a ReLU or of a clip with constant bounds (ReLU6), else None."""
     if op_name(value) == "relax.nn.relu":
         return 0.0, float("inf")
-    if op_name(value) == "relax.clip" and all(isinstance(a, tvm.tirx.FloatImm | tvm.tirx.IntImm) for a in value.args[1:3]):
+    if op_name(value) == "relax.clip" and all(
+        isinstance(a, tvm.tirx.FloatImm | tvm.tirx.IntImm) for a in value.args[1:3]
+    ):
         return float(value.args[1].value), float(value.args[2].value)
     return None
 
@@ -60,7 +65,12 @@ def _chain(bindings, i, uses, users, claimed):
             other = value.args[1] if value.args[0].same_as(cur) else value.args[0]
             if other.same_as(cur):
                 break
-            if bias is None and residual is None and isinstance(other, GenericConst) and _tensor(other) == ((1, out[0][1], 1, 1, 16), "float32"):
+            if (
+                bias is None
+                and residual is None
+                and isinstance(other, GenericConst)
+                and _tensor(other) == ((1, out[0][1], 1, 1, 16), "float32")
+            ):
                 bias = other
             elif residual is None and isinstance(other, relax.Var) and _tensor(other) == out:
                 residual = other
@@ -86,17 +96,26 @@ def _fuse_block(mod, builder, block, uses, stats):
             continue
         bias, residual, clamp, chain = _chain(bindings, i, uses, users, claimed)
         final = bindings[chain[-1]].var
-        casts = [k for k in users.get(final, []) if op_name(bindings[k].value) == "relax.astype" and str(bindings[k].value.attrs.dtype) == "bfloat16"
-                 and k not in claimed]
+        casts = [
+            k
+            for k in users.get(final, [])
+            if op_name(bindings[k].value) == "relax.astype"
+            and str(bindings[k].value.attrs.dtype) == "bfloat16"
+            and k not in claimed
+        ]
         if len(chain) == 1 and not casts:
             continue
-        ep = Epilogue(bias is not None, residual is not None, clamp, float32=uses.get(final, 0) > len(casts), bf16=bool(casts))
+        ep = Epilogue(
+            bias is not None, residual is not None, clamp, float32=uses.get(final, 0) > len(casts), bf16=bool(casts)
+        )
         data, packed = b.value.args[1].fields
         geometry = [int(v) for v in func.attrs["kiln.bf16_conv"]]
         new, out_shape = kernel_func(static_shape(data), static_shape(packed), geometry[:2], geometry[2:], ep)
         gv = builder.add_func(new.without_attr("global_symbol"), EXTERN)
         args = [data, packed] + [bias] * ep.bias + [residual] * ep.residual
-        types = [relax.TensorType(list(out_shape), "float32")] * ep.float32 + [relax.TensorType(list(out_shape), "bfloat16")] * ep.bf16
+        types = [relax.TensorType(list(out_shape), "float32")] * ep.float32 + [
+            relax.TensorType(list(out_shape), "bfloat16")
+        ] * ep.bf16
         call = relax.call_tir(gv, args, types if len(types) > 1 else types[0])
         claimed.update(chain, casts)
         for k in chain[:-1]:
@@ -106,7 +125,7 @@ def _fuse_block(mod, builder, block, uses, stats):
             replace[chain[-1]] = [relax.VarBinding(first, call)] if ep.float32 else []
             if not ep.float32:
                 replace[casts[0]] = [relax.VarBinding(first, call)]
-            for k in casts[0 if ep.float32 else 1:]:
+            for k in casts[0 if ep.float32 else 1 :]:
                 replace[k] = [relax.VarBinding(bindings[k].var, first)]
         else:
             var = relax.DataflowVar if isinstance(block, relax.DataflowBlock) else relax.Var
@@ -118,7 +137,11 @@ def _fuse_block(mod, builder, block, uses, stats):
     if not replace:
         return block
     new_bindings = [nb for i, b in enumerate(bindings) for nb in replace.get(i, [b])]
-    return relax.DataflowBlock(new_bindings) if isinstance(block, relax.DataflowBlock) else relax.BindingBlock(new_bindings)
+    return (
+        relax.DataflowBlock(new_bindings)
+        if isinstance(block, relax.DataflowBlock)
+        else relax.BindingBlock(new_bindings)
+    )
 
 
 @tvm.transform.module_pass(opt_level=2, name="FuseBF16Epilogue")

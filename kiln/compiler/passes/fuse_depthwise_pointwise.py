@@ -6,6 +6,7 @@ conv's bias and residual add into the same kernel. Float32, NCHW{c}c layouts (af
 ConvertLayout), any odd kernel size, stride 1 or 2, rows of up to 64 KiB (channels x output width). Results equal the two kernels' (same
 arithmetic). `stats["depthwise_fused"]` counts the pairs; `--disable-pass FuseDepthwisePointwise`
 keeps two kernels."""
+
 from __future__ import annotations
 
 import math
@@ -21,7 +22,9 @@ from ..analysis import var_uses
 from .counting import float32_conv, nchwc_block
 from .module_map import rewrite_with
 
-PRIMFUNC = "dwpw_conv2d"  # name hint of the kernels (FuseEpilogue anchors on it, the schedule registry knows its blocks)
+PRIMFUNC = (
+    "dwpw_conv2d"  # name hint of the kernels (FuseEpilogue anchors on it, the schedule registry knows its blocks)
+)
 
 
 def dwpw_conv2d(x, wd, bias, wp, strides, padding, lo: float, hi: float):
@@ -35,8 +38,13 @@ def dwpw_conv2d(x, wd, bias, wp, strides, padding, lo: float, hi: float):
     oh, ow = (h + pt + pb - kh) // sh + 1, (w + pl + pr - kw) // sw + 1
     padded = topi.nn.pad(x, [0, 0, pt, pl, 0], [0, 0, pb, pr, 0], name="dwpw_pad")
     rh, rw = te.reduce_axis((0, kh), "rh"), te.reduce_axis((0, kw), "rw")
-    dw = te.compute((n, cb, oh, ow, c), lambda b, i, y, xx, k: te.sum(
-        padded[b, i, y * sh + rh, xx * sw + rw, k] * wd[i, 0, rh, rw, 0, k], axis=[rh, rw]), name="dwpw_depthwise")
+    dw = te.compute(
+        (n, cb, oh, ow, c),
+        lambda b, i, y, xx, k: te.sum(
+            padded[b, i, y * sh + rh, xx * sw + rw, k] * wd[i, 0, rh, rw, 0, k], axis=[rh, rw]
+        ),
+        name="dwpw_depthwise",
+    )
 
     def act(b, i, y, xx, k):
         v = dw[b, i, y, xx, k] + bias[0, i, 0, 0, k]
@@ -45,10 +53,14 @@ def dwpw_conv2d(x, wd, bias, wp, strides, padding, lo: float, hi: float):
         if hi < math.inf:
             v = te.min(v, tirx.const(hi, "float32"))
         return v
+
     d = te.compute(dw.shape, act, name="dwpw_act")
     r = te.reduce_axis((0, cb * c), "r")
-    return te.compute((n, ob, oh, ow, co), lambda b, o, y, xx, j: te.sum(
-        d[b, r // c, y, xx, r % c] * wp[o, r // ci, 0, 0, r % ci, j], axis=[r]), name="dwpw_pointwise")
+    return te.compute(
+        (n, ob, oh, ow, co),
+        lambda b, o, y, xx, j: te.sum(d[b, r // c, y, xx, r % c] * wp[o, r // ci, 0, 0, r % ci, j], axis=[r]),
+        name="dwpw_pointwise",
+    )
 
 
 def _pointwise(call) -> bool:
@@ -56,18 +68,36 @@ def _pointwise(call) -> bool:
         return False
     a, wshape = call.attrs, list(call.args[1].value.shape)
     c, co = nchwc_block(str(a.data_layout)), nchwc_block(str(a.out_layout))
-    return (c is not None and co is not None and int(a.groups) == 1 and len(wshape) == 6 and wshape[2:4] == [1, 1]
-            and str(a.kernel_layout) == f"OIHW{c}i{co}o" and [int(s) for s in a.strides] == [1, 1]
-            and [int(p) for p in a.padding] == [0, 0, 0, 0] and [int(d) for d in a.dilation] == [1, 1])
+    return (
+        c is not None
+        and co is not None
+        and int(a.groups) == 1
+        and len(wshape) == 6
+        and wshape[2:4] == [1, 1]
+        and str(a.kernel_layout) == f"OIHW{c}i{co}o"
+        and [int(s) for s in a.strides] == [1, 1]
+        and [int(p) for p in a.padding] == [0, 0, 0, 0]
+        and [int(d) for d in a.dilation] == [1, 1]
+    )
 
 
 def _depthwise(call, c: int) -> bool:
     if not float32_conv(call):
         return False
     a, shape, wshape = call.attrs, [int(v) for v in call.args[0].ty.shape.values], list(call.args[1].value.shape)
-    return (str(a.data_layout) == f"NCHW{c}c" and str(a.out_layout) == f"NCHW{c}c" and str(a.kernel_layout) == f"OIHW1i{c}o"
-            and len(shape) == 5 and int(a.groups) == shape[1] * c and len(wshape) == 6 and wshape[0] == shape[1] and wshape[2] % 2 == 1 and wshape[3] % 2 == 1
-            and [int(s) for s in a.strides] in ([1, 1], [2, 2]) and [int(d) for d in a.dilation] == [1, 1])
+    return (
+        str(a.data_layout) == f"NCHW{c}c"
+        and str(a.out_layout) == f"NCHW{c}c"
+        and str(a.kernel_layout) == f"OIHW1i{c}o"
+        and len(shape) == 5
+        and int(a.groups) == shape[1] * c
+        and len(wshape) == 6
+        and wshape[0] == shape[1]
+        and wshape[2] % 2 == 1
+        and wshape[3] % 2 == 1
+        and [int(s) for s in a.strides] in ([1, 1], [2, 2])
+        and [int(d) for d in a.dilation] == [1, 1]
+    )
 
 
 def _bounds(call) -> tuple[float, float] | None:
@@ -105,7 +135,12 @@ class _Fuser(relax.PyExprMutator):
         if clamp is not None:
             (lo, hi), top = clamp, self._producer(top.args[0])
         bias = None
-        if top is not None and isinstance(top.op, tvm.ir.Op) and top.op.name == "relax.add" and isinstance(top.args[1], GenericConst):
+        if (
+            top is not None
+            and isinstance(top.op, tvm.ir.Op)
+            and top.op.name == "relax.add"
+            and isinstance(top.args[1], GenericConst)
+        ):
             bias, top = top.args[1], self._producer(top.args[0])
         if top is None or not _depthwise(top, c):
             return call
@@ -118,8 +153,18 @@ class _Fuser(relax.PyExprMutator):
             return call
         a = top.attrs
         self.count += 1
-        return self.builder_.call_te(dwpw_conv2d, top.args[0], top.args[1], bias, call.args[1], [int(s) for s in a.strides],
-                                     [int(p) for p in a.padding], lo, hi, primfunc_name_hint=PRIMFUNC)
+        return self.builder_.call_te(
+            dwpw_conv2d,
+            top.args[0],
+            top.args[1],
+            bias,
+            call.args[1],
+            [int(s) for s in a.strides],
+            [int(p) for p in a.padding],
+            lo,
+            hi,
+            primfunc_name_hint=PRIMFUNC,
+        )
 
 
 @tvm.transform.module_pass(opt_level=2, name="FuseDepthwisePointwise")

@@ -6,6 +6,7 @@ bit-identical) become one kernel. The pattern table below is the whole policy: e
 of optional stages; FuseOpsByPattern groups each match into a primitive function that LegalizeOps
 and FuseTIR turn into a single kernel. Activations: ReLU, Clip/ReLU6 (max/min), Sigmoid, SiLU,
 GELU (op, tanh and erf forms), HardSwish."""
+
 from __future__ import annotations
 
 import tvm
@@ -25,10 +26,29 @@ def _activations(y):
     mx = is_op("relax.maximum")(y, is_const())
     relu6 = is_op("relax.minimum")(mx, is_const()) | is_op("relax.clip")(y, wildcard(), wildcard())
     silu = is_op("relax.multiply")(y, is_op("relax.sigmoid")(y)) | is_op("relax.nn.silu")(y)
-    erf_gelu = is_op("relax.multiply")(is_op("relax.multiply")(y, is_op("relax.add")(is_op("relax.erf")(is_op("relax.divide")(y, is_const())), is_const())), is_const())
-    hswish = is_op("relax.multiply")(y, is_op("relax.divide")(is_op("relax.clip")(is_op("relax.add")(y, is_const()), wildcard(), wildcard()), is_const()))
-    return (is_op("relax.nn.relu")(y) | relu6 | mx | is_op("relax.sigmoid")(y) | silu | is_op("relax.nn.gelu")(y)
-            | is_op("relax.nn.gelu_tanh")(y) | erf_gelu | hswish)
+    erf_gelu = is_op("relax.multiply")(
+        is_op("relax.multiply")(
+            y, is_op("relax.add")(is_op("relax.erf")(is_op("relax.divide")(y, is_const())), is_const())
+        ),
+        is_const(),
+    )
+    hswish = is_op("relax.multiply")(
+        y,
+        is_op("relax.divide")(
+            is_op("relax.clip")(is_op("relax.add")(y, is_const()), wildcard(), wildcard()), is_const()
+        ),
+    )
+    return (
+        is_op("relax.nn.relu")(y)
+        | relu6
+        | mx
+        | is_op("relax.sigmoid")(y)
+        | silu
+        | is_op("relax.nn.gelu")(y)
+        | is_op("relax.nn.gelu_tanh")(y)
+        | erf_gelu
+        | hswish
+    )
 
 
 def _no_leaks(ctx) -> bool:
@@ -39,17 +59,33 @@ def _no_leaks(ctx) -> bool:
 def epilogue_patterns() -> list[tuple]:
     """(name, pattern, {}, check), longest chains first: anchor -> [bias] -> [act] -> [residual add -> [act]] -> [cast].
     The residual add's operand order gets its own entries so a rejected order can fall back to the other."""
-    anchor = (is_op(ANCHORS[0])(wildcard(), wildcard()) | is_op(ANCHORS[1])(wildcard(), wildcard()) | is_op(ANCHORS[2])(wildcard(), wildcard())
-              | is_call_tir(PRIMFUNC) | is_call_tir(PACKED_MATMUL) | is_call_tir(DWPW))  # Kiln's graph-level kernels
+    anchor = (
+        is_op(ANCHORS[0])(wildcard(), wildcard())
+        | is_op(ANCHORS[1])(wildcard(), wildcard())
+        | is_op(ANCHORS[2])(wildcard(), wildcard())
+        | is_call_tir(PRIMFUNC)
+        | is_call_tir(PACKED_MATMUL)
+        | is_call_tir(DWPW)
+    )  # Kiln's graph-level kernels
     bias = is_op("relax.add")(anchor, is_const())
     head = bias | anchor
     act = _activations(head)
     pre = act | head
     res_l, res_r = is_op("relax.add")(pre, wildcard()), is_op("relax.add")(wildcard(), pre)
-    table = [("kiln.epilogue_res_act", _activations(res_l)), ("kiln.epilogue_res_act", _activations(res_r)),
-             ("kiln.epilogue_res", res_l), ("kiln.epilogue_res", res_r), ("kiln.epilogue_act", act), ("kiln.epilogue_bias", bias)]
-    casts = [(f"{name}_cast", is_op("relax.astype")(pat)) for name, pat in table] + [("kiln.epilogue_cast", is_op("relax.astype")(anchor))]
-    return [(name, pat, {}, _float_narrowing) for name, pat in casts] + [(name, pat, {}, _no_leaks) for name, pat in table]
+    table = [
+        ("kiln.epilogue_res_act", _activations(res_l)),
+        ("kiln.epilogue_res_act", _activations(res_r)),
+        ("kiln.epilogue_res", res_l),
+        ("kiln.epilogue_res", res_r),
+        ("kiln.epilogue_act", act),
+        ("kiln.epilogue_bias", bias),
+    ]
+    casts = [(f"{name}_cast", is_op("relax.astype")(pat)) for name, pat in table] + [
+        ("kiln.epilogue_cast", is_op("relax.astype")(anchor))
+    ]
+    return [(name, pat, {}, _float_narrowing) for name, pat in casts] + [
+        (name, pat, {}, _no_leaks) for name, pat in table
+    ]
 
 
 def _float_narrowing(ctx) -> bool:
@@ -66,8 +102,12 @@ class FuseEpilogue:
 
     def transform_module(self, mod: tvm.IRModule, ctx) -> tvm.IRModule:
         mod = relax.transform.FuseOpsByPattern(epilogue_patterns(), bind_constants=False)(mod)
-        composite = {gv for gv, f in mod.functions.items() if isinstance(f, relax.Function) and "Composite" in (f.attrs or {})}
+        composite = {
+            gv for gv, f in mod.functions.items() if isinstance(f, relax.Function) and "Composite" in (f.attrs or {})
+        }
         calls = []
-        relax.analysis.post_order_visit(mod["main"].body, lambda e: calls.append(e) if isinstance(e, relax.Call) and e.op in composite else None)
+        relax.analysis.post_order_visit(
+            mod["main"].body, lambda e: calls.append(e) if isinstance(e, relax.Call) and e.op in composite else None
+        )
         self.stats["epilogues_fused"] = len(calls)
         return mod

@@ -30,6 +30,7 @@ NCHW) in front of each op above that would read a blocked tensor. `unguard` runs
 the barriers (only the layout_transform back to NCHW they caused is left, right at that op) and
 puts the grouped convs ConvertLayout still blocked back in NCHW between layout_transforms. Every
 other op keeps the blocked layout ConvertLayout gives it."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -46,8 +47,16 @@ MAX_SPLIT_GROUPS = 8  # a grouped conv of more groups (ResNeXt, RegNet: many nar
 MIN_GROUP_BLOCK = 8  # the narrowest block NarrowBlockLayout uses: per-group channels that do not divide it stay grouped
 NORMS = ("relax.nn.layer_norm", "relax.nn.rms_norm")
 REDUCTIONS = ("relax.mean", "relax.sum", "relax.max", "relax.min", "relax.prod", "relax.variance", "relax.std")
-BINARY = ("relax.add", "relax.subtract", "relax.multiply", "relax.divide", "relax.floor_divide", "relax.power",
-          "relax.maximum", "relax.minimum")
+BINARY = (
+    "relax.add",
+    "relax.subtract",
+    "relax.multiply",
+    "relax.divide",
+    "relax.floor_divide",
+    "relax.power",
+    "relax.maximum",
+    "relax.minimum",
+)
 COMPARE = ("relax.equal", "relax.not_equal", "relax.greater", "relax.greater_equal", "relax.less", "relax.less_equal")
 
 
@@ -80,8 +89,12 @@ class _Guard(relax.PyExprMutator):
     def visit_call_(self, call):
         call = super().visit_call_(call)
         name = op_name(call)
-        if (name == "relax.squeeze" and call.attrs.axis is not None and int(call.args[0].ty.ndim) > 0
-                and any(int(a) < 0 for a in call.attrs.axis)):
+        if (
+            name == "relax.squeeze"
+            and call.attrs.axis is not None
+            and int(call.args[0].ty.ndim) > 0
+            and any(int(a) < 0 for a in call.attrs.axis)
+        ):
             self.count += 1
             return relax.op.squeeze(call.args[0], _axes(call.attrs.axis, int(call.args[0].ty.ndim)))
         if name is None or not call.args or not _is_4d(call.args[0]):
@@ -99,8 +112,11 @@ class _Guard(relax.PyExprMutator):
             return self._with_args(call, [self._barrier(x), *call.args[1:]])
         if name == "relax.nn.group_norm" or (name in NORMS and 1 in _axes(call.attrs.axes, 4)):
             return self._with_args(call, [self._barrier(x), *call.args[1:]])
-        if name in REDUCTIONS and bool(call.attrs.keepdims) and (
-                call.attrs.axis is None or 1 in _axes(call.attrs.axis, 4)):
+        if (
+            name in REDUCTIONS
+            and bool(call.attrs.keepdims)
+            and (call.attrs.axis is None or 1 in _axes(call.attrs.axis, 4))
+        ):
             return self._with_args(call, [self._barrier(x)])
         if name in BINARY and len(call.args) == 2:
             return self._binary(call)
@@ -116,8 +132,13 @@ class _Guard(relax.PyExprMutator):
         a = call.attrs
         w = call.args[1]
         g = int(a.groups)
-        if (str(a.data_layout) != "NCHW" or str(a.kernel_layout) != "OIHW" or str(a.out_layout) != "NCHW"
-                or not isinstance(w, GenericConst) or g > MAX_SPLIT_GROUPS):
+        if (
+            str(a.data_layout) != "NCHW"
+            or str(a.kernel_layout) != "OIHW"
+            or str(a.out_layout) != "NCHW"
+            or not isinstance(w, GenericConst)
+            or g > MAX_SPLIT_GROUPS
+        ):
             return call
         wa = w.value.numpy()
         o, ig = wa.shape[:2]
@@ -126,10 +147,19 @@ class _Guard(relax.PyExprMutator):
             return call
         parts = self.builder_.emit(relax.op.split(x, g, axis=1))
         out_dtype = str(a.out_dtype) if str(a.out_dtype) not in ("", "void", "None") else None
-        outs = [self.builder_.emit(relax.op.nn.conv2d(
-            relax.TupleGetItem(parts, i), relax.const(np.ascontiguousarray(wa[i * og:(i + 1) * og]), str(wa.dtype)),
-            strides=[int(v) for v in a.strides], padding=[int(v) for v in a.padding],
-            dilation=[int(v) for v in a.dilation], out_dtype=out_dtype)) for i in range(g)]
+        outs = [
+            self.builder_.emit(
+                relax.op.nn.conv2d(
+                    relax.TupleGetItem(parts, i),
+                    relax.const(np.ascontiguousarray(wa[i * og : (i + 1) * og]), str(wa.dtype)),
+                    strides=[int(v) for v in a.strides],
+                    padding=[int(v) for v in a.padding],
+                    dilation=[int(v) for v in a.dilation],
+                    out_dtype=out_dtype,
+                )
+            )
+            for i in range(g)
+        ]
         self.count += 1
         return relax.op.concat(outs, axis=1)
 
@@ -192,13 +222,21 @@ class _Unguard(relax.PyExprMutator):
         wb = w.value.numpy()  # [O/bo, I/g/bi, KH, KW, bi, bo]
         ob, ib, kh, kw = wb.shape[:4]
         w_oihw = np.ascontiguousarray(wb.transpose(0, 5, 1, 4, 2, 3).reshape(ob * bo, ib * bi, kh, kw))
-        x_nchw = self.builder_.emit(relax.op.layout_transform(
-            x, index_map=lambda n, cb, h, w_, i: (n, cb * bi + i, h, w_)))
+        x_nchw = self.builder_.emit(
+            relax.op.layout_transform(x, index_map=lambda n, cb, h, w_, i: (n, cb * bi + i, h, w_))
+        )
         out_dtype = str(a.out_dtype) if str(a.out_dtype) not in ("", "void", "None") else None
-        conv = self.builder_.emit(relax.op.nn.conv2d(
-            x_nchw, relax.const(w_oihw, str(wb.dtype)), strides=[int(s) for s in a.strides],
-            padding=[int(p) for p in a.padding], dilation=[int(d) for d in a.dilation], groups=int(a.groups),
-            out_dtype=out_dtype))
+        conv = self.builder_.emit(
+            relax.op.nn.conv2d(
+                x_nchw,
+                relax.const(w_oihw, str(wb.dtype)),
+                strides=[int(s) for s in a.strides],
+                padding=[int(p) for p in a.padding],
+                dilation=[int(d) for d in a.dilation],
+                groups=int(a.groups),
+                out_dtype=out_dtype,
+            )
+        )
         self.count += 1
         return relax.op.layout_transform(conv, index_map=lambda n, c, h, w_: (n, c // bo, h, w_, c % bo))
 

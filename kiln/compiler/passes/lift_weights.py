@@ -1,6 +1,7 @@
 """LiftWeights: turn the constants left in `main` after optimization into trailing parameters, so
 the weights ship as their own artifact member (weights.bin) and the library holds code only.
 Scalars and tiny constants stay inline. The lifted arrays are in `pass.weights`, in order."""
+
 from __future__ import annotations
 
 import numpy as np

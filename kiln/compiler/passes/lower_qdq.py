@@ -6,6 +6,7 @@ with constant, symmetric (zero point 0) int8 weights into uint8 x int8 -> int32 
 epilogue:  y = float(acc) * sx*sw - zx*sx*sw*sum(Wq)  (the same form as Kiln's own quantizer, so
 the same VNNI kernels run). int8 activations are shifted to uint8 (+128, zero point +128); a
 convolution over an input with a nonzero zero point pads with it explicitly."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -40,13 +41,27 @@ class _Lower(relax.PyExprMutator):
         dx, dw = self._dequantize(call.args[0]), self._dequantize(call.args[1])
         if dx is None or dw is None:
             return call
-        sx, zx, wq, sw, zw = _const(dx.args[1]), _const(dx.args[2]), _const(dw.args[0]), _const(dw.args[1]), _const(dw.args[2])
+        sx, zx, wq, sw, zw = (
+            _const(dx.args[1]),
+            _const(dx.args[2]),
+            _const(dw.args[0]),
+            _const(dw.args[1]),
+            _const(dw.args[2]),
+        )
         xdt = str(dx.args[0].ty.dtype)
-        if any(a is None for a in (sx, zx, wq, sw, zw)) or sx.size != 1 or zx.size != 1 or wq.dtype != np.int8 or np.any(zw != 0) \
-                or xdt not in ("uint8", "int8"):
+        if (
+            any(a is None for a in (sx, zx, wq, sw, zw))
+            or sx.size != 1
+            or zx.size != 1
+            or wq.dtype != np.int8
+            or np.any(zw != 0)
+            or xdt not in ("uint8", "int8")
+        ):
             return call
         conv = call.op.name == "relax.nn.conv2d"
-        if conv and (int(call.attrs.groups) != 1 or call.attrs.data_layout != "NCHW" or call.attrs.kernel_layout != "OIHW"):
+        if conv and (
+            int(call.attrs.groups) != 1 or call.attrs.data_layout != "NCHW" or call.attrs.kernel_layout != "OIHW"
+        ):
             return call
         if not conv and wq.ndim != 2:
             return call

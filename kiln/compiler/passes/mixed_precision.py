@@ -14,6 +14,7 @@ kernel: the transformer encoder ran 1.41x slower with them in bf16, A/B, 2 threa
 MobileNetV2, 2 threads: converting every conv made it 1.4x slower than float32; now 0.94x of it
 (A/B, the bf16 expansions and projections on vdpbf16ps). `stats["mixed_precision_ops"]` counts the
 ops converted, `mixed_precision_kept` the ones left in float32."""
+
 from __future__ import annotations
 
 import tvm
@@ -48,7 +49,9 @@ class _Cast(relax.PyExprMutator):
         if str(a.data_layout) != "NCHW" or str(a.kernel_layout) != "OIHW" or len(x) != 4 or len(w) != 4:
             return True
         winograd = "Winograd" in self.kernels and winograd_geometry(a, w[2:])
-        return bool(w[0] % BLOCK or w[1] % BLOCK or any(int(d) != 1 for d in a.dilation) or (x[0] != 1 and not winograd))
+        return bool(
+            w[0] % BLOCK or w[1] % BLOCK or any(int(d) != 1 for d in a.dilation) or (x[0] != 1 and not winograd)
+        )
 
     def _cast(self, e):
         if isinstance(e, GenericConst):
@@ -69,8 +72,18 @@ class _Cast(relax.PyExprMutator):
         if call.op.name == "relax.matmul":
             return relax.op.matmul(x, w, "float32")
         a = call.attrs
-        return relax.op.nn.conv2d(x, w, [int(s) for s in a.strides], [int(p) for p in a.padding], [int(d) for d in a.dilation],
-                                  int(a.groups), a.data_layout, a.kernel_layout, a.out_layout, "float32")
+        return relax.op.nn.conv2d(
+            x,
+            w,
+            [int(s) for s in a.strides],
+            [int(p) for p in a.padding],
+            [int(d) for d in a.dilation],
+            int(a.groups),
+            a.data_layout,
+            a.kernel_layout,
+            a.out_layout,
+            "float32",
+        )
 
 
 @tvm.transform.module_pass(opt_level=1, name="MixedPrecision")

@@ -1,9 +1,10 @@
 """What the rewriting passes share: the loop that applies a rewrite to every Relax function of a
 module that is not a fused primitive, into a copy (never mutate the caller's module), and a
 mutator that replaces the calls a function picks, counting them."""
+
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 import tvm
 from tvm import relax
@@ -30,21 +31,27 @@ class CallRewriter(relax.PyExprMutator):
 
     def visit_call_(self, call):
         call = super().visit_call_(call)
-        new = self.rewrite(self.builder_, call, self.lookup_binding) if self.lookup else self.rewrite(self.builder_, call)
+        new = (
+            self.rewrite(self.builder_, call, self.lookup_binding) if self.lookup else self.rewrite(self.builder_, call)
+        )
         if new is None:
             return call
         self.count += 1
         return new
 
 
-def rewrite_with(mod: tvm.IRModule, mutator, prepare: Callable[[relax.Function], None] | None = None) -> tuple[tvm.IRModule, int]:
+def rewrite_with(
+    mod: tvm.IRModule, mutator, prepare: Callable[[relax.Function], None] | None = None
+) -> tuple[tvm.IRModule, int]:
     """Run `mutator` (which counts its rewrites in `.count`) over every Relax function that is not a
     fused primitive, `prepare(function)` first when given; returns the new module, holding the
     functions the mutator's builder added, and the count (the caller's module itself when 0)."""
+
     def one(f):
         if prepare is not None:
             prepare(f)
         return mutator.visit_expr(f)
+
     out = rewrite_functions(mod, one)
     if not mutator.count:
         return mod, 0

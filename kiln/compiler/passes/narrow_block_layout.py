@@ -16,6 +16,7 @@ Measured (A/B in one process, 2 threads): MobileNetV2 4.19 -> 4.08 ms (its 3x3 s
 133 us); ResNet-50's 7x7 stem blocked this way made the model slower (35.4 -> 36.2 ms), so larger
 kernels keep NCHW and their own schedule (conv_nchw_oc_vectorized).
 `stats["convs_blocked"]` counts them."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -28,7 +29,9 @@ from .counting import static_shape
 from .module_map import rewrite_functions
 
 MIN_BLOCK = 8
-MAX_STEM_KERNEL = 9  # a conv with too few input channels to block (a 3-channel stem) is blocked on its output only up to 3x3
+MAX_STEM_KERNEL = (
+    9  # a conv with too few input channels to block (a 3-channel stem) is blocked on its output only up to 3x3
+)
 
 
 def block_map(b: int):
@@ -53,9 +56,17 @@ class _Narrow(relax.PyExprMutator):
         a = call.attrs
         x, w = call.args
         shape = static_shape(x)
-        if (str(a.data_layout) != "NCHW" or str(a.kernel_layout) != "OIHW" or str(a.out_layout) != "NCHW" or int(a.groups) != 1
-                or not isinstance(w, GenericConst) or shape is None or len(shape) != 4 or str(x.ty.dtype) != "float32"
-                or str(w.value.dtype) != "float32"):
+        if (
+            str(a.data_layout) != "NCHW"
+            or str(a.kernel_layout) != "OIHW"
+            or str(a.out_layout) != "NCHW"
+            or int(a.groups) != 1
+            or not isinstance(w, GenericConst)
+            or shape is None
+            or len(shape) != 4
+            or str(x.ty.dtype) != "float32"
+            or str(w.value.dtype) != "float32"
+        ):
             return call
         wa = w.value.numpy()
         o, i, kh, kw = wa.shape
@@ -65,10 +76,17 @@ class _Narrow(relax.PyExprMutator):
         w_b = wa.reshape(o // bo, bo, i // bi, bi, kh, kw).transpose(0, 2, 4, 5, 3, 1)
         x_b = self.builder_.emit(relax.op.layout_transform(x, index_map=block_map(bi)))
         out_dtype = str(a.out_dtype) if str(a.out_dtype) not in ("", "void", "None") else None
-        conv = relax.op.nn.conv2d(x_b, relax.const(np.ascontiguousarray(w_b), "float32"), strides=[int(s) for s in a.strides],
-                                  padding=[int(p) for p in a.padding], dilation=[int(d) for d in a.dilation],
-                                  data_layout=f"NCHW{bi}c", kernel_layout=f"OIHW{bi}i{bo}o", out_layout=f"NCHW{bo}c",
-                                  out_dtype=out_dtype)
+        conv = relax.op.nn.conv2d(
+            x_b,
+            relax.const(np.ascontiguousarray(w_b), "float32"),
+            strides=[int(s) for s in a.strides],
+            padding=[int(p) for p in a.padding],
+            dilation=[int(d) for d in a.dilation],
+            data_layout=f"NCHW{bi}c",
+            kernel_layout=f"OIHW{bi}i{bo}o",
+            out_layout=f"NCHW{bo}c",
+            out_dtype=out_dtype,
+        )
         self.blocked += 1
         return relax.op.layout_transform(self.builder_.emit(conv), index_map=unblock_map(bo))
 

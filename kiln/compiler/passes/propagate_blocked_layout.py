@@ -18,6 +18,7 @@ depthwise conv, bias and clip on an unblocked tensor. Rules, applied to a call w
 The unblocked values no one uses any more are removed, and transforms of one tensor that
 ConvertLayout repeats per consumer are merged (common subexpressions). `stats["transforms_moved"]`
 counts the rewrites."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -30,7 +31,16 @@ from .counting import static_shape
 from .module_map import rewrite_functions
 from .narrow_block_layout import unblock_map
 
-UNARY = ("relax.clip", "relax.nn.relu", "relax.sigmoid", "relax.nn.silu", "relax.tanh", "relax.nn.gelu", "relax.astype", "relax.round")
+UNARY = (
+    "relax.clip",
+    "relax.nn.relu",
+    "relax.sigmoid",
+    "relax.nn.silu",
+    "relax.tanh",
+    "relax.nn.gelu",
+    "relax.astype",
+    "relax.round",
+)
 BINARY = ("relax.add", "relax.multiply")
 
 
@@ -90,7 +100,11 @@ class _Propagate(relax.PyExprMutator):
             return self._unblock(relax.Call(call.op, [x, *call.args[1:]], call.attrs))
         if name in BINARY and len(call.args) == 2:
             y = self._unblocked_source(call.args[1])
-            other = y if y is not None and static_shape(y) == static_shape(x) else self._blocked_const(call.args[1], channels, c)
+            other = (
+                y
+                if y is not None and static_shape(y) == static_shape(x)
+                else self._blocked_const(call.args[1], channels, c)
+            )
             if other is not None:
                 return self._unblock(relax.Call(call.op, [x, other], call.attrs))
             return call
@@ -118,8 +132,10 @@ class _Propagate(relax.PyExprMutator):
     def _slice(self, call, x, channels: int, c: int):
         """A strided_slice whose channel range is whole blocks (stride 1), in the blocked layout; the
         other axes keep their positions (N, C/c, H, W, c)."""
+
         def ints(t):
             return [int(f.value) for f in t.fields] if isinstance(t, relax.Tuple) else None
+
         axes, begin, end = (ints(t) for t in call.args[1:4])
         strides = ints(call.args[4]) if len(call.args) > 4 else [1] * len(axes or [])
         if axes is None or begin is None or end is None or strides is None:
@@ -157,10 +173,18 @@ class _Propagate(relax.PyExprMutator):
         kh, kw = wa.shape[2:]
         w_c = wa.reshape(channels // c, c, kh, kw).transpose(0, 2, 3, 1).reshape(channels // c, 1, kh, kw, 1, c)
         out_dtype = str(a.out_dtype) if str(a.out_dtype) not in ("", "void", "None") else None
-        conv = relax.op.nn.conv2d(x, relax.const(np.ascontiguousarray(w_c), str(wa.dtype)), strides=[int(s) for s in a.strides],
-                                  padding=[int(p) for p in a.padding], dilation=[int(d) for d in a.dilation], groups=channels,
-                                  data_layout=f"NCHW{c}c", kernel_layout=f"OIHW1i{c}o", out_layout=f"NCHW{c}c",
-                                  out_dtype=out_dtype)
+        conv = relax.op.nn.conv2d(
+            x,
+            relax.const(np.ascontiguousarray(w_c), str(wa.dtype)),
+            strides=[int(s) for s in a.strides],
+            padding=[int(p) for p in a.padding],
+            dilation=[int(d) for d in a.dilation],
+            groups=channels,
+            data_layout=f"NCHW{c}c",
+            kernel_layout=f"OIHW1i{c}o",
+            out_layout=f"NCHW{c}c",
+            out_dtype=out_dtype,
+        )
         return self._unblock(conv)
 
 

@@ -2,6 +2,7 @@
 shape, reshape chains (only the last counts), transposes that cancel (or compose into one),
 identity transposes, broadcasts to the same shape, expand_dims undone by squeeze, and inference
 Dropout. `stats["noops_removed"]` counts the ops removed."""
+
 from __future__ import annotations
 
 import tvm
@@ -46,7 +47,12 @@ class _NoOpRemover(relax.PyExprMutator):
             axes = _ints(call.attrs.axes) if call.attrs.axes is not None else None
             if axes is not None and axes == list(range(len(axes))):
                 return self._drop(x)
-            if axes is not None and prod is not None and prod.op.name == "relax.permute_dims" and prod.attrs.axes is not None:
+            if (
+                axes is not None
+                and prod is not None
+                and prod.op.name == "relax.permute_dims"
+                and prod.attrs.axes is not None
+            ):
                 inner = _ints(prod.attrs.axes)
                 composed = [inner[a] for a in axes]
                 self.removed += 1
@@ -54,8 +60,13 @@ class _NoOpRemover(relax.PyExprMutator):
                     self.removed += 1
                     return prod.args[0]
                 return relax.op.permute_dims(prod.args[0], composed)
-        if name == "relax.squeeze" and prod is not None and prod.op.name == "relax.expand_dims" and call.attrs.axis is not None \
-                and static_shape(prod.args[0]) == static_shape(call):
+        if (
+            name == "relax.squeeze"
+            and prod is not None
+            and prod.op.name == "relax.expand_dims"
+            and call.attrs.axis is not None
+            and static_shape(prod.args[0]) == static_shape(call)
+        ):
             self.removed += 2
             return prod.args[0]
         return call

@@ -12,6 +12,7 @@ ResNet-50 bf16, A/B in one process: F(4x4) convs on Winograd, the rest on vdpbf1
 3x3 on Winograd 24.3; none 24.2 (F(2x2) multiplies 2.25x less in float32, vdpbf16ps does twice the
 float32 rate, and its weights are 1.8x smaller).
 `stats["winograd_convs"]` counts the convs it took; `--disable-pass Winograd` keeps direct convs."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -29,8 +30,12 @@ REDUCED = dict(REDUCED_TYPES.values())  # MixedPrecision's operand types, by TVM
 
 def geometry(attrs, kernel: list[int]) -> bool:
     """A 3x3 kernel, stride 1, dilation 1, padding 1: the convs Winograd computes (in any layout)."""
-    return (list(kernel) == [3, 3] and [int(s) for s in attrs.strides] == [1, 1] and [int(d) for d in attrs.dilation] == [1, 1]
-            and [int(p) for p in attrs.padding] == [1, 1, 1, 1])
+    return (
+        list(kernel) == [3, 3]
+        and [int(s) for s in attrs.strides] == [1, 1]
+        and [int(d) for d in attrs.dilation] == [1, 1]
+        and [int(p) for p in attrs.padding] == [1, 1, 1, 1]
+    )
 
 
 def applies(call, reduced: bool = False) -> int | None:
@@ -54,8 +59,12 @@ def float32_source(call, lookup_binding):
     if not isinstance(call.op, tvm.ir.Op) or call.op.name != "relax.nn.conv2d":
         return None
     x, w = call.args[0], call.args[1]
-    if not (isinstance(w, GenericConst) and str(x.ty.dtype) in REDUCED and str(w.ty.dtype) == str(x.ty.dtype)
-            and str(call.attrs.out_dtype) == "float32"):
+    if not (
+        isinstance(w, GenericConst)
+        and str(x.ty.dtype) in REDUCED
+        and str(w.ty.dtype) == str(x.ty.dtype)
+        and str(call.attrs.out_dtype) == "float32"
+    ):
         return None
     relayout = bound_call(x, lookup_binding, "relax.layout_transform")  # e.g. after a stem left in NCHW
     cast = bound_call(relayout.args[0] if relayout is not None else x, lookup_binding, "relax.astype")
@@ -86,6 +95,8 @@ class Winograd:
         self.stats = {"winograd_convs": 0}
 
     def transform_module(self, mod: tvm.IRModule, ctx) -> tvm.IRModule:
-        out, count = rewrite_calls(mod, lambda b, call, lookup: _to_winograd(b, call, lookup, self.min_reduced_tile), lookup=True)
+        out, count = rewrite_calls(
+            mod, lambda b, call, lookup: _to_winograd(b, call, lookup, self.min_reduced_tile), lookup=True
+        )
         self.stats["winograd_convs"] += count
         return out

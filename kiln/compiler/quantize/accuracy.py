@@ -1,6 +1,7 @@
 """How far a quantized model is from its float original, on held-out inputs: per output max/mean
 abs error and cosine similarity, top-1 agreement for classifier outputs ([batch, classes]), and
 the layers whose outputs moved most (relative L2 error of each int8 layer's output)."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -27,8 +28,12 @@ def compare(output_names, float_runs, quant_runs, layer_names, float_layers, qua
         f = np.concatenate([r[k].reshape(-1) for r in float_runs]).astype(np.float64)
         q = np.concatenate([r[k].reshape(-1) for r in quant_runs]).astype(np.float64)
         d = np.abs(f - q)
-        entry = {"max_abs_error": float(d.max()), "mean_abs_error": float(d.mean()), "cosine": _cos(f, q),
-                 "float_abs_max": float(np.abs(f).max())}
+        entry = {
+            "max_abs_error": float(d.max()),
+            "mean_abs_error": float(d.mean()),
+            "cosine": _cos(f, q),
+            "float_abs_max": float(np.abs(f).max()),
+        }
         if is_classifier(float_runs[0][k].shape):
             fa = np.concatenate([r[k].argmax(axis=1) for r in float_runs])
             qa = np.concatenate([r[k].argmax(axis=1) for r in quant_runs])
@@ -38,8 +43,14 @@ def compare(output_names, float_runs, quant_runs, layer_names, float_layers, qua
     for name in layer_names:
         f = np.concatenate([s[name].reshape(-1) for s in float_layers]).astype(np.float64)
         q = np.concatenate([s[name].reshape(-1) for s in quant_layers]).astype(np.float64)
-        layers.append({"layer": name, "relative_error": float(np.linalg.norm(f - q) / max(np.linalg.norm(f), 1e-30)),
-                       "max_abs_error": float(np.abs(f - q).max()), "cosine": _cos(f, q)})
+        layers.append(
+            {
+                "layer": name,
+                "relative_error": float(np.linalg.norm(f - q) / max(np.linalg.norm(f), 1e-30)),
+                "max_abs_error": float(np.abs(f - q).max()),
+                "cosine": _cos(f, q),
+            }
+        )
     layers.sort(key=lambda e: -e["relative_error"])
     return {"samples": len(float_runs), "outputs": outputs, "worst_layers": layers[:WORST]}
 
@@ -56,6 +67,9 @@ def check_agreement(report: dict, minimum: float | None, where: str) -> None:
     got = agreement(report)
     if got < minimum:
         worst = ", ".join(f"{w['layer']} (rel. error {w['relative_error']:.3g})" for w in report["worst_layers"])
-        raise AccuracyError(f"quantized model agreement {got:.4f} is below --min-agreement {minimum} on {report['samples']} held-out samples;"
-                            f" layers with the largest error: {worst or 'none'}", where=where,
-                            fix="keep those layers float with --keep-float LAYER, calibrate on more samples, or try --calib-method percentile")
+        raise AccuracyError(
+            f"quantized model agreement {got:.4f} is below --min-agreement {minimum} on {report['samples']} held-out samples;"
+            f" layers with the largest error: {worst or 'none'}",
+            where=where,
+            fix="keep those layers float with --keep-float LAYER, calibrate on more samples, or try --calib-method percentile",
+        )

@@ -7,6 +7,7 @@ Ranges: each tapped tensor's [lo, hi] over all samples, by one of CALIB_METHODS:
   percentile  the 0.001% / 99.999% points of a 2048-bin histogram (clips rare outliers)
   entropy     the |x| threshold minimizing the KL divergence of the 8-bit distribution (TensorRT's method)
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -25,6 +26,7 @@ PERCENTILE = 99.999
 @dataclasses.dataclass(frozen=True)
 class CalibrationSet:
     """Samples per input: name -> list of arrays, each one model input (batch axis kept)."""
+
     samples: dict[str, list[np.ndarray]]
     source: str
     digest: str
@@ -55,6 +57,7 @@ def calibration_files(path: str | os.PathLike) -> list[Path]:
 def calibration_digest(path: str | os.PathLike) -> str:
     """sha256 over the calibration files' bytes: it goes into the manifest and cache keys."""
     import hashlib
+
     h = hashlib.sha256()
     for f in calibration_files(path):
         h.update(f.read_bytes())
@@ -65,11 +68,15 @@ def load_calibration(path: str | os.PathLike, inputs) -> CalibrationSet:
     """inputs: the model's TensorSpecs (name, shape, dtype). Every input needs a stack of samples
     whose trailing dimensions match its shape; all inputs the same sample count."""
     import hashlib
+
     p = Path(path)
     files = calibration_files(p)
     if not files:
-        raise OptionsError(f"calibration data {str(p)!r} {'has no .npz files' if p.exists() else 'does not exist'}", where="--calibration",
-                           fix="give an .npz keyed by input name (samples stacked on the batch axis) or a folder of them")
+        raise OptionsError(
+            f"calibration data {str(p)!r} {'has no .npz files' if p.exists() else 'does not exist'}",
+            where="--calibration",
+            fix="give an .npz keyed by input name (samples stacked on the batch axis) or a folder of them",
+        )
     samples: dict[str, list[np.ndarray]] = {i.name: [] for i in inputs}
     h = hashlib.sha256()
     for f in files:
@@ -78,26 +85,48 @@ def load_calibration(path: str | os.PathLike, inputs) -> CalibrationSet:
             data = np.load(f, allow_pickle=False)
             arrays = {k: data[k] for k in data.files}
         except Exception as e:
-            raise OptionsError(f"cannot read calibration file: {type(e).__name__}: {e}", where=str(f),
-                               fix="write it with numpy.savez(path, input_name=array)") from None
-        missing, extra = [i.name for i in inputs if i.name not in arrays], sorted(set(arrays) - {i.name for i in inputs})
+            raise OptionsError(
+                f"cannot read calibration file: {type(e).__name__}: {e}",
+                where=str(f),
+                fix="write it with numpy.savez(path, input_name=array)",
+            ) from None
+        missing, extra = (
+            [i.name for i in inputs if i.name not in arrays],
+            sorted(set(arrays) - {i.name for i in inputs}),
+        )
         if missing or extra:
-            raise OptionsError(f"calibration file keys {sorted(arrays)} do not match the model inputs {[i.name for i in inputs]}"
-                               + (f" (missing {missing})" if missing else "") + (f" (unknown {extra})" if extra else ""),
-                               where=str(f), fix="key each array by the model's input name")
+            raise OptionsError(
+                f"calibration file keys {sorted(arrays)} do not match the model inputs {[i.name for i in inputs]}"
+                + (f" (missing {missing})" if missing else "")
+                + (f" (unknown {extra})" if extra else ""),
+                where=str(f),
+                fix="key each array by the model's input name",
+            )
         for spec in inputs:
             a, shape = arrays[spec.name], tuple(spec.shape)
             batch = shape[0] if shape else 1
             if a.ndim != len(shape) or tuple(a.shape[1:]) != shape[1:] or a.shape[0] % batch or a.shape[0] == 0:
-                raise OptionsError(f"calibration array {spec.name!r} has shape {list(a.shape)}; the model input is {list(shape)}",
-                                   where=str(f), fix=f"stack samples on the batch axis: shape [k*{batch}, {', '.join(map(str, shape[1:]))}]")
+                raise OptionsError(
+                    f"calibration array {spec.name!r} has shape {list(a.shape)}; the model input is {list(shape)}",
+                    where=str(f),
+                    fix=f"stack samples on the batch axis: shape [k*{batch}, {', '.join(map(str, shape[1:]))}]",
+                )
             if a.dtype.kind != np.dtype(spec.dtype).kind or not np.can_cast(a.dtype, spec.dtype, casting="same_kind"):
-                raise OptionsError(f"calibration array {spec.name!r} is {a.dtype}; the model input is {spec.dtype}", where=str(f),
-                                   fix=f"save it as {spec.dtype}")
-            samples[spec.name].extend(np.ascontiguousarray(a[i:i + batch], dtype=spec.dtype) for i in range(0, a.shape[0], batch))
+                raise OptionsError(
+                    f"calibration array {spec.name!r} is {a.dtype}; the model input is {spec.dtype}",
+                    where=str(f),
+                    fix=f"save it as {spec.dtype}",
+                )
+            samples[spec.name].extend(
+                np.ascontiguousarray(a[i : i + batch], dtype=spec.dtype) for i in range(0, a.shape[0], batch)
+            )
     counts = {k: len(v) for k, v in samples.items()}
     if len(set(counts.values())) != 1:
-        raise OptionsError(f"inputs have different sample counts {counts}", where=str(p), fix="give every input the same number of samples")
+        raise OptionsError(
+            f"inputs have different sample counts {counts}",
+            where=str(p),
+            fix="give every input the same number of samples",
+        )
     return CalibrationSet(samples, str(p), h.hexdigest())
 
 
@@ -107,7 +136,11 @@ class RangeCollector:
 
     def __init__(self, method: str):
         if method not in CALIB_METHODS:
-            raise OptionsError(f"calibration method {method!r} is not valid", where="--calib-method", fix=f"use one of {', '.join(CALIB_METHODS)}")
+            raise OptionsError(
+                f"calibration method {method!r} is not valid",
+                where="--calib-method",
+                fix=f"use one of {', '.join(CALIB_METHODS)}",
+            )
         self.method = method
         self.lo: dict[str, float] = {}
         self.hi: dict[str, float] = {}

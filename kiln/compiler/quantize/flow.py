@@ -2,11 +2,11 @@
 float build with every layer's input and output tapped, calibration on the first samples, the
 QuantizeGraph rewrite, then the rest of the pipeline; and the accuracy check on held-out samples
 (the float build against an int8 build with each int8 layer's output tapped)."""
+
 from __future__ import annotations
 
 import dataclasses
 import time
-
 
 from ...errors import tvm_errors
 from ..hostrun import host_options, missing_on_host
@@ -20,6 +20,7 @@ from .rewrite import CalibrationTaps, QuantizeGraph
 @dataclasses.dataclass
 class _Tapped:
     """An in-process build of a tapped module: run(feed) -> (outputs, {tap name: array})."""
+
     vm: object
     weights: list
     inputs: list
@@ -27,9 +28,12 @@ class _Tapped:
 
     def run(self, feed: dict):
         import tvm
+
         dev = tvm.cpu()
-        out = self.vm["main"](*[tvm.runtime.tensor(feed[i.name], dev) for i in self.inputs],
-                              *[tvm.runtime.tensor(w, dev) for w in self.weights])
+        out = self.vm["main"](
+            *[tvm.runtime.tensor(feed[i.name], dev) for i in self.inputs],
+            *[tvm.runtime.tensor(w, dev) for w in self.weights],
+        )
         main, taps = out[0], out[1]
         outs = [main] if hasattr(main, "numpy") else list(main)
         return [o.numpy() for o in outs], {n: t.numpy() for n, t in zip(self.tap_names, taps)}
@@ -40,6 +44,7 @@ def _build_tapped(mod, tap_names, imported, options, layout, where) -> _Tapped:
     from tvm import relax
 
     from ..build import build_executable
+
     options = host_options(options)  # calibration and the accuracy check run here, whatever the target
     opt = optimize(mod, options, layout=layout, where=where, part="post")
     exe = build_executable(opt.mod, options, where)
@@ -70,7 +75,11 @@ def quantize_optimize(imported, options: CompileOptions, layout: str, where: str
     taps = CalibrationTaps(pre.mod, imported.onnx_model, options.keep_float)
     tapped = taps.run(pre.mod)
     float_model = _build_tapped(tapped, [n for n, _ in taps.taps], imported, options, layout, where)
-    ranges = {k: v for k, v in collect_ranges(float_model, calib, options.calib_method, where).items() if not k.endswith(":out")}
+    ranges = {
+        k: v
+        for k, v in collect_ranges(float_model, calib, options.calib_method, where).items()
+        if not k.endswith(":out")
+    }
     calibrate_s = time.perf_counter() - t0
 
     rewrite = QuantizeGraph(pre.mod, ranges, imported.onnx_model, options.keep_float)
@@ -93,12 +102,19 @@ def quantize_optimize(imported, options: CompileOptions, layout: str, where: str
             ql.append(t)
     accuracy = compare([o.name for o in imported.outputs], fo, qo, rewrite.quantized, fl, ql)
     accuracy["held_out"] = held is not None
-    accuracy["measured_on"] = "target" if not missing_on_host(options.target) else "host build (the target's code cannot run here)"
+    accuracy["measured_on"] = (
+        "target" if not missing_on_host(options.target) else "host build (the target's code cannot run here)"
+    )
     report = {
-        "mode": "int8", "calib_method": options.calib_method, "calib_samples": len(calib),
-        "calibration": calib.source, "calibration_sha256": calib.digest,
+        "mode": "int8",
+        "calib_method": options.calib_method,
+        "calib_samples": len(calib),
+        "calibration": calib.source,
+        "calibration_sha256": calib.digest,
         "int8_layers": rewrite.quantized,
-        "float_layers": {l.name: l.reason or "no calibration range" for l in rewrite.layers if l.name not in rewrite.quantized},
+        "float_layers": {
+            l.name: l.reason or "no calibration range" for l in rewrite.layers if l.name not in rewrite.quantized
+        },
         "accuracy": accuracy,
         "seconds": {"calibrate": round(calibrate_s, 3), "accuracy_check": round(time.perf_counter() - t1, 3)},
     }

@@ -3,6 +3,7 @@ in one fixed order (calibration taps, the rewrite and the accuracy taps all see 
 
 A layer is a conv2d (groups 1, NCHW/OIHW) or a matmul by a constant 2-D weight, in float32. The
 int8 kernels (VNNI) need channels in blocks of 16; other layers stay float with a reason."""
+
 from __future__ import annotations
 
 import dataclasses
@@ -65,7 +66,9 @@ def why_float(call) -> str | None:
             return "grouped/depthwise conv: memory-bound, no int8 kernel (stays float)"
         o, i = int(w.value.shape[0]), int(w.value.shape[1])
         if i % CHANNEL_BLOCK or o % CHANNEL_BLOCK:
-            return f"channels {i}->{o} not multiples of {CHANNEL_BLOCK}: no int8 dot-product kernel (e.g. the stem conv)"
+            return (
+                f"channels {i}->{o} not multiples of {CHANNEL_BLOCK}: no int8 dot-product kernel (e.g. the stem conv)"
+            )
     else:
         k, n = (int(s) for s in w.value.shape)
         if k % 4 or n % CHANNEL_BLOCK:

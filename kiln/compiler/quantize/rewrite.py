@@ -8,12 +8,12 @@ Activations are asymmetric uint8 (zero point zp; 0 for post-ReLU tensors), weigh
 per output channel (sw = max|W| / 127). A convolution whose input has zp != 0 pads explicitly with
 zp, so padding stays real 0. Accumulation is exact in int32, so an int8 layer matches a numpy
 reference bit for bit."""
+
 from __future__ import annotations
 
 import dataclasses
 
 import numpy as np
-import tvm
 from tvm import relax
 
 from .layers import Layer, LayerMutator, weight_array
@@ -62,10 +62,22 @@ def integer_layer(bb, call, xq, zp: int, sx, wq: np.ndarray, sw: np.ndarray):
         a = call.attrs
         padding = [int(p) for p in a.padding]
         if zp and any(padding):  # pad with the zero point: padding stays a real 0
-            xq = bb.emit(op.nn.pad(xq, [0, 0, 0, 0, padding[0], padding[2], padding[1], padding[3]], pad_value=float(zp)))
+            xq = bb.emit(
+                op.nn.pad(xq, [0, 0, 0, 0, padding[0], padding[2], padding[1], padding[3]], pad_value=float(zp))
+            )
             padding = [0, 0, 0, 0]
-        acc = op.nn.conv2d(xq, relax.const(wq), [int(s) for s in a.strides], padding, [int(d) for d in a.dilation], 1,
-                           "NCHW", "OIHW", None, "int32")
+        acc = op.nn.conv2d(
+            xq,
+            relax.const(wq),
+            [int(s) for s in a.strides],
+            padding,
+            [int(d) for d in a.dilation],
+            1,
+            "NCHW",
+            "OIHW",
+            None,
+            "int32",
+        )
         shape, wsum = (1, -1, 1, 1), wq.astype(np.int64).sum(axis=(1, 2, 3))
     else:
         acc = op.matmul(xq, relax.const(wq), "int32")

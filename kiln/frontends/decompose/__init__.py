@@ -1,19 +1,22 @@
 """ONNX -> ONNX rewrites of ops TVM's importer lacks, into ops it has. One op family per file;
 REWRITES maps op type to its rewrite function (data, not branches)."""
+
 from __future__ import annotations
 
 import numpy as np
 import onnx
 from onnx import numpy_helper
 
-from .control_flow import REWRITES as CONTROL_FLOW_REWRITES
-from .contrib import DEFAULT_DOMAIN_REWRITES as CONTRIB_DEFAULT_REWRITES, REWRITES as MS_FLOAT_REWRITES
-from .contrib_quant import REWRITES as MS_QUANT_REWRITES
 from .activations import REWRITES as ACTIVATION_REWRITES
+from .contrib import DEFAULT_DOMAIN_REWRITES as CONTRIB_DEFAULT_REWRITES
+from .contrib import REWRITES as MS_FLOAT_REWRITES
+from .contrib_quant import REWRITES as MS_QUANT_REWRITES
+from .control_flow import REWRITES as CONTROL_FLOW_REWRITES
 from .emitter import CURRENT_MODEL, Emitter
-from .ml import ML_REWRITES
 from .llm_ops import REWRITES as LLM_REWRITES
-from .quant import CONTRIB_REWRITES, REWRITES as QUANT_REWRITES
+from .ml import ML_REWRITES
+from .quant import CONTRIB_REWRITES
+from .quant import REWRITES as QUANT_REWRITES
 from .rnn import decompose_gru, decompose_lstm, decompose_rnn
 from .sequences import REWRITES as SEQUENCE_REWRITES
 from .standard import REWRITES as STANDARD_REWRITES
@@ -29,9 +32,11 @@ REWRITES.update(SEQUENCE_REWRITES)  # SplitToSequence as Split + SequenceConstru
 REWRITES.update(ACTIVATION_REWRITES)  # Elu with constants typed like its input (activations.py)
 REWRITES.update(CONTRIB_DEFAULT_REWRITES)  # onnxruntime's SimplifiedLayerNormalization (default domain)
 # contrib domains: domain -> {op type -> rewrite}
-DOMAIN_REWRITES = {**CONTRIB_REWRITES,
-                   "com.microsoft": {**CONTRIB_REWRITES["com.microsoft"], **MS_FLOAT_REWRITES, **MS_QUANT_REWRITES},
-                   **ML_REWRITES}  # ai.onnx.ml's tensor-arithmetic ops (ml.py)
+DOMAIN_REWRITES = {
+    **CONTRIB_REWRITES,
+    "com.microsoft": {**CONTRIB_REWRITES["com.microsoft"], **MS_FLOAT_REWRITES, **MS_QUANT_REWRITES},
+    **ML_REWRITES,
+}  # ai.onnx.ml's tensor-arithmetic ops (ml.py)
 
 MAX_ROUNDS = 8  # nesting depth of rewrites that emit rewritable nodes
 # ops whose outputs ONNX's shape inference leaves shapeless (a Loop's carried values): a rewrite reading
@@ -105,12 +110,14 @@ def _decompose_once(model, shapes, consts, where, opset, first, only) -> tuple[i
 def _shapes_again(model, consts) -> dict:
     """Static shapes of the rewritten graph, its new constants written as initializers for inference."""
     from ..simplify import _static_shapes
+
     m = onnx.ModelProto()
     m.CopyFrom(model)
     have = {i.name for i in m.graph.initializer}
     used = {i for n in m.graph.node for i in n.input}
-    m.graph.initializer.extend(numpy_helper.from_array(np.asarray(v), k) for k, v in consts.items()
-                               if k in used and k not in have)
+    m.graph.initializer.extend(
+        numpy_helper.from_array(np.asarray(v), k) for k, v in consts.items() if k in used and k not in have
+    )
     return _static_shapes(m)
 
 

@@ -1,5 +1,6 @@
 """Activations whose TVM 0.27 converter mixes a float32 constant into a float16 graph ("Binary operators
 must have the same datatype"): written out with constants cast like the input."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -14,6 +15,7 @@ def elu(node, em: Emitter, shapes, consts, where):
 
     def like(v, hint):
         return em.op("CastLike", [em.const(np.float32(v), hint), x])
+
     neg = em.op("Mul", [like(alpha, "alpha"), em.op("Sub", [em.op("Exp", [x]), like(1.0, "one")])])
     em.op("Where", [em.op("Greater", [x, like(0.0, "zero")]), x, neg], out=node.output[0])
 

@@ -8,6 +8,7 @@ m = u mod 2^M; value = (E > 0 + m 2^-M) 2^(max(E,1) - bias), inf/NaN at E = 2^e 
 E from floor(log2 |x|), corrected by one either way against an exact table of powers of two, then m
 = (|x| / 2^(E-bias) - 1) 2^M (|x| 2^(bias-1+M) for subnormals), both exact; NaN gives the quiet NaN.
 float16/bfloat16 are computed in float32, float64 in float64, all exactly."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -41,16 +42,17 @@ def _unsigned_bits(em: Emitter, x: str, w: int) -> tuple[str, str]:
 def _to_float(em: Emitter, x: str, w: int, fmt, to: int, out: str):
     _, eb, mb, work = fmt
     ft, bias, emax = NP_FLOAT[work], (1 << (eb - 1)) - 1, (1 << eb) - 1
-    c = lambda v, h="c": em.const(np.asarray(v, ft), h)  # noqa: E731
+    c = lambda v, h="c": em.const(np.asarray(v, ft), h)
     neg, low = _unsigned_bits(em, x, w)
     e = em.op("Div", [low, em.const(I64(1 << mb), "p2m")])
     m = em.op("Sub", [low, em.op("Mul", [e, em.const(I64(1 << mb), "p2m")])])
     scale = np.array([2.0 ** (max(k, 1) - bias) for k in range(emax)] + [np.inf], np.float64).astype(ft)
-    frac = em.op("Mul", [em.op("Cast", [m], to=work), c(2.0 ** -mb, "ulp")])
+    frac = em.op("Mul", [em.op("Cast", [m], to=work), c(2.0**-mb, "ulp")])
     frac = em.op("Add", [frac, em.op("Cast", [em.op("Greater", [e, em.const(I64(0), "zero")])], to=work)])
     val = em.op("Mul", [frac, em.op("Gather", [em.const(scale, "pow2"), e], axis=0)])
-    nan = em.op("And", [em.op("Equal", [e, em.const(I64(emax), "emax")]),
-                        em.op("Greater", [m, em.const(I64(0), "zero")])])
+    nan = em.op(
+        "And", [em.op("Equal", [e, em.const(I64(emax), "emax")]), em.op("Greater", [m, em.const(I64(0), "zero")])]
+    )
     val = em.op("Where", [nan, c(np.nan, "nan"), val])
     val = em.op("Where", [neg, em.op("Mul", [val, c(-1.0, "minus")]), val])
     em.op("Cast", [val], out=out, to=to)
@@ -59,17 +61,24 @@ def _to_float(em: Emitter, x: str, w: int, fmt, to: int, out: str):
 def _to_int(em: Emitter, x: str, fmt, to: int, out: str):
     w, eb, mb, work = fmt
     ft, bias, emax = NP_FLOAT[work], (1 << (eb - 1)) - 1, (1 << eb) - 1
-    c = lambda v, h="c": em.const(np.asarray(v, ft), h)  # noqa: E731
-    ci = lambda v, h="i": em.const(I64(v), h)  # noqa: E731
+    c = lambda v, h="c": em.const(np.asarray(v, ft), h)
+    ci = lambda v, h="i": em.const(I64(v), h)
     xf = em.op("Cast", [x], to=work)
     a = em.op("Abs", [xf])
     zero = c(0.0, "zero")
-    neg = em.op("Or", [em.op("Less", [xf, zero]),  # -0.0: its reciprocal is -inf
-                       em.op("Less", [em.op("Div", [c(1.0, "one"), xf]), zero])])
+    neg = em.op(
+        "Or",
+        [
+            em.op("Less", [xf, zero]),  # -0.0: its reciprocal is -inf
+            em.op("Less", [em.op("Div", [c(1.0, "one"), xf]), zero]),
+        ],
+    )
     # lower bound of each biased exponent's range: 0 (subnormals), 2^(E-bias), inf (inf and NaN)
     lo = em.const(np.array([0.0] + [2.0 ** (k - bias) for k in range(1, emax)] + [np.inf]).astype(ft), "pow2")
-    est = em.op("Add", [em.op("Floor", [em.op("Mul", [em.op("Log", [a]), c(1 / np.log(2), "inv_ln2")])]),
-                        c(float(bias), "bias")])
+    est = em.op(
+        "Add",
+        [em.op("Floor", [em.op("Mul", [em.op("Log", [a]), c(1 / np.log(2), "inv_ln2")])]), c(float(bias), "bias")],
+    )
     est = em.op("Min", [em.op("Max", [est, zero]), c(float(emax), "emax")])
     e = em.op("Cast", [est], to=7)
     down = em.op("And", [em.op("Greater", [e, ci(0, "zero")]), em.op("Less", [a, em.op("Gather", [lo, e], axis=0)])])
@@ -78,9 +87,10 @@ def _to_int(em: Emitter, x: str, fmt, to: int, out: str):
     up = em.op("And", [em.op("Less", [e, ci(emax, "emax")]), em.op("GreaterOrEqual", [a, nxt])])
     isnan = em.op("IsNaN", [xf])
     e = em.op("Where", [isnan, ci(emax, "emax"), em.op("Add", [e, em.op("Cast", [up], to=7)])])
-    normal = em.op("Mul", [em.op("Sub", [em.op("Div", [a, em.op("Gather", [lo, e], axis=0)]), c(1.0, "one")]),
-                           c(2.0 ** mb, "p2m")])
-    sub = em.op("Mul", [em.op("Mul", [a, c(2.0 ** (bias - 1), "p2b")]), c(2.0 ** mb, "p2m")])
+    normal = em.op(
+        "Mul", [em.op("Sub", [em.op("Div", [a, em.op("Gather", [lo, e], axis=0)]), c(1.0, "one")]), c(2.0**mb, "p2m")]
+    )
+    sub = em.op("Mul", [em.op("Mul", [a, c(2.0 ** (bias - 1), "p2b")]), c(2.0**mb, "p2m")])
     mf = em.op("Where", [em.op("Equal", [e, ci(0, "zero")]), sub, normal])
     mf = em.op("Where", [em.op("Equal", [e, ci(emax, "emax")]), zero, mf])
     mf = em.op("Where", [isnan, c(2.0 ** (mb - 1), "qnan"), mf])
@@ -94,9 +104,11 @@ def bitcast(node, em: Emitter, shapes, consts, where):
     src, to = elem_type(node.input[0]), _attrs(node).get("to")
     ws, wt = _width(src), _width(to)
     if ws is None or wt is None or ws != wt:
-        raise UnsupportedModelError(f"BitCast from element type {src} to {to} is not supported",
-                                    where=f"{where}: node {node.name!r}",
-                                    fix="BitCast between integer, float16/bfloat16/float/double types of one width")
+        raise UnsupportedModelError(
+            f"BitCast from element type {src} to {to} is not supported",
+            where=f"{where}: node {node.name!r}",
+            fix="BitCast between integer, float16/bfloat16/float/double types of one width",
+        )
     x, out = node.input[0], node.output[0]
     if src in INTS and to in INTS:
         em.op("Cast", [x], out=out, to=to)

@@ -10,15 +10,17 @@ embedding_sum. So Kiln rewrites all of them here, Gelu/FastGelu/BiasGelu too (on
 Shapes of tensors downstream of a contrib op are unknown to ONNX shape inference, so these rewrites
 need no static shapes: Reshape with 0/-1, masks built from CumSum of ones, means as a MatMul with a
 constant column (ReduceMean's axes moved from attribute to input in opset 18; this is opset-stable)."""
+
 from __future__ import annotations
 
 import math
 
 import numpy as np
 
-from .contrib_common import F32, _cumsum, _fail, _ones_like  # noqa: F401 - also used by contrib_attention
+from .contrib_common import F32, _cumsum, _fail, _ones_like
 from .emitter import Emitter
 from .quant import _attrs, _ins
+
 
 def _gelu(em: Emitter, x: str, out: str) -> str:
     """0.5 x (1 + erf(x / sqrt 2))"""
@@ -29,8 +31,9 @@ def _gelu(em: Emitter, x: str, out: str) -> str:
 def _tanh_gelu(em: Emitter, x: str, out: str) -> str:
     """0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))"""
     x3 = em.op("Mul", [em.op("Mul", [x, x]), x])
-    inner = em.op("Mul", [em.op("Add", [x, em.op("Mul", [x3, em.const(F32(0.044715))])]),
-                          em.const(F32(math.sqrt(2 / math.pi)))])
+    inner = em.op(
+        "Mul", [em.op("Add", [x, em.op("Mul", [x3, em.const(F32(0.044715))])]), em.const(F32(math.sqrt(2 / math.pi)))]
+    )
     t = em.op("Add", [em.op("Tanh", [inner]), em.const(F32(1))])
     return em.op("Mul", [em.op("Mul", [x, em.const(F32(0.5))]), t], out=out)
 
@@ -61,7 +64,7 @@ def bias_add(node, em, shapes, consts, where):
 
 
 def _activation(em: Emitter, name: str, params: list, x: str, out: str) -> str:
-    c = lambda v: em.const(F32(v))  # noqa: E731
+    c = lambda v: em.const(F32(v))
     if name in ("Relu", "Tanh", "Sigmoid"):
         return em.op(name, [x], out=out)
     if name == "LeakyRelu":
@@ -70,7 +73,7 @@ def _activation(em: Emitter, name: str, params: list, x: str, out: str) -> str:
         lo, hi = (params + [-np.inf, np.inf])[:2] if params else (-np.inf, np.inf)
         return em.op("Min", [em.op("Max", [x, c(lo)]), c(hi)], out=out)
     if name == "HardSigmoid":
-        alpha, beta = (list(params) + [0.2, 0.5][len(params):])[:2]
+        alpha, beta = (list(params) + [0.2, 0.5][len(params) :])[:2]
         return em.op("HardSigmoid", [x], out=out, alpha=float(alpha), beta=float(beta))
     return None
 
@@ -88,8 +91,12 @@ def fused_conv(node, em, shapes, consts, where):
     if not act:
         em.op("Identity", [y], out=node.output[0])
     elif _activation(em, act, params, y, node.output[0]) is None:
-        _fail(node, where, f"activation {act!r} is not supported",
-              "use Relu, Tanh, Sigmoid, LeakyRelu, Clip or HardSigmoid")
+        _fail(
+            node,
+            where,
+            f"activation {act!r} is not supported",
+            "use Relu, Tanh, Sigmoid, LeakyRelu, Clip or HardSigmoid",
+        )
 
 
 def _rank(name, shapes, consts):
@@ -137,8 +144,12 @@ def _width(node, gamma, consts, shapes, where) -> int:
 def _no_stats(node, where, idx=(1, 2)):
     outs = list(node.output)
     if any(i < len(outs) and outs[i] for i in idx):
-        _fail(node, where, "the mean and inv_std_var outputs are not supported (training outputs)",
-              "export the model for inference")
+        _fail(
+            node,
+            where,
+            "the mean and inv_std_var outputs are not supported (training outputs)",
+            "export the model for inference",
+        )
 
 
 def _rms(em: Emitter, x: str, gamma: str, eps: float, width: int, out: str) -> str:
@@ -205,19 +216,35 @@ def embed_layer_norm(node, em, shapes, consts, where):
             shapes[outs[1]] = (shapes[ids][0],)
         if mask:
             last = em.const(np.int64(-1), "last")
-            em.op("Cast", [em.op("Gather", [_cumsum(em, em.op("Cast", [mask], to=6), 1), last], axis=1)],
-                  out=outs[1], to=6)
+            em.op(
+                "Cast",
+                [em.op("Gather", [_cumsum(em, em.op("Cast", [mask], to=6), 1), last], axis=1)],
+                out=outs[1],
+                to=6,
+            )
         else:
-            em.op("Mul", [em.op("Gather", [ids, em.const(np.int64(0), "first")], axis=1),
-                          em.const(np.int32(0))], out=outs[1])
+            em.op(
+                "Mul",
+                [em.op("Gather", [ids, em.const(np.int64(0), "first")], axis=1), em.const(np.int32(0))],
+                out=outs[1],
+            )
 
 
 from .contrib_attention import attention  # noqa: E402  (kept apart: the file grew past 300 lines)
 
-REWRITES = {"Gelu": gelu, "BiasGelu": bias_gelu, "FastGelu": fast_gelu, "QuickGelu": quick_gelu,
-            "BiasAdd": bias_add, "FusedConv": fused_conv, "FusedMatMul": fused_matmul,
-            "SkipLayerNormalization": skip_layer_norm, "SkipSimplifiedLayerNormalization": skip_simplified_layer_norm,
-            "SimplifiedLayerNormalization": simplified_layer_norm, "EmbedLayerNormalization": embed_layer_norm,
-            "Attention": attention}
+REWRITES = {
+    "Gelu": gelu,
+    "BiasGelu": bias_gelu,
+    "FastGelu": fast_gelu,
+    "QuickGelu": quick_gelu,
+    "BiasAdd": bias_add,
+    "FusedConv": fused_conv,
+    "FusedMatMul": fused_matmul,
+    "SkipLayerNormalization": skip_layer_norm,
+    "SkipSimplifiedLayerNormalization": skip_simplified_layer_norm,
+    "SimplifiedLayerNormalization": simplified_layer_norm,
+    "EmbedLayerNormalization": embed_layer_norm,
+    "Attention": attention,
+}
 # onnxruntime registers SimplifiedLayerNormalization in the default ONNX domain too
 DEFAULT_DOMAIN_REWRITES = {"SimplifiedLayerNormalization": simplified_layer_norm}

@@ -5,6 +5,7 @@ scale (1/sqrt(head_size) by default), mask_index as 1-D end positions, 2-D (batc
 unidirectional (causal), past/present key-value caches (2, batch, heads, seq, head_size) and the
 additive attention_bias. Needs no static shapes: scores are laid out (heads, batch, seq, total_seq) so
 that 2-D/3-D masks broadcast without Unsqueeze, and positions come from CumSum of ones."""
+
 from __future__ import annotations
 
 import math
@@ -38,7 +39,7 @@ def _key_mask(em: Emitter, mask: str, rank: int, scores: str, filt: str) -> str:
         end = em.op("Slice", [mf, em.const(np.array([0], np.int64)), nb, em.const(np.array([0], np.int64))])
     masked = em.op("Greater", [col, em.reshape(end, [1, -1, 1, 1])])
     if rank == -2:
-        start = em.op("Slice", [mf, nb, em.const(np.array([2 ** 62], np.int64)), em.const(np.array([0], np.int64))])
+        start = em.op("Slice", [mf, nb, em.const(np.array([2**62], np.int64)), em.const(np.array([0], np.int64))])
         early = em.op("Not", [em.op("Greater", [col, em.reshape(start, [1, -1, 1, 1])])])
         masked = em.op("Or", [masked, early])
     return em.op("Where", [masked, filt, zero])
@@ -82,14 +83,18 @@ def attention(node, em, shapes, consts, where):
     if past or outs[1]:
         if dk != dv:
             _fail(node, where, "past/present with different K and V widths", "use equal K and V hidden sizes")
-        kv = em.op("Transpose", [em.reshape(em.slice(qkv, dq, dq + 2 * dk, 2), [0, 0, 2, n, hq])],
-                   perm=[2, 0, 3, 1, 4])  # (2, B, N, S, h)
+        kv = em.op(
+            "Transpose", [em.reshape(em.slice(qkv, dq, dq + 2 * dk, 2), [0, 0, 2, n, hq])], perm=[2, 0, 3, 1, 4]
+        )  # (2, B, N, S, h)
         if past:
             kv = em.op("Concat", [past, kv], axis=3)
         if outs[1]:
             kv = em.op("Identity", [kv], out=outs[1])
-        pick = lambda i: em.op("Transpose", [em.op("Gather", [kv, em.const(np.int64(i), "i")], axis=0)],  # noqa: E731
-                               perm=[1, 0, 2, 3])  # (N, B, T, h)
+        pick = lambda i: em.op(
+            "Transpose",
+            [em.op("Gather", [kv, em.const(np.int64(i), "i")], axis=0)],
+            perm=[1, 0, 2, 3],
+        )  # (N, B, T, h)
         k, v = pick(0), pick(1)
     else:
         k = _heads(em, em.slice(qkv, dq, dq + dk, 2), n, hq)

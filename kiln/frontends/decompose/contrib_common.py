@@ -1,4 +1,5 @@
 """Helpers the onnxruntime contrib-op rewrites share (contrib.py, contrib_attention.py)."""
+
 from __future__ import annotations
 
 import numpy as np

@@ -17,6 +17,7 @@ the weight and multiplying in float instead would miss onnxruntime by the activa
 MatMulNBits (n-bit blockwise weights, from matmul_nbits_quantizer) is dequantized at compile time into
 a float weight: blockwise scales fit no integer kernel Kiln has, and onnxruntime's default
 accuracy_level 0 computes in float too."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -34,6 +35,7 @@ def _unary(op_type: str, **defaults):
         attrs = {**defaults, **_attrs(node)}
         y = em.op(op_type, [_dq(em, x, xs, xz)], op_type.lower(), **attrs)
         _q(em, y, ys, yz, node.output[0])
+
     return rewrite
 
 
@@ -54,8 +56,9 @@ def qlinear_average_pool(node, em, shapes, consts, where):
 def _const(node, consts, where, *names):
     for n in names:
         if n and n not in consts:
-            _fail(node, where, f"non-constant {n!r} is not supported",
-                  "export the model with constant weights and scales")
+            _fail(
+                node, where, f"non-constant {n!r} is not supported", "export the model with constant weights and scales"
+            )
     return [np.asarray(consts[n]) if n else None for n in names]
 
 
@@ -96,7 +99,7 @@ def matmul_integer_to_float(node, em, shapes, consts, where):
 
 def _dynamic_quant(em: Emitter, x: str):
     """x -> (q - zq as integer-valued float, scale), onnxruntime's uint8 parameters (see module doc)."""
-    c = lambda v: em.const(F32(v))  # noqa: E731
+    c = lambda v: em.const(F32(v))
     hi = em.op("Max", [em.op("ReduceMax", [x], keepdims=0), c(0)])
     lo = em.op("Min", [em.op("ReduceMin", [x], keepdims=0), c(0)])
     rng = em.op("Sub", [hi, lo])
@@ -169,8 +172,12 @@ def dynamic_quantize_lstm(node, em, shapes, consts, where):
     qem = _QuantLSTMEmitter(em.prefix + "/q", consts, quant)
     decompose_lstm(lstm, qem, shapes, consts, where)
     if len(qem.used) != 2 * w.shape[0] or qem.seen != {"Wt": w.shape[0], "Rt": w.shape[0]}:
-        _fail(node, where, "internal: rnn.decompose_lstm no longer emits its weight MatMuls as expected",
-              "report this; the quantized LSTM rewrite must follow rnn.py")
+        _fail(
+            node,
+            where,
+            "internal: rnn.decompose_lstm no longer emits its weight MatMuls as expected",
+            "report this; the quantized LSTM rewrite must follow rnn.py",
+        )
     em.nodes.extend(qem.nodes)
 
 
@@ -207,7 +214,14 @@ def matmul_nbits(node, em, shapes, consts, where):
         em.op("Add", [y, bias], out=node.output[0])
 
 
-REWRITES = {"QLinearSigmoid": _unary("Sigmoid"), "QLinearLeakyRelu": _unary("LeakyRelu"),
-            "QLinearConcat": qlinear_concat, "QLinearAveragePool": qlinear_average_pool, "QGemm": qgemm,
-            "MatMulIntegerToFloat": matmul_integer_to_float, "DynamicQuantizeMatMul": dynamic_quantize_matmul,
-            "DynamicQuantizeLSTM": dynamic_quantize_lstm, "MatMulNBits": matmul_nbits}
+REWRITES = {
+    "QLinearSigmoid": _unary("Sigmoid"),
+    "QLinearLeakyRelu": _unary("LeakyRelu"),
+    "QLinearConcat": qlinear_concat,
+    "QLinearAveragePool": qlinear_average_pool,
+    "QGemm": qgemm,
+    "MatMulIntegerToFloat": matmul_integer_to_float,
+    "DynamicQuantizeMatMul": dynamic_quantize_matmul,
+    "DynamicQuantizeLSTM": dynamic_quantize_lstm,
+    "MatMulNBits": matmul_nbits,
+}

@@ -6,6 +6,7 @@ depends on data has no static shape and is refused by name. Body names that are 
 own (outer-scope values) keep their names, also inside subgraphs nested in the body; the unrolled
 nodes go through the rewrites again (decompose() runs to a fixpoint), so an LSTM or a Loop inside
 a body is handled as well."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -26,8 +27,7 @@ def _attr(node, name, default=None):
 
 
 def _locals(g: onnx.GraphProto) -> set[str]:
-    return ({i.name for i in g.input} | {i.name for i in g.initializer}
-            | {o for n in g.node for o in n.output if o})
+    return {i.name for i in g.input} | {i.name for i in g.initializer} | {o for n in g.node for o in n.output if o}
 
 
 def _renamed_subgraph(g: onnx.GraphProto, rename: dict, prefix: str) -> onnx.GraphProto:
@@ -127,16 +127,21 @@ def _body(node, n_in: int, n_out_min: int, where_n: str) -> onnx.GraphProto:
     """The node's body graph, checked against the node's inputs (a malformed node is refused, not a crash)."""
     body = _attr(node, "body")
     if not isinstance(body, onnx.GraphProto) or len(body.input) != n_in or len(body.output) < n_out_min:
-        raise UnsupportedModelError(f"{node.op_type} node without a body graph matching its inputs", where=where_n,
-                                    fix="check the model with onnx.checker.check_model and re-export it")
+        raise UnsupportedModelError(
+            f"{node.op_type} node without a body graph matching its inputs",
+            where=where_n,
+            fix="check the model with onnx.checker.check_model and re-export it",
+        )
     return body
 
 
 def _check_size(node, body, trips: int, where_n: str) -> None:
     if trips * max(len(body.node), 1) > MAX_UNROLLED_NODES:
-        raise UnsupportedModelError(f"{node.op_type} of {trips} iterations x {len(body.node)} nodes is too large "
-                                    "to unroll", where=where_n,
-                                    fix="export fewer iterations, or compute the loop outside the model")
+        raise UnsupportedModelError(
+            f"{node.op_type} of {trips} iterations x {len(body.node)} nodes is too large to unroll",
+            where=where_n,
+            fix="export fewer iterations, or compute the loop outside the model",
+        )
 
 
 def unroll_loop(node, em: Emitter, shapes, consts, where) -> None:
@@ -150,12 +155,16 @@ def unroll_loop(node, em: Emitter, shapes, consts, where) -> None:
         why = "has no trip count" if not m_name else f"has a trip count {m_name!r} computed from data"
         raise UnsupportedModelError(
             f"Loop {why}: the number of iterations (and so its outputs' shapes) is only known at run time",
-            where=where_n, fix="Kiln unrolls a Loop whose trip count is a constant once input shapes are pinned; "
-            f"freeze the input it depends on with --freeze-input NAME=VALUE if it is known, or unroll before export")
+            where=where_n,
+            fix="Kiln unrolls a Loop whose trip count is a constant once input shapes are pinned; "
+            "freeze the input it depends on with --freeze-input NAME=VALUE if it is known, or unroll before export",
+        )
     if c_name and c_name not in consts:
         raise UnsupportedModelError(
             f"Loop with an initial condition {c_name!r} computed from data can stop early at run time",
-            where=where_n, fix="drop the loop's condition input, or freeze it with --freeze-input NAME=VALUE")
+            where=where_n,
+            fix="drop the loop's condition input, or freeze it with --freeze-input NAME=VALUE",
+        )
     if c_name and not _is_true_const(c_name, consts):
         trips = 0
     else:
@@ -163,13 +172,18 @@ def unroll_loop(node, em: Emitter, shapes, consts, where) -> None:
     if trips > 0 and not _body_keeps_cond(body):
         raise UnsupportedModelError(
             "Loop whose condition is computed in its body can stop after a data-dependent number of iterations",
-            where=where_n, fix="make the loop's continue-condition constant true (a for loop), or unroll before export")
+            where=where_n,
+            fix="make the loop's continue-condition constant true (a for loop), or unroll before export",
+        )
     n_carried = len(node.input) - 2
     n_scan = len(body.output) - 1 - n_carried
     if trips <= 0:
         if n_scan:
-            raise UnsupportedModelError("Loop of zero iterations with scan outputs (empty tensors) is not supported",
-                                        where=where_n, fix="remove the loop from the model")
+            raise UnsupportedModelError(
+                "Loop of zero iterations with scan outputs (empty tensors) is not supported",
+                where=where_n,
+                fix="remove the loop from the model",
+            )
         for src, dst in zip(node.input[2:], node.output):
             if dst:
                 em.op("Identity", [src], out=dst)
@@ -180,7 +194,7 @@ def unroll_loop(node, em: Emitter, shapes, consts, where) -> None:
     true = em.const(np.array(True), "true")
     for it in range(trips):
         outs = inline_body(em, body, [em.const(np.array(it, np.int64), "iter"), true] + state, f"it{it}")
-        state = outs[1:1 + n_carried]
+        state = outs[1 : 1 + n_carried]
         for k in range(n_scan):
             scans[k].append(outs[1 + n_carried + k])
     for src, dst in zip(state, node.output[:n_carried]):
@@ -196,22 +210,39 @@ def _axes(node, name: str, n: int) -> list[int]:
     return list(v) if v is not None else [0] * n
 
 
-def _scan_core(em: Emitter, node, body, states: list[str], xs: list[str], x_shapes: list[tuple], where_n: str,
-               tag: str, x_axes: list[int], x_dirs: list[int], y_axes: list[int], y_dirs: list[int]) -> list[str]:
+def _scan_core(
+    em: Emitter,
+    node,
+    body,
+    states: list[str],
+    xs: list[str],
+    x_shapes: list[tuple],
+    where_n: str,
+    tag: str,
+    x_axes: list[int],
+    x_dirs: list[int],
+    y_axes: list[int],
+    y_dirs: list[int],
+) -> list[str]:
     """One Scan (opset-9 semantics) over tensors; returns the final states then the scan outputs."""
     lengths = {s[a % len(s)] for s, a in zip(x_shapes, x_axes)}
     if len(lengths) != 1:
-        raise UnsupportedModelError(f"Scan inputs disagree on the scan length ({sorted(lengths)})", where=where_n,
-                                    fix="the scan axes of all scan inputs must have one length")
+        raise UnsupportedModelError(
+            f"Scan inputs disagree on the scan length ({sorted(lengths)})",
+            where=where_n,
+            fix="the scan axes of all scan inputs must have one length",
+        )
     T = lengths.pop()
     _check_size(node, body, T, where_n)
     n_out = len(body.output) - len(states)
     ys: list[list[str]] = [[] for _ in range(n_out)]
     for t in range(T):
-        sl = [em.op("Gather", [x, em.const(np.array(T - 1 - t if d else t, np.int64), "t")], axis=a)
-              for x, a, d in zip(xs, x_axes, x_dirs)]
+        sl = [
+            em.op("Gather", [x, em.const(np.array(T - 1 - t if d else t, np.int64), "t")], axis=a)
+            for x, a, d in zip(xs, x_axes, x_dirs)
+        ]
         outs = inline_body(em, body, states + sl, f"{tag}t{t}")
-        states = outs[:len(states)]
+        states = outs[: len(states)]
         for k in range(n_out):
             ys[k].append(outs[len(states) + k])
     results = []
@@ -232,20 +263,27 @@ def unroll_scan(node, em: Emitter, shapes, consts, where) -> None:
     batched = getattr(em, "opset", 9) < 9
     ins = list(node.input)
     if not isinstance(m, int) or not 0 < m <= len(ins) - batched:
-        raise UnsupportedModelError("Scan node with a num_scan_inputs that does not match its inputs", where=where_n,
-                                    fix="check the model with onnx.checker.check_model and re-export it")
+        raise UnsupportedModelError(
+            "Scan node with a num_scan_inputs that does not match its inputs",
+            where=where_n,
+            fix="check the model with onnx.checker.check_model and re-export it",
+        )
     body = _body(node, len(ins) - batched, len(ins) - batched - m, where_n)
     if batched:
         if ins[0]:
-            raise UnsupportedModelError("opset-8 Scan with sequence_lens is not supported", where=where_n,
-                                        fix="pad the sequences to one length and drop sequence_lens")
+            raise UnsupportedModelError(
+                "opset-8 Scan with sequence_lens is not supported",
+                where=where_n,
+                fix="pad the sequences to one length and drop sequence_lens",
+            )
         ins = ins[1:]
     n = len(ins) - m
     states, xs = ins[:n], ins[n:]
     missing = [x for x in xs if x not in shapes]
     if missing:
-        raise UnsupportedModelError(f"Scan input {missing[0]!r} has no static shape", where=where_n,
-                                    fix="pin every input with --input-shape")
+        raise UnsupportedModelError(
+            f"Scan input {missing[0]!r} has no static shape", where=where_n, fix="pin every input with --input-shape"
+        )
     x_shapes = [shapes[x] for x in xs]
     n_out = len(body.output) - n
     if batched:
@@ -253,17 +291,41 @@ def unroll_scan(node, em: Emitter, shapes, consts, where) -> None:
         B = x_shapes[0][0]
         per_b = []
         for b in range(B):
-            pick = lambda v: em.op("Gather", [v, em.const(np.array(b, np.int64), "b")], axis=0)  # noqa: E731
-            per_b.append(_scan_core(em, node, body, [pick(s) for s in states], [pick(x) for x in xs],
-                                    [s[1:] for s in x_shapes], where_n, f"b{b}", [0] * m, dirs, [0] * n_out,
-                                    [0] * n_out))
+            pick = lambda v: em.op("Gather", [v, em.const(np.array(b, np.int64), "b")], axis=0)
+            per_b.append(
+                _scan_core(
+                    em,
+                    node,
+                    body,
+                    [pick(s) for s in states],
+                    [pick(x) for x in xs],
+                    [s[1:] for s in x_shapes],
+                    where_n,
+                    f"b{b}",
+                    [0] * m,
+                    dirs,
+                    [0] * n_out,
+                    [0] * n_out,
+                )
+            )
         for k, dst in enumerate(node.output):
             if dst:
                 _stack(em, [r[k] for r in per_b], 0, dst)
         return
-    res = _scan_core(em, node, body, states, xs, x_shapes, where_n, "", _axes(node, "scan_input_axes", m),
-                     _axes(node, "scan_input_directions", m), _axes(node, "scan_output_axes", n_out),
-                     _axes(node, "scan_output_directions", n_out))
+    res = _scan_core(
+        em,
+        node,
+        body,
+        states,
+        xs,
+        x_shapes,
+        where_n,
+        "",
+        _axes(node, "scan_input_axes", m),
+        _axes(node, "scan_input_directions", m),
+        _axes(node, "scan_output_axes", n_out),
+        _axes(node, "scan_output_directions", n_out),
+    )
     for src, dst in zip(res, node.output):
         if dst:
             em.op("Identity", [src], out=dst)

@@ -1,4 +1,5 @@
 """A tiny ONNX node emitter used by the decompositions: fresh unique names, constants as initializers."""
+
 from __future__ import annotations
 
 import contextvars
@@ -33,7 +34,7 @@ class Emitter:
         return self.op("Reshape", [x, self.const(np.array(shape, np.int64), "shape")])
 
     def slice(self, x: str, start: int, end: int, axis: int) -> str:
-        c = lambda v: self.const(np.array([v], np.int64), "s")  # noqa: E731
+        c = lambda v: self.const(np.array([v], np.int64), "s")
         return self.op("Slice", [x, c(start), c(end), c(axis)])
 
     def take(self, x: str, index: int, axis: int = 0) -> str:

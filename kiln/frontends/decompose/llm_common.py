@@ -1,4 +1,5 @@
 """Helpers the LLM-era op rewrites share (llm_ops.py, bitcast.py)."""
+
 from __future__ import annotations
 
 import sys
@@ -23,7 +24,13 @@ def elem_type(name: str) -> int | None:
             return vi.type.tensor_type.elem_type
     try:
         inferred = onnx.shape_inference.infer_shapes(f.f_locals["model"], strict_mode=False).graph
-    except Exception:  # noqa: BLE001 - no type known: the caller refuses or takes the input's own
+    except Exception:
         return None
-    return next((vi.type.tensor_type.elem_type for vi in list(inferred.value_info) + list(inferred.output)
-                 if vi.name == name and vi.type.tensor_type.elem_type), None)
+    return next(
+        (
+            vi.type.tensor_type.elem_type
+            for vi in list(inferred.value_info) + list(inferred.output)
+            if vi.name == name and vi.type.tensor_type.elem_type
+        ),
+        None,
+    )

@@ -10,6 +10,7 @@ BitCast (opset 26) is in bitcast.py.
 
 The rewrite interface passes no element types: LinearAttention carries them with CastLike (to the query, the
 past state); CausalConvWithState and BitCast read them from the model (llm_common.elem_type)."""
+
 from __future__ import annotations
 
 import math
@@ -34,8 +35,12 @@ def _fail(node, where, msg, fix):
 def _shape(node, shapes, name, where, rank=None):
     s = shapes.get(name)
     if s is None or (rank is not None and len(s) != rank):
-        _fail(node, where, f"input {name!r} needs a static shape{f' of rank {rank}' if rank else ''} "
-                           f"(got {s})", "pin the input shapes (--input-shape) so the sequence length is known")
+        _fail(
+            node,
+            where,
+            f"input {name!r} needs a static shape{f' of rank {rank}' if rank else ''} (got {s})",
+            "pin the input shapes (--input-shape) so the sequence length is known",
+        )
     return tuple(int(d) for d in s)
 
 
@@ -46,6 +51,7 @@ def _heads_first(em: Emitter, x: str, b: int, t: int, h: int, d: int) -> str:
 
 
 # ------------------------------------------------------------------------------------------ LinearAttention
+
 
 def linear_attention(node, em: Emitter, shapes, consts, where):
     """state S (B, Hkv, dk, dv) per step t: S *= exp(g_t) (gated); v_t = beta_t (v_t - S^T k_t) (delta);
@@ -58,18 +64,31 @@ def linear_attention(node, em: Emitter, shapes, consts, where):
     if rule not in ("linear", "gated", "delta", "gated_delta"):
         _fail(node, where, f"unknown update_rule {rule!r}", "use linear, gated, delta or gated_delta")
     if not hq or not hkv or hq % hkv:
-        _fail(node, where, f"q_num_heads {hq} must be a positive multiple of kv_num_heads {hkv}",
-              "set both attributes as the spec requires")
+        _fail(
+            node,
+            where,
+            f"q_num_heads {hq} must be a positive multiple of kv_num_heads {hkv}",
+            "set both attributes as the spec requires",
+        )
     gating, delta = rule in ("gated", "gated_delta"), rule in ("delta", "gated_delta")
     if gating != bool(decay) or delta != bool(beta):
-        _fail(node, where, f"update_rule {rule!r} with decay {'given' if decay else 'absent'} and beta "
-                           f"{'given' if beta else 'absent'}", "gated rules need decay, delta rules need beta")
+        _fail(
+            node,
+            where,
+            f"update_rule {rule!r} with decay {'given' if decay else 'absent'} and beta "
+            f"{'given' if beta else 'absent'}",
+            "gated rules need decay, delta rules need beta",
+        )
     b, t, qd = _shape(node, shapes, q, where, 3)
     kd, vd = _shape(node, shapes, k, where, 3)[2], _shape(node, shapes, v, where, 3)[2]
     dk, dv, g = qd // hq, vd // hkv, hq // hkv
     if t > MAX_UNROLL:
-        _fail(node, where, f"sequence length {t} is over the {MAX_UNROLL} steps Kiln unrolls",
-              "run the prefill in chunks of at most that many positions, carrying present_state")
+        _fail(
+            node,
+            where,
+            f"sequence length {t} is over the {MAX_UNROLL} steps Kiln unrolls",
+            "run the prefill in chunks of at most that many positions, carrying present_state",
+        )
     scale = a.get("scale") or 1.0 / math.sqrt(dk)
     q4, k4 = _heads_first(em, q, b, t, hq, dk), _heads_first(em, k, b, t, hkv, dk)
     v4 = _heads_first(em, v, b, t, hkv, dv)
@@ -111,6 +130,7 @@ def linear_attention(node, em: Emitter, shapes, consts, where):
 
 # ------------------------------------------------------------------------------------------ TensorScatter
 
+
 def tensor_scatter(node, em: Emitter, shapes, consts, where):
     """present[pre, p, ...] = update[pre, p - w[pre[0]], ...] where 0 <= p - w < S_upd (mod L in circular
     mode), past_cache elsewhere: a GatherElements of the update at every cache position, then a Where."""
@@ -136,13 +156,14 @@ def tensor_scatter(node, em: Emitter, shapes, consts, where):
         d = em.op("Mod", [em.op("Add", [d, em.const(I64(big), "len")]), em.const(I64(big), "len")])
     lo, hi = em.const(I64(0), "zero"), em.const(I64(su - 1), "last")
     valid = em.op("And", [em.op("GreaterOrEqual", [d, lo]), em.op("LessOrEqual", [d, hi])])
-    idx_shape = em.const(np.array(cs[:axis] + (big,) + cs[axis + 1:], I64), "shape")
+    idx_shape = em.const(np.array(cs[:axis] + (big,) + cs[axis + 1 :], I64), "shape")
     idx = em.op("Expand", [em.op("Min", [em.op("Max", [d, lo]), hi]), idx_shape])
     gathered = em.op("GatherElements", [upd, idx], axis=axis)
     em.op("Where", [em.op("Expand", [valid, idx_shape]), gathered, cache], out=node.output[0])
 
 
 # ------------------------------------------------------------------------------------------ CausalConvWithState
+
 
 def causal_conv_with_state(node, em: Emitter, shapes, consts, where):
     """padded = [past_state or zeros, input] along time; output = depthwise valid Conv1d(padded), then SiLU;
@@ -165,8 +186,15 @@ def causal_conv_with_state(node, em: Emitter, shapes, consts, where):
         padded = x
     low = elem_type(x) in (FLOAT16, BFLOAT16)  # the reference accumulates them in float32
     ins = [padded, w] + ([bias] if bias else [])
-    conv = em.op("Conv", [em.op("Cast", [i], to=FLOAT) for i in ins] if low else ins, group=ch, kernel_shape=[k],
-                 pads=[0, 0], strides=[1], dilations=[1])
+    conv = em.op(
+        "Conv",
+        [em.op("Cast", [i], to=FLOAT) for i in ins] if low else ins,
+        group=ch,
+        kernel_shape=[k],
+        pads=[0, 0],
+        strides=[1],
+        dilations=[1],
+    )
     if low:
         conv = em.op("CastLike", [conv, x])  # rounded to the input's type, as the reference does
     if act == "none":
@@ -176,9 +204,16 @@ def causal_conv_with_state(node, em: Emitter, shapes, consts, where):
         em.op("CastLike", [em.op("Mul", [cf, em.op("Sigmoid", [cf])]), x], out=node.output[0])
     if len(node.output) > 1 and node.output[1]:
         total = length + k - 1
-        em.op("Slice", [padded] + [em.const(np.array([v], I64), "s") for v in (total - (k - 1), total, 2)],
-              out=node.output[1])
+        em.op(
+            "Slice",
+            [padded] + [em.const(np.array([v], I64), "s") for v in (total - (k - 1), total, 2)],
+            out=node.output[1],
+        )
 
 
-REWRITES = {"LinearAttention": linear_attention, "TensorScatter": tensor_scatter,
-            "CausalConvWithState": causal_conv_with_state, "BitCast": bitcast}
+REWRITES = {
+    "LinearAttention": linear_attention,
+    "TensorScatter": tensor_scatter,
+    "CausalConvWithState": causal_conv_with_state,
+    "BitCast": bitcast,
+}

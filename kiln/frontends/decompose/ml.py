@@ -1,6 +1,7 @@
 """The ai.onnx.ml ops that are tensor arithmetic (scikit-learn converters write them around a model):
 Binarizer (x > threshold), ArrayFeatureExtractor (a Gather on the last axis). Tree ensembles and
 string label encoders are not: they stay unsupported, named by the preflight."""
+
 from __future__ import annotations
 
 import numpy as np

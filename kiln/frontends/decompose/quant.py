@@ -3,6 +3,7 @@ MatMulInteger, and onnxruntime's QLinearAdd/QLinearMul/QLinearGlobalAveragePool)
 TVM imports: DequantizeLinear -> float op -> QuantizeLinear. The compiler's LowerQDQ pass then
 turns each DQ -> Conv/MatMul back into an integer kernel, so nothing runs as fake quantization
 where an int8 kernel exists."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -40,9 +41,19 @@ def qlinear_conv(node, em: Emitter, shapes, consts, where):
     ins = [xf, wf]
     if b:
         if b not in consts or xs not in consts or ws not in consts:
-            raise UnsupportedModelError("QLinearConv with a non-constant bias or scales is not supported", where=f"{where}: node {node.name!r}",
-                                        fix="export the model with constant bias and scales")
-        ins.append(em.const((consts[b].astype(np.float64) * np.float64(consts[xs]) * consts[ws].astype(np.float64)).astype(np.float32), "bias"))
+            raise UnsupportedModelError(
+                "QLinearConv with a non-constant bias or scales is not supported",
+                where=f"{where}: node {node.name!r}",
+                fix="export the model with constant bias and scales",
+            )
+        ins.append(
+            em.const(
+                (consts[b].astype(np.float64) * np.float64(consts[xs]) * consts[ws].astype(np.float64)).astype(
+                    np.float32
+                ),
+                "bias",
+            )
+        )
     y = em.op("Conv", ins, "conv", **_attrs(node))
     _q(em, y, ys, yz, node.output[0])
 
@@ -55,12 +66,14 @@ def qlinear_matmul(node, em: Emitter, shapes, consts, where):
 
 def _integer(op_type: str):
     """ConvInteger / MatMulInteger: int32 output of (x - xz) * (w - wz), as DQ with scale 1."""
+
     def rewrite(node, em: Emitter, shapes, consts, where):
         x, w, xz, wz = _ins(node, 4)
         one = em.const(np.float32(1.0), "one")
         waxis = (0 if op_type == "Conv" else 1) if _per_axis(consts, wz) else None
         y = em.op(op_type, [_dq(em, x, one, xz), _dq(em, w, one, wz, waxis)], op_type.lower(), **_attrs(node))
         em.op("Cast", [y], out=node.output[0], to=onnx.TensorProto.INT32)
+
     return rewrite
 
 
@@ -69,19 +82,32 @@ def _binary(op_type: str):
         a, as_, az, b, bs, bz, cs, cz = _ins(node, 8)
         y = em.op(op_type, [_dq(em, a, as_, az), _dq(em, b, bs, bz)], op_type.lower())
         _q(em, y, cs, cz, node.output[0])
+
     return rewrite
 
 
 def qlinear_global_average_pool(node, em: Emitter, shapes, consts, where):
     x, xs, xz, ys, yz = _ins(node, 5)
     if _attrs(node).get("channels_last", 0):
-        raise UnsupportedModelError("QLinearGlobalAveragePool with channels_last is not supported", where=f"{where}: node {node.name!r}",
-                                    fix="quantize the model in NCHW")
+        raise UnsupportedModelError(
+            "QLinearGlobalAveragePool with channels_last is not supported",
+            where=f"{where}: node {node.name!r}",
+            fix="quantize the model in NCHW",
+        )
     y = em.op("GlobalAveragePool", [_dq(em, x, xs, xz)], "gap")
     _q(em, y, ys, yz, node.output[0])
 
 
-REWRITES = {"QLinearConv": qlinear_conv, "QLinearMatMul": qlinear_matmul,
-            "ConvInteger": _integer("Conv"), "MatMulInteger": _integer("MatMul")}
-CONTRIB_REWRITES = {"com.microsoft": {"QLinearAdd": _binary("Add"), "QLinearMul": _binary("Mul"),
-                                      "QLinearGlobalAveragePool": qlinear_global_average_pool}}
+REWRITES = {
+    "QLinearConv": qlinear_conv,
+    "QLinearMatMul": qlinear_matmul,
+    "ConvInteger": _integer("Conv"),
+    "MatMulInteger": _integer("MatMul"),
+}
+CONTRIB_REWRITES = {
+    "com.microsoft": {
+        "QLinearAdd": _binary("Add"),
+        "QLinearMul": _binary("Mul"),
+        "QLinearGlobalAveragePool": qlinear_global_average_pool,
+    }
+}

@@ -4,6 +4,7 @@ recurrent weights, gate slices and elementwise math, exactly as the ONNX spec de
 Weights that are constants are pre-transposed here; weights fed as graph inputs (W, R, B, P) get
 the same slicing and transposes as ONNX ops. A sequence_lens that is not all T masks each step
 (state kept, output zeroed past a batch entry's length), which is the spec's padding semantics."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -44,7 +45,7 @@ class _Weights:
         """B[d][:n] + B[d][n:2n] (input and recurrent bias of the gates, added once)."""
         if name in self.consts:
             b = self.consts[name][d]
-            return self.em.const(b[:n] + b[n:2 * n], hint)
+            return self.em.const(b[:n] + b[n : 2 * n], hint)
         return self.em.op("Add", [self.vec(name, d, 0, n, hint), self.vec(name, d, n, 2 * n, hint)])
 
     def scalar(self, value, hint: str = "k") -> str:
@@ -62,12 +63,14 @@ def _setup(node, em: Emitter, shapes, consts, where, gates: int, default_acts: l
     bad = [x for x in acts if x not in ACTIVATIONS]
     where_n = f"{where}: node {node.name!r}"
     if bad:
-        raise UnsupportedModelError(f"{node.op_type} activations {bad} are not supported", where=where_n,
-                                    fix=f"use {sorted(ACTIVATIONS)}")
+        raise UnsupportedModelError(
+            f"{node.op_type} activations {bad} are not supported", where=where_n, fix=f"use {sorted(ACTIVATIONS)}"
+        )
     x = ins[0]
     if x not in shapes:
-        raise UnsupportedModelError(f"{node.op_type} input {x!r} has no static shape", where=where_n,
-                                    fix="pin every input with --input-shape")
+        raise UnsupportedModelError(
+            f"{node.op_type} input {x!r} has no static shape", where=where_n, fix="pin every input with --input-shape"
+        )
     layout = a.get("layout", 0)
     T, B = (shapes[x][1], shapes[x][0]) if layout == 1 else (shapes[x][0], shapes[x][1])
     if layout == 1:
@@ -77,8 +80,9 @@ def _setup(node, em: Emitter, shapes, consts, where, gates: int, default_acts: l
     mask = None  # per step t: [B, 1] 1/0 of t < sequence_lens, or None when every length is T
     if ins[4] and not (ins[4] in consts and np.all(consts[ins[4]] == T)):
         lens = em.op("Cast", [em.reshape(ins[4], [B, 1])], to=onnx.TensorProto.INT64)
-        mask = {t: em.op("CastLike", [em.op("Less", [em.const(np.array(t, np.int64), "t"), lens]), x])
-                for t in range(T)}
+        mask = {
+            t: em.op("CastLike", [em.op("Less", [em.const(np.array(t, np.int64), "t"), lens]), x]) for t in range(T)
+        }
     return a, ins, x, ndir, direction, acts, T, B, H, w, mask
 
 
@@ -139,16 +143,17 @@ def _project(em: Emitter, w: _Weights, x: str, ins, d: int, G: int, H: int, bias
 
 
 def decompose_lstm(node, em: Emitter, shapes, consts, where) -> None:
-    a, ins, x, ndir, direction, acts, T, B, H, w, mask = _setup(node, em, shapes, consts, where, 4,
-                                                                ["Sigmoid", "Tanh", "Tanh"])
+    a, ins, x, ndir, direction, acts, T, B, H, w, mask = _setup(
+        node, em, shapes, consts, where, 4, ["Sigmoid", "Tanh", "Tanh"]
+    )
     clip, input_forget = a.get("clip"), a.get("input_forget", 0)
     layout = a.get("layout", 0)
     per_dir = []
     for d in range(ndir):
-        f, g, hact = acts[3 * d: 3 * d + 3]
+        f, g, hact = acts[3 * d : 3 * d + 3]
         xw = _project(em, w, x, ins, d, 4, H, w.bias_sum(ins[3], d, 4 * H, "b") if ins[3] else None)
         rt = w.mat_t(ins[2], d, 0, 4 * H, "Rt")
-        pi, po, pf = ((w.vec(ins[7], d, k * H, (k + 1) * H, "p") for k in range(3)) if ins[7] else (None,) * 3)
+        pi, po, pf = (w.vec(ins[7], d, k * H, (k + 1) * H, "p") for k in range(3)) if ins[7] else (None,) * 3
         h, c = _initial(em, w, ins, 5, d, B, H, layout), _initial(em, w, ins, 6, d, B, H, layout)
         ys = {}
         for t in _steps(direction, d, T):
@@ -170,17 +175,16 @@ def decompose_lstm(node, em: Emitter, shapes, consts, where) -> None:
 
 
 def decompose_gru(node, em: Emitter, shapes, consts, where) -> None:
-    a, ins, x, ndir, direction, acts, T, B, H, w, mask = _setup(node, em, shapes, consts, where, 3,
-                                                                ["Sigmoid", "Tanh"])
+    a, ins, x, ndir, direction, acts, T, B, H, w, mask = _setup(node, em, shapes, consts, where, 3, ["Sigmoid", "Tanh"])
     clip, lbr = a.get("clip"), a.get("linear_before_reset", 0)
     per_dir = []
     for d in range(ndir):
-        f, g = acts[2 * d: 2 * d + 2]
+        f, g = acts[2 * d : 2 * d + 2]
         xw = _project(em, w, x, ins, d, 3, H, w.vec(ins[3], d, 0, 3 * H, "wb") if ins[3] else None)
         rt_zr, rt_h = w.mat_t(ins[2], d, 0, 2 * H, "Rzr"), w.mat_t(ins[2], d, 2 * H, 3 * H, "Rh")
         rb_zr = w.vec(ins[3], d, 3 * H, 5 * H, "rbzr") if ins[3] else None
         rb_h = w.vec(ins[3], d, 5 * H, 6 * H, "rbh") if ins[3] else None
-        add_b = lambda v, b: em.op("Add", [v, b]) if b else v  # noqa: E731
+        add_b = lambda v, b: em.op("Add", [v, b]) if b else v
         h = _initial(em, w, ins, 5, d, B, H, a.get("layout", 0))
         ys = {}
         for t in _steps(direction, d, T):

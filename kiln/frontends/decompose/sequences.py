@@ -4,6 +4,7 @@ long as its length is; its SplitToSequence, though, needs a constant split and s
 chunk size into equal sections (ONNX makes the last chunk shorter), so Kiln writes SplitToSequence
 as Split (+ Squeeze for keepdims=0) into SequenceConstruct. A split computed from data gives a
 data-dependent number of elements: refused by name."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -27,11 +28,14 @@ def split_to_sequence(node, em: Emitter, shapes, consts, where) -> None:
     if split and split not in consts:
         raise UnsupportedModelError(
             f"SplitToSequence with a split {split!r} computed from data has a run-time number of elements",
-            where=where_n, fix="make the split sizes a constant (an initializer), or freeze the input with "
-            "--freeze-input NAME=VALUE if it is known")
+            where=where_n,
+            fix="make the split sizes a constant (an initializer), or freeze the input with "
+            "--freeze-input NAME=VALUE if it is known",
+        )
     if x not in shapes:
-        raise UnsupportedModelError(f"SplitToSequence input {x!r} has no static shape", where=where_n,
-                                    fix="pin every input with --input-shape")
+        raise UnsupportedModelError(
+            f"SplitToSequence input {x!r} has no static shape", where=where_n, fix="pin every input with --input-shape"
+        )
     rank = len(shapes[x])
     axis = _attr(node, "axis", 0) % rank
     dim = shapes[x][axis]
@@ -47,8 +51,11 @@ def split_to_sequence(node, em: Emitter, shapes, consts, where) -> None:
         parts = [em.op("Identity", [x])]
     elif opset >= 13:
         parts = [em.name("part") for _ in sizes]
-        em.nodes.append(onnx.helper.make_node("Split", [x, em.const(np.array(sizes, np.int64), "split")], parts,
-                                              name=em.name("Split"), axis=axis))
+        em.nodes.append(
+            onnx.helper.make_node(
+                "Split", [x, em.const(np.array(sizes, np.int64), "split")], parts, name=em.name("Split"), axis=axis
+            )
+        )
     else:
         parts = [em.name("part") for _ in sizes]
         em.nodes.append(onnx.helper.make_node("Split", [x], parts, name=em.name("Split"), axis=axis, split=sizes))

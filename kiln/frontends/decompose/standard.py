@@ -12,8 +12,8 @@ out by hand in standard_math.py.
 
 The rewrite interface passes shapes but not element types, so the types come from ONNX's shape
 inference over the model being decomposed (found on the caller's frame: decompose()'s `model`)."""
-from __future__ import annotations
 
+from __future__ import annotations
 
 import numpy as np
 import onnx
@@ -24,8 +24,9 @@ from .emitter import CURRENT_MODEL, Emitter
 DEFAULT_DOMAINS = ("", "ai.onnx")
 MAX_DEPTH = 4  # function bodies calling function ops, inlined this deep at most
 FOLD_LIMIT = 1 << 16  # elements: a body's constants are shapes, scales and masks, not weights
-NOT_FOLDED = frozenset({"RandomNormal", "RandomUniform", "RandomNormalLike", "RandomUniformLike", "Bernoulli",
-                        "Multinomial", "Dropout"})
+NOT_FOLDED = frozenset(
+    {"RandomNormal", "RandomUniform", "RandomNormalLike", "RandomUniformLike", "Bernoulli", "Multinomial", "Dropout"}
+)
 
 
 def _attrs(node) -> dict:
@@ -48,7 +49,7 @@ def _model_types(model: onnx.ModelProto | None) -> dict:
     if _TYPES[0] is not model:
         try:
             inferred = onnx.shape_inference.infer_shapes(model, strict_mode=False, data_prop=True)
-        except Exception:  # noqa: BLE001 - no types: the rewrites that need them keep their node
+        except Exception:
             inferred = model
         g = inferred.graph
         types = {v.name: v.type for v in list(g.value_info) + list(g.input) + list(g.output)}
@@ -73,6 +74,7 @@ def _elem_type(types: dict, consts: dict, name: str) -> int | None:
 
 # ------------------------------------------------------------------------------------------ function bodies
 
+
 def _function(node, types: dict, opset: int) -> onnx.FunctionProto | None:
     """The schema's function body for `node` at the model's opset, or None when ONNX defines none."""
     try:
@@ -89,10 +91,11 @@ def _function(node, types: dict, opset: int) -> onnx.FunctionProto | None:
             if any(i and not t.HasField("tensor_type") for i, t in zip(node.input, in_types)):
                 return None  # the body depends on the input types, which are not known
             raw = schema.get_context_dependent_function_with_opset_version(
-                max(ctx), node.SerializeToString(), [t.SerializeToString() for t in in_types])
+                max(ctx), node.SerializeToString(), [t.SerializeToString() for t in in_types]
+            )
         else:
             return None
-    except Exception:  # noqa: BLE001 - ONNX's builder refused this node: keep it
+    except Exception:
         return None
     if not raw:
         return None
@@ -153,15 +156,17 @@ def _infer_types(nodes: list, node, types: dict, opset: int, known: dict | None 
     """Types (with shapes) of the values of an inlined body, the constants found so far given as
     initializers so that the shapes they decide are known too."""
     known = {k: v for k, v in (known or {}).items() if v.size <= FOLD_LIMIT}
-    ins = [helper.make_value_info(i, types[i]) for i in dict.fromkeys(node.input)
-           if i and i in types and i not in known]
+    ins = [
+        helper.make_value_info(i, types[i]) for i in dict.fromkeys(node.input) if i and i in types and i not in known
+    ]
     inits = [onnx.numpy_helper.from_array(v, k) for k, v in known.items()]
-    g = helper.make_graph(nodes, "body", ins, [helper.make_value_info(o, onnx.TypeProto()) for o in node.output if o],
-                          initializer=inits)
+    g = helper.make_graph(
+        nodes, "body", ins, [helper.make_value_info(o, onnx.TypeProto()) for o in node.output if o], initializer=inits
+    )
     m = helper.make_model(g, opset_imports=[helper.make_opsetid("", opset)])
     try:
         m = onnx.shape_inference.infer_shapes(m, strict_mode=False, data_prop=True)
-    except Exception:  # noqa: BLE001
+    except Exception:
         return types
     return {**types, **{v.name: v.type for v in m.graph.value_info}}
 
@@ -175,8 +180,11 @@ def _expand(node, types: dict, opset: int, prefix: str, depth: int = 0) -> list 
         inner = _infer_types(nodes, node, types, opset)
         out = []
         for k, n in enumerate(nodes):
-            sub = _expand(n, inner, opset, f"{prefix}{k}/", depth + 1) \
-                if n.op_type in FUNCTION_OPS and n.domain in DEFAULT_DOMAINS else None
+            sub = (
+                _expand(n, inner, opset, f"{prefix}{k}/", depth + 1)
+                if n.op_type in FUNCTION_OPS and n.domain in DEFAULT_DOMAINS
+                else None
+            )
             out.extend(sub if sub is not None else [n])
         nodes = out
     return nodes
@@ -187,21 +195,32 @@ def _fold_node(n, inner: dict, known: dict, folded: dict, opset: int, evaluator)
     value = None
     if n.op_type in ("Shape", "Size") and n.input[0] in inner:
         t = inner[n.input[0]].tensor_type
-        dims = [d.dim_value if d.HasField("dim_value") else None for d in t.shape.dim] \
-            if t.HasField("shape") else [None]
+        dims = (
+            [d.dim_value if d.HasField("dim_value") else None for d in t.shape.dim] if t.HasField("shape") else [None]
+        )
         if None not in dims:
             a = _attrs(n)
             shape = np.array(dims, np.int64)
-            value = [shape[a.get("start", 0):a.get("end", len(dims))]] if n.op_type == "Shape" \
+            value = (
+                [shape[a.get("start", 0) : a.get("end", len(dims))]]
+                if n.op_type == "Shape"
                 else [np.array(int(np.prod(dims)), np.int64)]
-    elif n.op_type == "CastLike" and n.input[0] in known and n.input[1] in inner \
-            and inner[n.input[1]].tensor_type.elem_type:  # only the target's type matters, not its value
+            )
+    elif (
+        n.op_type == "CastLike"
+        and n.input[0] in known
+        and n.input[1] in inner
+        and inner[n.input[1]].tensor_type.elem_type
+    ):  # only the target's type matters, not its value
         value = [known[n.input[0]].astype(helper.tensor_dtype_to_np_dtype(inner[n.input[1]].tensor_type.elem_type))]
-    elif (n.op_type not in NOT_FOLDED and all(not i or i in known for i in n.input)
-          and not any(a.type in (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS) for a in n.attribute)):
+    elif (
+        n.op_type not in NOT_FOLDED
+        and all(not i or i in known for i in n.input)
+        and not any(a.type in (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS) for a in n.attribute)
+    ):
         try:
             value = evaluator(n, opsets={"": opset}).run(None, {i: known[i] for i in n.input if i})
-        except Exception:  # noqa: BLE001 - not foldable here: TVM gets the node
+        except Exception:
             value = None
     if value is None or len(value) != len(n.output) or any(np.asarray(v).size > FOLD_LIMIT for v in value):
         return False

@@ -9,8 +9,8 @@ training mode, ConvTranspose's output_shape, MaxPool's Indices output. Equal on 
 
 Every rewrite relies on static shapes (the importer pins them first); a rewrite returns False to keep
 TVM's converter where that one is right (or where the shapes it needs are unknown)."""
-from __future__ import annotations
 
+from __future__ import annotations
 
 import numpy as np
 import onnx
@@ -44,11 +44,14 @@ def _dtype(name: str, consts: dict) -> int | None:
     if _TYPES[0] is not model:
         try:
             inferred = onnx.shape_inference.infer_shapes(model, strict_mode=False)
-        except Exception:  # noqa: BLE001 - no types: the rewrites that need them keep their node
+        except Exception:
             inferred = model
         g = inferred.graph
-        types = {v.name: v.type.tensor_type.elem_type for v in list(g.value_info) + list(g.input) + list(g.output)
-                 if v.type.HasField("tensor_type")}
+        types = {
+            v.name: v.type.tensor_type.elem_type
+            for v in list(g.value_info) + list(g.input) + list(g.output)
+            if v.type.HasField("tensor_type")
+        }
         types.update({t.name: t.data_type for t in g.initializer})
         _TYPES[:] = [model, types]
     return _TYPES[1].get(name) or None
@@ -80,6 +83,7 @@ def _const_int(name: str, consts: dict):
 
 # ------------------------------------------------------------------------------------------ elementwise
 
+
 def pow_(node, em: Emitter, shapes, consts, where):
     """TVM's power takes two operands of one float dtype: cast the exponent to the base's float type, and
     compute an integer base in float64 (exact for the integers a pow of int64 can hold), rounded back."""
@@ -105,8 +109,10 @@ def mod(node, em: Emitter, shapes, consts, where):
     x, y = node.input
     m = em.op("Mod", [x, y], fmod=1)
     zero = em.const(np.zeros((), _np(t)), "zero")
-    fix = em.op("And", [em.op("Not", [em.op("Equal", [m, zero])]),
-                        em.op("Xor", [em.op("Less", [y, zero]), em.op("Less", [m, zero])])])
+    fix = em.op(
+        "And",
+        [em.op("Not", [em.op("Equal", [m, zero])]), em.op("Xor", [em.op("Less", [y, zero]), em.op("Less", [m, zero])])],
+    )
     em.op("Where", [fix, em.op("Add", [m, y]), m], out=node.output[0])
     return True
 
@@ -139,17 +145,22 @@ def _hyperbolic(sign: float):
         s = em.op("Add" if sign > 0 else "Sub", [e, en])
         em.op("Mul", [s, em.const(np.array(0.5, _np(t)), "half")], out=node.output[0])
         return True
+
     return rewrite
 
 
 def equal(node, em: Emitter, shapes, consts, where):
     if _dtype(node.input[0], consts) == TensorProto.STRING:
-        raise UnsupportedModelError(f"Equal on string tensors is not supported (no string type in TVM)",
-                                    where=where, fix="compare the strings before the model, or encode them as ids")
+        raise UnsupportedModelError(
+            "Equal on string tensors is not supported (no string type in TVM)",
+            where=where,
+            fix="compare the strings before the model, or encode them as ids",
+        )
     return False
 
 
 # ------------------------------------------------------------------------------------------ scans, norms
+
 
 def cum_prod(node, em: Emitter, shapes, consts, where):
     """y[i] = prod of x[j] over j <= i (exclusive: j < i; reverse: j >= i): x broadcast against a constant
@@ -157,8 +168,11 @@ def cum_prod(node, em: Emitter, shapes, consts, where):
     shape, axis_v = shapes.get(node.input[0]), _const_int(node.input[1], consts)
     t = _dtype(node.input[0], consts)
     if axis_v is None:
-        raise UnsupportedModelError("CumProd needs a constant axis", where=where,
-                                    fix="export it as an initializer, or freeze that input (--freeze-input)")
+        raise UnsupportedModelError(
+            "CumProd needs a constant axis",
+            where=where,
+            fix="export it as an initializer, or freeze that input (--freeze-input)",
+        )
     if shape is None or t is None:
         return False
     a = _attrs(node)
@@ -166,8 +180,9 @@ def cum_prod(node, em: Emitter, shapes, consts, where):
     axis = _axis(int(axis_v.reshape(-1)[0]), rank)
     n = shape[axis]
     if n * int(np.prod(shape, dtype=np.int64)) > MAX_CONST * 4:
-        raise UnsupportedModelError(f"CumProd over an axis of {n} is too large to unroll", where=where,
-                                    fix="use a shorter axis")
+        raise UnsupportedModelError(
+            f"CumProd over an axis of {n} is too large to unroll", where=where, fix="use a shorter axis"
+        )
     i, j = np.arange(n)[:, None], np.arange(n)[None, :]
     rev, exc = a.get("reverse", 0), a.get("exclusive", 0)
     mask = (j > i if exc else j >= i) if rev else (j < i if exc else j <= i)
@@ -184,8 +199,9 @@ def lp_normalization(node, em: Emitter, shapes, consts, where):
     a = _attrs(node)
     p, axis = a.get("p", 2), a.get("axis", -1)
     if p not in (1, 2):
-        raise UnsupportedModelError(f"LpNormalization with p={p} (ONNX allows 1 or 2)", where=where,
-                                    fix="use p=1 or p=2")
+        raise UnsupportedModelError(
+            f"LpNormalization with p={p} (ONNX allows 1 or 2)", where=where, fix="use p=1 or p=2"
+        )
     t = _dtype(node.input[0], consts)
     if t is None:
         return False
@@ -219,8 +235,14 @@ def batch_norm(node, em: Emitter, shapes, consts, where):
     for k, (run, cur) in enumerate(((mean, bmean), (var, bvar)), start=1):
         if len(node.output) > k and node.output[k]:
             c = em.op("Reshape", [cur, flat])
-            em.op("Add", [em.op("Mul", [run, em.const(np.array(mom, dt), "mom")]),
-                          em.op("Mul", [c, em.const(np.array(1 - mom, dt), "mom1")])], out=node.output[k])
+            em.op(
+                "Add",
+                [
+                    em.op("Mul", [run, em.const(np.array(mom, dt), "mom")]),
+                    em.op("Mul", [c, em.const(np.array(1 - mom, dt), "mom1")]),
+                ],
+                out=node.output[k],
+            )
     return True
 
 
@@ -231,8 +253,11 @@ def det(node, em: Emitter, shapes, consts, where):
         return False
     n = shape[-1]
     if n > 4 or n != shape[-2]:
-        raise UnsupportedModelError(f"Det of {n}x{shape[-2]} matrices: only square ones up to 4x4",
-                                    where=where, fix="compute the determinant outside the model")
+        raise UnsupportedModelError(
+            f"Det of {n}x{shape[-2]} matrices: only square ones up to 4x4",
+            where=where,
+            fix="compute the determinant outside the model",
+        )
     batch = list(shape[:-2])
     flat = em.reshape(node.input[0], batch + [n * n])
     el = {}
@@ -247,7 +272,7 @@ def det(node, em: Emitter, shapes, consts, where):
             return e(rows[0], cols[0])
         acc = None
         for k, c in enumerate(cols):
-            term = em.op("Mul", [e(rows[0], c), minor(rows[1:], cols[:k] + cols[k + 1:])])
+            term = em.op("Mul", [e(rows[0], c), minor(rows[1:], cols[:k] + cols[k + 1 :])])
             acc = term if acc is None else em.op("Add" if k % 2 == 0 else "Sub", [acc, term])
         return acc
 
@@ -257,6 +282,7 @@ def det(node, em: Emitter, shapes, consts, where):
 
 
 # ------------------------------------------------------------------------------------------ layout
+
 
 def reverse_sequence(node, em: Emitter, shapes, consts, where):
     """GatherElements along time with src[t, b] = len[b] - 1 - t where t < len[b], else t."""
@@ -364,8 +390,11 @@ def col2im(node, em: Emitter, shapes, consts, where):
     shape = shapes.get(node.input[0])
     img, blk = _const_int(node.input[1], consts), _const_int(node.input[2], consts)
     if shape is None or img is None or blk is None:
-        raise UnsupportedModelError(f"Col2Im needs constant image_shape and block_shape", where=where,
-                                    fix="export them as initializers, or freeze those inputs (--freeze-input)")
+        raise UnsupportedModelError(
+            "Col2Im needs constant image_shape and block_shape",
+            where=where,
+            fix="export them as initializers, or freeze those inputs (--freeze-input)",
+        )
     a = _attrs(node)
     nd = len(img)
     dil, strides = a.get("dilations", [1] * nd), a.get("strides", [1] * nd)
@@ -373,16 +402,18 @@ def col2im(node, em: Emitter, shapes, consts, where):
     n, ck, L = shape
     K = int(np.prod(blk))
     c = ck // K
-    grid = [(int(img[i]) + pads[i] + pads[i + nd] - dil[i] * (int(blk[i]) - 1) - 1) // strides[i] + 1
-            for i in range(nd)]
+    grid = [
+        (int(img[i]) + pads[i] + pads[i + nd] - dil[i] * (int(blk[i]) - 1) - 1) // strides[i] + 1 for i in range(nd)
+    ]
     P = int(np.prod(img))
     if K * L * P > MAX_CONST:
-        raise UnsupportedModelError(f"Col2Im too large to lower ({K}x{L} blocks onto {P} pixels)",
-                                    where=where, fix="use a smaller image")
+        raise UnsupportedModelError(
+            f"Col2Im too large to lower ({K}x{L} blocks onto {P} pixels)", where=where, fix="use a smaller image"
+        )
     S = np.zeros((K, L, P), _np(_dtype(node.input[0], consts) or TensorProto.FLOAT))
     koff = np.stack(np.unravel_index(np.arange(K), tuple(int(b) for b in blk)), -1)  # [K, nd]
     lpos = np.stack(np.unravel_index(np.arange(L), tuple(grid)), -1)  # [L, nd]
-    coord = (lpos[None] * np.array(strides) - np.array(pads[:nd]) + koff[:, None] * np.array(dil))  # [K, L, nd]
+    coord = lpos[None] * np.array(strides) - np.array(pads[:nd]) + koff[:, None] * np.array(dil)  # [K, L, nd]
     inside = np.all((coord >= 0) & (coord < img), -1)
     kk, ll = np.nonzero(inside)
     S[kk, ll, np.ravel_multi_index(tuple(coord[kk, ll].T), tuple(int(v) for v in img))] = 1
@@ -417,8 +448,9 @@ def max_pool(node, em: Emitter, shapes, consts, where):
     K, O, spatial = int(np.prod(kernel)), int(np.prod(out)), tuple(shape[2:])
     H = int(np.prod(spatial))
     if K * O > MAX_CONST:
-        raise UnsupportedModelError(f"MaxPool with Indices too large to lower", where=where,
-                                    fix="drop the Indices output")
+        raise UnsupportedModelError(
+            "MaxPool with Indices too large to lower", where=where, fix="drop the Indices output"
+        )
     koff = np.stack(np.unravel_index(np.arange(K), tuple(kernel)), -1)
     opos = np.stack(np.unravel_index(np.arange(O), tuple(out)), -1)
     coord = opos[:, None] * np.array(strides) - np.array(lo) + koff[None] * np.array(dil)  # [O, K, nd]
@@ -433,22 +465,32 @@ def max_pool(node, em: Emitter, shapes, consts, where):
     xf = em.op("Concat", [xf, pad], axis=2)
     win = em.op("Gather", [xf, em.const(gidx.astype(np.int64), "win")], axis=2)  # [n, c, O, K]
     arg = em.op("ArgMax", [win], axis=3, keepdims=1)  # [n, c, O, 1]
-    em.op("Reshape", [_reduce(em, "ReduceMax", win, [3], 0),
-                      em.const(np.array([n, c] + out, np.int64))], out=node.output[0])
+    em.op(
+        "Reshape",
+        [_reduce(em, "ReduceMax", win, [3], 0), em.const(np.array([n, c] + out, np.int64))],
+        out=node.output[0],
+    )
     # flat index of each (O, K) candidate in the whole input tensor, without the n, c part
     sp = np.ravel_multi_index(tuple(clipped.reshape(-1, nd).T), spatial, order=order).reshape(O, K)
-    loc = em.op("GatherElements", [em.op("Expand", [em.const(sp.astype(np.int64), "loc"),
-                                                    em.const(np.array([n, c, O, K], np.int64))]), arg], axis=3)
+    loc = em.op(
+        "GatherElements",
+        [em.op("Expand", [em.const(sp.astype(np.int64), "loc"), em.const(np.array([n, c, O, K], np.int64))]), arg],
+        axis=3,
+    )
     base = np.arange(n * c, dtype=np.int64).reshape(n, c, 1, 1) * H
     if order == "F":  # column-major over (n, c, spatial...): n + N*(c + C*spatial_F)
         base = (np.arange(n)[:, None] + n * np.arange(c)[None, :]).reshape(n, c, 1, 1).astype(np.int64)
         loc = em.op("Mul", [loc, em.const(np.array(n * c, np.int64))])
-    em.op("Reshape", [em.op("Add", [loc, em.const(base, "base")]),
-                      em.const(np.array([n, c] + out, np.int64))], out=node.output[1])
+    em.op(
+        "Reshape",
+        [em.op("Add", [loc, em.const(base, "base")]), em.const(np.array([n, c] + out, np.int64))],
+        out=node.output[1],
+    )
     return True
 
 
 # ------------------------------------------------------------------------------------------ resize
+
 
 def _resize_ref(node, opset: int, data: np.ndarray, params: list, extrapolation: float | None = None) -> np.ndarray:
     """onnx's reference Resize (or Upsample) of `data` with the node's attributes and constant params."""
@@ -467,8 +509,13 @@ def _resize_ref(node, opset: int, data: np.ndarray, params: list, extrapolation:
             if a.name == "extrapolation_value":
                 a.f = extrapolation
     inits = [onnx.numpy_helper.from_array(p, nm) for p, nm in zip(params, names) if p is not None]
-    g = helper.make_graph([n], "r", [helper.make_tensor_value_info("x", TensorProto.DOUBLE, list(data.shape))],
-                          [helper.make_tensor_value_info("y", TensorProto.DOUBLE, None)], inits)
+    g = helper.make_graph(
+        [n],
+        "r",
+        [helper.make_tensor_value_info("x", TensorProto.DOUBLE, list(data.shape))],
+        [helper.make_tensor_value_info("y", TensorProto.DOUBLE, None)],
+        inits,
+    )
     m = helper.make_model(g, opset_imports=[helper.make_opsetid("", opset)])
     return np.asarray(ReferenceEvaluator(m).run(None, {"x": data.astype(np.float64)})[0])
 
@@ -483,23 +530,33 @@ def resize(node, em: Emitter, shapes, consts, where):
         inputs = [""] + inputs[:1] + [""]
     missing = [i for i in inputs if i and i not in consts]
     if missing:
-        raise UnsupportedModelError(f"{node.op_type} needs constant roi/scales/sizes ({', '.join(missing)})",
-                                    where=where, fix="export them as initializers, or freeze them (--freeze-input)")
+        raise UnsupportedModelError(
+            f"{node.op_type} needs constant roi/scales/sizes ({', '.join(missing)})",
+            where=where,
+            fix="export them as initializers, or freeze them (--freeze-input)",
+        )
     t = _dtype(node.input[0], consts)
     if shape is None or oshape is None or t is None:
         return False
     a = _attrs(node)
-    dec = lambda v: v.decode() if isinstance(v, bytes) else v  # noqa: E731
+    dec = lambda v: v.decode() if isinstance(v, bytes) else v
     mode, ctm = dec(a.get("mode", b"nearest")), dec(a.get("coordinate_transformation_mode", b"half_pixel"))
     params = [np.asarray(consts[i]) if i and np.asarray(consts[i]).size else None for i in inputs]
     if node.op_type == "Upsample":
         params = params[1:2]
     rank = len(shape)
     ratios = [o / i for o, i in zip(oshape, shape)]
-    simple = (rank == 4 and mode in ("nearest", "linear") and "axes" not in a and not a.get("antialias", 0)
-              and dec(a.get("keep_aspect_ratio_policy", b"stretch")) == "stretch" and ctm != "half_pixel_symmetric"
-              and ctm != "tf_crop_and_resize" and all(r >= 1 and r == int(r) for r in ratios)
-              and node.op_type == "Resize")
+    simple = (
+        rank == 4
+        and mode in ("nearest", "linear")
+        and "axes" not in a
+        and not a.get("antialias", 0)
+        and dec(a.get("keep_aspect_ratio_policy", b"stretch")) == "stretch"
+        and ctm != "half_pixel_symmetric"
+        and ctm != "tf_crop_and_resize"
+        and all(r >= 1 and r == int(r) for r in ratios)
+        and node.op_type == "Resize"
+    )
     if simple:
         return False
     if t not in FLOATS and mode != "nearest":
@@ -508,7 +565,7 @@ def resize(node, em: Emitter, shapes, consts, where):
     try:
         ones = _resize_ref(node, opset, np.ones(shape), params, 0.0)  # 1 inside, 0 where extrapolated
         mats = {i: _axis_matrix(node, opset, shape, params, i) for i in range(rank)}
-    except Exception:  # noqa: BLE001 - a mode the reference lacks (Upsample linear): TVM's converter decides
+    except Exception:
         return False
     mats = {i: M for i, M in mats.items() if M.shape[0] != M.shape[1] or not np.allclose(M, np.eye(M.shape[0]))}
     x = node.input[0]
@@ -582,8 +639,23 @@ def _axis_matrix(node, opset: int, shape, params: list, i: int) -> np.ndarray:
 
 
 REWRITES = {
-    "Pow": pow_, "Mod": mod, "IsInf": is_inf, "Cosh": _hyperbolic(1.0), "Sinh": _hyperbolic(-1.0), "Equal": equal,
-    "CumProd": cum_prod, "LpNormalization": lp_normalization, "BatchNormalization": batch_norm, "Det": det,
-    "ReverseSequence": reverse_sequence, "SpaceToDepth": space_to_depth, "EyeLike": eye_like, "Dropout": dropout,
-    "ConvTranspose": conv_transpose, "Col2Im": col2im, "MaxPool": max_pool, "Resize": resize, "Upsample": resize,
+    "Pow": pow_,
+    "Mod": mod,
+    "IsInf": is_inf,
+    "Cosh": _hyperbolic(1.0),
+    "Sinh": _hyperbolic(-1.0),
+    "Equal": equal,
+    "CumProd": cum_prod,
+    "LpNormalization": lp_normalization,
+    "BatchNormalization": batch_norm,
+    "Det": det,
+    "ReverseSequence": reverse_sequence,
+    "SpaceToDepth": space_to_depth,
+    "EyeLike": eye_like,
+    "Dropout": dropout,
+    "ConvTranspose": conv_transpose,
+    "Col2Im": col2im,
+    "MaxPool": max_pool,
+    "Resize": resize,
+    "Upsample": resize,
 }

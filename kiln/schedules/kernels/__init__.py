@@ -2,6 +2,7 @@
 code generator has no bfloat vector type). Compiled once per process with the host C compiler,
 linked into every artifact library that calls them, and loaded into this process (RTLD_GLOBAL)
 so in-process builds resolve them too."""
+
 from __future__ import annotations
 
 import ctypes
@@ -19,26 +20,37 @@ SOURCES = {"bf16_conv": (Path(__file__).parent / "bf16_conv.c", ["-mavx512f", "-
 FLAGS = ["-O3", "-fPIC"]
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def build(name: str) -> tuple[str, str]:
     """(object file, shared library) of a kernel, cached by source digest in a per-user folder."""
     src, arch = SOURCES[name]
     cc = shutil.which("gcc") or shutil.which("cc") or shutil.which("clang")
     if cc is None:
-        raise CompileError(f"the {name} kernel needs a C compiler and none is installed", where="bf16",
-                           fix="install gcc, or compile with --precision fp32")
+        raise CompileError(
+            f"the {name} kernel needs a C compiler and none is installed",
+            where="bf16",
+            fix="install gcc, or compile with --precision fp32",
+        )
     digest = hashlib.sha256(src.read_bytes() + " ".join(FLAGS + arch).encode()).hexdigest()[:16]
     root = Path(os.environ.get("KILN_CACHE", Path(tempfile.gettempdir()) / f"kiln-kernels-{os.getuid()}"))
     root.mkdir(parents=True, exist_ok=True)
     obj, so = root / f"{name}-{digest}.o", root / f"{name}-{digest}.so"
     if not so.exists():
-        with tempfile.TemporaryDirectory(dir=root) as tmp:  # build beside, rename into place: concurrent compiles are safe
+        with tempfile.TemporaryDirectory(
+            dir=root
+        ) as tmp:  # build beside, rename into place: concurrent compiles are safe
             t_obj, t_so = Path(tmp) / obj.name, Path(tmp) / so.name
-            for cmd in ([cc, *FLAGS, *arch, "-c", str(src), "-o", str(t_obj)], [cc, "-shared", str(t_obj), "-o", str(t_so)]):
+            for cmd in (
+                [cc, *FLAGS, *arch, "-c", str(src), "-o", str(t_obj)],
+                [cc, "-shared", str(t_obj), "-o", str(t_so)],
+            ):
                 r = subprocess.run(cmd, capture_output=True, text=True)
                 if r.returncode:
-                    raise CompileError(f"compiling the {name} kernel failed: {r.stderr.strip().splitlines()[-1] if r.stderr.strip() else r.returncode}",
-                                       where=str(src), fix="check that the C compiler supports -mavx512bf16 (gcc 10+), or use --precision fp32")
+                    raise CompileError(
+                        f"compiling the {name} kernel failed: {r.stderr.strip().splitlines()[-1] if r.stderr.strip() else r.returncode}",
+                        where=str(src),
+                        fix="check that the C compiler supports -mavx512bf16 (gcc 10+), or use --precision fp32",
+                    )
             os.replace(t_obj, obj)
             os.replace(t_so, so)
     ctypes.CDLL(str(so), mode=ctypes.RTLD_GLOBAL)  # in-process JIT builds resolve the symbol here
