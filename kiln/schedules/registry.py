@@ -7,7 +7,7 @@ from collections.abc import Callable
 
 from tvm import s_tir
 
-from . import rules
+from . import int8, rules
 from .dwpw import depthwise_pointwise
 from .winograd import winograd_nchwc
 
@@ -16,8 +16,8 @@ RULES: dict[tuple[str, str], Callable] = {
     ("cpu", "conv2d_nchw"): rules.conv_nchw_pointwise,
     ("cpu", "conv2d_nchw_oc"): rules.conv_nchw_oc_vectorized,
     ("cpu", "depthwise_nchw"): rules.depthwise_nchw,
-    ("cpu", "conv2d_int8"): rules.conv2d_int8_vnni,
-    ("cpu", "matmul_int8"): rules.matmul_int8_vnni,
+    ("cpu", "conv2d_int8"): int8.conv2d_int8_vnni,
+    ("cpu", "matmul_int8"): int8.matmul_int8_vnni,
     ("cpu", "matmul"): rules.reduction_tiled,
     ("cpu", "pool"): rules.reduction_tiled,
     ("cpu", "reduction"): rules.reduction_tiled,
