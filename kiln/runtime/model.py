@@ -28,6 +28,10 @@ def _import_tvm_runtime():
     import tvm
     from tvm.runtime.vm import VirtualMachine
 
+    from .builtins import register
+
+    register(tvm)  # NonZero/Unique's VM builtins live in tvm.relax, which the runtime never imports
+
     return tvm, VirtualMachine
 
 
@@ -233,13 +237,14 @@ class Model:
                 out = entry(*args, *weights)
                 outs = [out] if hasattr(out, "numpy") else list(out)
                 return [o.numpy() for o in outs]
-            except Exception as e:  # the library disagrees with its manifest (edited, or a mismatched build)
+            except Exception as e:  # inputs matched the manifest: a Kiln bug, or a library edited after the build
                 msg = str(e).strip().splitlines()
                 raise art.ArtifactError(
-                    f"the model's code rejected bucket {self.buckets[i].name!r}: {type(e).__name__}: "
+                    f"the compiled code of bucket {self.buckets[i].name!r} failed at run time: {type(e).__name__}: "
                     f"{msg[-1] if msg else ''}",
                     where=str(self.path),
-                    fix="the artifact is inconsistent (its manifest does not match its library); recompile it",
+                    fix="the inputs match the manifest, so this is a Kiln bug (or a library changed after the "
+                    "build): recompile, and if it persists report it with the model and this input",
                 ) from None
 
 

@@ -1,0 +1,82 @@
+"""The VM builtins a Relax artifact may call that TVM implements in Python inside `tvm.relax` (the
+compiler package): `relax.run.nonzero` (ONNX NonZero), `relax.run.unique` (Unique) and
+`relax.run.shape_to_tensor` (a shape read back as data). The runtime never imports the compiler, so
+without these an artifact holding such an op fails to load ("Cannot find ffi::Function
+relax.run.nonzero") while it ran in the process that compiled it. Same semantics as TVM's own
+(tvm/relax/op/set.py, base.py), on numpy; registered only where TVM's are absent.
+
+The contrib kernels TopK, sort and argsort call (`tvm.contrib.sort.*`) are C++ in
+libtvm_runtime_extra, which `import tvm` loads only when the compiler is loaded too: loaded here
+(it depends on libtvm_runtime alone)."""
+
+from __future__ import annotations
+
+import numpy as np
+
+NAMES = ("relax.run.nonzero", "relax.run.unique", "relax.run.shape_to_tensor")
+
+
+def _nonzero(tvm, x):
+    return tvm.runtime.tensor(np.stack(np.atleast_1d(x.numpy()).nonzero(), axis=0))
+
+
+def _unique(tvm, x, sorted_, return_index, return_inverse, return_counts, axis=None):
+    a = x.numpy()
+    axis = None if axis is None else int(axis)
+    res = np.unique(
+        a,
+        return_index=bool(return_index),
+        return_inverse=bool(return_inverse),
+        return_counts=bool(return_counts),
+        axis=axis,
+    )
+    res = list(res) if isinstance(res, tuple) else [res]
+    if not sorted_:
+        # first-occurrence order, as ONNX Unique(sorted=0) and TVM's builtin give it
+        _, first = np.unique(a, return_index=True, axis=axis)
+        order = np.argsort(first)
+        rank = np.empty_like(order)
+        rank[order] = np.arange(order.size)
+        res[0] = np.take(res[0], order, axis=0 if axis is None else axis)
+        k = 1
+        if return_index:
+            res[k] = res[k][order]
+            k += 1
+        if return_inverse:
+            res[k] = rank[res[k].reshape(-1)]
+            k += 1
+        if return_counts:
+            res[k] = res[k][order]
+    out = [tvm.runtime.tensor(np.asarray(r)) for r in res]
+    return out[0] if len(out) == 1 else tuple(out)
+
+
+def _shape_to_tensor(tvm, shape):
+    return tvm.runtime.tensor(np.asarray([int(v) for v in shape], dtype="int64"))
+
+
+def _load_runtime_extra(tvm) -> None:
+    if tvm.get_global_func("tvm.contrib.sort.topk", allow_missing=True) is not None:
+        return
+    from pathlib import Path
+
+    from tvm.base import _LOADED_LIBS
+    from tvm_ffi.libinfo import load_lib_ctypes
+
+    runtime_dir = Path(_LOADED_LIBS["tvm_runtime"]._name).resolve().parent
+    try:
+        _LOADED_LIBS["tvm_runtime_extra"] = load_lib_ctypes(
+            package="tvm", target_name="tvm_runtime_extra", extra_lib_paths=[runtime_dir], mode="RTLD_LOCAL"
+        )
+    except (OSError, RuntimeError):  # a runtime-only install without it: TopK models then fail by name
+        pass
+
+
+def register(tvm) -> None:
+    """Register the builtins TVM's compiler package would have registered, if it has not."""
+    _load_runtime_extra(tvm)
+    impls = {"relax.run.nonzero": _nonzero, "relax.run.unique": _unique, "relax.run.shape_to_tensor": _shape_to_tensor}
+    for name in NAMES:
+        if tvm.get_global_func(name, allow_missing=True) is None:
+            fn = impls[name]
+            tvm.register_global_func(name, lambda *a, _fn=fn: _fn(tvm, *a))
