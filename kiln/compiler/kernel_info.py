@@ -20,6 +20,8 @@ import tvm
 import tvm_ffi
 from tvm import relax
 
+from .ir import nbytes
+
 # kernel-name fragment -> the group of ONNX compute ops it stands for (checked in this order)
 ANCHORS = (
     ("dwpw_conv2d", "conv", 2),
@@ -109,8 +111,8 @@ def kernel_info(mod: tvm.IRModule, onnx_model=None, tuning_db: str | None = None
             "ops": [],
             "calls": 1,
             "flops": int(estimated_flops(mod[name])),
-            "bytes_read": sum(_nbytes(a) for a in args),
-            "bytes_written": _nbytes(out),
+            "bytes_read": sum(nbytes(a) for a in args),
+            "bytes_written": nbytes(out),
         }
     tuned = tuned_hashes(tuning_db, frozenset(v["flops"] for v in info.values())) if tuning_db else frozenset()
     for name, v in info.items():
@@ -170,12 +172,6 @@ def _call_sites(mod, func: str):
             if isinstance(v, relax.Call) and isinstance(v.op, tvm.ir.Op) and v.op.name == "relax.call_tir":
                 args = v.args[1].fields if isinstance(v.args[1], relax.Tuple) else [v.args[1]]
                 yield str(v.args[0].name_hint), [a.ty for a in args], b.var.ty
-
-
-def _nbytes(ty) -> int:
-    from .analysis import _nbytes as nbytes
-
-    return int(nbytes(ty))
 
 
 def _words(name: str) -> set[str]:

@@ -10,7 +10,7 @@ from collections import Counter
 import tvm
 
 from ..errors import KilnWarning, PassError, pass_errors, tvm_errors
-from . import analysis
+from . import analysis, ir
 from .options import CompileOptions
 from .passes import LiftWeights
 from .passes.convert_layout import count_layout_transforms
@@ -138,7 +138,7 @@ def _optimize(
         mod = lift(mod)
         seconds["LiftWeights"] += time.perf_counter() - t
     report.setdefault("ops_after", analysis.op_histogram(mod))
-    calls = analysis.kernels(mod)
+    calls = ir.kernels(mod)
     report["kernels"] = len(calls)
     report["fused_groups"] = [
         {"name": n, "calls": c} for n, c in Counter(calls).most_common() if n.startswith("fused_")

@@ -81,7 +81,7 @@ class ApplyTuningDatabase:
             return mod
         from tvm import relax
 
-        from ..compiler.analysis import kernels
+        from ..compiler.ir import kernels
         from .database import best_is_default, database_for_compile
 
         db = database_for_compile(self.db_dir)

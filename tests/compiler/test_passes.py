@@ -8,7 +8,7 @@ from tvm import relax
 from tvm.script import ir as I
 from tvm.script import relax as R
 
-from kiln.compiler import analysis
+from kiln.compiler import analysis, ir
 from kiln.compiler.passes import (
     CanonicalizeClip,
     ConvertLayout,
@@ -273,9 +273,7 @@ def test_convert_layout_nhwc_transforms_only_at_edges():
     before = FoldBatchNorm()(FoldConstants()(import_onnx(zoo.resnet18(size=32, classes=10), ["input:1x3x32x32"]).mod))
     p = ConvertLayout("NHWC")
     after = DeadCode()(p(before))
-    convs = [
-        c for c in analysis._calls(after["main"]) if isinstance(c.op, tvm.ir.Op) and c.op.name == "relax.nn.conv2d"
-    ]
+    convs = [c for c in ir.calls(after["main"]) if isinstance(c.op, tvm.ir.Op) and c.op.name == "relax.nn.conv2d"]
     assert len(convs) == 20 and all(c.attrs.data_layout == "NHWC" and c.attrs.kernel_layout == "OHWI" for c in convs)
     assert all(isinstance(c.args[1], tvm.ir.expr.GenericConst) for c in convs)  # weights re-laid out at compile time
     assert p.stats["layout_transforms"] <= 2  # in at the input, out before the global pool
@@ -332,7 +330,7 @@ def _kernels(mod):
         mod = tvm.transform.Sequential(
             [relax.transform.LegalizeOps(), relax.transform.AnnotateTIROpPattern(), relax.transform.FuseTIR()]
         )(mod)
-    return analysis.kernels(mod)
+    return ir.kernels(mod)
 
 
 def test_fuse_epilogue_golden_and_one_kernel():

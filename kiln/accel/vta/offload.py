@@ -18,8 +18,8 @@ import tvm
 from tvm import relax
 from tvm.ir.expr import GenericConst
 
-from ...compiler.analysis import op_name as _op
-from ...compiler.analysis import var_users, var_uses
+from ...compiler.ir import op_name as _op
+from ...compiler.ir import var_users, var_uses
 from ...compiler.quantize.layers import _onnx_names
 from ...compiler.quantize.rewrite import quantize_weight
 from . import conv, runtime

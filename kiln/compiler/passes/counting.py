@@ -8,7 +8,7 @@ import tvm
 from tvm import relax
 from tvm.ir.expr import GenericConst
 
-from ..analysis import _calls
+from ..ir import calls
 
 REDUCED_TYPES = {
     "fp16": ("float16", np.float16),
@@ -19,10 +19,7 @@ REDUCED_TYPES = {
 def count_calls(mod: tvm.IRModule) -> int:
     """Op calls (not calls to functions) in every Relax function of the module."""
     return sum(
-        isinstance(c.op, tvm.ir.Op)
-        for _, f in mod.functions.items()
-        if isinstance(f, relax.Function)
-        for c in _calls(f)
+        isinstance(c.op, tvm.ir.Op) for _, f in mod.functions.items() if isinstance(f, relax.Function) for c in calls(f)
     )
 
 

@@ -13,7 +13,7 @@ import tvm
 from tvm import relax
 from tvm.ir.expr import GenericConst
 
-from ..analysis import op_name, var_users, var_uses
+from ..ir import op_name, var_users, var_uses
 from .bf16_conv_kernel import EXTERN, Epilogue, kernel_func
 from .counting import static_shape
 from .module_map import keep_added_functions, rewrite_functions

@@ -18,13 +18,12 @@ from tvm.ir.expr import GenericConst
 from tvm.ir.prim.expr import FloatImm
 
 from ...schedules.dwpw import MAX_ROW_FLOATS
-from ..analysis import var_uses
+from ..ir import register_kernel, var_uses
 from .counting import float32_conv, nchwc_block
 from .module_map import rewrite_with
 
-PRIMFUNC = (
-    "dwpw_conv2d"  # name hint of the kernels (FuseEpilogue anchors on it, the schedule registry knows its blocks)
-)
+# name hint of the kernels (FuseEpilogue anchors on it, the schedule registry knows its blocks)
+PRIMFUNC = register_kernel("dwpw_conv2d", "nn.conv2d_depthwise_pointwise", convs=2)
 
 
 def dwpw_conv2d(x, wd, bias, wp, strides, padding, lo: float, hi: float):

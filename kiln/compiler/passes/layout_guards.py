@@ -39,7 +39,7 @@ from tvm import relax
 from tvm.ir.expr import GenericConst
 from tvm.ir.prim.expr import IntImm
 
-from ..analysis import op_name
+from ..ir import op_name
 from .counting import nchwc_block, static_shape
 from .module_map import rewrite_functions
 

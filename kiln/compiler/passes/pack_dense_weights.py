@@ -14,11 +14,12 @@ import tvm
 from tvm import te
 from tvm.ir.expr import GenericConst
 
+from ..ir import register_kernel
 from .convert_layout import widest_block
 from .counting import static_shape
 from .module_map import rewrite_calls
 
-PRIMFUNC = "matmul_packed"  # name hint of the kernels (FuseEpilogue anchors on it; the report counts them)
+PRIMFUNC = register_kernel("matmul_packed", "matmul_packed")  # the kernels' name hint (FuseEpilogue anchors on it)
 MAX_ROWS = 4  # more rows reuse each weight from cache: the plain matmul schedule is the better one
 MIN_BLOCK = 8  # narrower column tiles are not worth a packed layout
 

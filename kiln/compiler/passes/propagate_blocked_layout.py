@@ -26,7 +26,7 @@ import tvm
 from tvm import relax
 from tvm.ir.expr import GenericConst
 
-from ..analysis import op_name
+from ..ir import op_name
 from .counting import static_shape
 from .module_map import rewrite_functions
 from .narrow_block_layout import unblock_map

@@ -20,11 +20,12 @@ import tvm
 from tvm import relax
 from tvm.ir.expr import GenericConst
 
+from ..ir import register_kernel
 from ..winograd import conv2d_winograd_nchwc, tile_size, transform_weight
 from .counting import REDUCED_TYPES, bound_call, float32_conv, nchwc_block
 from .module_map import rewrite_calls
 
-PRIMFUNC = "winograd_conv2d"  # name hint of the kernels (FuseEpilogue anchors on it)
+PRIMFUNC = register_kernel("winograd_conv2d", "nn.conv2d_winograd", convs=1)  # FuseEpilogue anchors on it
 REDUCED = dict(REDUCED_TYPES.values())  # MixedPrecision's operand types, by TVM name
 
 
