@@ -10,7 +10,8 @@ TEST_WORKERS ?= 2  # pytest-xdist workers: the suite is mostly single-threaded c
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
-	$(BIN)/python -m pip install -q -e '.[dev]'
+	$(BIN)/python -m pip install -q 'torch==2.13.0'  # first, so the extra below finds it (the +cpu wheel on this machine)
+	$(BIN)/python -m pip install -q -e '.[dev,torch,tflite]'
 	touch $(STAMP)
 
 demo: $(STAMP)

@@ -21,6 +21,7 @@ from .errors import (
     IncompatibleArtifactError,
     InputError,
     KilnError,
+    MissingExtraError,
     ModelLoadError,
     OptionsError,
     ResourceError,
@@ -31,10 +32,17 @@ from .errors import (
 from .runtime import load  # noqa: E402
 
 
-def compile(model, output, **kwargs):
-    """Compile an ONNX model to a .kiln artifact; see kiln.compiler.compile_model."""
+def compile(model, output, *, example_inputs=None, dynamic_shapes=None, **kwargs):
+    """Compile a model to a .kiln artifact; see kiln.compiler.compile_model. `model` is an .onnx,
+    .pt2 or .tflite path, an onnx.ModelProto, a torch.export.ExportedProgram, or a torch.nn.Module
+    traced here by torch.export with example_inputs= (and dynamic_shapes=, as torch.export takes them;
+    pin the dynamic dims with input_shapes= or shape_buckets=, as for any model)."""
     from .compiler import compile_model
 
+    if example_inputs is not None or dynamic_shapes is not None:
+        from .frontends.pytorch import export_module
+
+        model = export_module(model, example_inputs, dynamic_shapes)
     return compile_model(model, output, **kwargs)
 
 
@@ -48,6 +56,7 @@ __all__ = [
     "CompileError",
     "IncompatibleArtifactError",
     "InputError",
+    "MissingExtraError",
     "ModelLoadError",
     "OptionsError",
     "ResourceError",

@@ -26,6 +26,11 @@ class ModelLoadError(KilnError):
     """The model file cannot be read or is not valid ONNX."""
 
 
+class MissingExtraError(KilnError):
+    """Reading this model needs an optional extra that is not installed (torch for .pt2, tflite for
+    .tflite); the fix names the pip command. The runtime never needs one."""
+
+
 class UnsupportedModelError(KilnError):
     """The model uses ops (or constructs) that Kiln cannot compile; lists every one of them."""
 

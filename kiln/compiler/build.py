@@ -18,7 +18,7 @@ from .. import __version__
 from .._io import atomic_write_text
 from ..errors import CompileError, KilnWarning, PassError, pass_errors, tvm_errors
 from ..frontends.importer import import_onnx
-from ..frontends.onnx_load import check_onnx, load_onnx
+from ..frontends.sources import load_source
 from ..runtime import artifact as art
 from ..runtime.hostinfo import host_arch
 from .autolayout import choose_layout
@@ -45,7 +45,7 @@ class CompileResult:
 
 
 def _where(model) -> str:
-    return "<model>" if isinstance(model, onnx.ModelProto) else str(model)
+    return str(model) if isinstance(model, str | os.PathLike) else "<model>"
 
 
 def build_executable(mod, options: CompileOptions, where: str):
@@ -59,7 +59,7 @@ def analyze_model(model, options: CompileOptions | None = None, **kwargs) -> dic
     """The optimization report without building (what `kiln inspect --passes` prints)."""
     options = options or CompileOptions.make(**kwargs)
     t0 = time.perf_counter()
-    imported = import_onnx(model, options.shapes, frozen=options.freeze_inputs)
+    imported = load_source(model).import_bucket(options.shapes, options)
     check_tensor_sizes(imported.mod, options.max_memory, _where(model))
     layout = options.layout if options.layout != "auto" else "NCHWc"
     report = optimize(imported.mod, options, layout=layout, where=_where(model)).report
@@ -74,29 +74,30 @@ def compile_model(
     report_path: str | os.PathLike | None = None,
     **kwargs,
 ) -> CompileResult:
-    """Compile an ONNX model (path or proto) into the artifact `output`. kwargs build the options
+    """Compile a model (an .onnx/.pt2/.tflite path, an onnx.ModelProto or a torch.export program; see
+    frontends/sources.py) into the artifact `output`. kwargs build the options
     (target=, input_shapes=, opt_level=, disabled_passes=, layout=, shape_buckets=, bucket_policy=)
     when `options` is not given. With shape buckets, each bucket is its own function (its own
     library and memory plan) in the one artifact; identical weights are stored once."""
     import tvm
 
     options = options or CompileOptions.make(**kwargs)
-    where = _where(model)
     t0 = time.perf_counter()
     note = precision_note(options) if not options.target.is_gpu else None
     if note:
         warnings.warn(f"--precision {options.precision}: {note}", KilnWarning, stacklevel=2)
-    if not isinstance(model, onnx.ModelProto):
-        model = load_onnx(model)  # read and checked once for every bucket
-    else:
-        check_onnx(model, where)
+    source = load_source(model)  # read and checked once for every bucket, whatever its format
+    where, model = source.where, source.onnx  # model: the ModelProto of an ONNX source, else None
     layout, layout_ms = options.layout, None
     weights = _WeightPool()
     buckets, reports, first = [], [], None
     accel_members: dict = {}
     for i, shapes in enumerate(options.bucket_shapes()):
         t = time.perf_counter()
-        imported = _import(model, shapes, options, where, output)
+        if model is None:  # a .pt2 or .tflite: its own frontend
+            imported = source.import_bucket(shapes, options)
+        else:
+            imported = _import(model, shapes, options, where, output)
         import_s = time.perf_counter() - t
         check_tensor_sizes(imported.mod, options.max_memory, where)
         if layout == "auto":
@@ -110,7 +111,7 @@ def compile_model(
             t = time.perf_counter()
             return opt, members, build_executable(opt.mod, opts, where), time.perf_counter() - t
 
-        repro = _reproducer(imported.onnx_model, options, layout, where, output)
+        repro = _reproducer(imported.onnx_model, options, layout, where, output) if model is not None else None
         (opt, accel_members, exe, build_s), skipped = with_fallback(attempt, options, layout, where, model, repro)
         report = opt.report
         report["passes_skipped"] = report.get("passes_skipped", []) + skipped
@@ -166,7 +167,7 @@ def compile_model(
         "entry": "main",
         "compile_options": dict(options.to_json(), layout_chosen=report.get("layout", layout)),
         "passes_skipped": report.get("passes_skipped", []),
-        "source": {"file": Path(where).name, "opsets": first.opsets},
+        "source": {"file": Path(where).name, "opsets": first.opsets, **source.manifest()},
         "import_stats": first.stats,
         "kernels": report["kernels"],
         "quantization": _quant_summary(report.get("quantization")),

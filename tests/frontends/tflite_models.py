@@ -1,0 +1,159 @@
+"""TFLite models made by code for the tests and the fuzzer: a flatbuffer written with LiteRT's own
+schema (ai_edge_litert.schema_py_generated, its object API), and its full-integer version made by
+LiteRT's own post-training quantizer (the calibration wrapper TFLiteConverter uses), so the int8
+model is what a real converter emits: int8 I/O, per-channel conv weights, int32 biases."""
+
+from __future__ import annotations
+
+import numpy as np
+
+
+class Graph:
+    """One subgraph under construction: tensor(), op(), then finish() -> flatbuffer bytes."""
+
+    def __init__(self, description: bytes = b"kiln test model"):
+        from ai_edge_litert import schema_py_generated as fb
+
+        self.fb = fb
+        self.m = fb.ModelT()
+        self.m.version, self.m.description = 3, description
+        self.m.buffers, self.m.operatorCodes = [fb.BufferT()], []
+        self.g = fb.SubGraphT()
+        self.g.tensors, self.g.operators, self.g.name = [], [], b"main"
+        self._codes: dict = {}
+
+    def tensor(self, name: str, shape, data=None, dtype=None, signature=None) -> int:
+        t = self.fb.TensorT()
+        t.name, t.shape, t.type = name.encode(), list(shape), self.fb.TensorType.FLOAT32 if dtype is None else dtype
+        if signature is not None:
+            t.shapeSignature = list(signature)
+        t.buffer = 0
+        if data is not None:
+            b = self.fb.BufferT()
+            b.data = np.ascontiguousarray(data).tobytes()
+            t.buffer = len(self.m.buffers)
+            self.m.buffers.append(b)
+        self.g.tensors.append(t)
+        return len(self.g.tensors) - 1
+
+    def op(self, kind: int, ins, outs, options_type: int = 0, options=None, custom: bytes | None = None) -> None:
+        key = (kind, custom)
+        if key not in self._codes:
+            c = self.fb.OperatorCodeT()
+            c.builtinCode, c.deprecatedBuiltinCode, c.version = kind, min(kind, 127), 1
+            c.customCode = custom
+            self._codes[key] = len(self.m.operatorCodes)
+            self.m.operatorCodes.append(c)
+        o = self.fb.OperatorT()
+        o.opcodeIndex, o.inputs, o.outputs = self._codes[key], list(ins), list(outs)
+        o.builtinOptionsType, o.builtinOptions = options_type, options
+        self.g.operators.append(o)
+
+    def finish(self, inputs, outputs) -> bytes:
+        import flatbuffers
+
+        self.g.inputs, self.g.outputs = list(inputs), list(outputs)
+        self.m.subgraphs = [self.g]
+        b = flatbuffers.Builder(1024)
+        b.Finish(self.m.Pack(b), file_identifier=b"TFL3")
+        return bytes(b.Output())
+
+
+def cnn(seed: int = 0, batch_signature: int = 1) -> bytes:
+    """conv 3x3/2 + ReLU -> depthwise 3x3 + ReLU6 -> residual add -> average pool -> FC -> softmax,
+    on a 1x16x16x3 NHWC input (batch_signature=-1: a dynamic batch, as converters write it)."""
+    rng = np.random.default_rng(seed)
+    G = Graph()
+    fb = G.fb
+    w = lambda *s: (rng.standard_normal(s) * 0.3).astype(np.float32)
+    x = G.tensor("input", (1, 16, 16, 3), signature=(batch_signature, 16, 16, 3))
+    y1, y2, y3 = (G.tensor(n, (1, 8, 8, 8)) for n in ("conv", "dwconv", "residual"))
+    c = fb.Conv2DOptionsT()
+    c.padding, c.strideW, c.strideH, c.dilationWFactor, c.dilationHFactor = fb.Padding.SAME, 2, 2, 1, 1
+    c.fusedActivationFunction = fb.ActivationFunctionType.RELU
+    G.op(
+        fb.BuiltinOperator.CONV_2D,
+        [x, G.tensor("w1", (8, 3, 3, 3), w(8, 3, 3, 3)), G.tensor("b1", (8,), w(8))],
+        [y1],
+        fb.BuiltinOptions.Conv2DOptions,
+        c,
+    )
+    d = fb.DepthwiseConv2DOptionsT()
+    d.padding, d.strideW, d.strideH, d.depthMultiplier = fb.Padding.SAME, 1, 1, 1
+    d.dilationWFactor = d.dilationHFactor = 1
+    d.fusedActivationFunction = fb.ActivationFunctionType.RELU6
+    G.op(
+        fb.BuiltinOperator.DEPTHWISE_CONV_2D,
+        [y1, G.tensor("w2", (1, 3, 3, 8), w(1, 3, 3, 8)), G.tensor("b2", (8,), w(8))],
+        [y2],
+        fb.BuiltinOptions.DepthwiseConv2DOptions,
+        d,
+    )
+    G.op(fb.BuiltinOperator.ADD, [y1, y2], [y3], fb.BuiltinOptions.AddOptions, fb.AddOptionsT())
+    y4 = G.tensor("pool", (1, 1, 1, 8))
+    p = fb.Pool2DOptionsT()
+    p.padding, p.strideW, p.strideH, p.filterWidth, p.filterHeight = fb.Padding.VALID, 8, 8, 8, 8
+    G.op(fb.BuiltinOperator.AVERAGE_POOL_2D, [y3], [y4], fb.BuiltinOptions.Pool2DOptions, p)
+    y5 = G.tensor("flat", (1, 8))
+    r = fb.ReshapeOptionsT()
+    r.newShape = [1, 8]
+    shape = G.tensor("shape", (2,), np.array([1, 8], np.int32), fb.TensorType.INT32)
+    G.op(fb.BuiltinOperator.RESHAPE, [y4, shape], [y5], fb.BuiltinOptions.ReshapeOptions, r)
+    y6, y7 = G.tensor("logits", (1, 10)), G.tensor("probs", (1, 10))
+    G.op(
+        fb.BuiltinOperator.FULLY_CONNECTED,
+        [y5, G.tensor("w3", (10, 8), w(10, 8)), G.tensor("b3", (10,), w(10))],
+        [y6],
+        fb.BuiltinOptions.FullyConnectedOptions,
+        fb.FullyConnectedOptionsT(),
+    )
+    s = fb.SoftmaxOptionsT()
+    s.beta = 1.0
+    G.op(fb.BuiltinOperator.SOFTMAX, [y6], [y7], fb.BuiltinOptions.SoftmaxOptions, s)
+    return G.finish([x], [y7])
+
+
+def quantize_full_integer(model: bytes, samples: list[np.ndarray]) -> bytes:
+    """LiteRT's post-training full-integer quantization (int8 activations, weights and I/O)."""
+    from ai_edge_litert import _pywrap_tensorflow_lite_calibration_wrapper as cw
+
+    c = cw.CalibrationWrapper(model, [], [])
+    c.Prepare([list(samples[0].shape)])
+    for s in samples:
+        c.FeedTensor([s])
+    i8, i32 = np.dtype(np.int8).num, np.dtype(np.int32).num
+    return bytes(c.QuantizeModel(i8, i8, False, i8, i32, False, False))
+
+
+def unsupported() -> bytes:
+    """A graph with two builtins TVM 0.27 cannot convert and a custom op, around a supported ADD."""
+    G = Graph()
+    fb = G.fb
+    x, upd = G.tensor("x", (4, 8)), G.tensor("upd", (1, 8))
+    start = G.tensor("start", (2,), np.array([1, 0], np.int32), fb.TensorType.INT32)
+    a, b, c, d = (G.tensor(n, (4, 8)) for n in ("dus", "dus2", "custom", "sum"))
+    G.op(fb.BuiltinOperator.DYNAMIC_UPDATE_SLICE, [x, upd, start], [a])
+    G.op(fb.BuiltinOperator.DYNAMIC_UPDATE_SLICE, [a, upd, start], [b])
+    G.op(fb.BuiltinOperator.CUSTOM, [b], [c], custom=b"KilnMystery")
+    G.op(fb.BuiltinOperator.ADD, [c, x], [d], fb.BuiltinOptions.AddOptions, fb.AddOptionsT())
+    G.op(fb.BuiltinOperator.SKIP_GRAM, [d], [G.tensor("grams", (4, 8))])
+    return G.finish([x, upd], [d])
+
+
+def litert_run(model: bytes, feeds: list[np.ndarray]) -> list[np.ndarray]:
+    from ai_edge_litert.interpreter import Interpreter
+
+    it = Interpreter(model_content=model)
+    it.allocate_tensors()
+    for d, x in zip(it.get_input_details(), feeds):
+        it.set_tensor(d["index"], x)
+    it.invoke()
+    return [it.get_tensor(d["index"]).copy() for d in it.get_output_details()]
+
+
+def quantize_input(model: bytes, x: np.ndarray) -> np.ndarray:
+    """x in the int8 domain of the model's first input (its scale and zero point)."""
+    from ai_edge_litert.interpreter import Interpreter
+
+    scale, zp = Interpreter(model_content=model).get_input_details()[0]["quantization"]
+    return np.clip(np.round(x / scale) + zp, -128, 127).astype(np.int8)
