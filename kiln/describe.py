@@ -11,10 +11,15 @@ from .errors import KilnError
 
 
 def inspect_path(path: str | os.PathLike) -> dict:
+    """An artifact, or a model of any format Kiln reads (detected by content: frontends/detect.py)."""
+    from .frontends.detect import detect_format
+    from .frontends.sources import describe
+
     p = Path(path)
-    if p.is_file() and zipfile.is_zipfile(p):
+    fmt = detect_format(p) if p.is_file() else "onnx"
+    if fmt == "kiln" or (fmt == "onnx" and zipfile.is_zipfile(p)):
         return inspect_artifact(p)
-    return inspect_onnx(p)
+    return describe(p) if p.is_file() else inspect_onnx(p)
 
 
 def inspect_artifact(path) -> dict:
@@ -81,6 +86,8 @@ def format_text(info: dict) -> str:
         for name, meta in m["members"].items():
             lines.append(f"  member   {name}: {meta['size']} bytes sha256 {meta['sha256'][:16]}...")
         return "\n".join(lines)
+    if "frontend" in info:
+        lines.append(f"  frontend {info['frontend']}")
     lines.append(f"  producer {info['producer'] or '-'}; opsets {info['opsets']}; {info['nodes']} nodes")
     for kind in ("inputs", "outputs"):
         for t in info[kind]:

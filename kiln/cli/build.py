@@ -1,4 +1,4 @@
-"""`kiln compile` and `kiln tune`: the subcommands that build from an ONNX model."""
+"""`kiln compile` and `kiln tune`: the subcommands that build from a model (.onnx, .pt2 or .tflite)."""
 
 from __future__ import annotations
 
@@ -14,12 +14,22 @@ def _compile(a) -> int:
     r = compile_model(a.model, a.output, compile_options(a), report_path=a.report)
     m = r.manifest
     print(f"wrote {r.path} ({r.path.stat().st_size / 1e6:.2f} MB) for {m['target']} in {r.pass_seconds['total']:.1f} s")
+    print(_frontend_line(m["source"]))
     q = r.report.get("quantization")
     if q:
         from ..compiler.report import format_quantization
 
         print(format_quantization(q))
     return 0
+
+
+def _frontend_line(src: dict) -> str:
+    """Which frontend read the model, and what wrote it (the manifest's source)."""
+    fw = src.get("framework") or {}
+    made = (
+        fw.get("saved_by") or fw.get("version") or (f"schema {fw['schema_version']}" if "schema_version" in fw else "")
+    )
+    return f"frontend {src.get('frontend', 'ONNX')}: {fw.get('name', 'onnx')} {made}".rstrip()
 
 
 def _tune(a) -> int:

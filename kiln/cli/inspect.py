@@ -1,4 +1,4 @@
-"""`kiln inspect`: describe an .onnx model, a .kiln artifact, a target's capabilities, or the passes."""
+"""`kiln inspect`: describe a model (.onnx, .pt2, .tflite), a .kiln artifact, a target's capabilities, or the passes."""
 
 from __future__ import annotations
 
@@ -40,7 +40,9 @@ def _inspect(a) -> int:
 
 
 def register(sub) -> None:
-    i = sub.add_parser("inspect", help="describe an .onnx model or a .kiln artifact, and/or a --target's capabilities")
+    i = sub.add_parser(
+        "inspect", help="describe a model (.onnx/.pt2/.tflite) or a .kiln artifact, and/or a --target's capabilities"
+    )
     i.add_argument("model", nargs="?", default=None, help="optional with --target: then only the target is described")
     i.add_argument("--json", action="store_true")
     i.add_argument(

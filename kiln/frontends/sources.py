@@ -116,17 +116,17 @@ def _onnx_framework(model) -> dict:
 
 def describe(path: str | os.PathLike) -> dict:
     """`kiln inspect` of a model file of any format (the same keys for all, plus `format`/`frontend`)."""
+    if detect_format(path) == "onnx":
+        from ..describe import inspect_onnx
+
+        return dict(inspect_onnx(path), format="onnx", frontend=FRONTENDS["onnx"])
     src = load_source(Path(path))
     if src.format == "pt2":
         from . import pytorch
 
         info = pytorch.describe(src.program, str(path), src.framework.get("saved_by"))
-    elif src.format == "tflite":
+    else:
         from . import tflite
 
         info = tflite.describe(src.program, str(path))
-    else:
-        from ..describe import inspect_onnx
-
-        info = inspect_onnx(path)
     return dict(info, format=src.format, frontend=src.frontend, framework=src.framework)

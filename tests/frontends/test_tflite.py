@@ -38,6 +38,9 @@ def test_float_model_matches_litert(models, tmp_path):
     assert [i["name"] for i in r.manifest["inputs"]] == ["input"]
     assert [o["name"] for o in r.manifest["outputs"]] == ["probs"]
     assert r.manifest["import_stats"]["tflite_nhwc_convs"] == 2  # put in NCHW for Kiln's layout passes
+    from kiln.cli.build import _frontend_line
+
+    assert _frontend_line(r.manifest["source"]) == "frontend TFLite (tvm.relax.frontend.tflite): tflite schema 3"
     x = _x()
     got = kiln.load(r.path).run({"input": x})["probs"]
     np.testing.assert_allclose(got, tm.litert_run((models / "float.tflite").read_bytes(), [x])[0], rtol=1e-4, atol=1e-4)
@@ -123,8 +126,9 @@ def test_missing_tflite_names_the_extra(monkeypatch):
 
 
 def test_inspect_a_tflite(models):
-    from kiln.frontends.sources import describe
+    from kiln.describe import format_text, inspect_path
 
-    info = describe(models / "int8.tflite")
+    info = inspect_path(models / "int8.tflite")
+    assert "frontend TFLite (tvm.relax.frontend.tflite)" in format_text(info)
     assert info["format"] == "tflite" and info["inputs"][0]["dtype"] == "int8"
     assert info["op_histogram"]["CONV_2D"] == 1 and info["unsupported_ops"] == []
