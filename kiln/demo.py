@@ -23,6 +23,16 @@ def _median_ms(fn, warmup: int = 3, repeat: int = 20) -> float:
     return statistics.median(times)
 
 
+def _path_hint() -> str:
+    """`make demo` installs `kiln` into the virtualenv, which is not on PATH: say how to get it there."""
+    import os
+
+    bin_dir = Path(sys.executable).parent
+    rel = os.path.relpath(bin_dir)
+    shown = rel if not rel.startswith("..") else str(bin_dir)
+    return f"the kiln command is in {shown}: run `. {shown}/activate` to put it on PATH, then see the README's tour"
+
+
 def main(name: str | None = None, out_dir: str = "build/demo") -> int:
     import onnxruntime as ort
 
@@ -62,6 +72,7 @@ def main(name: str | None = None, out_dir: str = "build/demo") -> int:
         else "untuned default schedules"
     )
     print(f"median latency: kiln {k_ms:.2f} ms, onnxruntime {o_ms:.2f} ms (kiln/ort = {k_ms / o_ms:.2f}x; {how})")
+    print(_path_hint())
     return 0 if ok else 1
 
 
