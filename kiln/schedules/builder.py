@@ -1,8 +1,8 @@
 """The builder `kiln tune` compiles candidates with: one worker process, started once per run and
 reused, so a candidate costs its compile and not a pool start-up (MetaSchedule's LocalBuilder
-starts a pool per batch: ~20 s per batch on 2 cores), and with a time limit per candidate,
-enforced from this side: a candidate whose LLVM code generation runs away (measured: a ResNet-50
-candidate still compiling after 8 minutes, which held a `--budget 8m` run past its budget) is
+starts a pool per batch), and with a time limit per candidate, enforced from this side: a
+candidate whose LLVM code generation runs away (seen: a ResNet-50 candidate that held a `--budget`
+run past its budget; benchmarks/history.md) is
 killed with its worker, recorded as a failed build, and the next candidate gets a fresh worker.
 
 The worker receives the candidate as TVM's JSON and the target as its dict, compiles it, and

@@ -98,7 +98,7 @@ def drop_unloadable_records(db_dir: Path) -> int:
     """Drop the records MetaSchedule wrote but cannot read back, each parsed on its own against its
     workload (seen: a ResNet-50 bf16 run wrote 9 traces of a reduction's rfactor schedule that TVM
     then refused, 'parallel_for_dynamic error', and the whole database with them); the file is
-    rewritten atomically. ~30 ms a record, so only once the database as a whole failed to load.
+    rewritten atomically. Parsing record by record is slow, so only once the database as a whole failed to load.
     Returns how many were dropped."""
     from tvm.s_tir import meta_schedule as ms
 

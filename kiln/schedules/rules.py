@@ -153,7 +153,7 @@ def _blocked_channels_first(sch: s_tir.Schedule, anchor, reduce: list) -> list:
     weights' input-channel block, so its weights [O/c', I/c, KH, KW, c, c'] are read in memory order.
     Read as (ic, kh, kw), every input channel touches KH x KW lines 1 KB apart: fine while the weights
     are cached, but in a model each weight is read once, from memory, and the prefetchers cannot follow
-    (ResNet-50's stage-4 3x3/2 conv, weights cold: 1.65 ms, or 1.64 tuned that way; 1.11 in memory order)."""
+    (timings: benchmarks/history.md, "How far float32 can go")."""
     b = sch.get(anchor)
     if not b.name_hint.startswith("conv2d_NCHWc") or len(reduce) != 3 or len(b.reads) < 2:
         return reduce
@@ -174,7 +174,7 @@ def reduction_tiled(sch: s_tir.Schedule, anchor, lanes: int) -> None:
     ):  # e.g. a stride-2 NCHW pool: lanes along W would each gather, so they run as unrolled scalars, 4 of them
         lanes = min(
             lanes, STRIDED_LANES
-        )  # (ResNet-50's 3x3/2 max pool: 0.45 ms vectorized by 8, 0.28 unrolled by 8, 0.14 by 4)
+        )  # 4 unrolled scalars were the fastest on ResNet-50's 3x3/2 max pool (benchmarks/history.md)
     consumers = tile_consumers(sch, anchor)
     types = iter_types(sch, anchor)
     loops = sch.get_loops(anchor)
@@ -288,8 +288,8 @@ def conv_nchw_oc_vectorized(sch: s_tir.Schedule, anchor, lanes: int) -> None:
     [O/lanes, I, KH, KW, lanes] in a cache stage so each vector load is contiguous; each input
     pixel is broadcast into `tile` vector FMAs. The accumulator tile is [pixel, channel] (so its
     vectors are contiguous), the epilogue is vectorized along the width, and the input rows one
-    output row reads are padded once into a stack buffer (no condition in the FMA loop). Measured
-    on MobileNetV2's stem (3->32, stride 2, 224x224): ~400 -> ~190 us."""
+    output row reads are padded once into a stack buffer (no condition in the FMA loop). Timings
+    on MobileNetV2's stem: benchmarks/history.md."""
     types = iter_types(sch, anchor)
     loops = sch.get_loops(anchor)
     if types != [DATA_PAR] * 4 + [COMM_REDUCE] * 3 or extent(sch, loops[1]) % lanes != 0:
@@ -377,7 +377,7 @@ def depthwise_nchw(sch: s_tir.Schedule, anchor, lanes: int) -> None:
     inlined as a condition in the inner loop (per lane, so no vector loads): each channel's padded
     plane is written once, per core, just before its conv; for stride 2 that plane is stored
     de-interleaved ([.., w % 2, w // 2]) so the strided reads become contiguous vector loads.
-    Measured on MobileNetV2's NCHW depthwise kernels: 3-4x faster than reduction_tiled."""
+    Several times faster than reduction_tiled on MobileNetV2's NCHW depthwise kernels (benchmarks/history.md)."""
     loops = sch.get_loops(anchor)
     if iter_types(sch, anchor) != [DATA_PAR] * 4 + [COMM_REDUCE] * 3 or extent(sch, loops[4]) != 1:
         raise s_tir.ScheduleError("not a depthwise NCHW conv (one input channel per group)")
@@ -409,8 +409,7 @@ def layout_transform_tiled(sch: s_tir.Schedule, anchor, lanes: int) -> None:
     """NCHW <-> NCHW{lanes}c transforms (where blocked and unblocked convs meet): a transpose of
     [lanes channels x t pixels] tiles. Each tile is read with contiguous vector loads into a local
     buffer and written out with contiguous vector stores along the other axis (a plain fused loop
-    vectorizes only one side and scatters or gathers the other). Measured on MobileNetV2's
-    32x112x112 transform: 227 -> 81 us."""
+    vectorizes only one side and scatters or gathers the other). Timings: benchmarks/history.md."""
     bs = blocks(sch)
     if len(bs) != 1 or not sch.get(bs[0]).name_hint.startswith("te_layout_transform"):
         raise s_tir.ScheduleError("not a single layout-transform block")

@@ -74,8 +74,8 @@ class Server:
     @property
     def threads(self) -> int:
         """TVM threads: all cores but one, which the event loop needs (HTTP, decoding, shedding load).
-        Measured on 2 cores: 1 thread served 1.5x the requests of 2 under load, and did not collapse
-        under overload (2 threads plus the event loop oversubscribe the cores; TVM's pool spins)."""
+        With every core for TVM the server served fewer requests under load and collapsed under overload
+        (TVM's threads plus the event loop oversubscribe the cores; TVM's pool spins): benchmarks/history.md."""
         return self.opts.threads or max(1, physical_cores() - 1)
 
     async def _load(self) -> None:

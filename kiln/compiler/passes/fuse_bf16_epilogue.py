@@ -1,7 +1,7 @@
 """FuseBF16Epilogue: the bias add, residual add, ReLU/ReLU6 and bf16 cast that follow a BF16ConvKernel
 conv run inside its C kernel, on each output tile while it is in registers, instead of as TVM kernels
-that read the float32 result back from memory and write it again (ResNet-50 bf16, A/B in one process:
-24.76 -> 24.39 ms; MobileNetV2's ReLU6 kernels after its expansion convs are gone). From each kernel
+that read the float32 result back from memory and write it again (MobileNetV2's ReLU6 kernels after
+its expansion convs are gone; timings: benchmarks/history.md). From each kernel
 call it follows the chain of single uses [+ bias constant] -> [+ residual tensor] -> [ReLU, or a clip
 with constant bounds]; the chain's value is written in bf16 for the casts to bf16 that read it and in
 float32 where anything else does (a residual add further on, a float32 conv): one output or both.

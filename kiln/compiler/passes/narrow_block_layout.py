@@ -12,9 +12,8 @@ and both cancel. Only float32 group-1 convs with constant weights are rewritten,
 blocks are at least MIN_BLOCK lanes, except a stem: a conv with too few input channels to block
 (3) and a kernel of at most 3x3 reads NCHW1c (the same bytes as NCHW) and writes NCHW{b}c, so the
 convs after it (MobileNetV2's first depthwise conv, which then fuses with its 1x1 conv) run blocked.
-Measured (A/B in one process, 2 threads): MobileNetV2 4.19 -> 4.08 ms (its 3x3 stem alone 178 ->
-133 us); ResNet-50's 7x7 stem blocked this way made the model slower (35.4 -> 36.2 ms), so larger
-kernels keep NCHW and their own schedule (conv_nchw_oc_vectorized).
+That made MobileNetV2 (and its 3x3 stem) faster; ResNet-50's 7x7 stem blocked this way made the model
+slower (benchmarks/history.md), so larger kernels keep NCHW and their own schedule (conv_nchw_oc_vectorized).
 `stats["convs_blocked"]` counts them."""
 
 from __future__ import annotations

@@ -7,10 +7,9 @@ Under `--precision bf16|fp16` (MixedPrecision runs first) it also takes the redu
 whose data is a float32 tensor cast for them (directly or through a layout transform): the kernel
 reads the float32 tensor itself (no cast kernel, activations unrounded) and the
 transformed weights are stored in the reduced type (half the bytes to stream). `min_reduced_tile`
-4 (the pipeline's choice where bf16 convs have the vdpbf16ps kernel): only F(4x4) then. Measured on
-ResNet-50 bf16, A/B in one process: F(4x4) convs on Winograd, the rest on vdpbf16ps 23.5 ms; every
-3x3 on Winograd 24.3; none 24.2 (F(2x2) multiplies 2.25x less in float32, vdpbf16ps does twice the
-float32 rate, and its weights are 1.8x smaller).
+4 (the pipeline's choice where bf16 convs have the vdpbf16ps kernel): only F(4x4) then. F(2x2)
+multiplies 2.25x less than a direct conv, but vdpbf16ps does twice the float32 rate and its weights
+are 1.8x smaller, so on ResNet-50 bf16 the F(2x2) convs ran faster on vdpbf16ps (benchmarks/history.md).
 `stats["winograd_convs"]` counts the convs it took; `--disable-pass Winograd` keeps direct convs."""
 
 from __future__ import annotations
