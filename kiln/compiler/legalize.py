@@ -192,7 +192,7 @@ def softmax_fast_exp(x, axis: int):
 def _fast_math(compute, attrs=lambda call: ()):
     """float32 exp/erf/tanh/softmax as polynomial/rational approximations that vectorize (topi's
     fast_* functions, accurate to a few ulp; TVM's defaults call libm once per element, which
-    LLVM cannot vectorize: a GELU epilogue took 80% of its matmul's time). `attrs(call)`: the
+    LLVM cannot vectorize: a GELU epilogue dominated its matmul's kernel; benchmarks/history.md). `attrs(call)`: the
     compute's arguments after the input."""
 
     def legalize(bb, call):

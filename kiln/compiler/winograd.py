@@ -26,7 +26,7 @@ def matrices(m: int, r: int = 3) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
 def tile_size(h: int, w: int) -> int:
     """The output tile size m. Tiles cover the output; the last row/column of tiles may overhang
     it. F(4x4) stores 36/9 of the weights and F(2x2) 16/9: at 14x14 x 256 channels F(4x4) is
-    faster alone (0.38 against 0.51 ms, 2 threads, weights in cache) but not measurably so in
+    faster alone (weights in cache; benchmarks/history.md) but not measurably so in
     ResNet-50, where each weight is read once from memory; F(2x2) keeps artifacts smaller."""
     return 4 if min(h, w) >= MIN_F4 else 2
 

@@ -2,7 +2,7 @@
 onnxruntime on the same input. The two alternate in blocks of runs, with a pause and one untimed
 run before each block, so machine drift hits both equally while neither engine's idle-spinning worker threads
 (both thread pools spin for a while after each run) steal cores from the other: alternating run
-by run measured Kiln 2.6x slower and onnxruntime 2x slower than either alone.
+by run made both engines several times slower than either alone (benchmarks/history.md).
 onnxruntime is imported only when asked for (it is never a runtime dependency)."""
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from ..errors import OptionsError
 from .model import load
 
 BLOCK = 8  # runs per engine before switching (when comparing with onnxruntime)
-BLOCK_PAUSE_S = 0.3  # measured: 0.05 s left onnxruntime 3x slower on MobileNetV2 (spinning TVM workers)
+BLOCK_PAUSE_S = 0.3  # a shorter pause left onnxruntime slower (spinning TVM workers; benchmarks/history.md)
 TAIL_FLAG_RATIO = 2.0  # p99 over p50 above this flags the run: its tail is not the model's speed
 
 

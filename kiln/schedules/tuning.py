@@ -1,9 +1,9 @@
 """`kiln tune`: MetaSchedule on Kiln's fused kernels, sized for a small machine.
 
 - search: evolutionary, a small population and few measured candidates per round, so a trial
-  costs ~1 s instead of MetaSchedule's defaults (tens of seconds per round on 2 cores);
+  is cheap on a small machine, unlike with MetaSchedule's defaults (benchmarks/history.md, "Tuning");
 - builds in one reused worker process with a time limit per candidate (kiln/schedules/builder.py;
-  MetaSchedule's LocalBuilder spends ~20 s per batch starting workers), measures in MetaSchedule's LocalRunner;
+  MetaSchedule's LocalBuilder starts its workers for every batch), measures in MetaSchedule's LocalRunner;
 - rounds: each round tunes up to `round_trials` more trials across tasks (MetaSchedule's
   gradient task scheduler shares them by each task's weighted latency); under --budget (the whole
   command's wall time) a round is only started, and sized, when its estimated time fits in what is

@@ -72,7 +72,7 @@ def kernel_func(data_shape, packed_shape, strides, padding, epilogue: Epilogue =
     if pairs >= min(
         CHANNEL_TASKS, oh
     ):  # tasks: pairs of output-channel blocks, each over every row: each weight is read once
-        # (alone, 2 threads, weights cold: 1x1 512->2048 at 7x7 0.41 -> 0.31 ms, 3x3 512 at 7x7 0.63 -> 0.61, 256->1024 at 14x14 0.33 -> 0.28)
+        # (rows in parallel re-read the weights for every row: slower with cold weights; benchmarks/history.md)
         loops = f"for c in T.parallel({pairs}):\n        for r in range({oh}):"
         ob_range = f"c * 2, T.min(c * 2 + 2, {ob})"
     else:  # tasks: output rows, each over every output channel (few channels: not enough pairs to keep the cores busy)

@@ -1,10 +1,9 @@
 """PackDenseWeights: a float32 matmul of a few rows (a classifier: [1, K] x [K, N]) by constant
 weights reads every weight once, from memory, so its speed is the memory system's. Its default
 schedule takes a tile of columns at a time, and each tile reads a narrow strip of every weight row
-(160 of ResNet-50's 4000-byte rows), which memory delivers at ~22 GB/s here. Packed at compile time
-into [N/b, K, b], each tile reads contiguous streams: ~40 GB/s, the bandwidth two cores get.
-Measured alone with cold caches (2 threads): ResNet-50's 2048 x 1000 classifier 366 -> 195 us,
-MobileNetV2's 1280 x 1000 185 -> 130 us; the same results bit for bit (same summation order).
+(160 of ResNet-50's 4000-byte rows), which memory delivers well below its bandwidth. Packed at
+compile time into [N/b, K, b], each tile reads contiguous streams, at the bandwidth the cores get.
+The same results bit for bit (same summation order); timings in benchmarks/history.md.
 FuseEpilogue fuses the bias after it like after a matmul. `stats["dense_packed"]` counts them."""
 
 from __future__ import annotations
