@@ -1,5 +1,5 @@
 """Longer fuzz runs with totals:
-    .venv/bin/python -m fuzz.run [--models N] [--artifacts N] [--seed S] [--out fuzz/results]
+    .venv/bin/python -m fuzz.run [--models N] [--artifacts N] [--pt2 N] [--tflite N] [--seed S] [--out fuzz/results]
 Prints and writes the totals (cases, outcomes, distinct error kinds, findings with their cases)."""
 
 from __future__ import annotations
@@ -16,10 +16,12 @@ import hypothesis
 from hypothesis import HealthCheck, given, settings
 
 from .executor import Executor
+from .frontends import broken_pt2, broken_tflite
 from .mutators import broken_artifacts, broken_models, set_seed_artifact
 from .seeds import SEEDS
 
 ACCEPTABLE = ("ok", "kiln_error")
+STRATEGIES = {"model": broken_models, "artifact": broken_artifacts, "pt2": broken_pt2, "tflite": broken_tflite}
 
 
 def seed_artifact() -> bytes:
@@ -38,7 +40,7 @@ def campaign(
     totals = {"cases": 0, "outcomes": collections.Counter(), "kinds": collections.Counter(), "findings": []}
     if kind == "artifact":
         set_seed_artifact(blob)
-    strategy = broken_models() if kind == "model" else broken_artifacts()
+    strategy = STRATEGIES[kind]()
 
     @settings(
         max_examples=n,
@@ -78,13 +80,16 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--models", type=int, default=500)
     ap.add_argument("--artifacts", type=int, default=500)
+    ap.add_argument("--pt2", type=int, default=200)
+    ap.add_argument("--tflite", type=int, default=300)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--out", default="fuzz/results")
     a = ap.parse_args(argv)
     ex = Executor()
     report = {}
     try:
-        for kind, n, blob in (("model", a.models, None), ("artifact", a.artifacts, seed_artifact())):
+        runs = [("model", a.models, None), ("artifact", a.artifacts, seed_artifact())]
+        for kind, n, blob in runs + [("pt2", a.pt2, None), ("tflite", a.tflite, None)]:
             t = time.perf_counter()
             r = campaign(kind, n, a.seed, ex, blob)
             report[kind] = {

@@ -27,12 +27,12 @@ def _read_exact(f, n: int) -> bytes:
     return buf
 
 
-def run_model(raw: bytes, tmp: Path) -> str:
+def run_model(raw: bytes, tmp: Path, suffix: str = ".onnx") -> str:
     import numpy as np
 
     import kiln
 
-    src, out = tmp / "m.onnx", tmp / "m.kiln"
+    src, out = tmp / f"m{suffix}", tmp / "m.kiln"
     src.write_bytes(raw)
     kiln.compile(src, out)
     m = kiln.load(out)
@@ -78,7 +78,10 @@ def main() -> int:
 
                 time.sleep(3600)
             try:
-                detail = (run_model if kind == "model" else run_artifact)(payload, tmp)
+                if kind in ("pt2", "tflite"):  # the other frontends' readers, through the same compile
+                    detail = run_model(payload, tmp, f".{kind}")
+                else:
+                    detail = (run_model if kind == "model" else run_artifact)(payload, tmp)
                 result = {"outcome": "ok", "detail": detail}
             except kiln.KilnError as e:
                 result = {"outcome": "kiln_error", "type": type(e).__name__, "detail": str(e)[:300]}

@@ -47,6 +47,7 @@ def load_tflite(path: str | os.PathLike):
     try:
         model = tflite.Model.GetRootAsModel(buf, 0)
         _verify(model, len(buf), where)
+        framework(model)  # the description and metadata the manifest records are read here too
     except (ModelLoadError, UnsupportedModelError):
         raise
     except Exception as e:  # offsets past the end, bad UTF-8, wrong vtables: a truncated or damaged file

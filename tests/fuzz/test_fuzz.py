@@ -1,5 +1,5 @@
-"""A bounded fuzz run of both front doors (ONNX models, .kiln artifacts): every case must end in
-success or a KilnError; no other exception, no crash, no hang. Longer runs: python -m fuzz.run."""
+"""A bounded fuzz run of the front doors (ONNX, .pt2 and .tflite models, .kiln artifacts): every case must
+end in success or a KilnError; no other exception, no crash, no hang. Longer runs: python -m fuzz.run."""
 
 import sys
 from pathlib import Path
@@ -30,6 +30,16 @@ def test_fuzz_artifact_reader(executor):
     totals = campaign("artifact", 150, seed=12, executor=executor, blob=seed_artifact(), raise_on_finding=True)
     assert totals["cases"] >= 150 and not totals["findings"]
     assert totals["outcomes"]["kiln_error"] > 0
+
+
+@pytest.mark.parametrize("kind, n, extra", [("tflite", 40, "tflite"), ("pt2", 25, "torch")])
+def test_fuzz_other_frontends(executor, kind, n, extra):
+    pytest.importorskip(extra, reason=f"the {kind} reader needs the {extra} extra: pip install 'kiln[{extra}]'")
+    if kind == "tflite":
+        pytest.importorskip("ai_edge_litert", reason="the seed's int8 model is made by LiteRT's quantizer")
+    totals = campaign(kind, n, seed=13, executor=executor, raise_on_finding=True)
+    assert totals["cases"] >= n and not totals["findings"]
+    assert totals["outcomes"]["kiln_error"] > 0 and len(totals["kinds"]) >= 5
 
 
 def test_the_harness_reports_crashes_and_hangs():
