@@ -32,7 +32,7 @@ def test_fuzz_artifact_reader(executor):
     assert totals["outcomes"]["kiln_error"] > 0
 
 
-@pytest.mark.parametrize("kind, n, extra", [("tflite", 40, "tflite"), ("pt2", 25, "torch")])
+@pytest.mark.parametrize("kind, n, extra", [("tflite", 30, "tflite"), ("pt2", 20, "torch")])
 def test_fuzz_other_frontends(executor, kind, n, extra):
     pytest.importorskip(extra, reason=f"the {kind} reader needs the {extra} extra: pip install 'kiln[{extra}]'")
     if kind == "tflite":
