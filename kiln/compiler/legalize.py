@@ -1,13 +1,17 @@
-"""Kiln's legalizations that TVM's defaults lack: uint8 x int8 conv2d in NCHW{c}c to Kiln's VNNI-shaped
-compute (weights packed by a constant-folded kernel); conv2d in a blocked NCHW{n}c layout lowers to
-topi's conv2d_NCHWc (TVM's default legalization skips blocked layouts and the build fails), and
-depthwise conv2d in NCHW{n}c (PropagateBlockedLayout makes them) to Kiln's own compute.
+"""Kiln's legalizations that TVM's defaults lack: uint8 x int8 conv2d in NCHW{c}c and matmul to the
+int8 computes of the target's int8 kernel (legalize_int8, via legalize_map(caps)); conv2d in a
+blocked NCHW{n}c layout lowers to topi's conv2d_NCHWc (TVM's default legalization skips blocked
+layouts and the build fails), and depthwise conv2d in NCHW{n}c (PropagateBlockedLayout makes them)
+to Kiln's own compute.
 Everything else falls through to TVM's registered legalizer."""
 
 from __future__ import annotations
 
 import tvm
 from tvm import te, topi
+
+from ..schedules.int8 import Int8Kernel, int8_kernel
+from . import legalize_int8
 
 
 def depthwise_conv2d_nchwc(data, kernel, strides, padding, dilation, out_dtype):
@@ -32,78 +36,12 @@ def depthwise_conv2d_nchwc(data, kernel, strides, padding, dilation, out_dtype):
     )
 
 
-VNNI_BLOCK = 16  # output channels per 512-bit int32 accumulator
-
-
-def pack_int8_kernel(kernel):
-    """[O/16, I/c, KH, KW, c(i), 16(o)] -> [O/16, I/c, KH, KW, c/4, 16(o), 4(i)]: each 16x4 tile is
-    one VNNI operand (4 input channels of 16 output channels, contiguous)."""
-    ob, ib, kh, kw, ci, co = kernel.shape
-    return te.compute(
-        (ob, ib, kh, kw, ci // 4, co, 4),
-        lambda o, i, h, w, a, oc, b: kernel[o, i, h, w, a * 4 + b, oc],
-        name="int8_kernel_pack",
-    )
-
-
-def conv2d_nchwc_int8(data, packed, strides, padding, dilation):
-    """uint8 data [N, C/c, H, W, c] x int8 packed weights -> int32 [N, O/16, OH, OW, 16]; the
-    innermost (16 outputs x 4 inputs) is what the VNNI schedule tensorizes."""
-    n, cb, h, w, c = data.shape
-    ob, _, kh, kw, c4, oc, _ = packed.shape
-    (sh, sw), (dh, dw) = strides, dilation
-    pt, pl, pb, pr = padding
-    if any(padding):
-        data = topi.nn.pad(
-            data, [0, 0, pt, pl, 0], [0, 0, pb, pr, 0], pad_value=tvm.tirx.const(0, data.dtype), name="int8_pad"
-        )
-    oh = (h + pt + pb - dh * (kh - 1) - 1) // sh + 1
-    ow = (w + pl + pr - dw * (kw - 1) - 1) // sw + 1
-    ic = te.reduce_axis((0, cb), name="ic")
-    ry, rx = te.reduce_axis((0, kh), name="ry"), te.reduce_axis((0, kw), name="rx")
-    i4o, i4i = te.reduce_axis((0, c4), name="i4o"), te.reduce_axis((0, 4), name="i4i")
-    return te.compute(
-        (n, ob, oh, ow, oc),
-        lambda b, o, y, x, k: te.sum(
-            data[b, ic, y * sh + ry * dh, x * sw + rx * dw, i4o * 4 + i4i].astype("int32")
-            * packed[o, ic, ry, rx, i4o, k, i4i].astype("int32"),
-            axis=[ic, ry, rx, i4o, i4i],
-        ),
-        name="conv2d_NCHWc_int8",
-    )
-
-
-def _int8_vnni_layout(call) -> bool:
-    a = call.attrs
-    x, w = call.args[0].ty, call.args[1].ty
-    return (
-        str(x.dtype) == "uint8"
-        and str(w.dtype) == "int8"
-        and int(a.groups) == 1
-        and len(x.shape) == 5
-        and int(x.shape[4]) % 4 == 0
-        and len(w.shape) == 6
-        and int(w.shape[5]) == VNNI_BLOCK
-        and str(a.kernel_layout).startswith("OIHW")
-        and str(a.out_layout) == str(a.data_layout)
-    )
-
-
-def _conv2d(bb, call):
+def _conv2d(bb, call, int8: Int8Kernel | None = None):
     a = call.attrs
     out_dtype = str(a.out_dtype) if str(a.out_dtype) not in ("", "void", "None") else str(call.ty.dtype)
     blocked = a.data_layout not in ("NCHW", "NHWC")
-    if blocked and out_dtype == "int32" and _int8_vnni_layout(call):
-        packed = bb.emit_te(pack_int8_kernel, call.args[1], primfunc_name_hint="int8_kernel_pack")
-        return bb.call_te(
-            conv2d_nchwc_int8,
-            call.args[0],
-            packed,
-            [int(x) for x in a.strides],
-            [int(x) for x in a.padding],
-            [int(x) for x in a.dilation],
-            primfunc_name_hint="conv2d_NCHWc_int8",
-        )
+    if blocked and (lowered := legalize_int8.conv2d(bb, call, int8)) is not None:
+        return lowered
     if blocked and int(a.groups) != 1 and str(a.kernel_layout).startswith("OIHW1i"):
         return bb.call_te(
             depthwise_conv2d_nchwc,
@@ -131,44 +69,10 @@ def _conv2d(bb, call):
     )
 
 
-def pack_int8_dense(w):
-    """[K, N] -> [N/16, K/4, 16, 4]: each 16x4 tile one VNNI operand."""
-    k, n = w.shape
-    return te.compute(
-        (n // VNNI_BLOCK, k // 4, VNNI_BLOCK, 4),
-        lambda nb, ko, j, i: w[ko * 4 + i, nb * VNNI_BLOCK + j],
-        name="int8_dense_pack",
-    )
-
-
-def matmul_int8(x, packed):
-    """uint8 [..., K] x packed int8 weights -> int32 [..., N]."""
-    nb, k4, _, _ = packed.shape
-    ko, ki = te.reduce_axis((0, k4), name="ko"), te.reduce_axis((0, 4), name="ki")
-    lead = list(x.shape[:-1])
-    return te.compute(
-        (*lead, nb * VNNI_BLOCK),
-        lambda *i: te.sum(
-            x[(*i[:-1], ko * 4 + ki)].astype("int32")
-            * packed[i[-1] // VNNI_BLOCK, ko, i[-1] % VNNI_BLOCK, ki].astype("int32"),
-            axis=[ko, ki],
-        ),
-        name="matmul_int8",
-    )
-
-
-def _matmul(bb, call):
+def _matmul(bb, call, int8: Int8Kernel | None = None):
     x, w = call.args[0].ty, call.args[1].ty
-    if (
-        str(x.dtype) == "uint8"
-        and str(w.dtype) == "int8"
-        and str(call.ty.dtype) == "int32"
-        and len(w.shape) == 2
-        and int(w.shape[1]) % VNNI_BLOCK == 0
-        and int(w.shape[0]) % 4 == 0
-    ):
-        packed = bb.emit_te(pack_int8_dense, call.args[1], primfunc_name_hint="int8_dense_pack")
-        return bb.call_te(matmul_int8, call.args[0], packed, primfunc_name_hint="matmul_int8")
+    if (lowered := legalize_int8.matmul(bb, call, int8)) is not None:
+        return lowered
     if str(x.dtype) == "float16" and str(w.dtype) == "float16" and str(call.ty.dtype) == "float16":
         # fp16 products summed in fp16 lose a bit per add (onnxruntime's CPU kernels, like ONNX's reference,
         # sum in float32): the same matmul in float32, cast back once
@@ -261,3 +165,12 @@ LEGALIZE = {
     "relax.tanh": _fast_math(topi.fast_tanh),
     "relax.nn.softmax": _fast_math(softmax_fast_exp, lambda call: (int(call.attrs.axis),)),
 }
+
+
+def legalize_map(caps) -> dict:
+    """LEGALIZE for a target: uint8 x int8 convs and matmuls take the int8 computes of the target's
+    int8 kernel (schedules/int8.py); without one they legalize as any other op."""
+    kernel = int8_kernel(caps)
+    conv = lambda bb, call: _conv2d(bb, call, kernel)
+    mm = lambda bb, call: _matmul(bb, call, kernel)
+    return {**LEGALIZE, "relax.nn.conv2d": conv, "relax.matmul": mm}

@@ -18,7 +18,7 @@ from ..errors import OptionsError
 from ..schedules import ApplyDefaultSchedules, ApplyTuningDatabase
 from ..schedules.gpu import ApplyGPUSchedules
 from . import passes as kp
-from .legalize import LEGALIZE
+from .legalize import legalize_map
 
 
 @dataclasses.dataclass(frozen=True)
@@ -62,7 +62,7 @@ def _conv_kernels(o) -> frozenset:
 
 
 CPU_PIPELINE: list[PassSpec] = [
-    PassSpec("LowerQDQ", lambda o: kp.LowerQDQ(), 1),  # before FoldConstants would fold the int8 weights' dequantize
+    PassSpec("LowerQDQ", lambda o: kp.LowerQDQ(o.target.caps), 1),  # before FoldConstants folds the weights' DQ
     PassSpec("FoldConstants", lambda o: kp.FoldConstants(), 1),
     PassSpec("CanonicalizeClip", lambda o: kp.CanonicalizeClip(), 1),
     PassSpec("RemoveNoOps", lambda o: kp.RemoveNoOps(), 1),
@@ -89,7 +89,7 @@ CPU_PIPELINE: list[PassSpec] = [
     # lowering: TVM's passes (tvm.compile does not fuse on CPU by itself)
     PassSpec(
         "LegalizeOps",
-        lambda o: relax.transform.LegalizeOps(customize_legalize_map=LEGALIZE),
+        lambda o: relax.transform.LegalizeOps(customize_legalize_map=legalize_map(o.target.caps)),
         0,
         required=True,
         graph=False,

@@ -1,48 +1,127 @@
-"""Default schedules for the int8 kernels (legalize.conv2d_nchwc_int8, legalize.matmul_int8): the
-register tile accumulates over the reduction in int32 with one dot-product instruction per step."""
+"""int8 kernels per instruction set, and their default schedules (legalize_int8.conv2d_nchwc_int8,
+legalize_int8.matmul_int8): the register tile accumulates over the reduction in int32 with one
+dot-product step (schedules/intrinsics.py) per (lanes output channels x 4 inputs).
+
+`int8_kernel(caps)` picks the kernel from the target's capabilities (caps.int8_path); legalization
+shapes the int8 computes for it (the output-channel block is its lanes: 16 on zmm, 8 on ymm, 4 on
+NEON q registers) and names it in the compute's block annotation, which the rules read: a rule
+never looks at the target. Targets with no kernel here keep int8 layers in float (the quantizer
+says why): a generic int8 schedule is slower than float32 (1.9x on a Zen 3's ResNet-50)."""
 
 from __future__ import annotations
 
+import dataclasses
+
 from tvm import s_tir
 
-from .rules import _divisor_at_most, extent, inline_all_but, tile_consumers, vectorize_tails
+from . import intrinsics as ti
+from .rules import _divisor_at_most, extent, inline_all_but, parallel_vectorize, tile_consumers, vectorize_tails
+
+ANNOTATION = "kiln.int8_kernel"  # block annotation of the int8 computes: the Int8Kernel's path
 
 
-def target_has(feature: str) -> bool:
-    """Whether the current target (the `with target:` the pipeline runs in) enables an LLVM feature."""
-    import tvm
-    from tvm.target import codegen
+@dataclasses.dataclass(frozen=True)
+class Int8Kernel:
+    """One int8 instruction family: what legalization, the quantizer and the rules need to know."""
 
-    t = tvm.target.Target.current(allow_none=True)
-    return t is not None and t.kind.name == "llvm" and feature in set(codegen.llvm_get_cpu_features(t))
+    path: str  # the caps.int8_path it serves
+    intrin: str  # the tensor intrinsic of one (lanes x 4) step
+    lanes: int  # int32 accumulators per vector: the output-channel block of the int8 layouts
+    signed_data: bool  # sdot: data shifted to int8 (x - 128), plus a 128 * sum(w) compensation
+    weight_max: int  # |w| the quantizer may use: 64 where vpmaddubsw's int16 pair sum saturates beyond
+    speedup: float  # peak int8 multiply-adds per float32 FMA lane: the whole-model estimate's ratio
+    tile: int  # output pixels (conv) or rows (matmul) per register tile
+    note: str = ""  # what the report says about it
 
 
-def _tensorize_vnni(sch: s_tir.Schedule, anchor, reduce_loop, tile_loop, lanes_loop, epilogue: list) -> None:
+KERNELS = {
+    k.path: k
+    for k in (
+        Int8Kernel("amx-int8", ti.VNNI_16x4, 16, False, 127, 4.0, 8, "AMX tiles are not emitted: AVX-512 VNNI kernels"),
+        Int8Kernel("avx512-vnni", ti.VNNI_16x4, 16, False, 127, 4.0, 8),
+        Int8Kernel("avx-vnni", ti.AVXVNNI_8x4, 8, False, 127, 4.0, 8),
+        Int8Kernel("avx512-pmaddubsw", ti.PMADDUBSW_16x4, 16, False, 64, 2.0, 8, "7-bit weights (vpmaddubsw)"),
+        Int8Kernel("avx2-pmaddubsw", ti.PMADDUBSW_8x4, 8, False, 64, 2.0, 8, "7-bit weights (vpmaddubsw)"),
+        Int8Kernel("i8mm", ti.USDOT_4x4, 4, False, 127, 4.0, 8),
+        Int8Kernel("dotprod", ti.SDOT_4x4, 4, True, 127, 4.0, 8, "data shifted to int8 for sdot"),
+    )
+}
+# int8 paths with no kernel above, and why their int8 layers stay float
+NO_KERNEL = {
+    "neon-smlal": "no dotprod (sdot/udot): widening multiplies give about float32's rate, so int8 would not be faster",
+    "sse-pmaddubsw": "no AVX2: 128-bit vpmaddubsw runs at about 256-bit FMA code's rate, so int8 would not be faster",
+    "generic": "no SIMD integer dot product: a generic int8 kernel is slower than float32",
+}
+
+
+def int8_kernel(caps) -> Int8Kernel | None:
+    """The int8 kernel for a target's capabilities (None: int8 layers stay float, see NO_KERNEL)."""
+    return KERNELS.get(getattr(caps, "int8_path", None))
+
+
+def why_no_kernel(caps) -> str:
+    path = getattr(caps, "int8_path", None) or "generic"
+    return f"{getattr(caps, 'cpu', 'this target')}: {NO_KERNEL.get(path, NO_KERNEL['generic'])}"
+
+
+def pairs_may_saturate(wq, in_axis: int) -> bool:
+    """Whether vpmaddubsw's int16 sum of two neighbouring input channels' products (uint8 data, any
+    value 0..255) can leave [-32768, 32767] for these int8 weights: when the same-signed weights
+    of a pair (2j, 2j+1) add up beyond 128 in magnitude (255 * 128 = 32640)."""
+    import numpy as np
+
+    w = np.moveaxis(np.asarray(wq, np.int32), in_axis, -1)
+    if w.shape[-1] % 2:
+        w = np.concatenate([w, np.zeros((*w.shape[:-1], 1), np.int32)], axis=-1)
+    pairs = w.reshape(*w.shape[:-1], -1, 2)
+    return bool((np.clip(pairs, 0, None).sum(-1) > 128).any() or (np.clip(pairs, None, 0).sum(-1) < -128).any())
+
+
+def qdq_float_reason(caps, wq, in_axis: int) -> str | None:
+    """Why an imported int8 (QDQ) layer with weights wq should run in float on this target (None:
+    lower it to the int8 kernel): no int8 kernel faster than float32, or 8-bit weights that would
+    saturate vpmaddubsw (its exact alternatives run at float32's rate). GPU targets: None."""
+    if not hasattr(caps, "int8_path"):
+        return None
+    kernel = int8_kernel(caps)
+    if kernel is None:
+        return why_no_kernel(caps)
+    if kernel.weight_max < 127 and pairs_may_saturate(wq, in_axis):
+        return f"{kernel.path}: its 8-bit weights could saturate vpmaddubsw's int16 pair sums"
+    return None
+
+
+def _kernel_of(sch: s_tir.Schedule, anchor) -> Int8Kernel:
+    ann = sch.get(anchor).annotations.get(ANNOTATION)
+    if ann is None or str(ann) not in KERNELS:
+        raise s_tir.ScheduleError("the int8 compute names no int8 kernel")
+    return KERNELS[str(ann)]
+
+
+def _tensorize(sch: s_tir.Schedule, kernel: Int8Kernel, anchor, reduce_loop, tile_loop, lanes_loop, epilogue) -> None:
     """Shared tail of the int8 rules: zero-init outside the reduction, the register tile unrolled,
-    the 16x4 inner loops replaced by vpdpbusd, the init and epilogue vectorized by 16."""
-    from .intrinsics import VNNI_16x4
-
+    the (lanes x 4) inner loops replaced by the kernel's intrinsic, init and epilogue vectorized."""
     init = sch.decompose_reduction(anchor, reduce_loop)
     sch.unroll(tile_loop)
-    sch.tensorize(lanes_loop, VNNI_16x4)
-    vectorize_tails(sch, [init, *epilogue], 16)
+    sch.tensorize(lanes_loop, kernel.intrin)
+    vectorize_tails(sch, [init, *epilogue], kernel.lanes)
 
 
-def conv2d_int8_vnni(sch: s_tir.Schedule, anchor, lanes: int) -> None:
-    """uint8 x int8 NCHWc conv2d (legalize.conv2d_nchwc_int8): each (16 outputs x 4 inputs) step is
-    one vpdpbusd; a row of up to 8 output pixels x 16 channels accumulates in registers over all
-    input channels and taps, then the epilogue (requantization) runs on the tile. The input
-    prologue (zero-point padding, quantization) is computed per output row."""
-    if not target_has("avx512vnni"):
-        raise s_tir.ScheduleError("the target has no AVX-512 VNNI")
+def conv2d_int8(sch: s_tir.Schedule, anchor, lanes: int) -> None:
+    """int8 NCHWc conv2d (legalize_int8.conv2d_nchwc_int8): each (lanes outputs x 4 inputs) step is one
+    dot-product step; a row of up to `tile` output pixels x lanes channels accumulates in registers
+    over all input channels and taps, then the epilogue (requantization) runs on the tile. The
+    input prologue (zero-point padding, the sdot shift) is computed per output row."""
+    kernel = _kernel_of(sch, anchor)
     if len(sch.get_loops(anchor)) != 10:
         raise s_tir.ScheduleError("not an int8 NCHWc conv")
-    prologue = [b for b in sch.get_producers(anchor)]
+    prologue = list(sch.get_producers(anchor))
     inline_all_but(sch, [anchor, *prologue])
     consumers = tile_consumers(sch, anchor)
     n, o, y, x, k, ic, ry, rx, i4o, i4i = sch.get_loops(anchor)
-    t = _divisor_at_most(extent(sch, x), 8)
-    xo, xi = sch.split(x, [None, t])
+    if extent(sch, k) != kernel.lanes:
+        raise s_tir.ScheduleError(f"output block {extent(sch, k)}, the {kernel.path} kernel takes {kernel.lanes}")
+    xo, xi = sch.split(x, [None, _divisor_at_most(extent(sch, x), kernel.tile)])
     sch.reorder(n, o, y, xo, ic, ry, rx, i4o, xi, k, i4i)
     cache = sch.cache_write(anchor, 0, "global")  # the intrinsic's buffers are global scope
     sch.reverse_compute_at(cache, xo, preserve_unit_loops=True)
@@ -51,33 +130,31 @@ def conv2d_int8_vnni(sch: s_tir.Schedule, anchor, lanes: int) -> None:
     for p in prologue:
         sch.compute_at(p, y, preserve_unit_loops=True)
     sch.parallel(sch.fuse(n, o, y))
-    _tensorize_vnni(sch, anchor, ic, xi, k, [cache, *consumers])
+    _tensorize(sch, kernel, anchor, ic, xi, k, [cache, *consumers])
     for p in prologue:
         inner = sch.get_loops(p)[-1]
         if extent(sch, inner) in (4, 8, 16, 32, 64):
             sch.vectorize(inner)
 
 
-def matmul_int8_vnni(sch: s_tir.Schedule, anchor, lanes: int) -> None:
-    """uint8 x int8 matmul by packed weights (legalize.matmul_int8): rows x 16 columns accumulate
-    in registers over K, 4 at a time (one vpdpbusd per row); epilogue per tile."""
-    if not target_has("avx512vnni"):
-        raise s_tir.ScheduleError("the target has no AVX-512 VNNI")
+def matmul_int8(sch: s_tir.Schedule, anchor, lanes: int) -> None:
+    """int8 matmul by packed weights (legalize_int8.matmul_int8): up to `tile` rows x lanes columns
+    accumulate in registers over K, 4 at a time (one step per row); epilogue per tile. A prologue
+    (the sdot shift) runs once over the whole input first."""
+    kernel = _kernel_of(sch, anchor)
     inline_all_but(sch, [anchor, *sch.get_producers(anchor)])
     prologue = sch.get_producers(anchor)
     consumers = tile_consumers(sch, anchor)
-    loops = sch.get_loops(anchor)
-    *lead, n, ko, ki = loops
+    *lead, n, ko, ki = sch.get_loops(anchor)
     m = sch.fuse(*lead) if len(lead) > 1 else lead[0]
-    t = _divisor_at_most(extent(sch, m), 8)
-    mo, mi = sch.split(m, [None, t])
-    nb, nj = sch.split(n, [None, 16])
+    mo, mi = sch.split(m, [None, _divisor_at_most(extent(sch, m), kernel.tile)])
+    nb, nj = sch.split(n, [None, kernel.lanes])
     sch.reorder(mo, nb, ko, mi, nj, ki)
     cache = sch.cache_write(anchor, 0, "global")
     sch.reverse_compute_at(cache, nb, preserve_unit_loops=True)
     for c in consumers:
         sch.reverse_compute_at(c, nb, preserve_unit_loops=True)
-    for p in prologue:
-        sch.compute_at(p, mo, preserve_unit_loops=True)
     sch.parallel(sch.fuse(mo, nb))
-    _tensorize_vnni(sch, anchor, ko, mi, nj, [cache, *consumers])
+    _tensorize(sch, kernel, anchor, ko, mi, nj, [cache, *consumers])
+    for p in prologue:  # the sdot shift: once over the whole input, ahead of the tiles (a few rows)
+        parallel_vectorize(sch, p, 16)

@@ -4,7 +4,8 @@ TVM imports ONNX QDQ models as float ops between quantize/dequantize (fake quant
 pass rewrites conv2d(dequantize(xq), dequantize(Wq)) and matmul(dequantize(xq), dequantize(Wq))
 with constant, symmetric (zero point 0) int8 weights into uint8 x int8 -> int32 ops and a float
 epilogue:  y = float(acc) * sx*sw - zx*sx*sw*sum(Wq)  (the same form as Kiln's own quantizer, so
-the same VNNI kernels run). int8 activations are shifted to uint8 (+128, zero point +128); a
+the same int8 kernels run; a target whose int8 kernel would not be faster or exact keeps the layer
+float). int8 activations are shifted to uint8 (+128, zero point +128); a
 convolution over an input with a nonzero zero point pads with it explicitly."""
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import tvm
 from tvm import relax
 from tvm.ir.expr import GenericConst
 
+from ...schedules.int8 import qdq_float_reason
 from ..quantize.rewrite import integer_layer
 from .module_map import rewrite_functions
 
@@ -24,9 +26,10 @@ def _const(e) -> np.ndarray | None:
 
 @relax.expr_functor.mutator
 class _Lower(relax.PyExprMutator):
-    def __init__(self, mod):
+    def __init__(self, mod, caps=None):
         super().__init__(mod)
-        self.lowered = 0
+        self.caps = caps
+        self.lowered = self.kept_float = 0
 
     def _dequantize(self, e):
         v = self.lookup_binding(e) if isinstance(e, relax.Var) else e
@@ -68,6 +71,9 @@ class _Lower(relax.PyExprMutator):
         axis = 0 if conv else 1
         if sw.size != 1 and int(dw.attrs.axis) % wq.ndim != axis:
             return call
+        if qdq_float_reason(self.caps, wq, 1 if conv else 0) is not None:
+            self.kept_float += 1  # the fake-quantized float layer: as exact, and faster on this target
+            return call
         xq, zp = dx.args[0], int(zx.reshape(-1)[0])
         if xdt == "int8":  # VNNI takes unsigned activations: shift by 128
             op = relax.op
@@ -81,11 +87,16 @@ class _Lower(relax.PyExprMutator):
 
 @tvm.transform.module_pass(opt_level=1, name="LowerQDQ")
 class LowerQDQ:
-    def __init__(self):
-        self.stats = {"qdq_lowered": 0}
+    """caps: the target's capabilities; layers its int8 kernel would not run faster than float32 (or
+    not exactly: schedules/int8.qdq_float_reason) stay fake-quantized float, counted in qdq_kept_float."""
+
+    def __init__(self, caps=None):
+        self.caps = caps
+        self.stats = {"qdq_lowered": 0, "qdq_kept_float": 0}
 
     def transform_module(self, mod: tvm.IRModule, ctx) -> tvm.IRModule:
-        lower = _Lower(mod)
+        lower = _Lower(mod, self.caps)
         out = rewrite_functions(mod, lower.visit_expr)
         self.stats["qdq_lowered"] += lower.lowered
+        self.stats["qdq_kept_float"] += lower.kept_float
         return relax.transform.DeadCodeElimination(["main"])(out) if lower.lowered else out

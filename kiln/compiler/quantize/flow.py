@@ -15,6 +15,7 @@ from ..options import CompileOptions
 from .accuracy import check_agreement, compare
 from .calibration import RangeCollector, load_calibration
 from .rewrite import CalibrationTaps, QuantizeGraph
+from .speed import predict, warn_if_slower
 
 
 @dataclasses.dataclass
@@ -34,6 +35,8 @@ class _Tapped:
             *[tvm.runtime.tensor(feed[i.name], dev) for i in self.inputs],
             *[tvm.runtime.tensor(w, dev) for w in self.weights],
         )
+        if not self.tap_names:  # nothing tapped (an int8 build with no int8 layer): the outputs alone
+            return [o.numpy() for o in ([out] if hasattr(out, "numpy") else list(out))], {}
         main, taps = out[0], out[1]
         outs = [main] if hasattr(main, "numpy") else list(main)
         return [o.numpy() for o in outs], {n: t.numpy() for n, t in zip(self.tap_names, taps)}
@@ -82,12 +85,13 @@ def quantize_optimize(imported, options: CompileOptions, layout: str, where: str
     }
     calibrate_s = time.perf_counter() - t0
 
-    rewrite = QuantizeGraph(pre.mod, ranges, imported.onnx_model, options.keep_float)
+    caps = options.target.caps  # the target's int8 kernel: which layers pay, their channel block and weight range
+    rewrite = QuantizeGraph(pre.mod, ranges, imported.onnx_model, options.keep_float, caps=caps)
     opt = optimize(rewrite.run(pre.mod), options, layout=layout, where=where, part="post")
     _merge_reports(pre.report, opt.report)
 
     t1 = time.perf_counter()
-    check = QuantizeGraph(pre.mod, ranges, imported.onnx_model, options.keep_float, taps=True)
+    check = QuantizeGraph(pre.mod, ranges, imported.onnx_model, options.keep_float, taps=True, caps=caps)
     checked = check.run(pre.mod)
     quant_model = _build_tapped(checked, [n for n, _ in check.taps], imported, options, layout, where)
     evaluate = held if held is not None else calib
@@ -116,9 +120,13 @@ def quantize_optimize(imported, options: CompileOptions, layout: str, where: str
             l.name: l.reason or "no calibration range" for l in rewrite.layers if l.name not in rewrite.quantized
         },
         "accuracy": accuracy,
+        "speed": predict(
+            pre.mod, imported.onnx_model, options.keep_float, rewrite.quantized, rewrite.int8, rewrite.no_kernel
+        ),
         "seconds": {"calibrate": round(calibrate_s, 3), "accuracy_check": round(time.perf_counter() - t1, 3)},
     }
     opt.report["quantization"] = report
+    warn_if_slower(report["speed"], where)
     check_agreement(accuracy, options.min_agreement, where)
     return opt, report
 

@@ -2,7 +2,9 @@
 in one fixed order (calibration taps, the rewrite and the accuracy taps all see the same layers).
 
 A layer is a conv2d (groups 1, NCHW/OIHW) or a matmul by a constant 2-D weight, in float32. The
-int8 kernels (VNNI) need channels in blocks of 16; other layers stay float with a reason."""
+target's int8 kernel (schedules/int8.py) needs channels in blocks of its lanes (16 on AVX-512, 8 on
+AVX2, 4 on NEON; 16 when no target is given); other layers stay float with a reason. On a target
+with no int8 kernel faster than its float32 code, every layer stays float and says why."""
 
 from __future__ import annotations
 
@@ -12,6 +14,8 @@ import numpy as np
 import tvm
 from tvm import relax
 from tvm.ir.expr import GenericConst
+
+from ...schedules.int8 import int8_kernel, why_no_kernel
 
 OPS = {"relax.nn.conv2d": "Conv", "relax.matmul": "MatMul"}
 CHANNEL_BLOCK = 16
@@ -52,7 +56,8 @@ def candidate(call) -> str | None:
     return call.op.name.removeprefix("relax.nn.").removeprefix("relax.")
 
 
-def why_float(call) -> str | None:
+def why_float(call, block: int = CHANNEL_BLOCK) -> str | None:
+    """Why a layer stays float (None: it quantizes); `block` is the int8 kernel's output-channel block."""
     x, w = call.args[0], call.args[1]
     if str(x.ty.dtype) != "float32":
         return f"input is {x.ty.dtype}, not float32"
@@ -65,14 +70,12 @@ def why_float(call) -> str | None:
         if int(a.groups) != 1:
             return "grouped/depthwise conv: memory-bound, no int8 kernel (stays float)"
         o, i = int(w.value.shape[0]), int(w.value.shape[1])
-        if i % CHANNEL_BLOCK or o % CHANNEL_BLOCK:
-            return (
-                f"channels {i}->{o} not multiples of {CHANNEL_BLOCK}: no int8 dot-product kernel (e.g. the stem conv)"
-            )
+        if i % block or o % block:
+            return f"channels {i}->{o} not multiples of {block}: no int8 dot-product kernel (e.g. the stem conv)"
     else:
         k, n = (int(s) for s in w.value.shape)
-        if k % 4 or n % CHANNEL_BLOCK:
-            return f"matmul {k}x{n}: K not a multiple of 4 or N of {CHANNEL_BLOCK}"
+        if k % 4 or n % block:
+            return f"matmul {k}x{n}: K not a multiple of 4 or N of {block}"
     return None
 
 
@@ -80,8 +83,11 @@ class LayerMutator(relax.PyExprMutator):
     """(Subclasses need the @relax.expr_functor.mutator decorator too.) Visits main's layers in binding order; subclasses override on_layer(call, layer) and return
     the expression that replaces the call. Taps: emit_tap(expr) makes a value an extra output."""
 
-    def __init__(self, mod, onnx_model=None, keep_float=()):
+    def __init__(self, mod, onnx_model=None, keep_float=(), caps=None):
         super().__init__(mod)
+        # the target's int8 kernel decides the channel block, and whether int8 is faster at all
+        self.int8 = int8_kernel(caps) if caps is not None else None
+        self.no_kernel = why_no_kernel(caps) if caps is not None and self.int8 is None else None
         self.names = _onnx_names(onnx_model)
         self.keep_float = set(keep_float)
         self.layers: list[Layer] = []
@@ -98,7 +104,12 @@ class LayerMutator(relax.PyExprMutator):
         self._seen[onnx_kind] += 1
         names = self.names[onnx_kind]
         name = names[k] if k < len(names) else f"{kind}_{k}"
-        reason = "kept float (--keep-float)" if name in self.keep_float else why_float(call)
+        block = self.int8.lanes if self.int8 else CHANNEL_BLOCK
+        reason = "kept float (--keep-float)" if name in self.keep_float else why_float(call, block) or self.no_kernel
+        if reason is None and self.int8 is not None:
+            from .speed import slower_reason  # (speed imports this module)
+
+            reason = slower_reason(call, self.int8)
         layer = Layer(len(self.layers), name, kind, reason)
         self.layers.append(layer)
         return self.on_layer(call, layer)

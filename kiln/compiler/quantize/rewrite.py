@@ -1,11 +1,12 @@
 """QuantizeGraph: rewrite float layers into integer ones, given calibrated activation ranges.
 
   x (float) -> q = clip(round(x / s) + zp, 0, 255) as uint8      (fuses into the producer's epilogue)
-  conv2d/matmul(q, Wq int8, out int32)                            (VNNI: u8 x s8 -> s32)
+  conv2d/matmul(q, Wq int8, out int32)                            (u8 x s8 -> s32, the int8 kernel)
   y = float(acc) * (s * sw) - zp * s * sw * sum(Wq)               (requantization in the epilogue)
 
 Activations are asymmetric uint8 (zero point zp; 0 for post-ReLU tensors), weights symmetric int8
-per output channel (sw = max|W| / 127). A convolution whose input has zp != 0 pads explicitly with
+per output channel (sw = max|W| / 127; / 64 for the target's vpmaddubsw kernels, whose int16 pair
+sums would saturate with 8-bit weights). A convolution whose input has zp != 0 pads explicitly with
 zp, so padding stays real 0. Accumulation is exact in int32, so an int8 layer matches a numpy
 reference bit for bit."""
 
@@ -31,14 +32,15 @@ class QParams:
         return QParams(float(np.float32(scale)), int(np.clip(round(-lo / scale), 0, 255)))
 
 
-def quantize_weight(w: np.ndarray, axis: int) -> tuple[np.ndarray, np.ndarray]:
-    """Symmetric per-channel int8 (channels on `axis`): (Wq, scale per channel)."""
+def quantize_weight(w: np.ndarray, axis: int, qmax: int = 127) -> tuple[np.ndarray, np.ndarray]:
+    """Symmetric per-channel int8 (channels on `axis`) in [-qmax, qmax]: (Wq, scale per channel).
+    qmax 64 for vpmaddubsw kernels (7-bit weights: docs/int8-kernels.md)."""
     red = tuple(i for i in range(w.ndim) if i != axis)
     amax = np.abs(w).max(axis=red) if red else np.abs(w)
-    scale = np.where(amax > 0, amax / 127.0, 1.0).astype(np.float32)
+    scale = np.where(amax > 0, amax / float(qmax), 1.0).astype(np.float32)
     shape = [1] * w.ndim
     shape[axis] = -1
-    wq = np.clip(np.round(w / scale.reshape(shape)), -127, 127).astype(np.int8)
+    wq = np.clip(np.round(w / scale.reshape(shape)), -qmax, qmax).astype(np.int8)
     return wq, scale
 
 
@@ -91,10 +93,11 @@ def integer_layer(bb, call, xq, zp: int, sx, wq: np.ndarray, sw: np.ndarray):
 @relax.expr_functor.mutator
 class QuantizeGraph(LayerMutator):
     """ranges: layer name -> (lo, hi) of its input. Layers without a range or with a reason stay
-    float. taps=True makes each int8 layer's float output an extra output (accuracy report)."""
+    float. taps=True makes each int8 layer's float output an extra output (accuracy report).
+    caps: the target's capabilities, which pick the int8 kernel (its channel block and weight range)."""
 
-    def __init__(self, mod, ranges: dict, onnx_model=None, keep_float=(), taps: bool = False):
-        super().__init__(mod, onnx_model, keep_float)
+    def __init__(self, mod, ranges: dict, onnx_model=None, keep_float=(), taps: bool = False, caps=None):
+        super().__init__(mod, onnx_model, keep_float, caps)
         self.ranges, self.tap_outputs = ranges, taps
         self.quantized: list[str] = []
 
@@ -104,7 +107,7 @@ class QuantizeGraph(LayerMutator):
         q = QParams.from_range(*self.ranges[layer.name])
         w = weight_array(call).astype(np.float32)
         xq = self.builder_.emit(quantize_act(call.args[0], q))
-        wq, sw = quantize_weight(w, 0 if layer.op == "conv2d" else 1)
+        wq, sw = quantize_weight(w, 0 if layer.op == "conv2d" else 1, self.int8.weight_max if self.int8 else 127)
         y = integer_layer(self.builder_, call, xq, q.zero_point, np.float32(q.scale), wq, sw)
         self.quantized.append(layer.name)
         if self.tap_outputs:

@@ -1,0 +1,84 @@
+"""Whether int8 pays on the target: each layer's cost in float32 multiply-add equivalents, float32
+against int8 on the target's int8 kernel (schedules/int8.py: its peak int8/float32 rate), with the
+quantize and requantize work int8 adds per element. A layer whose int8 estimate is not below its
+float32 one stays float; a whole int8 build predicted no faster than float32 warns with both
+estimates (KilnWarning) and says so in the report.
+
+The estimate counts the quantizable layers only (the rest of the model is the same in both builds)
+and peak rates only: a bound on the gain, not a prediction of latency (benchmarks/isa.md measures)."""
+
+from __future__ import annotations
+
+import math
+import warnings
+
+from tvm import relax
+
+from ...errors import KilnWarning
+from .layers import LayerMutator
+
+ELEMENT_OPS = 6  # vector ops per element: quantize an input (scale, round, zero point, clip, narrow), requantize
+
+
+def layer_cost(call) -> tuple[int, int]:
+    """(multiply-adds, elements quantized or requantized) of a conv2d (NCHW/OIHW) or matmul call."""
+    x, w, y = (math.prod(int(d) for d in t.shape) for t in (call.args[0].ty, call.args[1].ty, call.ty))
+    if call.op.name == "relax.nn.conv2d":
+        per_output = w // int(call.args[1].ty.shape[0])  # I/groups * KH * KW
+    else:
+        per_output = int(call.args[1].ty.shape[0])  # K
+    return y * per_output, x + y
+
+
+def slower_reason(call, kernel) -> str | None:
+    """Why int8 would not be faster for this layer on `kernel` (None: it would be)."""
+    macs, elems = layer_cost(call)
+    if macs / kernel.speedup + elems * ELEMENT_OPS < macs:
+        return None
+    return (
+        f"int8 would not be faster here: {macs} multiply-adds over {elems} elements to quantize "
+        f"({kernel.path} runs about {kernel.speedup:g}x float32's rate)"
+    )
+
+
+@relax.expr_functor.mutator
+class _Costs(LayerMutator):
+    def __init__(self, mod, onnx_model=None, keep_float=()):
+        super().__init__(mod, onnx_model, keep_float)
+        self.costs: dict[str, tuple[int, int]] = {}
+
+    def on_layer(self, call, layer):
+        self.costs[layer.name] = layer_cost(call)
+        return call
+
+
+def predict(mod, onnx_model, keep_float, quantized: list[str], kernel, why_none: str | None) -> dict:
+    """The report's `speed` entry: both estimates (GMAC-equivalents at float32's rate) and their ratio."""
+    costs = _Costs(mod, onnx_model, keep_float)
+    costs.visit_expr(mod["main"])
+    fp32 = sum(m for m, _ in costs.costs.values())
+    int8 = sum(
+        m / kernel.speedup + e * ELEMENT_OPS if kernel is not None and name in quantized else m
+        for name, (m, e) in costs.costs.items()
+    )
+    ratio = int8 / fp32 if fp32 else 1.0
+    out = {
+        "int8_kernel": kernel.path if kernel is not None else None,
+        "float32_gmac": round(fp32 / 1e9, 4),
+        "int8_gmac_equivalent": round(int8 / 1e9, 4),
+        "predicted_ratio": round(ratio, 3),
+    }
+    if kernel is not None and kernel.note:
+        out["note"] = kernel.note
+    if ratio >= 1.0:
+        why = why_none or f"{len(quantized)} of {len(costs.costs)} layers are int8"
+        out["warning"] = (
+            f"the int8 build is predicted no faster than float32 (estimates: int8 {out['int8_gmac_equivalent']}, "
+            f"float32 {out['float32_gmac']} GMAC-equivalents): {why}"
+        )
+    return out
+
+
+def warn_if_slower(speed: dict, where: str) -> None:
+    if "warning" in speed:
+        warnings.warn(f"{where}: --quantize int8: {speed['warning']}", KilnWarning, stacklevel=3)

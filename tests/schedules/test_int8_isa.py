@@ -1,0 +1,224 @@
+"""int8 kernels per instruction set (schedules/int8.py): the kernel each pinned target gets, the
+instruction in the generated assembly of its int8 conv and matmul (compiled, never run), and the
+AVX2 kernel's numerics on this host (AVX2 code runs on any AVX2 or AVX-512 x86-64 CPU)."""
+
+from __future__ import annotations
+
+import re
+
+import numpy as np
+import pytest
+from helpers import make_model, ort_run, rand
+from onnx import helper
+
+import kiln
+from kiln.errors import KilnWarning
+from kiln.compiler.hostrun import missing_on_host
+from kiln.schedules.int8 import int8_kernel, pairs_may_saturate
+from kiln.target import Target
+
+X86 = "-mtriple=x86_64-linux-gnu"
+HASWELL = f"llvm -mcpu=haswell {X86}"
+# target: (caps.int8_path, kernel lanes, data shifted to int8), None where int8 layers stay float
+KERNELS = {
+    HASWELL: ("avx2-pmaddubsw", 8, False),
+    f"llvm -mcpu=alderlake {X86}": ("avx-vnni", 8, False),
+    f"llvm -mcpu=skylake-avx512 {X86}": ("avx512-pmaddubsw", 16, False),
+    f"llvm -mcpu=znver4 {X86}": ("avx512-vnni", 16, False),
+    f"llvm -mcpu=sapphirerapids {X86}": ("amx-int8", 16, False),
+    "rpi5": ("dotprod", 4, True),
+    "graviton3": ("i8mm", 4, False),
+    "rpi4": None,
+    f"llvm -mcpu=x86-64 {X86}": None,
+}
+# target: what its int8 kernels' assembly must hold (AT&T syntax on x86)
+ASM = {
+    HASWELL: r"vpmaddubsw\s+%ymm\d+, %ymm\d+, %ymm\d+",
+    f"llvm -mcpu=alderlake {X86}": r"\{vex\}\s+vpdpbusd\s+%ymm\d+, %ymm\d+, %ymm\d+",  # VEX: AVX-VNNI, no AVX-512
+    f"llvm -mcpu=skylake-avx512 {X86}": r"vpmaddubsw\s+%zmm\d+, %zmm\d+, %zmm\d+",
+    f"llvm -mcpu=znver4 {X86}": r"vpdpbusd\s+%zmm\d+, %zmm\d+, %zmm\d+",
+    "rpi5": r"sdot\s+v\d+\.4s, v\d+\.16b, v\d+\.16b",
+    "graviton3": r"usdot\s+v\d+\.4s, v\d+\.16b, v\d+\.16b",
+}
+
+
+@pytest.mark.parametrize("spec", list(KERNELS))
+def test_int8_kernel_follows_the_target(spec):
+    caps = Target.parse(spec).caps
+    k = int8_kernel(caps)
+    assert (None if k is None else (k.path, k.lanes, k.signed_data)) == KERNELS[spec]
+    if k is not None:
+        assert k.lanes == caps.lanes("int32") == caps.f32_block  # one int32 accumulator register per block
+        assert k.weight_max == (64 if "pmaddubsw" in k.path else 127)
+
+
+def _weights(rng, shape, wmax):
+    return rng.integers(-wmax, wmax + 1, shape).astype(np.int8)
+
+
+def _qdq_conv(cin=32, cout=48, k=3, stride=1, pad=1, zx=0, wmax=64, hw=10, seed=0):
+    """QuantizeLinear -> DQ -> Conv(DQ(int8 W, per-channel)): and the exact integer result, float64."""
+    rng = np.random.default_rng(seed)
+    wq = _weights(rng, (cout, cin, k, k), wmax)
+    sw = rng.uniform(0.001, 0.01, cout).astype(np.float32)
+    sx = np.float32(0.05)
+    nodes = [
+        helper.make_node("QuantizeLinear", ["input", "sx", "zx"], ["xq"]),
+        helper.make_node("DequantizeLinear", ["xq", "sx", "zx"], ["xf"]),
+        helper.make_node("DequantizeLinear", ["wq", "sw", "zw"], ["wf"], axis=0),
+        helper.make_node("Conv", ["xf", "wf"], ["output"], strides=[stride, stride], pads=[pad] * 4),
+    ]
+    x = rand(1, cin, hw, hw, seed=seed + 1)
+    inits = {"sx": sx, "zx": np.uint8(zx), "wq": wq, "sw": sw, "zw": np.zeros(cout, np.int8)}
+    model = make_model(nodes, {"input": x}, ["output"], inits)
+    xq = np.clip(np.round(x / sx) + zx, 0, 255).astype(np.int64) - zx
+    xp = np.pad(xq, ((0, 0), (0, 0), (pad, pad), (pad, pad)))
+    oh = (hw + 2 * pad - k) // stride + 1
+    acc = np.zeros((1, cout, oh, oh), np.int64)
+    for a in range(k):
+        for b in range(k):
+            patch = xp[:, :, a : a + stride * oh : stride, b : b + stride * oh : stride]
+            acc += np.einsum("nchw,oc->nohw", patch, wq[:, :, a, b].astype(np.int64))
+    return model, x, acc * (np.float64(sx) * sw.astype(np.float64)).reshape(1, -1, 1, 1)
+
+
+def _qdq_matmul(wmax=64, zx=128):
+    rng = np.random.default_rng(3)
+    wq = _weights(rng, (64, 32), wmax)
+    sw, sx = np.float32(0.004), np.float32(0.03)
+    nodes = [
+        helper.make_node("QuantizeLinear", ["input", "sx", "zx"], ["xq"]),
+        helper.make_node("DequantizeLinear", ["xq", "sx", "zx"], ["xf"]),
+        helper.make_node("DequantizeLinear", ["wq", "sw"], ["wf"]),
+        helper.make_node("MatMul", ["xf", "wf"], ["output"]),
+    ]
+    x = rand(4, 64, seed=4)
+    model = make_model(nodes, {"input": x}, ["output"], {"sx": sx, "zx": np.uint8(zx), "wq": wq, "sw": sw})
+    xq = np.clip(np.round(x / sx) + zx, 0, 255).astype(np.int64) - zx
+    return model, x, (xq @ wq.astype(np.int64)) * np.float64(sx) * np.float64(sw)
+
+
+def _asm(model, spec) -> tuple[str, dict]:
+    from kiln.compiler.build import build_executable
+    from kiln.compiler.optimize import optimize
+    from kiln.compiler.options import CompileOptions
+    from kiln.frontends.importer import import_onnx
+
+    opts = CompileOptions.make(target=spec)
+    opt = optimize(import_onnx(model).mod, opts)
+    exe = build_executable(opt.mod, opts, "test")
+    return "".join(m.inspect_source("asm") for m in exe.mod.imports), opt.report
+
+
+@pytest.mark.parametrize("op", ["conv2d", "matmul"])
+@pytest.mark.parametrize("spec", list(ASM))
+def test_int8_assembly_holds_the_isa_instruction(spec, op):
+    """Compiled for the target (not run): the int8 kernel is tensorized with the target's instruction."""
+    model = _qdq_conv()[0] if op == "conv2d" else _qdq_matmul()[0]
+    asm, report = _asm(model, spec)
+    assert report["qdq_lowered"] == 1 and report["kernels_unscheduled"] == 0
+    assert re.search(ASM[spec], asm), f"{spec}: no {ASM[spec]!r} in the {op} kernel"
+    if "alderlake" in spec:
+        assert "zmm" not in asm  # no AVX-512 on this target
+
+
+def test_saturation_rule():
+    """vpmaddubsw sums two u8*s8 products into int16: |w| <= 64 never saturates; 65 + 64 can."""
+    w = np.full((4, 8), 64, np.int8)
+    assert not pairs_may_saturate(w, 1) and not pairs_may_saturate(-w, 1)
+    w[1, 2] = 65
+    assert pairs_may_saturate(w, 1)
+    assert not pairs_may_saturate(np.array([[127, -127]], np.int8), 1)  # opposite signs cannot overflow
+
+
+def _run_on_host(spec, tmp_path, model, x):
+    if missing_on_host(Target.parse(spec)):
+        pytest.skip(f"this host cannot run {spec} code ({', '.join(missing_on_host(Target.parse(spec)))})")
+    r = kiln.compile(model, tmp_path / "m.kiln", target=spec)
+    return r, kiln.load(tmp_path / "m.kiln").run({"input": x})["output"]
+
+
+@pytest.mark.parametrize(
+    "cin,cout,k,stride,pad,zx",
+    [(32, 48, 3, 1, 1, 0), (32, 32, 3, 2, 1, 100), (16, 64, 1, 1, 0, 7)],
+)
+def test_avx2_int8_conv_is_exact(tmp_path, cin, cout, k, stride, pad, zx):
+    """The haswell build's vpmaddubsw conv, run here, equals the integer reference: 7-bit weights
+    (|w| <= 64) never saturate, so the only difference from VNNI is none at all."""
+    model, x, ref = _qdq_conv(cin, cout, k, stride, pad, zx)
+    r, got = _run_on_host(HASWELL, tmp_path, model, x)
+    assert r.report["qdq_lowered"] == 1
+    np.testing.assert_allclose(got, ref, rtol=2e-6, atol=1e-5)
+
+
+def test_avx2_int8_matmul_is_exact(tmp_path):
+    model, x, ref = _qdq_matmul()
+    r, got = _run_on_host(HASWELL, tmp_path, model, x)
+    assert r.report["qdq_lowered"] == 1
+    np.testing.assert_allclose(got, ref, rtol=2e-6, atol=1e-5)
+
+
+def test_avx2_keeps_saturating_qdq_weights_float(tmp_path):
+    """8-bit QDQ weights that could saturate vpmaddubsw stay a float layer on AVX2 (exact to float
+    rounding) instead of an int8 layer that would be wrong (or, done exactly, no faster)."""
+    model, x, ref = _qdq_conv(wmax=127)
+    r, got = _run_on_host(HASWELL, tmp_path, model, x)
+    assert (r.report["qdq_lowered"], r.report["qdq_kept_float"]) == (0, 1)
+    np.testing.assert_allclose(got, ref, rtol=1e-4, atol=1e-4 * np.abs(ref).max())
+
+
+def _calib_cnn(tmp_path):
+    rng = np.random.default_rng(1)
+    nodes, inits, x = [], {}, "input"
+    for i, (cin, cout) in enumerate([(3, 16), (16, 32), (32, 32)]):
+        inits[f"w{i}"] = (rng.standard_normal((cout, cin, 3, 3)) / np.sqrt(cin * 9)).astype(np.float32)
+        inits[f"b{i}"] = (rng.standard_normal(cout) * 0.1).astype(np.float32)
+        nodes += [
+            helper.make_node("Conv", [x, f"w{i}", f"b{i}"], [f"c{i}"], pads=[1] * 4, name=f"conv{i}"),
+            helper.make_node("Relu", [f"c{i}"], [f"r{i}"], name=f"relu{i}"),
+        ]
+        x = f"r{i}"
+    inits["fc"] = (rng.standard_normal((32, 16)) * 0.5).astype(np.float32)
+    nodes += [
+        helper.make_node("GlobalAveragePool", [x], ["g"]),
+        helper.make_node("Flatten", ["g"], ["f"]),
+        helper.make_node("MatMul", ["f", "fc"], ["output"], name="fc"),
+    ]
+    model = make_model(nodes, {"input": rand(1, 3, 16, 16)}, ["output"], inits)
+    data = np.random.default_rng(2).standard_normal((12, 3, 16, 16)).astype(np.float32)
+    np.savez(tmp_path / "calib.npz", input=data)
+    return model, tmp_path / "calib.npz", data
+
+
+def test_quantizer_uses_7bit_weights_for_avx2(tmp_path):
+    """--quantize int8 for haswell: the int8 layers' weights are in [-64, 64] (docs/int8-kernels.md),
+    the report names the kernel and predicts a gain, and the build runs here close to float."""
+    model, calib, data = _calib_cnn(tmp_path)
+    r = kiln.compile(model, tmp_path / "q.kiln", target=HASWELL, quantize="int8", calibration=calib)
+    q = r.report["quantization"]
+    assert q["int8_layers"] == ["conv1", "conv2"]  # the 32x16 head: too small for int8 to pay at 2x
+    assert "would not be faster" in q["float_layers"]["fc"] and "3->16" in q["float_layers"]["conv0"]
+    speed = q["speed"]
+    assert speed["int8_kernel"] == "avx2-pmaddubsw" and speed["predicted_ratio"] < 1 and "7-bit" in speed["note"]
+    assert "warning" not in speed
+    from kiln.runtime import artifact as art
+
+    manifest, members = art.read_artifact(tmp_path / "q.kiln")
+    weights = art.unpack_weights(members[art.WEIGHTS], manifest["weights"], "test")
+    int8 = [w for w in weights if w.dtype == np.int8]
+    assert len(int8) == 2 and max(int(np.abs(w.astype(np.int32)).max()) for w in int8) == 64
+    if not missing_on_host(Target.parse(HASWELL)):
+        got = kiln.load(tmp_path / "q.kiln").run({"input": data[-1:]})["output"]
+        ref = ort_run(model, {"input": data[-1:]})[0]
+        assert np.abs(got - ref).max() < 0.05 * np.abs(ref).max()
+
+
+def test_int8_without_a_fast_kernel_stays_float_and_warns(tmp_path):
+    """rpi4 (Cortex-A72: NEON without dotprod): no int8 kernel beats float32 there, so every layer
+    stays float, says why, and the build warns with both estimates."""
+    model, calib, _ = _calib_cnn(tmp_path)
+    with pytest.warns(KilnWarning, match="predicted no faster than float32") as w:
+        r = kiln.compile(model, tmp_path / "q.kiln", target="rpi4", quantize="int8", calibration=calib)
+    q = r.report["quantization"]
+    assert q["int8_layers"] == [] and "no dotprod" in q["float_layers"]["conv1"]
+    assert q["speed"]["predicted_ratio"] == 1.0 and "estimates: int8" in str(w[0].message)
