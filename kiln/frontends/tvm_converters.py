@@ -25,7 +25,7 @@ import contextlib
 
 import numpy as np
 
-INT32_MAX = int(np.iinfo(np.int32).max)
+from .tvm_slice import slice_converter
 
 
 def _topk():
@@ -229,88 +229,13 @@ def _nonzero():
     return NonZero
 
 
-def _clamped(c):
-    """A constant int64 tensor with values beyond int32 clamped to +-INT32_MAX ("to the end", "no limit")."""
-    from tvm import relax
-
-    a = c.value.numpy()
-    if a.dtype != np.int64 or np.abs(a).max(initial=0) <= INT32_MAX:
-        return c
-    return relax.const(np.clip(a, -INT32_MAX, INT32_MAX).astype(np.int64), "int64")
-
-
-def _slice():
-    import tvm
-    from tvm.relax.frontend.onnx import onnx_frontend as f
-
-    class Slice(f.Slice):
-        @classmethod
-        def _impl_v13(cls, bb, inputs, attr, params):
-            for k in (1, 2):  # inputs is TVM's onnx_input (None past its end): edit it in place
-                if isinstance(inputs[k], tvm.ir.GenericConst):
-                    inputs[k] = _clamped(inputs[k])
-            whole = _drop_whole_axes(inputs)
-            if whole is not None:
-                return whole
-            return super()._impl_v13(bb, inputs, attr, params)
-
-    return Slice
-
-
-def _drop_whole_axes(inputs):
-    """Slice entries that keep a whole axis of a tensor (start 0, end "to the end", step 1) dropped from
-    the slice, in place; the data itself when none is left (None otherwise). TVM infers such a slice of a
-    run-time-sized axis S as min(INT32_MAX, S) - min(0, S), which it cannot prove equal to S: an Add of
-    it with a tensor of length S broadcasts to an unknown shape, LegalizeOps leaves that add as it is,
-    and tvm.compile fails in codegen ("InternalError: R.add(alloc.., alloc..)")."""
-    import tvm
-    from tvm import relax
-
-    data = inputs[0]
-    if (
-        not isinstance(data, relax.Expr)
-        or not isinstance(getattr(data, "ty", None), relax.TensorType)
-        or data.ty.ndim < 0
-    ):
-        return None
-    consts = [inputs[k] if k < len(inputs) else None for k in range(1, 5)]
-    if not all(isinstance(c, tvm.ir.GenericConst) for c in consts[:2]) or not all(
-        c is None or isinstance(c, tvm.ir.GenericConst) for c in consts[2:]
-    ):
-        return None
-    starts, ends = (c.value.numpy().astype(np.int64).reshape(-1) for c in consts[:2])
-    ndim = data.ty.ndim
-    axes = (
-        consts[2].value.numpy().astype(np.int64).reshape(-1) % max(ndim, 1)
-        if consts[2] is not None
-        else np.arange(len(starts))
-    )
-    steps = (
-        consts[3].value.numpy().astype(np.int64).reshape(-1)
-        if consts[3] is not None
-        else np.ones(len(starts), np.int64)
-    )
-    if not (len(starts) == len(ends) == len(axes) == len(steps)):
-        return None
-    keep = ~((starts == 0) & (ends >= INT32_MAX) & (steps == 1))
-    if keep.all():
-        return None
-    if not keep.any():
-        return data
-    while len(inputs) < 5:
-        inputs.append(None)
-    for k, a in zip(range(1, 5), (starts, ends, axes, steps)):
-        inputs[k] = relax.const(a[keep], "int64")
-    return None
-
-
 OVERRIDES = {
     "NonZero": _nonzero,
     "TopK": _topk,
     "ConstantOfShape": _constant_of_shape,
     "Cast": _cast,
     "NonMaxSuppression": _nms,
-    "Slice": _slice,
+    "Slice": slice_converter,
 }
 
 

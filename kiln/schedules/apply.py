@@ -15,7 +15,10 @@ def first_rule_that_applies(func, family: str, lanes: int):
     """(kind, schedule) from the kind's rule, then its fallbacks (FALLBACK), each on a fresh
     schedule; (kind, None) when none applies."""
     first = s_tir.Schedule(func)
-    kind, anchor = classify(first)
+    try:
+        kind, anchor = classify(first)
+    except s_tir.ScheduleError:  # no blocks to schedule (TOPI's ir_builder kernels: NMS, sort): left as written
+        return None, None
     anchor_name = first.get(anchor).name_hint if anchor is not None else None
     for k in (kind, *FALLBACK.get(kind, ())):
         rule = RULES.get((family, k))

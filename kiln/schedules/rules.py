@@ -251,6 +251,25 @@ def rowwise(sch: s_tir.Schedule, anchor, lanes: int) -> None:
             sch.parallel(sch.fuse(*outer) if len(outer) > 1 else outer[0])
 
 
+def _inline_epilogue(sch: s_tir.Schedule, block) -> None:
+    """A fused epilogue computed in the block's own loop. Several consumers (BERT's where(isnan(p), 0, p)
+    after the softmax) are first inlined into one another, then the last into the block."""
+    while consumers := sch.get_consumers(block):
+        if len(consumers) > 1:
+            inlined = False
+            for c in consumers:
+                try:
+                    sch.compute_inline(c)  # an intermediate (isnan) into the block that reads it (where)
+                    inlined = True
+                    break
+                except s_tir.ScheduleError:  # the block writing the output, or not elementwise
+                    continue
+            if not inlined:
+                raise s_tir.ScheduleError("the epilogue has several outputs")
+            continue
+        sch.reverse_compute_inline(consumers[0])
+
+
 def softmax_rows(sch: s_tir.Schedule, anchor, lanes: int) -> None:
     """Softmax over the last axis (kiln/compiler/legalize.py's, with fast_exp): one row at a time,
     rows in parallel; exp(x - max) is written once per row (vectorized) and read by the sum and
@@ -262,9 +281,7 @@ def softmax_rows(sch: s_tir.Schedule, anchor, lanes: int) -> None:
     if norm is None or exp is None or shift is None:
         raise s_tir.ScheduleError("not Kiln's softmax")
     sch.compute_inline(shift)
-    while sch.get_consumers(norm):  # a fused epilogue: computed in the normalization's loop
-        (consumer,) = sch.get_consumers(norm)
-        sch.reverse_compute_inline(consumer)
+    _inline_epilogue(sch, norm)
     loops = sch.get_loops(norm)
     reductions = [b for b in blocks(sch) if COMM_REDUCE in iter_types(sch, b)]
     if len(loops) < 2 or len(reductions) != 2 or any(len(sch.get_loops(r)) != len(loops) + 1 for r in reductions):

@@ -40,3 +40,33 @@ def test_a_shape_deciding_graph_input_names_the_freeze_flag(tmp_path):
     kiln.compile(m, tmp_path / "m.kiln", freeze_inputs={"k": [2]})
     out = kiln.load(tmp_path / "m.kiln").run({"x": x})
     np.testing.assert_array_equal(out["v"], [[3, 2], [7, 6], [11, 10]])
+
+
+def test_to_the_end_slice_of_run_time_dims_is_planned_at_run_time(tmp_path):
+    """Slice(end=INT64_MAX, step 2) of run-time-sized axes: TVM inferred min(INT32_MAX, n) and Relax's memory
+    planner took INT32_MAX as the bound, sizing this buffer at 2^62 bytes (std::bad_alloc; the corpus
+    FasterRCNN's box decoding). The slice now ends at n itself, so the buffer is sized per run."""
+    x = np.array([[0, 1, 0, 2, 7], [3, 0, 0, 0, 1]], np.float32)
+    big = np.iinfo(np.int64).max
+    m = make_model(
+        [
+            helper.make_node("NonZero", ["x"], ["nz"]),
+            helper.make_node("Cast", ["nz"], ["f"], to=1),
+            helper.make_node("Slice", ["f", "s0", "e1", "a0"], ["row"]),
+            helper.make_node("Transpose", ["row"], ["col"]),
+            helper.make_node("MatMul", ["col", "row"], ["outer"]),
+            helper.make_node("Slice", ["outer", "s00", "emax", "a01", "st2"], ["y"]),
+        ],
+        {"x": x},
+        ["y"],
+        inits={
+            "s0": np.array([1], np.int64),
+            "e1": np.array([2], np.int64),
+            "a0": np.array([0], np.int64),
+            "s00": np.array([0, 0], np.int64),
+            "emax": np.array([big, big], np.int64),
+            "a01": np.array([0, 1], np.int64),
+            "st2": np.array([2, 2], np.int64),
+        },
+    )
+    assert check_against_ort(m, {"x": x}, tmp_path)["y"].shape == (3, 3)
