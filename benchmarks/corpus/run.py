@@ -156,7 +156,7 @@ def one(corpus: Path, name: str, layout: str | None, record: Path) -> None:
         kw["layout"] = layout
     t = time.perf_counter()
     try:
-        kiln.compile(str(path), str(art), **kw)
+        res = kiln.compile(str(path), str(art), **kw)
     except BaseException as e:
         cls, msg = error_text(e)
         save(
@@ -168,7 +168,13 @@ def one(corpus: Path, name: str, layout: str | None, record: Path) -> None:
             compile_s=round(time.perf_counter() - t, 1),
         )
         return
-    save(phase="run", compile_s=round(time.perf_counter() - t, 1))
+    skipped = [f"{x['failed_in']}: {x['error'][:120]}" for x in res.report.get("passes_skipped", [])]
+    save(
+        phase="run",
+        compile_s=round(time.perf_counter() - t, 1),
+        passes_skipped=skipped,
+        kernels_unscheduled=res.report.get("kernels_unscheduled"),
+    )
     so = ort.SessionOptions()
     so.intra_op_num_threads, so.inter_op_num_threads = THREADS, 1
     try:
@@ -299,6 +305,8 @@ def write_report(out: Path, records: list[dict], manifest: dict, command: str, s
             err = f"{r.get('error_class', '')}: {msg[:220]}"
         elif r["status"] == "mismatch":
             err = r.get("check", {}).get("why", "")
+        if r.get("passes_skipped"):  # an optional pass that failed: the artifact is correct, maybe slower
+            err += ("; " if err else "") + "passes skipped: " + "; ".join(r["passes_skipped"])
         nchw = r.get("nchw")
         if nchw:
             err += (
@@ -453,6 +461,8 @@ def main(argv=None) -> int:
                         "error_class",
                         "error",
                         "compile_s",
+                        "passes_skipped",
+                        "kernels_unscheduled",
                         "kiln_p50_ms",
                         "ort_p50_ms",
                         "wall_s",
