@@ -34,7 +34,7 @@ def time_executable(
 
 
 def choose_layout(mod, options, where: str) -> tuple[str, dict[str, float]]:
-    from .build import build_executable
+    from .executable import build_executable
     from .hostrun import require_host_runs
     from .optimize import optimize
 

@@ -16,13 +16,15 @@ import onnx
 
 from .. import __version__
 from .._io import atomic_write_text
-from ..errors import CompileError, KilnWarning, PassError, pass_errors, tvm_errors
+from ..errors import CompileError, KilnWarning, PassError, tvm_errors
 from ..frontends.importer import import_onnx
 from ..frontends.sources import load_source
 from ..runtime import artifact as art
 from ..runtime.hostinfo import host_arch
 from .autolayout import choose_layout
+from .executable import build_executable
 from .fallback import blame, with_fallback
+from .flows import run_flow
 from .kernel_info import for_manifest
 from .limits import check_planned_memory, check_tensor_sizes, io_bytes
 from .optimize import optimize
@@ -46,13 +48,6 @@ class CompileResult:
 
 def _where(model) -> str:
     return str(model) if isinstance(model, str | os.PathLike) else "<model>"
-
-
-def build_executable(mod, options: CompileOptions, where: str):
-    import tvm
-
-    with pass_errors("tvm.compile", where), options.target.tvm():
-        return tvm.compile(mod, target=options.target.tvm())
 
 
 def analyze_model(model, options: CompileOptions | None = None, **kwargs) -> dict:
@@ -104,15 +99,16 @@ def compile_model(
             layout, layout_ms = choose_layout(imported.mod, options, where)
 
         def attempt(opts, lay, imported=imported):
-            opt, members = run_flow(imported, opts, lay, where)
+            opt = run_flow(imported, opts, lay, where)  # the flow's members: opt.members
             check_planned_memory(
                 opt.report, io_bytes(imported.inputs + imported.outputs), opts.max_memory, where
             )  # before building
             t = time.perf_counter()
-            return opt, members, build_executable(opt.mod, opts, where), time.perf_counter() - t
+            return opt, build_executable(opt.mod, opts, where), time.perf_counter() - t
 
         repro = _reproducer(imported.onnx_model, options, layout, where, output) if model is not None else None
-        (opt, accel_members, exe, build_s), skipped = with_fallback(attempt, options, layout, where, model, repro)
+        (opt, exe, build_s), skipped = with_fallback(attempt, options, layout, where, model, repro)
+        accel_members = opt.members
         report = opt.report
         report["passes_skipped"] = report.get("passes_skipped", []) + skipped
         report["precision_note"] = note
@@ -181,20 +177,6 @@ def compile_model(
     return CompileResult(Path(output), manifest, report)
 
 
-def run_flow(imported, options: CompileOptions, layout: str, where: str):
-    """The build flow for these options: (optimized module, extra artifact members)."""
-    if options.target.accel:
-        from ..accel.vta.offload import vta_optimize
-
-        opt, members, _ = vta_optimize(imported, options, layout, where)
-        return opt, members
-    if options.quantize:
-        from .quantize.flow import quantize_optimize
-
-        return quantize_optimize(imported, options, layout, where)[0], {}
-    return optimize(imported.mod, options, layout=layout, where=where), {}
-
-
 def _import(model: onnx.ModelProto, shapes, options: CompileOptions, where: str, output):
     """import_onnx; TVM's importer failing on a model ONNX accepts is Kiln's bug (reproducer)."""
     try:
@@ -246,7 +228,7 @@ def _reproducer(simple: onnx.ModelProto, options: CompileOptions, layout: str, w
 
         def fails(cand):
             try:
-                opt, _ = run_flow(import_onnx(cand, where=where, checked=True), options, layout, where)
+                opt = run_flow(import_onnx(cand, where=where, checked=True), options, layout, where)
                 if stage == "tvm.compile":
                     build_executable(opt.mod, options, where)
             except CompileError as e:

@@ -20,7 +20,9 @@ from tvm.ir.expr import GenericConst
 
 from ...compiler.ir import op_name as _op
 from ...compiler.ir import var_users, var_uses
-from ...compiler.quantize.layers import _onnx_names
+from ...compiler.optimize import Optimized, optimize
+from ...compiler.quantize.calibrate import calibrate, finish
+from ...compiler.quantize.layers import LayerNames, candidate, with_taps
 from ...compiler.quantize.rewrite import quantize_weight
 from . import conv, runtime
 from .config import VTAConfig
@@ -51,21 +53,16 @@ def find_chains(func, onnx_model, cfg: VTAConfig) -> list[Chain]:
     uses = var_uses(func)
     bindings = list(_bindings(func))
     users = {v: [bindings[i] for i in idx] for v, idx in var_users(bindings).items()}
-    onnx_names = _onnx_names(onnx_model)
+    names = LayerNames(onnx_model)
     params = set(func.params)
-    chains, seen = [], {"Conv": 0, "MatMul": 0}
+    chains = []
     for b in _bindings(func):
-        op = _op(b.value)
         c = b.value
-        if op == "relax.matmul" and not (isinstance(c.args[1], GenericConst) and c.args[1].value.numpy().ndim == 2):
-            continue  # activation x activation: not a layer
-        if op not in ("relax.nn.conv2d", "relax.matmul"):
-            continue
-        kind = "Conv" if op == "relax.nn.conv2d" else "MatMul"
-        k = seen[kind]
-        seen[kind] += 1
-        name = onnx_names[kind][k] if k < len(onnx_names[kind]) else f"{kind.lower()}_{k}"
-        channels = int(c.ty.shape.values[1 if kind == "Conv" else -1])
+        kind = candidate(c)
+        if kind is None:
+            continue  # not a conv2d, nor a matmul by a constant 2-D weight
+        name = names.next(c)
+        channels = int(c.ty.shape.values[1 if kind == "conv2d" else -1])
         end, var, bias, relu = c, b.var, None, False
         nxt = users.get(var, [])
         if (
@@ -75,7 +72,7 @@ def find_chains(func, onnx_model, cfg: VTAConfig) -> list[Chain]:
             and isinstance(nxt[0].value.args[1], GenericConst)
         ):
             bv = nxt[0].value.args[1].value.numpy()
-            if bv.size == channels and (kind == "MatMul" or bv.size == bv.shape[-3 if bv.ndim >= 3 else 0]):
+            if bv.size == channels and (kind == "matmul" or bv.size == bv.shape[-3 if bv.ndim >= 3 else 0]):
                 end, var, bias = nxt[0].value, nxt[0].var, bv.reshape(-1)
                 nxt = users.get(var, [])
         if uses.get(var, 0) == 1 and len(nxt) == 1 and _op(nxt[0].value) == "relax.nn.relu":
@@ -94,10 +91,16 @@ def _why_cpu(ch: Chain, params, cfg: VTAConfig) -> str | None:
         if len(x.ty.shape.values) != 2 or int(x.ty.shape.values[0]) != 1:
             return "dense layer on a batch other than 1 or a 3-D input"
         if not ch.relu:
-            return "dense layer without an activation (the logits): kept on the CPU in float, as VTA's flow skips dense layers"
+            return (
+                "dense layer without an activation (the logits): kept on the CPU in float, as VTA's flow skips "
+                "dense layers"
+            )
         return None
     if x in params or int(x.ty.shape.values[1]) < cfg.block:
-        return "the first conv (its few input channels fill a 16-channel block poorly; it stays on the CPU, as in VTA's flow)"
+        return (
+            "the first conv (its few input channels fill a 16-channel block poorly; it stays on the CPU, as in "
+            "VTA's flow)"
+        )
     a = c.attrs
     if not isinstance(c.args[1], GenericConst):
         return "weight is not a constant"
@@ -205,8 +208,6 @@ class _Taps(relax.PyExprMutator):
 
 
 def tapped(mod, chains):
-    from ...compiler.quantize.layers import with_taps
-
     r = _Taps(mod, chains)
     main = r.visit_expr(mod["main"])
     out = tvm.IRModule(dict(mod.functions), attrs=mod.attrs)
@@ -323,34 +324,26 @@ def offloaded(mod, chains, layers, uid: str):
     return relax.transform.DeadCodeElimination(["main"])(relax.transform.Normalize()(out))
 
 
-def vta_optimize(imported, options, layout: str, where: str):
-    """(Optimized module, artifact members, the report's `vta` section)."""
+def vta_flow(imported, options, layout: str, where: str) -> Optimized:
+    """The accelerator row of compiler/flows.py: the optimized module with each offloadable chain
+    calling its layer's program, the programs as artifact members, and the report's `vta` section."""
     import time
-
-    from ...compiler.optimize import optimize
-    from ...compiler.quantize.calibration import load_calibration
-    from ...compiler.quantize.flow import _build_tapped, _merge_reports, collect_ranges
 
     t0 = time.perf_counter()
     cfg = options.target.vta_config()
     pre = optimize(imported.mod, options, layout=layout, where=where, part="pre")
     chains = find_chains(pre.mod["main"], imported.onnx_model, cfg)
-    calib, _ = load_calibration(options.calibration, imported.inputs).split(options.calib_samples)
     mod, names = tapped(pre.mod, chains)
-    ranges = (
-        collect_ranges(_build_tapped(mod, names, imported, options, layout, where), calib, options.calib_method, where)
-        if names
-        else {}
-    )
+    ranges = calibrate(mod, names, imported, options, layout, where).ranges
     layers = make_layers(chains, ranges, cfg)
     members = runtime.pack(cfg, [prog for _, prog, _ in layers])
     uid = runtime.digest(members)
-    opt = optimize(offloaded(pre.mod, chains, layers, uid), options, layout=layout, where=where, part="post")
-    _merge_reports(pre.report, opt.report)
+    opt = finish(pre, offloaded(pre.mod, chains, layers, uid), options, layout, where)
     report = simulate_report(cfg, layers, chains)
     report["seconds"] = {"partition_calibrate_program": round(time.perf_counter() - t0, 3)}
     opt.report["vta"] = report
-    return opt, members, report
+    opt.members = members
+    return opt
 
 
 def simulate_report(cfg: VTAConfig, layers, chains) -> dict:

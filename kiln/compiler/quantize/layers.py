@@ -1,5 +1,6 @@
-"""Which ops of a float model quantize, named after their ONNX nodes, and a visitor that walks them
-in one fixed order (calibration taps, the rewrite and the accuracy taps all see the same layers).
+"""Which ops of a float model quantize, named after their ONNX nodes (LayerNames: int8 and the
+accelerator name layers the same way), and a visitor that walks them in one fixed order (calibration
+taps, the rewrite and the accuracy taps all see the same layers).
 
 A layer is a conv2d (groups 1, NCHW/OIHW) or a matmul by a constant 2-D weight, in float32. The
 target's int8 kernel (schedules/int8.py) needs channels in blocks of its lanes (16 on AVX-512, 8 on
@@ -56,6 +57,24 @@ def candidate(call) -> str | None:
     return call.op.name.removeprefix("relax.nn.").removeprefix("relax.")
 
 
+class LayerNames:
+    """Names layers (calls `candidate` accepts) in graph order after their ONNX nodes: the importer
+    emits the Relax calls of Conv and MatMul/Gemm-by-initializer nodes in the same order. A layer
+    past the ONNX nodes (or with no ONNX model) is "<kind>_<k>", e.g. "conv2d_3", "matmul_0"."""
+
+    def __init__(self, onnx_model=None):
+        self.onnx = _onnx_names(onnx_model)
+        self.seen = {"Conv": 0, "MatMul": 0}
+
+    def next(self, call) -> str:
+        """The name of `call`, the next layer of its kind in graph order."""
+        onnx_kind = OPS[call.op.name]
+        k = self.seen[onnx_kind]
+        self.seen[onnx_kind] += 1
+        names = self.onnx[onnx_kind]
+        return names[k] if k < len(names) else f"{candidate(call)}_{k}"
+
+
 def why_float(call, block: int = CHANNEL_BLOCK) -> str | None:
     """Why a layer stays float (None: it quantizes); `block` is the int8 kernel's output-channel block."""
     x, w = call.args[0], call.args[1]
@@ -80,30 +99,26 @@ def why_float(call, block: int = CHANNEL_BLOCK) -> str | None:
 
 
 class LayerMutator(relax.PyExprMutator):
-    """(Subclasses need the @relax.expr_functor.mutator decorator too.) Visits main's layers in binding order; subclasses override on_layer(call, layer) and return
-    the expression that replaces the call. Taps: emit_tap(expr) makes a value an extra output."""
+    """Visits main's layers in binding order; subclasses override on_layer(call, layer) and return
+    the expression that replaces the call (they need the @relax.expr_functor.mutator decorator too).
+    Taps: emit_tap(expr) makes a value an extra output."""
 
     def __init__(self, mod, onnx_model=None, keep_float=(), caps=None):
         super().__init__(mod)
         # the target's int8 kernel decides the channel block, and whether int8 is faster at all
         self.int8 = int8_kernel(caps) if caps is not None else None
         self.no_kernel = why_no_kernel(caps) if caps is not None and self.int8 is None else None
-        self.names = _onnx_names(onnx_model)
+        self.names = LayerNames(onnx_model)
         self.keep_float = set(keep_float)
         self.layers: list[Layer] = []
         self.taps: list[tuple[str, relax.Var]] = []
-        self._seen = {"Conv": 0, "MatMul": 0}
 
     def visit_call_(self, call):
         call = super().visit_call_(call)
         kind = candidate(call)
         if kind is None:
             return call
-        onnx_kind = OPS[call.op.name]
-        k = self._seen[onnx_kind]
-        self._seen[onnx_kind] += 1
-        names = self.names[onnx_kind]
-        name = names[k] if k < len(names) else f"{kind}_{k}"
+        name = self.names.next(call)
         block = self.int8.lanes if self.int8 else CHANNEL_BLOCK
         reason = "kept float (--keep-float)" if name in self.keep_float else why_float(call, block) or self.no_kernel
         if reason is None and self.int8 is not None:
