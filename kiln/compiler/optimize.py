@@ -40,9 +40,13 @@ COUNTERS = (
 
 @dataclasses.dataclass
 class Optimized:
+    """What a build flow gives the driver: the module to build, its lifted weights, the report (a
+    flow adds its own section), and artifact members beside the library and weights (the accelerator's)."""
+
     mod: tvm.IRModule
     weights: list
     report: dict
+    members: dict[str, bytes] = dataclasses.field(default_factory=dict)
 
 
 PARTS = ("all", "pre", "post")
