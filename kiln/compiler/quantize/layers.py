@@ -17,6 +17,7 @@ from tvm import relax
 from tvm.ir.expr import GenericConst
 
 from ...schedules.int8 import int8_kernel, why_no_kernel
+from .cost import slower_reason
 
 OPS = {"relax.nn.conv2d": "Conv", "relax.matmul": "MatMul"}
 CHANNEL_BLOCK = 16
@@ -122,8 +123,6 @@ class LayerMutator(relax.PyExprMutator):
         block = self.int8.lanes if self.int8 else CHANNEL_BLOCK
         reason = "kept float (--keep-float)" if name in self.keep_float else why_float(call, block) or self.no_kernel
         if reason is None and self.int8 is not None:
-            from .speed import slower_reason  # (speed imports this module)
-
             reason = slower_reason(call, self.int8)
         layer = Layer(len(self.layers), name, kind, reason)
         self.layers.append(layer)
