@@ -10,29 +10,58 @@ from pathlib import Path
 from .errors import KilnError
 
 
-def inspect_path(path: str | os.PathLike) -> dict:
-    """An artifact, or a model of any format Kiln reads (detected by content: frontends/detect.py)."""
+def inspect_path(path: str | os.PathLike, trusted_keys=None) -> dict:
+    """An artifact, or a model of any format Kiln reads (detected by content: frontends/detect.py).
+    trusted_keys: an artifact's signature must verify against one of them."""
     from .frontends.detect import detect_format
     from .frontends.sources import describe
 
     p = Path(path)
     fmt = detect_format(p) if p.is_file() else "onnx"
     if fmt == "kiln" or (fmt == "onnx" and zipfile.is_zipfile(p)):
-        return inspect_artifact(p)
+        return inspect_artifact(p, trusted_keys)
     return describe(p) if p.is_file() else inspect_onnx(p)
 
 
-def inspect_artifact(path) -> dict:
+def inspect_artifact(path, trusted_keys=None) -> dict:
+    """The manifest, after verifying every member's checksum (and, with trusted_keys, the signature),
+    and who signed it: {"signed": bool, "key_id": str | None, "verified": bool}."""
     from .runtime.artifact import read_artifact
     from .runtime.hostinfo import missing_cpu_features
 
-    manifest, _ = read_artifact(path)  # verifies every member's checksum
+    manifest, _ = read_artifact(path, trusted_keys=list(trusted_keys) if trusted_keys else None)
     return {
         "kind": "artifact",
         "path": str(path),
         "manifest": manifest,
+        "checksums_verified": len(manifest["members"]),
+        "signature": {**_signer(path), "verified": bool(trusted_keys)},
         "runs_here": not missing_cpu_features(manifest["cpu_features"]),
     }
+
+
+def _signer(path) -> dict:
+    """Whether the artifact carries a signature, and the key id it names (read, not verified)."""
+    import json
+
+    from .runtime.signing import SIGNATURE
+
+    with zipfile.ZipFile(path) as z:
+        if SIGNATURE not in z.namelist():
+            return {"signed": False, "key_id": None}
+        try:
+            return {"signed": True, "key_id": str(json.loads(z.read(SIGNATURE))["key_id"])}
+        except (ValueError, KeyError, TypeError):
+            return {"signed": True, "key_id": None}
+
+
+def _signature_line(info: dict) -> str:
+    sig = info["signature"]
+    if not sig["signed"]:
+        return "  signed   no (kiln sign MODEL.kiln --key PRIVATE signs it)"
+    if sig["verified"]:
+        return f"  signed   by key {sig['key_id']}, verified against --trusted-key"
+    return f"  signed   by key {sig['key_id']}, not verified (give --trusted-key PUBLIC.pem to check it)"
 
 
 def inspect_onnx(path) -> dict:
@@ -85,6 +114,8 @@ def format_text(info: dict) -> str:
         lines.append(f"  weights  {len(m['weights'])} tensors, {wbytes / 1e6:.2f} MB")
         for name, meta in m["members"].items():
             lines.append(f"  member   {name}: {meta['size']} bytes sha256 {meta['sha256'][:16]}...")
+        lines.append(f"  verified the sha256 of all {info['checksums_verified']} members against the manifest")
+        lines.append(_signature_line(info))
         return "\n".join(lines)
     if "frontend" in info:
         lines.append(f"  frontend {info['frontend']}")

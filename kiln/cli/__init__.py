@@ -12,10 +12,13 @@ import traceback
 
 from ..errors import KilnError
 
+DEBUG_HELP = "show full tracebacks, TVM's C++ frames included (before or after the subcommand)"
+BROKEN_PIPE = 141  # the exit status of a command killed by SIGPIPE (`kiln inspect X | head -1`)
+
 
 def _commands() -> list:
-    """The modules of this package that declare subcommands (a `register(sub)` function), in their ORDER:
-    adding a subcommand is adding a module."""
+    """The modules of this package that declare subcommands (COMMANDS: name -> help, and a
+    `register(sub)` that adds their parsers), in their ORDER: adding a subcommand is adding a module."""
     import importlib
     import pkgutil
 
@@ -23,13 +26,45 @@ def _commands() -> list:
     return sorted((m for m in mods if hasattr(m, "register")), key=lambda m: (getattr(m, "ORDER", 100), m.__name__))
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(cmd: str | None = None) -> argparse.ArgumentParser:
+    """Every subcommand. Given `cmd`, only the module of that one declares its flags (declaring them
+    reads the options dataclasses, which may import TVM); the others are listed with their help
+    (cmd="": all of them, for `kiln --help`)."""
     p = argparse.ArgumentParser(prog="kiln", description="Ahead-of-time deep-learning compiler on Apache TVM.")
-    p.add_argument("--debug", action="store_true", help="show full tracebacks")
+    p.add_argument("--debug", action="store_true", help=DEBUG_HELP)
     sub = p.add_subparsers(dest="cmd", required=True)
     for m in _commands():
-        m.register(sub)
+        names = getattr(m, "COMMANDS", None)
+        if cmd is None or names is None or cmd in names:
+            m.register(sub)
+        else:
+            for name, text in names.items():
+                sub.add_parser(name, help=text.replace("%", "%%"))
+    for sp in sub.choices.values():  # --debug after the subcommand too; SUPPRESS keeps the one before it
+        if "--debug" not in sp._option_string_actions:
+            sp.add_argument("--debug", action="store_true", default=argparse.SUPPRESS, help=DEBUG_HELP)
     return p
+
+
+def _print_debug(e: BaseException) -> None:
+    """The traceback of `e` and of every exception behind it, also those a `raise ... from None` hid:
+    a KilnError that wraps TVM's error shows TVM's frames (tvm_ffi appends the C++ ones)."""
+    seen, x = set(), e
+    while x is not None and id(x) not in seen:
+        seen.add(id(x))
+        x.__suppress_context__ = False
+        x = x.__cause__ or x.__context__
+    traceback.print_exception(e)
+
+
+def _stdout_gone() -> None:
+    """The reader of our stdout went away: point stdout at /dev/null so the final flush is quiet."""
+    import os
+
+    try:
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    except (OSError, ValueError):  # not a real file (pytest's capture)
+        pass
 
 
 def _print_kiln_warnings(cmd: str) -> None:
@@ -54,25 +89,34 @@ def _print_kiln_warnings(cmd: str) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    args = build_parser().parse_args(argv)
-    args.argv = argv
-    _print_kiln_warnings(args.cmd)
+    words = [t for t in argv if not t.startswith("-")]
+    cmd = words[0] if words else None  # the top-level options take no values
+    name = f"kiln {cmd}" if cmd else "kiln"
+    debug = "--debug" in (argv[: argv.index("--")] if "--" in argv else argv)
     try:
-        return args.fn(args)
+        args = build_parser(cmd or "").parse_args(argv)  # inside: a flag's type may raise an OptionsError
+        args.argv = argv
+        _print_kiln_warnings(args.cmd)
+        code = args.fn(args)
+        sys.stdout.flush()  # a closed pipe fails here, not at exit
+        return code
+    except BrokenPipeError:
+        _stdout_gone()
+        return BROKEN_PIPE
     except KilnError as e:
-        if args.debug:
-            traceback.print_exc()
+        if debug:
+            _print_debug(e)
         code = getattr(e, "exit_code", 2)  # 1 for an InternalError: Kiln's bug, not the user's
-        print(f"kiln {args.cmd}: {'error' if code == 2 else 'internal error'}: {e}", file=sys.stderr)
+        print(f"{name}: {'error' if code == 2 else 'internal error'}: {e}", file=sys.stderr)
         return code
     except KeyboardInterrupt:
-        print(f"kiln {args.cmd}: interrupted", file=sys.stderr)
+        print(f"{name}: interrupted", file=sys.stderr)
         return 130
     except Exception as e:  # a bug in Kiln or TVM: say so, keep the trace behind --debug
-        if args.debug:
-            traceback.print_exc()
+        if debug:
+            _print_debug(e)
         print(
-            f"kiln {args.cmd}: internal error: {type(e).__name__}: {e} (rerun with --debug and report it)",
+            f"{name}: internal error: {type(e).__name__}: {e} (rerun with --debug and report it)",
             file=sys.stderr,
         )
         return 1

@@ -3,6 +3,10 @@
 from __future__ import annotations
 
 ORDER = 50
+COMMANDS = {
+    "keygen": "make an Ed25519 key pair for signing artifacts",
+    "sign": "sign an artifact's manifest (kiln run/bench/serve --trusted-key check it)",
+}
 
 
 def _keygen(a) -> int:
@@ -25,11 +29,11 @@ def _sign(a) -> int:
 
 
 def register(sub) -> None:
-    k = sub.add_parser("keygen", help="make an Ed25519 key pair for signing artifacts")
+    k = sub.add_parser("keygen", help=COMMANDS["keygen"])
     k.add_argument("private", metavar="PRIVATE")
     k.add_argument("public", metavar="PUBLIC")
     k.set_defaults(fn=_keygen)
-    g = sub.add_parser("sign", help="sign an artifact's manifest (kiln run/bench/serve --trusted-key check it)")
+    g = sub.add_parser("sign", help=COMMANDS["sign"])
     g.add_argument("model", metavar="MODEL.kiln")
     g.add_argument("--key", required=True, metavar="PRIVATE")
     g.set_defaults(fn=_sign)

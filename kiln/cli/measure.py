@@ -4,36 +4,39 @@ from __future__ import annotations
 
 import json
 
-from .flags import threads, trusted_key, trusted_keys
+from .flags import add_options, check_writable, given, output_flags, require, trusted_key, trusted_keys
 
 ORDER = 30
+COMMANDS = {
+    "bench": "latency percentiles, QPS, cold start and peak RSS (optionally beside onnxruntime)",
+    "profile": "time every kernel: source ONNX ops, ms, share, GFLOP/s and % of this CPU's peak, bytes, "
+    "tuned or default",
+}
+
+
+def _check_outputs(a) -> None:
+    """Everything the flags need, checked before the first run: optional packages and output folders."""
+    if a.plot:
+        require("matplotlib", "bench", "--plot")
+    if getattr(a, "onnx", None):
+        require("onnxruntime", "bench", "--onnx")
+    check_writable(a.json, "--json")
+    check_writable(a.plot, "--plot")
 
 
 def _bench(a) -> int:
     from .._io import atomic_write_text
     from ..runtime.bench import BenchOptions, bench, format_bench
 
-    if a.plot:
-        from ..runtime.profile import check_plot
-
-        check_plot()  # before any run
-    r = bench(
-        a.model,
-        BenchOptions(
-            threads=a.threads,
-            warmup=a.warmup,
-            repeat=a.repeat,
-            seconds=a.seconds,
-            onnx=a.onnx,
-            trusted_keys=trusted_keys(a),
-        ),
-    )
+    opts = BenchOptions(**given(BenchOptions, a), trusted_keys=trusted_keys(a))
+    _check_outputs(a)
+    r = bench(a.model, opts)
     print(format_bench(r))
     if a.profile:
         from ..runtime.profile import ProfileOptions, format_profile, plot_profile, profile
 
         popts = ProfileOptions(
-            threads=a.threads, warmup=a.warmup, repeat=min(a.repeat or 50, 200), trusted_keys=trusted_keys(a)
+            threads=opts.threads, warmup=opts.warmup, repeat=min(opts.repeat or 50, 200), trusted_keys=opts.trusted_keys
         )
         r["profile"] = profile(a.model, popts)
         print(format_profile(r["profile"]))
@@ -50,14 +53,11 @@ def _bench(a) -> int:
 
 def _profile(a) -> int:
     from .._io import atomic_write_text
-    from ..runtime.profile import ProfileOptions, check_plot, format_profile, plot_profile, profile
+    from ..runtime.profile import ProfileOptions, format_profile, plot_profile, profile
 
-    if a.plot:
-        check_plot()  # before any run
-    p = profile(
-        a.model,
-        ProfileOptions(threads=a.threads, warmup=a.warmup, repeat=a.repeat, top=a.top, trusted_keys=trusted_keys(a)),
-    )
+    opts = ProfileOptions(**given(ProfileOptions, a), trusted_keys=trusted_keys(a))
+    _check_outputs(a)
+    p = profile(a.model, opts)
     print(format_profile(p))
     if a.json:
         atomic_write_text(a.json, json.dumps(p, indent=2))
@@ -67,43 +67,22 @@ def _profile(a) -> int:
 
 
 def register(sub) -> None:
-    b = sub.add_parser(
-        "bench", help="latency percentiles, QPS, cold start and peak RSS (optionally beside onnxruntime)"
-    )
+    from ..runtime.bench import BenchOptions
+    from ..runtime.profile import ProfileOptions
+
+    b = sub.add_parser("bench", help=COMMANDS["bench"])
     b.add_argument("model")
-    b.add_argument(
-        "--onnx", default=None, metavar="MODEL.onnx", help="also run onnxruntime on the same input, alternating"
-    )
-    threads(b)
-    b.add_argument("--warmup", type=int, default=5)
-    g = b.add_mutually_exclusive_group()
-    g.add_argument("--repeat", type=int, default=None, help="number of timed runs")
-    g.add_argument("--seconds", type=float, default=10.0, help="time budget for timed runs (default 10)")
-    b.add_argument("--json", default=None, metavar="OUT.json")
-    b.add_argument(
-        "--plot",
-        default=None,
-        metavar="OUT.png",
-        help="latency histogram (needs matplotlib); with --profile also the kernels' chart, OUT.kernels.png",
-    )
+    add_options(b, BenchOptions, "onnx", "threads", "warmup")
+    add_options(b.add_mutually_exclusive_group(), BenchOptions, "repeat", "seconds")
+    output_flags(b, "latency histogram; with --profile also the kernels' chart, OUT.kernels.png")
     b.add_argument(
         "--profile", action="store_true", help="then time every kernel (see kiln profile); in --json as 'profile'"
     )
     trusted_key(b)
     b.set_defaults(fn=_bench)
-    f = sub.add_parser(
-        "profile",
-        help="time every kernel: source ONNX ops, ms, share, GFLOP/s and %% of this CPU's "
-        "peak, bytes, tuned or default",
-    )
+    f = sub.add_parser("profile", help=COMMANDS["profile"].replace("%", "%%"))
     f.add_argument("model")
-    threads(f)
-    f.add_argument("--warmup", type=int, default=5)
-    f.add_argument(
-        "--repeat", type=int, default=50, help="profiled runs (as many plain runs alternate, for the latency)"
-    )
-    f.add_argument("--top", type=int, default=15, help="kernels in the table (--json has all)")
-    f.add_argument("--json", default=None, metavar="OUT.json")
-    f.add_argument("--plot", default=None, metavar="OUT.png", help="bar chart of the kernels' times (needs matplotlib)")
+    add_options(f, ProfileOptions, "threads", "warmup", "repeat", "top")
+    output_flags(f, "bar chart of the kernels' times")
     trusted_key(f)
     f.set_defaults(fn=_profile)

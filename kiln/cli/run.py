@@ -5,9 +5,13 @@ from __future__ import annotations
 import json
 
 from ..errors import OptionsError
-from .flags import threads, trusted_key, trusted_keys
+from .flags import trusted_key, trusted_keys
 
 ORDER = 20
+COMMANDS = {
+    "run": "run an artifact on inputs from an .npz",
+    "unpack": "verify an artifact and write its members into a folder (for the C++ runner kiln_run)",
+}
 
 
 def _run(a) -> int:
@@ -55,16 +59,14 @@ def _unpack(a) -> int:
 
 
 def register(sub) -> None:
-    r = sub.add_parser("run", help="run an artifact on inputs from an .npz")
+    r = sub.add_parser("run", help=COMMANDS["run"])
     r.add_argument("model")
     r.add_argument("--inputs", required=True, metavar="IN.npz")
     r.add_argument("-o", "--output", required=True, metavar="OUT.npz")
-    threads(r)
+    r.add_argument("--threads", type=int, default=None, help="default: physical cores")
     trusted_key(r)
     r.set_defaults(fn=_run)
-    u = sub.add_parser(
-        "unpack", help="verify an artifact and write its members into a folder (for the C++ runner kiln_run)"
-    )
+    u = sub.add_parser("unpack", help=COMMANDS["unpack"])
     u.add_argument("model", metavar="MODEL.kiln")
     u.add_argument("directory", metavar="DIR")
     trusted_key(u)

@@ -5,9 +5,23 @@ from __future__ import annotations
 import argparse
 
 from ..errors import OptionsError
-from .flags import trusted_key, trusted_keys
+from .flags import add_options, given, trusted_key, trusted_keys
 
 ORDER = 40
+COMMANDS = {"serve": "HTTP inference server with dynamic batching (POST /v1/models/<name>:predict)"}
+SERVE_FIELDS = (
+    "name",
+    "host",
+    "port",
+    "max_batch",
+    "max_wait_ms",
+    "queue",
+    "timeout_ms",
+    "workers",
+    "threads",
+    "max_body_mb",
+    "warmup",
+)
 
 
 def _serve(a) -> int:
@@ -24,23 +38,13 @@ def _serve(a) -> int:
     opts = ServeOptions.make(
         ([a.model] if a.model else []) + a.models,
         split=a.split,
-        name=a.name,
-        host=a.host,
-        port=a.port,
-        max_batch=a.max_batch,
-        max_wait_ms=a.max_wait_ms,
-        queue=a.queue,
-        timeout_ms=a.timeout_ms,
-        workers=a.workers,
-        threads=a.threads,
-        max_body_mb=a.max_body_mb,
-        warmup=not a.no_warmup,
+        **given(ServeOptions, a),
         trusted_keys=trusted_keys(a),
     )
-    if a.workers > 1:
+    if opts.workers > 1:
         from ..serve.workers import run_workers
 
-        return run_workers(a.argv[a.argv.index("serve") + 1 :], a.workers, a.port, a.threads)
+        return run_workers(a.argv[a.argv.index("serve") + 1 :], opts.workers, opts.port, opts.threads)
     from ..serve.app import serve
 
     serve(opts, reuse_port=a.reuse_port)
@@ -48,7 +52,9 @@ def _serve(a) -> int:
 
 
 def register(sub) -> None:
-    s = sub.add_parser("serve", help="HTTP inference server with dynamic batching (POST /v1/models/<name>:predict)")
+    from ..serve.options import ServeOptions
+
+    s = sub.add_parser("serve", help=COMMANDS["serve"])
     s.add_argument("model", nargs="?", default=None, metavar="MODEL.kiln")
     s.add_argument(
         "--model",
@@ -61,23 +67,7 @@ def register(sub) -> None:
     s.add_argument(
         "--split", action="append", default=[], metavar="VERSION=FRACTION", help="canary traffic share, e.g. v2=0.05"
     )
-    s.add_argument("--name", default=None, help="served model name (default: the first artifact's file stem)")
-    s.add_argument("--host", default="127.0.0.1")
-    s.add_argument("--port", type=int, default=8080, help="0: any free port")
-    s.add_argument(
-        "--max-batch", type=int, default=8, help="most requests per batch (capped by the largest batch bucket)"
-    )
-    s.add_argument(
-        "--max-wait-ms", type=float, default=5.0, help="how long the first request of a batch waits for more"
-    )
-    s.add_argument("--queue", type=int, default=64, help="bounded queue per version; full -> 503 with Retry-After")
-    s.add_argument("--timeout-ms", type=float, default=1000.0, help="per request; late -> 504")
-    s.add_argument("--workers", type=int, default=1, help="server processes sharing the port")
-    s.add_argument(
-        "--threads", type=int, default=None, help="TVM threads per worker (default: (cores - 1) / workers, at least 1)"
-    )
-    s.add_argument("--max-body-mb", type=float, default=64.0, help="larger bodies -> 413")
-    s.add_argument("--no-warmup", action="store_true", help="do not run each bucket once before reporting ready")
+    add_options(s, ServeOptions, *SERVE_FIELDS)
     s.add_argument("--reuse-port", action="store_true", help=argparse.SUPPRESS)
     trusted_key(s)
     s.set_defaults(fn=_serve)

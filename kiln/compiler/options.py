@@ -10,10 +10,12 @@ from pathlib import Path
 from ..errors import OptionsError
 from ..frontends.freeze import FrozenInput, parse_frozen_inputs
 from ..frontends.shapes import BUCKETS_FLAG, parse_input_shapes, parse_shape_buckets
+from ..optfield import option, with_defaults
 from ..runtime.artifact import BUCKET_POLICIES
 from ..target import Target
+from .quantize.calibration import CALIB_METHODS
 
-OPT_LEVELS = (0, 1, 2, 3)
+OPT_LEVELS = (0, 1, 2)  # the pipeline's rows go up to level 2 (tests/test_cli_newuser.py checks it)
 QUANTIZE = ("int8",)
 PRECISIONS = ("fp32", "fp16", "bf16")
 LAYOUTS = ("NCHW", "NHWC", "NCHWc", "auto")
@@ -21,62 +23,110 @@ LAYOUTS = ("NCHW", "NHWC", "NCHWc", "auto")
 
 @dataclasses.dataclass(frozen=True)
 class CompileOptions:
-    target: Target
-    input_shapes: tuple[tuple[str, tuple[int, ...]], ...] = ()
-    opt_level: int = 2
-    disabled_passes: tuple[str, ...] = ()
-    layout: str = "NCHWc"
-    tuning_db: str | None = None  # the target's folder of a tuning database (see resolve_tuning_db)
+    """The compile options, parsed. Each field's default, choices and --flag help are declared here
+    only: `make()` fills in the defaults and kiln.cli builds its flags from the fields."""
+
+    target: Target = option(help="default: the host CPU, detected")
+    input_shapes: tuple[tuple[str, tuple[int, ...]], ...] = option(
+        (), "repeatable: pin an input's shape", name="--input-shape", metavar="NAME:1x3x224x224", repeat=True
+    )
+    opt_level: int = option(2, "0: lowering only, 1: + graph clean-up, 2: + fusion", choices=OPT_LEVELS, type=int)
+    disabled_passes: tuple[str, ...] = option(
+        (),
+        "repeatable: skip this pass, named in any case (kiln inspect --passes lists them)",
+        name="--disable-pass",
+        metavar="NAME",
+        repeat=True,
+    )
+    layout: str = option(
+        "NCHWc",
+        "NCHWc: channels blocked by the vector width, NCHW, NHWC, or auto: measure all on this host",
+        choices=LAYOUTS,
+    )
+    tuning_db: str | None = option(
+        None,
+        "apply tuned records from this database (kiln tune --db); default: the records Kiln ships in "
+        "tuning_logs/ for this exact target, if any; 'none': default schedules only",
+        metavar="DIR",
+    )  # the target's folder of a tuning database (see resolve_tuning_db)
     # one function per bucket: ((input, dims), ...) per bucket, smallest first; () = one shape
-    shape_buckets: tuple[tuple[tuple[str, tuple[int, ...]], ...], ...] = ()
-    bucket_policy: str = "pad"  # the runtime's default for inputs between buckets: pad | error
-    max_memory: int | None = None  # bytes: refuse (before building) a model whose planned memory exceeds it
-    quantize: str | None = None  # "int8": post-training static quantization (needs calibration)
-    calibration: str | None = None  # .npz or folder of .npz, samples stacked on the batch axis
-    calib_method: str = "minmax"
-    calib_samples: int | None = None  # the first N calibrate, the rest are held out for the accuracy check
-    min_agreement: float | None = None  # fail the compile below this top-1 agreement (cosine for non-classifiers)
-    keep_float: tuple[str, ...] = ()  # layer (ONNX node) names that stay float
-    precision: str = "fp32"  # fp16 | bf16: mixed precision, fp32 accumulation
-    freeze_inputs: tuple[FrozenInput, ...] = ()  # inputs compiled in as constants (--freeze-input NAME=VALUE)
+    shape_buckets: tuple[tuple[tuple[str, tuple[int, ...]], ...], ...] = option(
+        (),
+        "one function per bucket (repeat per input; bucket i takes each input's i-th shape); the model must "
+        "declare the bucketed dims symbolic",
+        metavar="NAME:1x3x224x224,4x3x224x224",
+        repeat=True,
+    )
+    bucket_policy: str = option(
+        "pad",
+        "inputs between buckets: zero-pad to the next bucket and crop outputs, or refuse",
+        choices=BUCKET_POLICIES,
+    )
+    max_memory: int | None = option(
+        None,
+        "refuse models whose planned memory (activations + weights) exceeds it, e.g. 512M, 2G "
+        "(checked before building)",
+        metavar="SIZE",
+        type=str,
+    )  # bytes
+    quantize: str | None = option(None, "post-training static quantization (needs --calibration)", choices=QUANTIZE)
+    calibration: str | None = option(
+        None,
+        "arrays keyed by input name, samples stacked on the batch axis (16x3x224x224 = 16 samples of 1x3x224x224)",
+        metavar="DATA.npz|DIR",
+    )
+    calib_method: str = option("minmax", "how each tensor's range is chosen", choices=CALIB_METHODS)
+    calib_samples: int | None = option(
+        None,
+        "calibrate on the first N samples, check accuracy on the rest (default: hold out a quarter)",
+        metavar="N",
+        type=int,
+    )
+    min_agreement: float | None = option(
+        None,
+        "fail unless top-1 agreement with the float model (cosine for non-classifiers) is at least X",
+        metavar="X",
+        type=float,
+    )
+    keep_float: tuple[str, ...] = option(
+        (), "repeatable: keep this layer (ONNX node name) float", metavar="LAYER", repeat=True
+    )
+    precision: str = option(
+        "fp32",
+        "mixed precision with fp32 accumulation (kiln tune: tune the kernels of that build)",
+        choices=PRECISIONS,
+    )
+    freeze_inputs: tuple[FrozenInput, ...] = option(
+        (),
+        "repeatable: compile this input in as a constant (a scalar or small array, e.g. sr=16000, axes=[0,2]); "
+        "Ifs and shapes that depend on it fold away",
+        name="--freeze-input",
+        metavar="NAME=VALUE",
+        repeat=True,
+    )
 
     @staticmethod
-    def make(
-        target=None,
-        input_shapes=None,
-        opt_level: int = 2,
-        disabled_passes=(),
-        layout: str = "NCHWc",
-        tuning_db=None,
-        shape_buckets=None,
-        bucket_policy: str = "pad",
-        max_memory=None,
-        quantize=None,
-        calibration=None,
-        calib_method: str = "minmax",
-        calib_samples=None,
-        min_agreement=None,
-        keep_float=(),
-        precision: str = "fp32",
-        freeze_inputs=(),
-    ) -> CompileOptions:
-        if opt_level not in OPT_LEVELS:
+    def make(**given) -> CompileOptions:
+        """Parse and check raw options (shape strings, sizes like '2G', pass names in any case); the
+        fields' defaults fill in what is not given (or given as None)."""
+        o = with_defaults(CompileOptions, given)
+        if o["opt_level"] not in OPT_LEVELS:
             raise OptionsError(
-                f"opt level {opt_level!r} is not valid", where="--opt-level", fix=f"use one of {list(OPT_LEVELS)}"
+                f"opt level {o['opt_level']!r} is not valid", where="--opt-level", fix=f"use one of {list(OPT_LEVELS)}"
             )
-        if layout not in LAYOUTS:
+        if o["layout"] not in LAYOUTS:
             raise OptionsError(
-                f"layout {layout!r} is not valid", where="--layout", fix=f"use one of {', '.join(LAYOUTS)}"
+                f"layout {o['layout']!r} is not valid", where="--layout", fix=f"use one of {', '.join(LAYOUTS)}"
             )
-        if bucket_policy not in BUCKET_POLICIES:
+        if o["bucket_policy"] not in BUCKET_POLICIES:
             raise OptionsError(
-                f"bucket policy {bucket_policy!r} is not valid",
+                f"bucket policy {o['bucket_policy']!r} is not valid",
                 where="--bucket-policy",
                 fix=f"use one of {', '.join(BUCKET_POLICIES)}",
             )
-        shapes = parse_input_shapes(input_shapes)
-        buckets = parse_shape_buckets(shape_buckets)
-        frozen = parse_frozen_inputs(freeze_inputs)
+        shapes = parse_input_shapes(o["input_shapes"])
+        buckets = parse_shape_buckets(o["shape_buckets"])
+        frozen = parse_frozen_inputs(o["freeze_inputs"])
         shaped = sorted(({n for b in buckets for n in b} | set(shapes)) & {f.name for f in frozen})
         if shaped:
             raise OptionsError(
@@ -91,31 +141,36 @@ class CompileOptions:
                 where="--input-shape / --shape-buckets",
                 fix=f"bucketed inputs take their shapes from {BUCKETS_FLAG} only",
             )
-        _check_quantize(quantize, calibration, calib_method, calib_samples, min_agreement, precision, buckets)
-        t = Target.parse(target)
-        if t.accel and (quantize != "int8" or buckets or layout == "auto"):
+        quantize, calibration, precision = o["quantize"], o["calibration"], o["precision"]
+        _check_quantize(
+            quantize, calibration, o["calib_method"], o["calib_samples"], o["min_agreement"], precision, buckets
+        )
+        t = Target.parse(o.get("target"))
+        if t.accel and (quantize != "int8" or buckets or o["layout"] == "auto"):
             raise OptionsError(
                 f"target {t.accel} runs int8 convolutions: it needs --quantize int8 --calibration DATA"
-                + (" and no shape buckets or --layout auto" if buckets or layout == "auto" else ""),
+                + (" and no shape buckets or --layout auto" if buckets or o["layout"] == "auto" else ""),
                 where="--target",
                 fix=f"kiln compile MODEL --target {t.accel} --quantize int8 --calibration DATA.npz",
             )
+        from .pipeline import resolve_pass_names
+
         return CompileOptions(
             t,
             tuple(sorted(shapes.items())),
-            int(opt_level),
-            tuple(dict.fromkeys(disabled_passes)),
-            layout,
-            resolve_tuning_db(tuning_db, t),
+            int(o["opt_level"]),
+            resolve_pass_names(t.kind, o["disabled_passes"]),
+            o["layout"],
+            resolve_tuning_db(o["tuning_db"], t),
             tuple(tuple(sorted(b.items())) for b in buckets),
-            bucket_policy,
-            parse_size(max_memory),
+            o["bucket_policy"],
+            parse_size(o["max_memory"]),
             quantize,
             str(calibration) if calibration is not None else None,
-            calib_method,
-            int(calib_samples) if calib_samples is not None else None,
-            float(min_agreement) if min_agreement is not None else None,
-            tuple(dict.fromkeys(keep_float)),
+            o["calib_method"],
+            int(o["calib_samples"]) if o["calib_samples"] is not None else None,
+            float(o["min_agreement"]) if o["min_agreement"] is not None else None,
+            tuple(dict.fromkeys(o["keep_float"])),
             precision,
             frozen,
         )
@@ -152,8 +207,6 @@ class CompileOptions:
 
 
 def _check_quantize(quantize, calibration, method, samples, min_agreement, precision, buckets) -> None:
-    from .quantize.calibration import CALIB_METHODS
-
     if quantize is not None and quantize not in QUANTIZE:
         raise OptionsError(
             f"quantization {quantize!r} is not supported", where="--quantize", fix=f"use one of {', '.join(QUANTIZE)}"
@@ -180,7 +233,8 @@ def _check_quantize(quantize, calibration, method, samples, min_agreement, preci
         raise OptionsError(
             "--quantize int8 needs calibration data",
             where="--calibration",
-            fix="give --calibration DATA.npz (arrays keyed by input name, samples stacked on the batch axis) or a folder of them",
+            fix="give --calibration DATA.npz (arrays keyed by input name, samples stacked on the batch axis) "
+            "or a folder of them",
         )
     if precision != "fp32":
         raise OptionsError(

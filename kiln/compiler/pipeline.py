@@ -41,13 +41,13 @@ def precision_note(o) -> str | None:
     caps = o.target.caps
     if o.precision == "bf16" and not caps.bf16:
         return (
-            f"{caps.cpu} has no bf16 arithmetic (AVX512-BF16, AMX-BF16 or Arm BF16): bf16 is converted to float32 around "
-            "every op, so the build will not be faster than float32 and may be slower; use --precision fp32 here"
+            f"{caps.cpu} has no bf16 arithmetic (AVX512-BF16, AMX-BF16 or Arm BF16): bf16 is converted to float32 "
+            "around every op, so the build will not be faster than float32 and may be slower; use --precision fp32 here"
         )
     if o.precision == "fp16" and not caps.native_fp16:
         return (
-            f"{caps.cpu} has no fp16 arithmetic (AVX512-FP16 or Arm FP16): fp16 is converted to float32 around every op, "
-            "so the build will not be faster than float32 and may be slower; use --precision fp32 here"
+            f"{caps.cpu} has no fp16 arithmetic (AVX512-FP16 or Arm FP16): fp16 is converted to float32 around "
+            "every op, so the build will not be faster than float32 and may be slower; use --precision fp32 here"
         )
     return None
 
@@ -144,19 +144,35 @@ def pass_names(target_kind: str = "llvm") -> list[str]:
     return list(dict.fromkeys(s.name for s in PIPELINES[target_kind]))
 
 
+def resolve_pass_names(target_kind: str, given) -> tuple[str, ...]:
+    """The pipeline's names for `given` pass names, matched case-insensitively (each once, in order);
+    an unknown name fails with the closest known ones."""
+    import difflib
+
+    names = pass_names(target_kind)
+    by_lower = {n.lower(): n for n in names}
+    unknown = [g for g in given if str(g).lower() not in by_lower]
+    if unknown:
+        close = {g: difflib.get_close_matches(str(g).lower(), by_lower, n=3, cutoff=0.6) for g in unknown}
+        hints = "; ".join(f"{g!r}: did you mean {' or '.join(by_lower[c] for c in m)}?" for g, m in close.items() if m)
+        raise OptionsError(
+            f"unknown pass name(s) {unknown}" + (f" ({hints})" if hints else ""),
+            where="--disable-pass",
+            fix=f"passes are: {', '.join(names)}",
+        )
+    return tuple(dict.fromkeys(by_lower[str(g).lower()] for g in given))
+
+
 def pipeline_for(target_kind: str, opt_level: int, disabled: tuple[str, ...] = ()) -> list[PassSpec]:
     specs = PIPELINES[target_kind]
     names = pass_names(target_kind)
-    unknown = [d for d in disabled if d not in names]
-    if unknown:
-        raise OptionsError(
-            f"unknown pass name(s) {unknown}", where="--disable-pass", fix=f"passes are: {', '.join(names)}"
-        )
-    required = sorted({d for d in disabled if any(s.name == d and s.required for s in specs)})
+    disabled = resolve_pass_names(target_kind, disabled)
+    needed = {s.name for s in specs if s.required}
+    required = sorted(set(disabled) & needed)
     if required:
         raise OptionsError(
             f"pass(es) {required} cannot be disabled: the build needs them",
             where="--disable-pass",
-            fix=f"optional passes are: {', '.join(n for n in names if not any(s.name == n and s.required for s in specs))}",
+            fix=f"optional passes are: {', '.join(n for n in names if n not in needed)}",
         )
     return [s for s in specs if s.name not in disabled and s.opt_level <= opt_level]

@@ -70,25 +70,29 @@ def declared_dims(vi: onnx.ValueInfoProto) -> list[int | str | None]:
 
 
 def pin_input_shapes(
-    model: onnx.ModelProto, shapes: dict[str, tuple[int, ...]], where: str
+    model: onnx.ModelProto, shapes: dict[str, tuple[int, ...]], where: str, flags: dict[str, str] | None = None
 ) -> dict[str, tuple[int, ...]]:
-    """Write the pinned shapes into the graph's inputs (in place); return every input's static shape."""
+    """Write the pinned shapes into the graph's inputs (in place); return every input's static shape.
+    flags: the option that gave each input's shape, for the messages (default --input-shape)."""
+    flags = flags or {}
     inputs = graph_inputs(model)
     names = [i.name for i in inputs]
     unknown = [n for n in shapes if n not in names]
     if unknown:
-        raise ShapeError(f"{FLAG} names unknown input(s) {unknown}", where=where, fix=f"the model's inputs are {names}")
+        flag = flags.get(unknown[0], FLAG)
+        raise ShapeError(f"{flag} names unknown input(s) {unknown}", where=where, fix=f"the model's inputs are {names}")
     result, unpinned = {}, []
     for vi in inputs:
         decl = declared_dims(vi)
         if vi.name in shapes:
-            dims = shapes[vi.name]
+            dims, flag = shapes[vi.name], flags.get(vi.name, FLAG)
             if decl is not None:
                 if len(dims) != len(decl):
                     raise ShapeError(
-                        f"input {vi.name!r} has rank {len(decl)} ({_fmt(decl)}), but {FLAG} gives rank {len(dims)} ({_fmt(dims)})",
+                        f"input {vi.name!r} has rank {len(decl)} ({_fmt(decl)}), but {flag} gives rank {len(dims)} "
+                        f"({_fmt(dims)})",
                         where=where,
-                        fix=f"give {len(decl)} dims, e.g. {FLAG} {vi.name}:{_example(decl)}",
+                        fix=f"give {len(decl)} dims, e.g. {flag} {vi.name}:{_example(decl)}",
                     )
                 bad = [
                     (i, d, p) for i, (d, p) in enumerate(zip(decl, dims)) if isinstance(d, int) and d >= 0 and d != p
@@ -96,9 +100,9 @@ def pin_input_shapes(
                 if bad:
                     i, d, p = bad[0]
                     raise ShapeError(
-                        f"input {vi.name!r} dim {i} is fixed at {d} in the model, but {FLAG} gives {p}",
+                        f"input {vi.name!r} dim {i} is fixed at {d} in the model, but {flag} gives {p}",
                         where=where,
-                        fix=f"keep the model's static dims, e.g. {FLAG} {vi.name}:{_example(decl, dims)}",
+                        fix=_fixed_dim_fix(vi.name, decl, dims, flag),
                     )
             _write_dims(vi, dims)
             result[vi.name] = tuple(dims)
@@ -115,13 +119,24 @@ def pin_input_shapes(
             result[vi.name] = tuple(decl)
     if unpinned:
         lines = "; ".join(f"input {n!r}: {what}" for n, what, _ in unpinned)
-        flags = " ".join(f"{FLAG} {n}:{ex}" for n, _, ex in unpinned)
+        hint = " ".join(f"{FLAG} {n}:{ex}" for n, _, ex in unpinned)
         raise ShapeError(
             f"dynamic input dimensions must be pinned: {lines}",
             where=where,
-            fix=f"pin them, e.g. {flags} (replace the 1s and ?s with your sizes)",
+            fix=f"pin them, e.g. {hint} (replace the 1s and ?s with your sizes)",
         )
     return result
+
+
+def _fixed_dim_fix(name: str, decl, dims, flag: str) -> str:
+    open_dims = [i for i, d in enumerate(decl) if not (isinstance(d, int) and d >= 0)]
+    if flag == BUCKETS_FLAG:
+        have = f"only dim(s) {open_dims} are symbolic in this model" if open_dims else "every dim is fixed"
+        return (
+            f"buckets can vary only the dims the model declares symbolic ({have}): re-export the model with "
+            f"those axes dynamic (e.g. torch.onnx.export(..., dynamic_axes=...)), or bucket only them"
+        )
+    return f"keep the model's static dims, e.g. {flag} {name}:{_example(decl, dims)}"
 
 
 def _write_dims(vi: onnx.ValueInfoProto, dims) -> None:
@@ -202,3 +217,31 @@ def _numel(dims) -> int:
     for d in dims:
         n *= d
     return n
+
+
+def check_shape_buckets(model, options) -> None:
+    """Check every bucket's shapes against an ONNX model's declared inputs before any bucket is built,
+    naming --shape-buckets and the bucket. Other formats, and files ONNX cannot read, are left to the
+    compile itself (which reports them)."""
+    if not options.shape_buckets:
+        return
+    where = "<model>" if isinstance(model, onnx.ModelProto) else str(model)
+    if not isinstance(model, onnx.ModelProto):
+        from .detect import detect_format
+
+        try:
+            if detect_format(model) != "onnx":
+                return
+            model = onnx.load(str(model), load_external_data=False)
+        except Exception:
+            return
+    frozen = {f.name for f in options.freeze_inputs}
+    shell = onnx.ModelProto()
+    shell.graph.input.extend(vi for vi in graph_inputs(model) if vi.name not in frozen)
+    flags = {n: BUCKETS_FLAG for n, _ in options.shape_buckets[0]}
+    shapes_of = options.bucket_shapes()
+    for i, shapes in enumerate(shapes_of):
+        m = onnx.ModelProto()
+        m.CopyFrom(shell)
+        name = ", ".join(f"{k}:{'x'.join(map(str, v))}" for k, v in shapes.items() if k in flags)
+        pin_input_shapes(m, shapes, f"{where} ({BUCKETS_FLAG} bucket {i + 1} of {len(shapes_of)}: {name})", flags)

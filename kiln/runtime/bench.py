@@ -15,6 +15,7 @@ import time
 import numpy as np
 
 from ..errors import OptionsError
+from ..optfield import option
 from .model import load
 
 BLOCK = 8  # runs per engine before switching (when comparing with onnxruntime)
@@ -24,11 +25,13 @@ TAIL_FLAG_RATIO = 2.0  # p99 over p50 above this flags the run: its tail is not 
 
 @dataclasses.dataclass(frozen=True)
 class BenchOptions:
-    threads: int | None = None
-    warmup: int = 5
-    repeat: int | None = None  # runs; if None, run for `seconds`
-    seconds: float = 10.0
-    onnx: str | None = None
+    """`kiln bench`'s options; the flagged fields are its command-line flags (kiln/cli/measure.py)."""
+
+    threads: int | None = option(None, "default: physical cores", type=int)
+    warmup: int = option(5, "untimed runs first")
+    repeat: int | None = option(None, "number of timed runs (instead of --seconds)", type=int)  # None: `seconds`
+    seconds: float = option(10.0, "time budget for timed runs")
+    onnx: str | None = option(None, "also run onnxruntime on the same input, alternating", metavar="MODEL.onnx")
     trusted_keys: tuple | None = None
 
     def __post_init__(self):
@@ -200,8 +203,8 @@ def block_ratios(times: dict, blocks: dict) -> dict:
 def format_bench(r: dict) -> str:
     lines = [
         f"{r['artifact']} on {r['target']}, {r['threads']} thread(s), {r['runs']} runs after {r['warmup']} warm-up",
-        f"  kiln         p50 {r['p50_ms']:9.3f} ms  p90 {r['p90_ms']:9.3f}  p99 {r['p99_ms']:9.3f}  mean {r['mean_ms']:9.3f}"
-        f"  min {r['min_ms']:9.3f}  max {r['max_ms']:9.3f}  {r['qps']:8.1f} QPS",
+        f"  kiln         p50 {r['p50_ms']:9.3f} ms  p90 {r['p90_ms']:9.3f}  p99 {r['p99_ms']:9.3f}  "
+        f"mean {r['mean_ms']:9.3f}  min {r['min_ms']:9.3f}  max {r['max_ms']:9.3f}  {r['qps']:8.1f} QPS",
         f"  cold start {r['cold_start_ms']:.1f} ms (load + first run), peak RSS {r['peak_rss_mb']:.1f} MB",
         f"  first run {r['first_run_ms']:.1f} ms without warm-up, {r['first_run_after_warmup_ms']:.1f} ms after "
         f"warm-up (load with warmup: {r['warmup_ms']:.1f} ms)",
@@ -216,7 +219,8 @@ def format_bench(r: dict) -> str:
         lines.append(f"  kiln / onnxruntime p50 = {r['ratio_p50']:.2f}x   max abs diff {r['max_abs_diff']:.3g}")
         if "ratio_block_median" in r:
             lines.append(
-                f"  per block pair ({r['ratio_block_pairs']} pairs of {BLOCK} runs): median {r['ratio_block_median']:.2f}x, "
+                f"  per block pair ({r['ratio_block_pairs']} pairs of {BLOCK} runs): "
+                f"median {r['ratio_block_median']:.2f}x, "
                 f"middle half {r['ratio_block_q25']:.2f}-{r['ratio_block_q75']:.2f}x"
             )
     lines += tail_lines(r)

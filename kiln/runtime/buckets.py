@@ -40,8 +40,12 @@ def describe(buckets) -> str:
     return ", ".join(b.name for b in buckets)
 
 
-def choose(buckets: list[Bucket], shapes: dict[str, tuple[int, ...]], policy: str, where: str) -> int:
-    """Index of the bucket to run: an exact one, else (policy pad) the smallest that holds it."""
+def choose(
+    buckets: list[Bucket], shapes: dict[str, tuple[int, ...]], policy: str, where: str, pinned=frozenset()
+) -> int:
+    """Index of the bucket to run: an exact one, else (policy pad) the smallest that holds it.
+    pinned: the inputs whose shape the compile chose (--input-shape, --shape-buckets): only their
+    dims were symbolic in the model, so only for them does recompiling for another shape help."""
     for i, b in enumerate(buckets):
         if b.exact(shapes):
             return i
@@ -53,7 +57,9 @@ def choose(buckets: list[Bucket], shapes: dict[str, tuple[int, ...]], policy: st
             f"{'x'.join(map(str, s.shape))}",
             where=where,
             fix=f"reshape or resize it, or recompile with --input-shape {s.name}:{'x'.join(map(str, shapes[s.name]))} "
-            f"(or --shape-buckets for several sizes)",
+            f"(or --shape-buckets for several sizes)"
+            if s.name in pinned
+            else f"reshape or resize it to {'x'.join(map(str, s.shape))}: the model declares this shape static",
         )
     fits = [i for i, b in enumerate(buckets) if b.holds(shapes)]
     if policy == "error" or not fits:

@@ -109,7 +109,8 @@ class Model:
             raise IncompatibleArtifactError(
                 f"artifact is built for {manifest['arch']}, this host is {host_arch()}",
                 where=where,
-                fix=f"recompile for this host (kiln compile without --target), or run it on a {manifest['arch']} machine",
+                fix="recompile for this host (kiln compile without --target), "
+                f"or run it on {_a(manifest['arch'])} machine",
             )
         missing = missing_cpu_features(manifest["cpu_features"])
         if missing:
@@ -206,8 +207,8 @@ class Model:
                 )
             if x.ndim != len(spec.shape):
                 raise InputError(
-                    f"input {spec.name!r} has rank {x.ndim} ({_fmt(x.shape)}), the model expects rank {len(spec.shape)} "
-                    f"({_fmt(spec.shape)})",
+                    f"input {spec.name!r} has rank {x.ndim} ({_fmt(x.shape)}), "
+                    f"the model expects rank {len(spec.shape)} ({_fmt(spec.shape)})",
                     where=str(self.path),
                     fix=f"reshape it to {_fmt(spec.shape)}",
                 )
@@ -216,9 +217,10 @@ class Model:
 
     def select(self, arrays: list[np.ndarray]) -> int:
         """The bucket that runs these (validated) inputs."""
-        return bk.choose(
-            self.buckets, {s.name: a.shape for s, a in zip(self.inputs, arrays)}, self.bucket_policy, str(self.path)
-        )
+        co = self.manifest.get("compile_options", {})
+        pinned = set(co.get("input_shapes", {})).union(*(b for b in co.get("shape_buckets", [])))
+        shapes = {s.name: a.shape for s, a in zip(self.inputs, arrays)}
+        return bk.choose(self.buckets, shapes, self.bucket_policy, str(self.path), frozenset(pinned))
 
     def run(self, feed: dict) -> dict[str, np.ndarray]:
         arrays = self.validate(feed)
@@ -325,3 +327,8 @@ def _minor(version: str) -> str:
 
 def _fmt(shape) -> str:
     return "x".join(map(str, shape)) or "scalar"
+
+
+def _a(word: str) -> str:
+    """`word` with its indefinite article: "an aarch64", "an x86_64", "a riscv64"."""
+    return f"{'an' if word[:1].lower() in 'aeiox' else 'a'} {word}"

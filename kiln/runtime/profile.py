@@ -23,6 +23,7 @@ import time
 import numpy as np
 
 from ..errors import OptionsError
+from ..optfield import option
 from .model import _configure_threads, _pool_lock, load
 from .peak import fma_peak, memory_bandwidth
 
@@ -32,10 +33,12 @@ BUILTIN = "vm.builtin."
 
 @dataclasses.dataclass(frozen=True)
 class ProfileOptions:
-    threads: int | None = None
-    warmup: int = 5
-    repeat: int = 50  # instrumented runs (as many plain runs alternate with them)
-    top: int = TOP
+    """`kiln profile`'s options; the flagged fields are its command-line flags (kiln/cli/measure.py)."""
+
+    threads: int | None = option(None, "default: physical cores", type=int)
+    warmup: int = option(5, "untimed runs first")
+    repeat: int = option(50, "profiled runs (as many plain runs alternate, for the latency)")
+    top: int = option(TOP, "kernels in the table (--json has all)")
     trusted_keys: tuple | None = None
 
     def __post_init__(self):

@@ -34,23 +34,42 @@ from tvm.s_tir import meta_schedule as ms
 from tvm.s_tir.meta_schedule.builder import BuilderResult
 
 from ..errors import OptionsError
+from ..optfield import option
 from .apply import is_scheduled
 from .builder import WorkerBuilder
 from .database import db_dir_for, open_database
 
 
+def parse_duration(text: str) -> float:
+    """'90', '90s', '20m', '1.5h' -> seconds."""
+    units = {"s": 1, "m": 60, "h": 3600}
+    t = text.strip().lower()
+    try:
+        return float(t[:-1]) * units[t[-1]] if t and t[-1] in units else float(t)
+    except ValueError:
+        raise OptionsError(f"bad duration {text!r}", where="--budget", fix="write it like 90s, 20m or 1.5h") from None
+
+
 @dataclasses.dataclass(frozen=True)
 class TuneOptions:
-    db_root: str = "tuning_logs"
-    trials: int | None = None
-    budget_s: float | None = None
+    """`kiln tune`'s options; the flagged fields are its command-line flags (kiln/cli/build.py)."""
+
+    db_root: str = option("tuning_logs", "database root", name="--db", metavar="DIR")
+    trials: int | None = option(None, "measured candidates in all", metavar="N", type=int)
+    budget_s: float | None = option(
+        None, "wall-clock budget, e.g. 90s, 20m, 1.5h", name="--budget", metavar="DURATION", type=parse_duration
+    )
     round_trials: int = 16
     trials_per_iter: int = 8
     population: int = 32
     seed: int = 0
-    rpc_tracker: str | None = None  # "host:port" of TVM's RPC tracker: measure on its devices, not here
-    rpc_key: str | None = None  # the device key the servers registered with
-    rpc_workers: int | None = None  # devices measured in parallel (default: every free one with the key)
+    rpc_tracker: str | None = option(
+        None, "measure on the devices of TVM's RPC tracker (needs --rpc-key)", metavar="HOST:PORT"
+    )  # measure there, not here
+    rpc_key: str | None = option(None, "the key the RPC servers registered with", metavar="KEY")
+    rpc_workers: int | None = option(
+        None, "devices measured in parallel (default: every free one with the key)", metavar="N", type=int
+    )
 
     def __post_init__(self):
         if (self.rpc_tracker is None) != (self.rpc_key is None):
@@ -116,16 +135,6 @@ def rpc_runner(opts: TuneOptions):
         EvaluatorConfig(number=3, repeat=1, min_repeat_ms=0, enable_cpu_cache_flush=False),
         max_workers=opts.rpc_workers or free,
     ), free
-
-
-def parse_duration(text: str) -> float:
-    """'90', '90s', '20m', '1.5h' -> seconds."""
-    units = {"s": 1, "m": 60, "h": 3600}
-    t = text.strip().lower()
-    try:
-        return float(t[:-1]) * units[t[-1]] if t and t[-1] in units else float(t)
-    except ValueError:
-        raise OptionsError(f"bad duration {text!r}", where="--budget", fix="write it like 90s, 20m or 1.5h") from None
 
 
 def extract(mod: tvm.IRModule, target) -> list:
@@ -404,7 +413,8 @@ def tune_module(
             per_trial = max(per_trial, FIRST_ROUND_FACTOR * phases["defaults"] / seeded)
             have = len(db.get_all_tuning_records())
             progress(
-                f"measured the default schedules of {seeded} kernel(s) new to the database: the baseline each candidate must beat "
+                f"measured the default schedules of {seeded} kernel(s) new to the database: "
+                "the baseline each candidate must beat "
                 f"({time.perf_counter() - start:.0f}s)"
             )
         while True:

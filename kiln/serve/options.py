@@ -6,23 +6,26 @@ import dataclasses
 from pathlib import Path
 
 from ..errors import OptionsError
+from ..optfield import option, with_defaults
 
 
 @dataclasses.dataclass(frozen=True)
 class ServeOptions:
+    """`kiln serve`'s options; the flagged fields are its command-line flags (kiln/cli/serve.py)."""
+
     models: tuple[tuple[str, str], ...]  # (version, artifact path), in order
-    name: str | None = None  # served name; default: the first artifact's file stem
+    name: str | None = option(None, "served model name (default: the first artifact's file stem)")
     split: tuple[tuple[str, float], ...] = ()  # version -> share of traffic; the rest goes evenly to the others
-    host: str = "127.0.0.1"
-    port: int = 8080
-    max_batch: int = 8
-    max_wait_ms: float = 5.0
-    queue: int = 64
-    timeout_ms: float = 1000.0
-    workers: int = 1
-    threads: int | None = None
-    max_body_mb: float = 64.0
-    warmup: bool = True
+    host: str = option("127.0.0.1", "address to listen on")
+    port: int = option(8080, "0: any free port")
+    max_batch: int = option(8, "most requests per batch (capped by the largest batch bucket)")
+    max_wait_ms: float = option(5.0, "how long the first request of a batch waits for more")
+    queue: int = option(64, "bounded queue per version; full -> 503 with Retry-After")
+    timeout_ms: float = option(1000.0, "per request; late -> 504")
+    workers: int = option(1, "server processes sharing the port")
+    threads: int | None = option(None, "TVM threads per worker (default: (cores - 1) / workers, at least 1)", type=int)
+    max_body_mb: float = option(64.0, "larger bodies -> 413")
+    warmup: bool = option(True, "do not run each bucket once before reporting ready", name="--no-warmup")
     seed: int = 0
     trusted_keys: tuple | None = None  # refuse artifacts not signed by one of these (PEM paths)
 
@@ -78,18 +81,19 @@ class ServeOptions:
                 where="--split",
                 fix="shares of the listed versions must add to at most 1 (exactly 1 when every version is listed)",
             )
+        o = with_defaults(ServeOptions, kw, skip=("models", "split"))
         for name, lo in (("max_batch", 1), ("queue", 1), ("workers", 1), ("port", 0)):
-            if int(kw.get(name, 1)) < lo:
+            if int(o[name]) < lo:
                 raise OptionsError(
                     f"--{name.replace('_', '-')} must be at least {lo}",
                     where=f"--{name.replace('_', '-')}",
                     fix=f"e.g. --{name.replace('_', '-')} {max(lo, 1)}",
                 )
         for name, zero_ok in (("max_wait_ms", True), ("timeout_ms", False), ("max_body_mb", False)):
-            value, flag = float(kw.get(name, 1)), f"--{name.replace('_', '-')}"
+            value, flag = float(o[name]), f"--{name.replace('_', '-')}"
             if value < 0 or value == 0 and not zero_ok:
                 raise OptionsError(f"{flag} must be positive", where=flag, fix=f"e.g. {flag} 5")
-        return ServeOptions(tuple(parsed), split=tuple(shares), **{k: v for k, v in kw.items() if v is not None})
+        return ServeOptions(tuple(parsed), split=tuple(shares), **o)
 
     @property
     def served_name(self) -> str:
