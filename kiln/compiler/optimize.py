@@ -35,6 +35,8 @@ COUNTERS = (
     "winograd_convs",
     "dense_packed",
     "depthwise_fused",
+    "zero_channels_removed",
+    "zero_channel_flops_removed",
 )
 
 
@@ -133,7 +135,7 @@ def _optimize(
             mod = _run_row(spec, p, mod, report, where)
             seconds[spec.name] += time.perf_counter() - t
             for k, v in getattr(p, "stats", {}).items():
-                report[k] = report.get(k, 0) + v
+                report[k] = report[k] + v if k in report else v  # counts add up, per-layer lists extend
         if part == "pre":
             report["pass_seconds"] = {k: round(v, 4) for k, v in seconds.items()}
             return Optimized(mod, [], report)

@@ -61,12 +61,18 @@ def _conv_kernels(o) -> frozenset:
     return frozenset(on & {"BF16ConvKernel", "Winograd"})
 
 
+def _channel_multiple(o) -> int:
+    """What RemoveZeroChannels keeps channel counts a multiple of: the NCHWc block, so pruned convs stay blocked."""
+    return 1 if o.target.is_gpu or o.layout in ("NCHW", "NHWC") else o.target.caps.f32_block
+
+
 CPU_PIPELINE: list[PassSpec] = [
     PassSpec("LowerQDQ", lambda o: kp.LowerQDQ(o.target.caps), 1),  # before FoldConstants folds the weights' DQ
     PassSpec("FoldConstants", lambda o: kp.FoldConstants(), 1),
     PassSpec("CanonicalizeClip", lambda o: kp.CanonicalizeClip(), 1),
     PassSpec("RemoveNoOps", lambda o: kp.RemoveNoOps(), 1),
     PassSpec("FoldBatchNorm", lambda o: kp.FoldBatchNorm(), 1),
+    PassSpec("RemoveZeroChannels", lambda o: kp.RemoveZeroChannels(_channel_multiple(o)), 1),  # pruned channels out
     PassSpec("Quantize", lambda o: None, 1),  # the calibrated QuantizeGraph, given by the quantize flow
     PassSpec(
         "MixedPrecision",
@@ -116,6 +122,7 @@ GPU_ROWS = (
     "CanonicalizeClip",
     "RemoveNoOps",
     "FoldBatchNorm",
+    "RemoveZeroChannels",
     "Quantize",
     "MixedPrecision",
     "DeadCode",

@@ -36,6 +36,11 @@ def format_report(r: dict) -> str:
             "depthwise fused",
             f"{r.get('depthwise_fused', 0)} (depthwise + 1x1 conv pairs as one kernel; --disable-pass FuseDepthwisePointwise keeps two)",
         ),
+        (
+            "zero channels removed",
+            f"{r.get('zero_channels_removed', 0)} ({r.get('zero_channel_flops_removed', 0) / 1e6:.1f} MFLOPs; "
+            "constant channels of pruned models, per layer in the JSON report)",
+        ),
         ("weights", _mb(r["weights_bytes"])),
         ("activations unfused", _mb(r["activation_bytes_unfused"])),
         ("activations naive", f"{_mb(r['activation_bytes_naive'])} (every kernel output, no reuse)"),
@@ -64,14 +69,21 @@ def format_quantization(q: dict) -> str:
     ]
     lines += [f"  {name}: {why}" for name, why in q["float_layers"].items()]
     held = "held-out" if acc["held_out"] else "calibration (no held-out samples)"
-    lines.append(f"accuracy vs the float model on {acc['samples']} {held} samples:")
+    return "\n".join(lines + format_accuracy_lines(acc, "the float model", f"{held} samples"))
+
+
+def format_accuracy_lines(acc: dict, against: str, samples: str = "calibration samples") -> list[str]:
+    """The accuracy report (quantize/accuracy.py) as lines: per output errors, cosine and top-1
+    agreement, then the layers that moved most (kiln compile --quantize and kiln prune)."""
+    lines = [f"accuracy vs {against} on {acc['samples']} {samples}:"]
     for name, o in acc["outputs"].items():
         top1 = f", top-1 agreement {o['top1_agreement']:.4f}" if "top1_agreement" in o else ""
         lines.append(
-            f"  {name}: max abs error {o['max_abs_error']:.4g}, mean {o['mean_abs_error']:.4g}, cosine {o['cosine']:.6f}{top1}"
+            f"  {name}: max abs error {o['max_abs_error']:.4g}, mean {o['mean_abs_error']:.4g}, "
+            f"cosine {o['cosine']:.6f}{top1}"
         )
     lines.append(
         "  largest layer errors: "
         + (", ".join(f"{w['layer']} {w['relative_error']:.3g}" for w in acc["worst_layers"]) or "-")
     )
-    return "\n".join(lines)
+    return lines

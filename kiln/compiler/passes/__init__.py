@@ -16,6 +16,7 @@ from .narrow_block_layout import NarrowBlockLayout
 from .pack_dense_weights import PackDenseWeights
 from .propagate_blocked_layout import PropagateBlockedLayout
 from .remove_noops import RemoveNoOps
+from .remove_zero_channels import RemoveZeroChannels
 from .winograd import Winograd
 
 __all__ = [
@@ -35,5 +36,6 @@ __all__ = [
     "PackDenseWeights",
     "PropagateBlockedLayout",
     "RemoveNoOps",
+    "RemoveZeroChannels",
     "Winograd",
 ]

@@ -101,4 +101,6 @@ def merge_reports(pre: dict, post: dict) -> None:
         post[k] = pre[k]
     for k in COUNTERS:
         post[k] = post.get(k, 0) + pre.get(k, 0)
+    if "zero_channel_layers" in pre:  # RemoveZeroChannels runs before the Quantize row
+        post["zero_channel_layers"] = pre["zero_channel_layers"]
     post["pass_seconds"] = {**pre["pass_seconds"], **post["pass_seconds"]}
