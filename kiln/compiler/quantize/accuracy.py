@@ -61,15 +61,29 @@ def agreement(report: dict) -> float:
     return min(tops) if tops else min(o["cosine"] for o in report["outputs"].values())
 
 
-def check_agreement(report: dict, minimum: float | None, where: str) -> None:
+QUANT_FIX = (
+    "keep those layers float with --keep-float LAYER, calibrate on more samples, or try --calib-method percentile"
+)
+
+
+def check_agreement(
+    report: dict,
+    minimum: float | None,
+    where: str,
+    subject: str = "quantized model",
+    fix: str = QUANT_FIX,
+    data: str = "held-out samples",
+) -> None:
+    """AccuracyError naming the worst layers when the agreement is below `minimum` (kiln prune
+    passes its own subject and fix)."""
     if minimum is None:
         return
     got = agreement(report)
     if got < minimum:
         worst = ", ".join(f"{w['layer']} (rel. error {w['relative_error']:.3g})" for w in report["worst_layers"])
         raise AccuracyError(
-            f"quantized model agreement {got:.4f} is below --min-agreement {minimum} on {report['samples']} held-out samples;"
+            f"{subject} agreement {got:.4f} is below --min-agreement {minimum} on {report['samples']} {data};"
             f" layers with the largest error: {worst or 'none'}",
             where=where,
-            fix="keep those layers float with --keep-float LAYER, calibrate on more samples, or try --calib-method percentile",
+            fix=fix,
         )
