@@ -12,12 +12,12 @@ from pathlib import Path
 from ._io import atomic_open, atomic_write_bytes
 from .errors import ArtifactError, OptionsError
 from .runtime import artifact as art
-from .runtime.signing import ALG, SIGNATURE, _crypto, key_id
+from .runtime.signing import ALG, SIGNATURE, crypto, key_id
 
 
 def keygen(private_path: str | os.PathLike, public_path: str | os.PathLike) -> str:
     """Write a new key pair (the private key readable by its owner only); returns the key id."""
-    serialization, ed25519 = _crypto()
+    serialization, ed25519 = crypto()
     if Path(private_path).exists():
         raise OptionsError(
             "the private key file exists; refusing to overwrite a key",
@@ -37,7 +37,7 @@ def keygen(private_path: str | os.PathLike, public_path: str | os.PathLike) -> s
 
 
 def load_private_key(path: str | os.PathLike):
-    serialization, ed25519 = _crypto()
+    serialization, ed25519 = crypto()
     try:
         key = serialization.load_pem_private_key(Path(path).read_bytes(), password=None)
     except (OSError, ValueError, TypeError) as e:

@@ -84,7 +84,7 @@ def import_onnx(
             dtype_dict={i.name: i.dtype for i in inputs},
             keep_params_in_input=False,
         )
-    outputs = _output_specs(mod, [o.name for o in simple.graph.output], where)
+    outputs = output_specs(mod, [o.name for o in simple.graph.output], where)
     return ImportedModel(mod, inputs, outputs, preflight.opsets(model), stats, simple)
 
 
@@ -93,7 +93,7 @@ def _decompose(model: onnx.ModelProto, where: str) -> int:
     consts = {i.name: to_array(i, where) for i in model.graph.initializer}
     count = 0
     if any(rewrite_for(n) for n in model.graph.node):
-        count = decompose(model, simplify_mod._static_shapes(model), consts, where)
+        count = decompose(model, simplify_mod.static_shapes(model), consts, where)
         simplify_mod._write_constants(model.graph, consts)
     if any(n.op_type == "If" for n in model.graph.node):
 
@@ -135,7 +135,7 @@ def _np_dtype(elem_type: int, name: str, where: str) -> str:
         ) from None
 
 
-def _output_specs(mod, names: list[str], where: str) -> list[TensorSpec]:
+def output_specs(mod, names: list[str], where: str) -> list[TensorSpec]:
     from tvm import relax
 
     ret = mod["main"].ret_ty

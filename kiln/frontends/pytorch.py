@@ -269,7 +269,7 @@ def import_program(ep, shapes=None, where: str = "<torch.export program>", decom
     program's run_decompositions() when the caller has it already (one per bucket is slow)."""
     from tvm import relax
 
-    from .importer import ImportedModel, _output_specs
+    from .importer import ImportedModel, output_specs
 
     decomposed = decomposed if decomposed is not None else decompose(ep, where)
     check_supported(decomposed, where)
@@ -287,7 +287,7 @@ def import_program(ep, shapes=None, where: str = "<torch.export program>", decom
         mod = relax.transform.Normalize()(mod)
     specs = [TensorSpec(n, tuple(int(d) for d in static[n]), dt) for n, _, dt in inputs]
     stats = {"aten_ops": sum(op_histogram(decomposed).values())}
-    return ImportedModel(mod, specs, _output_specs(mod, outputs, where), {}, stats, None)
+    return ImportedModel(mod, specs, output_specs(mod, outputs, where), {}, stats, None)
 
 
 @contextlib.contextmanager

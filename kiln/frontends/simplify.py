@@ -34,7 +34,7 @@ def simplify(model: onnx.ModelProto, where: str) -> tuple[onnx.ModelProto, dict[
     opsets = {(o.domain or ""): o.version for o in m.opset_import}
     stats = {"nodes_before": len(g.node), "folded": 0, "shapes_resolved": 0, "ifs_inlined": 0}
     for _ in range(MAX_ROUNDS):
-        shapes = _static_shapes(m)
+        shapes = static_shapes(m)
         nodes, changed = [], False
         for node in g.node:
             done = _try_fold(node, consts, shapes, opsets, nodes, stats, where)
@@ -269,7 +269,7 @@ def _rename_outer_refs(g: onnx.GraphProto, rename: dict) -> None:
             o.name = outer[o.name]
 
 
-def _static_shapes(m: onnx.ModelProto) -> dict[str, tuple[int, ...]]:
+def static_shapes(m: onnx.ModelProto) -> dict[str, tuple[int, ...]]:
     try:
         inferred = onnx.shape_inference.infer_shapes(m, strict_mode=False, data_prop=True)
     except Exception:

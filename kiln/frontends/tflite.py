@@ -279,7 +279,7 @@ def import_tflite(model, shapes=None, where: str = "<tflite>"):
     from tvm import relax
     from tvm.relax.frontend.tflite import from_tflite
 
-    from .importer import ImportedModel, _output_specs
+    from .importer import ImportedModel, output_specs
     from .tflite_layout import normalize
 
     check_supported(model, where)
@@ -306,7 +306,7 @@ def import_tflite(model, shapes=None, where: str = "<tflite>"):
         mod, stats = normalize(mod)
     specs = [TensorSpec(n, static[n], dt) for n, _, _, dt in inputs]
     stats["tflite_ops"] = sum(op_histogram(model).values())
-    return ImportedModel(mod, specs, _output_specs(mod, [n for n, _ in outputs], where), {}, stats, None)
+    return ImportedModel(mod, specs, output_specs(mod, [n for n, _ in outputs], where), {}, stats, None)
 
 
 def describe(model, path: str) -> dict:

@@ -17,7 +17,7 @@ from . import artifact as art
 from . import buckets as bk
 from .hostinfo import host_arch, missing_cpu_features, physical_cores, raise_thread_pool_cap
 
-_pool_lock = threading.Lock()
+pool_lock = threading.Lock()
 _pool_threads: int | None = None
 
 
@@ -35,7 +35,7 @@ def _import_tvm_runtime():
     return tvm, VirtualMachine
 
 
-def _configure_threads(tvm, n: int) -> None:
+def configure_threads(tvm, n: int) -> None:
     """Use n threads of TVM's pool (mode 1: all cores alike). More than the pool's cap
     (TVM_NUM_THREADS) is not possible once the pool exists; NumThreads reports what we got."""
     global _pool_threads
@@ -232,8 +232,8 @@ class Model:
     def _run_bucket(self, i: int, arrays: list[np.ndarray]) -> list[np.ndarray]:
         tvm = self._tvm
         _vm, entry, weights = self._fns[i]  # the VM is kept alive beside its entry function
-        with self._lock, _pool_lock:
-            _configure_threads(tvm, self.num_threads)
+        with self._lock, pool_lock:
+            configure_threads(tvm, self.num_threads)
             try:
                 args = [tvm.runtime.tensor(a, self._dev) for a in arrays]
                 out = entry(*args, *weights)

@@ -24,7 +24,7 @@ import numpy as np
 
 from ..errors import OptionsError
 from ..optfield import option
-from .model import _configure_threads, _pool_lock, load
+from .model import configure_threads, load, pool_lock
 from .peak import fma_peak, memory_bandwidth
 
 TOP = 15
@@ -83,8 +83,8 @@ def profile(path: str | os.PathLike, opts: ProfileOptions = ProfileOptions(), fe
         return 0
 
     latencies, instrumented = [], []
-    with model._lock, _pool_lock:
-        _configure_threads(tvm, model.num_threads)
+    with model._lock, pool_lock:
+        configure_threads(tvm, model.num_threads)
         for _ in range(opts.warmup):
             entry(*args, *weights)
         try:

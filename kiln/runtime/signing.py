@@ -20,7 +20,7 @@ SIGNATURE = "signature.json"
 ALG = "ed25519"
 
 
-def _crypto():
+def crypto():
     try:
         from cryptography.hazmat.primitives import serialization
         from cryptography.hazmat.primitives.asymmetric import ed25519
@@ -34,14 +34,14 @@ def _crypto():
 
 
 def key_id(public_key) -> str:
-    serialization, _ = _crypto()
+    serialization, _ = crypto()
     raw = public_key.public_bytes(serialization.Encoding.Raw, serialization.PublicFormat.Raw)
     return hashlib.sha256(raw).hexdigest()[:16]
 
 
 def load_public_key(key):
     """A path to a PEM public key, PEM bytes, or a key object."""
-    serialization, ed25519 = _crypto()
+    serialization, ed25519 = crypto()
     if isinstance(key, ed25519.Ed25519PublicKey):
         return key
     where = str(key) if isinstance(key, (str, os.PathLike)) else "<key bytes>"

@@ -11,8 +11,8 @@ from tvm import s_tir
 
 from .rules import (
     MIN_PARALLEL_TASKS,
-    _divisor_at_most,
     block_named,
+    divisor_at_most,
     extent,
     inline_all_but,
     tile_accumulator,
@@ -42,7 +42,7 @@ def depthwise_pointwise(sch: s_tir.Schedule, anchor, lanes: int) -> None:
     if halves:
         oh_, o = sch.split(o, [2, None])
         outer = [oh_]
-    t = _divisor_at_most(ow, MAX_TILE)
+    t = divisor_at_most(ow, MAX_TILE)
     xo, xi = sch.split(x, [None, t])
     sch.reorder(n, y, *outer, o, xo, r, xi, j)
     acc = tile_accumulator(sch, anchor, xo, consumers)

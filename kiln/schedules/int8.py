@@ -15,7 +15,7 @@ import dataclasses
 from tvm import s_tir
 
 from . import intrinsics as ti
-from .rules import _divisor_at_most, extent, inline_all_but, parallel_vectorize, tile_consumers, vectorize_tails
+from .rules import divisor_at_most, extent, inline_all_but, parallel_vectorize, tile_consumers, vectorize_tails
 
 ANNOTATION = "kiln.int8_kernel"  # block annotation of the int8 computes: the Int8Kernel's path
 
@@ -30,20 +30,20 @@ class Int8Kernel:
     signed_data: bool  # sdot: data shifted to int8 (x - 128), plus a 128 * sum(w) compensation
     weight_max: int  # |w| the quantizer may use: 64 where vpmaddubsw's int16 pair sum saturates beyond
     speedup: float  # peak int8 multiply-adds per float32 FMA lane: the whole-model estimate's ratio
-    tile: int  # output pixels (conv) or rows (matmul) per register tile
+    accumulators: int  # vector registers the register tile may hold (pixels/rows x channel blocks)
     note: str = ""  # what the report says about it
 
 
 KERNELS = {
     k.path: k
     for k in (
-        Int8Kernel("amx-int8", ti.VNNI_16x4, 16, False, 127, 4.0, 8, "AMX tiles are not emitted: AVX-512 VNNI kernels"),
-        Int8Kernel("avx512-vnni", ti.VNNI_16x4, 16, False, 127, 4.0, 8),
-        Int8Kernel("avx-vnni", ti.AVXVNNI_8x4, 8, False, 127, 4.0, 8),
-        Int8Kernel("avx512-pmaddubsw", ti.PMADDUBSW_16x4, 16, False, 64, 2.0, 8, "7-bit weights (vpmaddubsw)"),
+        Int8Kernel("amx-int8", ti.VNNI_16x4, 16, False, 127, 4.0, 16, "AMX tiles are not emitted: AVX-512 VNNI kernels"),
+        Int8Kernel("avx512-vnni", ti.VNNI_16x4, 16, False, 127, 4.0, 16),
+        Int8Kernel("avx-vnni", ti.AVXVNNI_8x4, 8, False, 127, 4.0, 10),
+        Int8Kernel("avx512-pmaddubsw", ti.PMADDUBSW_16x4, 16, False, 64, 2.0, 16, "7-bit weights (vpmaddubsw)"),
         Int8Kernel("avx2-pmaddubsw", ti.PMADDUBSW_8x4, 8, False, 64, 2.0, 8, "7-bit weights (vpmaddubsw)"),
-        Int8Kernel("i8mm", ti.USDOT_4x4, 4, False, 127, 4.0, 8),
-        Int8Kernel("dotprod", ti.SDOT_4x4, 4, True, 127, 4.0, 8, "data shifted to int8 for sdot"),
+        Int8Kernel("i8mm", ti.USDOT_4x4, 4, False, 127, 4.0, 16),
+        Int8Kernel("dotprod", ti.SDOT_4x4, 4, True, 127, 4.0, 16, "data shifted to int8 for sdot"),
     )
 }
 # int8 paths with no kernel above, and why their int8 layers stay float
@@ -121,7 +121,7 @@ def conv2d_int8(sch: s_tir.Schedule, anchor, lanes: int) -> None:
     n, o, y, x, k, ic, ry, rx, i4o, i4i = sch.get_loops(anchor)
     if extent(sch, k) != kernel.lanes:
         raise s_tir.ScheduleError(f"output block {extent(sch, k)}, the {kernel.path} kernel takes {kernel.lanes}")
-    xo, xi = sch.split(x, [None, _divisor_at_most(extent(sch, x), kernel.tile)])
+    xo, xi = sch.split(x, [None, divisor_at_most(extent(sch, x), kernel.tile)])
     sch.reorder(n, o, y, xo, ic, ry, rx, i4o, xi, k, i4i)
     cache = sch.cache_write(anchor, 0, "global")  # the intrinsic's buffers are global scope
     sch.reverse_compute_at(cache, xo, preserve_unit_loops=True)
@@ -147,7 +147,7 @@ def matmul_int8(sch: s_tir.Schedule, anchor, lanes: int) -> None:
     consumers = tile_consumers(sch, anchor)
     *lead, n, ko, ki = sch.get_loops(anchor)
     m = sch.fuse(*lead) if len(lead) > 1 else lead[0]
-    mo, mi = sch.split(m, [None, _divisor_at_most(extent(sch, m), kernel.tile)])
+    mo, mi = sch.split(m, [None, divisor_at_most(extent(sch, m), kernel.tile)])
     nb, nj = sch.split(n, [None, kernel.lanes])
     sch.reorder(mo, nb, ko, mi, nj, ki)
     cache = sch.cache_write(anchor, 0, "global")

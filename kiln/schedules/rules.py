@@ -77,7 +77,7 @@ def inline_all_but(sch: s_tir.Schedule, keep: list) -> None:
                 pass
 
 
-def _divisor_at_most(n: int, cap: int) -> int:
+def divisor_at_most(n: int, cap: int) -> int:
     return max(d for d in range(1, min(n, cap) + 1) if n % d == 0)
 
 
@@ -89,7 +89,7 @@ def _vector_width(n: int, lanes: int) -> int:
         if n % p == 0:
             return p
         p //= 2
-    return _divisor_at_most(n, lanes)
+    return divisor_at_most(n, lanes)
 
 
 def parallel_vectorize(sch: s_tir.Schedule, block, lanes: int, max_parallel_extent: int = 1 << 30) -> None:
@@ -99,7 +99,7 @@ def parallel_vectorize(sch: s_tir.Schedule, block, lanes: int, max_parallel_exte
         return
     fused = sch.fuse(*loops) if len(loops) > 1 else loops[0]
     total = extent(sch, fused)
-    vec = _divisor_at_most(total, lanes) if total % lanes == 0 or total < lanes else 1
+    vec = divisor_at_most(total, lanes) if total % lanes == 0 or total < lanes else 1
     if vec > 1:
         outer, inner = sch.split(fused, [None, vec])
         sch.vectorize(inner)
@@ -195,7 +195,7 @@ def reduction_tiled(sch: s_tir.Schedule, anchor, lanes: int) -> None:
     tile_inner = []
     if spatial:
         t_ext = extent(sch, spatial[-1])
-        t = _divisor_at_most(t_ext, 8)
+        t = divisor_at_most(t_ext, 8)
         if t > 1:
             to, ti = sch.split(spatial[-1], [None, t])
             spatial, tile_inner = spatial[:-1] + [to], [ti]
@@ -322,7 +322,7 @@ def conv_nchw_oc_vectorized(sch: s_tir.Schedule, anchor, lanes: int) -> None:
     sch.transform_layout(wcache, ("write", 0), lambda o, i, h, w: (o // lanes, i, h, w, o % lanes))
     n, oc, oh, ow, ic, kh, kw = sch.get_loops(anchor)
     oc_o, oc_i = sch.split(oc, [None, lanes])
-    t = _divisor_at_most(extent(sch, ow), 8)
+    t = divisor_at_most(extent(sch, ow), 8)
     ow_o, ow_i = sch.split(ow, [None, t])
     sch.reorder(n, oh, oc_o, ow_o, ic, kh, kw, ow_i, oc_i)
     cache = sch.cache_write(anchor, 0, "local")
@@ -408,7 +408,7 @@ def depthwise_nchw(sch: s_tir.Schedule, anchor, lanes: int) -> None:
         sch.transform_layout(pad, ("write", 0), lambda a, b, h, w: (a, b, h, w % 2, w // 2))
     vec = _vector_width(width, lanes)
     ow_o, ow_i = sch.split(ow, [None, vec])
-    k = _divisor_at_most(extent(sch, ow_o), 8)
+    k = divisor_at_most(extent(sch, ow_o), 8)
     ow_oo, ow_k = sch.split(ow_o, [None, k])
     sch.reorder(n, c, oh, ow_oo, rc, ry, rx, ow_k, ow_i)
     cache = tile_accumulator(sch, anchor, ow_oo, consumers)

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from tvm import s_tir
 
-from .rules import _divisor_at_most, block_named, blocks, extent, inline_all_but
+from .rules import block_named, blocks, divisor_at_most, extent, inline_all_but
 
 MAX_TILE_ROWS = 8  # tiles per register tile
 MAX_ACCUMULATORS = 16  # vector accumulators per register tile
@@ -35,8 +35,8 @@ def winograd_nchwc(sch: s_tir.Schedule, anchor, lanes: int) -> None:
     # GEMMs: M[e, u, o, p, j] = sum_k V[e, u, k / c, p, k % c] U[e, u, o, k, j]
     e, u, o, p, j, k = sch.get_loops(gemm)
     n_p, n_o = extent(sch, p), extent(sch, o)
-    pt = _divisor_at_most(n_p, MAX_TILE_ROWS)
-    ot = _divisor_at_most(n_o, max(1, MAX_ACCUMULATORS // pt))
+    pt = divisor_at_most(n_p, MAX_TILE_ROWS)
+    ot = divisor_at_most(n_o, max(1, MAX_ACCUMULATORS // pt))
     po, pi = sch.split(p, [None, pt])
     oo, oi = sch.split(o, [None, ot])
     sch.reorder(e, u, oo, po, k, oi, pi, j)

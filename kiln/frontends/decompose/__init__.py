@@ -109,7 +109,7 @@ def _decompose_once(model, shapes, consts, where, opset, first, only) -> tuple[i
 
 def _shapes_again(model, consts) -> dict:
     """Static shapes of the rewritten graph, its new constants written as initializers for inference."""
-    from ..simplify import _static_shapes
+    from ..simplify import static_shapes
 
     m = onnx.ModelProto()
     m.CopyFrom(model)
@@ -118,7 +118,7 @@ def _shapes_again(model, consts) -> dict:
     m.graph.initializer.extend(
         numpy_helper.from_array(np.asarray(v), k) for k, v in consts.items() if k in used and k not in have
     )
-    return _static_shapes(m)
+    return static_shapes(m)
 
 
 __all__ = ["decompose", "rewrite_for", "REWRITES", "DOMAIN_REWRITES", "Emitter"]

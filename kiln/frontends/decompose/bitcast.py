@@ -16,7 +16,7 @@ import numpy as np
 from ...errors import UnsupportedModelError
 from .emitter import Emitter
 from .llm_common import elem_type
-from .quant import _attrs
+from .quant import node_attrs
 
 I64 = np.int64
 # ONNX element type -> (width in bits, (exponent bits, mantissa bits) for floats, work float type)
@@ -101,7 +101,7 @@ def _to_int(em: Emitter, x: str, fmt, to: int, out: str):
 
 
 def bitcast(node, em: Emitter, shapes, consts, where):
-    src, to = elem_type(node.input[0]), _attrs(node).get("to")
+    src, to = elem_type(node.input[0]), node_attrs(node).get("to")
     ws, wt = _width(src), _width(to)
     if ws is None or wt is None or ws != wt:
         raise UnsupportedModelError(

@@ -17,9 +17,9 @@ import math
 
 import numpy as np
 
-from .contrib_common import F32, _cumsum, _fail, _ones_like
+from .contrib_common import F32, cumsum, fail, ones_like
 from .emitter import Emitter
-from .quant import _attrs, _ins
+from .quant import node_attrs, node_inputs
 
 
 def _gelu(em: Emitter, x: str, out: str) -> str:
@@ -47,14 +47,14 @@ def bias_gelu(node, em, shapes, consts, where):
 
 
 def fast_gelu(node, em, shapes, consts, where):
-    x, b = _ins(node, 2)
+    x, b = node_inputs(node, 2)
     _tanh_gelu(em, em.op("Add", [x, b]) if b else x, node.output[0])
 
 
 def quick_gelu(node, em, shapes, consts, where):
     """x * sigmoid(alpha x), alpha 1.702 by default."""
     x = node.input[0]
-    s = em.op("Sigmoid", [em.op("Mul", [x, em.const(F32(_attrs(node).get("alpha", 1.702)))])])
+    s = em.op("Sigmoid", [em.op("Mul", [x, em.const(F32(node_attrs(node).get("alpha", 1.702)))])])
     em.op("Mul", [x, s], out=node.output[0])
 
 
@@ -80,18 +80,18 @@ def _activation(em: Emitter, name: str, params: list, x: str, out: str) -> str:
 
 def fused_conv(node, em, shapes, consts, where):
     """Conv (+ Z, the residual input 3) -> activation, the graph optimizer's Conv+activation fusion."""
-    a = _attrs(node)
+    a = node_attrs(node)
     act = a.pop("activation", b"")
     act = act.decode() if isinstance(act, bytes) else act
     params = list(a.pop("activation_params", []))
-    x, w, b, z = _ins(node, 4)
+    x, w, b, z = node_inputs(node, 4)
     y = em.op("Conv", [x, w, b] if b else [x, w], "conv", **a)
     if z:
         y = em.op("Add", [y, z])
     if not act:
         em.op("Identity", [y], out=node.output[0])
     elif _activation(em, act, params, y, node.output[0]) is None:
-        _fail(
+        fail(
             node,
             where,
             f"activation {act!r} is not supported",
@@ -111,9 +111,9 @@ def _swap_last(em: Emitter, x: str, rank: int) -> str:
 
 def fused_matmul(node, em, shapes, consts, where):
     """alpha * op(A) @ op(B), op a transpose of the last two axes (transA/transB)."""
-    a = _attrs(node)
+    a = node_attrs(node)
     if a.get("transBatchA", 0) or a.get("transBatchB", 0):
-        _fail(node, where, "transBatchA/transBatchB are not supported", "export the MatMul without batch transposes")
+        fail(node, where, "transBatchA/transBatchB are not supported", "export the MatMul without batch transposes")
     ins = list(node.input[:2])
     for i, key in enumerate(("transA", "transB")):
         if a.get(key, 0):
@@ -138,13 +138,13 @@ def _width(node, gamma, consts, shapes, where) -> int:
         return int(np.asarray(consts[gamma]).shape[-1])
     if gamma in shapes:
         return int(shapes[gamma][-1])
-    _fail(node, where, "gamma has no static shape", "export the model with gamma as an initializer")
+    fail(node, where, "gamma has no static shape", "export the model with gamma as an initializer")
 
 
 def _no_stats(node, where, idx=(1, 2)):
     outs = list(node.output)
     if any(i < len(outs) and outs[i] for i in idx):
-        _fail(
+        fail(
             node,
             where,
             "the mean and inv_std_var outputs are not supported (training outputs)",
@@ -167,44 +167,44 @@ def _skip_sum(node, em, x, skip, bias):
 def skip_layer_norm(node, em, shapes, consts, where):
     """LayerNorm(input + skip + bias) * gamma + beta; output 3 is the sum before normalization."""
     _no_stats(node, where)
-    x, skip, gamma, beta, bias = _ins(node, 5)
+    x, skip, gamma, beta, bias = node_inputs(node, 5)
     s = _skip_sum(node, em, x, skip, bias)
-    eps = float(_attrs(node).get("epsilon", 1e-12))
+    eps = float(node_attrs(node).get("epsilon", 1e-12))
     em.op("LayerNormalization", [s, gamma, beta] if beta else [s, gamma], out=node.output[0], axis=-1, epsilon=eps)
 
 
 def skip_simplified_layer_norm(node, em, shapes, consts, where):
     """RMSNorm(input + skip + bias) * gamma; output 3 is the sum before normalization."""
     _no_stats(node, where)
-    x, skip, gamma, bias = _ins(node, 4)
+    x, skip, gamma, bias = node_inputs(node, 4)
     s = _skip_sum(node, em, x, skip, bias)
-    eps = float(_attrs(node).get("epsilon", 1e-12))
+    eps = float(node_attrs(node).get("epsilon", 1e-12))
     _rms(em, s, gamma, eps, _width(node, gamma, consts, shapes, where), node.output[0])
 
 
 def simplified_layer_norm(node, em, shapes, consts, where):
     """x / sqrt(mean(x^2) + epsilon) * scale over the last axis (RMSNorm, T5/Llama)."""
     _no_stats(node, where)
-    a = _attrs(node)
+    a = node_attrs(node)
     x, gamma = node.input[:2]
     r = _rank(x, shapes, consts)
     if a.get("axis", -1) not in (-1, (r - 1) if r else -1):
-        _fail(node, where, "normalization over more than the last axis is not supported", "normalize the last axis")
+        fail(node, where, "normalization over more than the last axis is not supported", "normalize the last axis")
     _rms(em, x, gamma, float(a.get("epsilon", 1e-5)), _width(node, gamma, consts, shapes, where), node.output[0])
 
 
 def embed_layer_norm(node, em, shapes, consts, where):
     """LayerNorm(word[ids] + position[pos] + segment[seg]); mask_index = sum of mask per row (int32)."""
-    ids, seg, word, pos, segemb, gamma, beta, mask, pos_ids = _ins(node, 9)
+    ids, seg, word, pos, segemb, gamma, beta, mask, pos_ids = node_inputs(node, 9)
     outs = list(node.output) + ["", ""]
-    eps = float(_attrs(node).get("epsilon", 1e-12))
+    eps = float(node_attrs(node).get("epsilon", 1e-12))
     s = em.op("Gather", [word, ids], axis=0)
     if not pos_ids:
         if ids in shapes:
             pos_ids = em.const(np.arange(shapes[ids][1], dtype=np.int64)[None], "pos")
         else:  # 0..S-1 from a running sum of ones
-            ones = _ones_like(em, em.op("Cast", [ids], to=1))
-            pos_ids = em.op("Cast", [em.op("Sub", [_cumsum(em, ones, 1), em.const(F32(1))])], to=7)
+            ones = ones_like(em, em.op("Cast", [ids], to=1))
+            pos_ids = em.op("Cast", [em.op("Sub", [cumsum(em, ones, 1), em.const(F32(1))])], to=7)
     s = em.op("Add", [s, em.op("Gather", [pos, pos_ids], axis=0)])
     if seg:
         s = em.op("Add", [s, em.op("Gather", [segemb, seg], axis=0)])
@@ -218,7 +218,7 @@ def embed_layer_norm(node, em, shapes, consts, where):
             last = em.const(np.int64(-1), "last")
             em.op(
                 "Cast",
-                [em.op("Gather", [_cumsum(em, em.op("Cast", [mask], to=6), 1), last], axis=1)],
+                [em.op("Gather", [cumsum(em, em.op("Cast", [mask], to=6), 1), last], axis=1)],
                 out=outs[1],
                 to=6,
             )

@@ -12,9 +12,9 @@ import math
 
 import numpy as np
 
-from .contrib_common import F32, _cumsum, _fail, _ones_like
+from .contrib_common import F32, cumsum, fail, ones_like
 from .emitter import Emitter
-from .quant import _attrs, _ins
+from .quant import node_attrs, node_inputs
 
 
 def _heads(em: Emitter, x: str, n: int, size: int) -> str:
@@ -30,7 +30,7 @@ def _key_mask(em: Emitter, mask: str, rank: int, scores: str, filt: str) -> str:
         add = em.op("Where", [keep, zero, filt])
         return em.reshape(add, [0, 1, -1]) if rank == 2 else add
     # 1-D: keys at or past end[b] (and, for 2*B entries, before start[b]) are masked
-    col = _cumsum(em, _ones_like(em, em.take(scores, 0)), 3)  # (1, B, S, T): 1..T along the keys
+    col = cumsum(em, ones_like(em, em.take(scores, 0)), 3)  # (1, B, S, T): 1..T along the keys
     mf = em.op("Cast", [mask], to=1)
     end = mf
     if rank == -2:  # 2*B entries: the ends, then the starts
@@ -47,8 +47,8 @@ def _key_mask(em: Emitter, mask: str, rank: int, scores: str, filt: str) -> str:
 
 def _causal(em: Emitter, scores: str, filt: str) -> str:
     """mask_filter_value where key j > query i + past, i.e. (j+1) - (i+1) > T - S."""
-    ones = _ones_like(em, em.take(em.take(scores, 0), 0, axis=1))  # (1, 1, S, T)
-    cj, ri = _cumsum(em, ones, 3), _cumsum(em, ones, 2)
+    ones = ones_like(em, em.take(em.take(scores, 0), 0, axis=1))  # (1, 1, S, T)
+    cj, ri = cumsum(em, ones, 3), cumsum(em, ones, 2)
     t = em.op("Gather", [cj, em.const(np.int64(-1), "last")], axis=3)  # (1, 1, S): T
     s = em.op("Gather", [ri, em.const(np.int64(-1), "last")], axis=2)  # (1, 1, T): S
     lhs = em.op("Sub", [em.op("Sub", [cj, ri]), em.reshape(t, [1, 1, -1, 1])])
@@ -57,13 +57,13 @@ def _causal(em: Emitter, scores: str, filt: str) -> str:
 
 
 def attention(node, em, shapes, consts, where):
-    x, w, bias, mask, past, attn_bias, past_len = _ins(node, 7)
-    a = _attrs(node)
+    x, w, bias, mask, past, attn_bias, past_len = node_inputs(node, 7)
+    a = node_attrs(node)
     for key in ("do_rotary", "past_present_share_buffer"):
         if a.get(key, 0):
-            _fail(node, where, f"{key} is not supported", "export attention without it")
+            fail(node, where, f"{key} is not supported", "export attention without it")
     if past_len:
-        _fail(node, where, "past_sequence_length is not supported", "export without a shared KV buffer")
+        fail(node, where, "past_sequence_length is not supported", "export without a shared KV buffer")
     n = int(a["num_heads"])
     if "qkv_hidden_sizes" in a:
         dq, dk, dv = (int(v) for v in a["qkv_hidden_sizes"])
@@ -72,7 +72,7 @@ def attention(node, em, shapes, consts, where):
     elif bias in consts:
         dq = dk = dv = int(consts[bias].shape[0]) // 3
     else:
-        _fail(node, where, "weights of unknown width", "export the model with its weights as initializers")
+        fail(node, where, "weights of unknown width", "export the model with its weights as initializers")
     hq, hv = dq // n, dv // n
     filt = em.const(F32(a.get("mask_filter_value", -10000.0)), "filter")
     qkv = em.op("MatMul", [x, w])
@@ -82,7 +82,7 @@ def attention(node, em, shapes, consts, where):
     outs = list(node.output) + [""]
     if past or outs[1]:
         if dk != dv:
-            _fail(node, where, "past/present with different K and V widths", "use equal K and V hidden sizes")
+            fail(node, where, "past/present with different K and V widths", "use equal K and V hidden sizes")
         kv = em.op(
             "Transpose", [em.reshape(em.slice(qkv, dq, dq + 2 * dk, 2), [0, 0, 2, n, hq])], perm=[2, 0, 3, 1, 4]
         )  # (2, B, N, S, h)
@@ -109,7 +109,7 @@ def attention(node, em, shapes, consts, where):
         if rank == 1 and mask in shapes and x in shapes and shapes[mask][0] == 2 * shapes[x][0]:
             rank = -2
         if rank not in (1, -2, 2, 3):
-            _fail(node, where, f"mask_index of rank {rank} is not supported", "use a 1-D, 2-D or 3-D mask_index")
+            fail(node, where, f"mask_index of rank {rank} is not supported", "use a 1-D, 2-D or 3-D mask_index")
         add.append(_key_mask(em, mask, rank, scores, filt))
     if a.get("unidirectional", 0):
         add.append(_causal(em, scores, filt))

@@ -23,40 +23,40 @@ from __future__ import annotations
 import numpy as np
 import onnx
 
-from .contrib import F32, _fail
+from .contrib import F32, fail
 from .emitter import Emitter
-from .quant import _attrs, _dq, _ins, _per_axis, _q
+from .quant import emit_dequantize, emit_quantize, node_attrs, node_inputs, per_axis
 from .rnn import decompose_lstm
 
 
 def _unary(op_type: str, **defaults):
     def rewrite(node, em, shapes, consts, where):
-        x, xs, xz, ys, yz = _ins(node, 5)
-        attrs = {**defaults, **_attrs(node)}
-        y = em.op(op_type, [_dq(em, x, xs, xz)], op_type.lower(), **attrs)
-        _q(em, y, ys, yz, node.output[0])
+        x, xs, xz, ys, yz = node_inputs(node, 5)
+        attrs = {**defaults, **node_attrs(node)}
+        y = em.op(op_type, [emit_dequantize(em, x, xs, xz)], op_type.lower(), **attrs)
+        emit_quantize(em, y, ys, yz, node.output[0])
 
     return rewrite
 
 
 def qlinear_concat(node, em, shapes, consts, where):
     ys, yz, *rest = node.input
-    xs = [_dq(em, rest[i], rest[i + 1], rest[i + 2]) for i in range(0, len(rest), 3)]
-    _q(em, em.op("Concat", xs, "concat", axis=_attrs(node)["axis"]), ys, yz, node.output[0])
+    xs = [emit_dequantize(em, rest[i], rest[i + 1], rest[i + 2]) for i in range(0, len(rest), 3)]
+    emit_quantize(em, em.op("Concat", xs, "concat", axis=node_attrs(node)["axis"]), ys, yz, node.output[0])
 
 
 def qlinear_average_pool(node, em, shapes, consts, where):
-    a = _attrs(node)
+    a = node_attrs(node)
     if a.pop("channels_last", 0):
-        _fail(node, where, "channels_last is not supported", "quantize the model in NCHW")
-    x, xs, xz, ys, yz = _ins(node, 5)
-    _q(em, em.op("AveragePool", [_dq(em, x, xs, xz)], "pool", **a), ys, yz, node.output[0])
+        fail(node, where, "channels_last is not supported", "quantize the model in NCHW")
+    x, xs, xz, ys, yz = node_inputs(node, 5)
+    emit_quantize(em, em.op("AveragePool", [emit_dequantize(em, x, xs, xz)], "pool", **a), ys, yz, node.output[0])
 
 
 def _const(node, consts, where, *names):
     for n in names:
         if n and n not in consts:
-            _fail(
+            fail(
                 node, where, f"non-constant {n!r} is not supported", "export the model with constant weights and scales"
             )
     return [np.asarray(consts[n]) if n else None for n in names]
@@ -64,36 +64,36 @@ def _const(node, consts, where, *names):
 
 def qgemm(node, em, shapes, consts, where):
     """alpha * A' @ B' + C * sa*sb (C int32), quantized with y_scale or float output without it."""
-    a_, as_, az, b, bs, bz, c, ys, yz = _ins(node, 9)
-    at = _attrs(node)
+    a_, as_, az, b, bs, bz, c, ys, yz = node_inputs(node, 9)
+    at = node_attrs(node)
     alpha = float(at.get("alpha", 1.0))
     if alpha != 1.0 and c:
-        _fail(node, where, "alpha != 1 with a bias is not supported", "fold alpha into the weights")
-    xa = _dq(em, a_, as_, az)
+        fail(node, where, "alpha != 1 with a bias is not supported", "fold alpha into the weights")
+    xa = emit_dequantize(em, a_, as_, az)
     if at.get("transA", 0):
         xa = em.op("Transpose", [xa], perm=[1, 0])
     bq, bsv = _const(node, consts, where, b, bs)
     axis = (0 if at.get("transB", 0) else 1) if bsv.size > 1 else None
     if at.get("transB", 0):
         bq, axis = np.ascontiguousarray(bq.T), (1 if axis is not None else None)
-    y = em.op("MatMul", [xa, _dq(em, em.const(bq, "B"), bs, bz, axis)], "matmul")
+    y = em.op("MatMul", [xa, emit_dequantize(em, em.const(bq, "B"), bs, bz, axis)], "matmul")
     if c:
         cq, asv = _const(node, consts, where, c, as_)
         y = em.op("Add", [y, em.const((cq.astype(np.float64) * asv * bsv).astype(F32), "bias")])
     if alpha != 1.0:
         y = em.op("Mul", [y, em.const(F32(alpha))])
     if ys:
-        _q(em, y, ys, yz, node.output[0])
+        emit_quantize(em, y, ys, yz, node.output[0])
     else:
         em.op("Identity", [y], out=node.output[0])
 
 
 def matmul_integer_to_float(node, em, shapes, consts, where):
     """(A - za) sa @ (B - zb) sb + bias, as DQ -> MatMul."""
-    a_, b, as_, bs, az, bz, bias = _ins(node, 7)
+    a_, b, as_, bs, az, bz, bias = node_inputs(node, 7)
     rb = shapes[b] if b in shapes else (consts[b].shape if b in consts else None)
-    axis = (len(rb) - 1 if rb is not None else -1) if _per_axis(consts, bs) or _per_axis(consts, bz) else None
-    y = em.op("MatMul", [_dq(em, a_, as_, az), _dq(em, b, bs, bz, axis)], "matmul")
+    axis = (len(rb) - 1 if rb is not None else -1) if per_axis(consts, bs) or per_axis(consts, bz) else None
+    y = em.op("MatMul", [emit_dequantize(em, a_, as_, az), emit_dequantize(em, b, bs, bz, axis)], "matmul")
     em.op("Add", [y, bias], out=node.output[0]) if bias else em.op("Identity", [y], out=node.output[0])
 
 
@@ -121,10 +121,10 @@ def _wint(wq, zp) -> np.ndarray:
 
 
 def dynamic_quantize_matmul(node, em, shapes, consts, where):
-    a_, b, bs, bz, bias = _ins(node, 5)
+    a_, b, bs, bz, bias = node_inputs(node, 5)
     bq, bsv, bzv = _const(node, consts, where, b, bs, bz)
     if bq.ndim != 2:
-        _fail(node, where, "B of rank other than 2 is not supported", "export the weight as a 2-D initializer")
+        fail(node, where, "B of rank other than 2 is not supported", "export the weight as a 2-D initializer")
     y = _dyn_matmul(em, a_, _wint(bq, bzv), bsv, None if bias else node.output[0])
     if bias:
         em.op("Add", [y, bias], out=node.output[0])
@@ -158,7 +158,7 @@ def dynamic_quantize_lstm(node, em, shapes, consts, where):
     """LSTM with int8 W (dirs, input, 4H) and R (dirs, H, 4H), per-direction or per-column scales;
     the input projection quantizes X over all time steps at once, each step quantizes h, as
     onnxruntime's kernel does."""
-    ins = _ins(node, 12)
+    ins = node_inputs(node, 12)
     w, r, ws, wz, rs, rz = _const(node, consts, where, ins[1], ins[2], *ins[8:12])
     quant, floats = {}, []
     for key, q, s, z in (("Wt", w, ws, wz), ("Rt", r, rs, rz)):
@@ -172,7 +172,7 @@ def dynamic_quantize_lstm(node, em, shapes, consts, where):
     qem = _QuantLSTMEmitter(em.prefix + "/q", consts, quant)
     decompose_lstm(lstm, qem, shapes, consts, where)
     if len(qem.used) != 2 * w.shape[0] or qem.seen != {"Wt": w.shape[0], "Rt": w.shape[0]}:
-        _fail(
+        fail(
             node,
             where,
             "internal: rnn.decompose_lstm no longer emits its weight MatMuls as expected",
@@ -192,11 +192,11 @@ def _unpack(packed: np.ndarray, bits: int, count: int) -> np.ndarray:
 def matmul_nbits(node, em, shapes, consts, where):
     """A @ dequant(B).T + bias; B (N, k_blocks, blob) packed, scales (N, k_blocks), zero points packed
     uint8 or float, 2^(bits-1) without them; g_idx maps each k to its block (act-order)."""
-    a = _attrs(node)
+    a = node_attrs(node)
     K, N, bits, bs = int(a["K"]), int(a["N"]), int(a.get("bits", 4)), int(a["block_size"])
     if bits not in (2, 4, 8):
-        _fail(node, where, f"bits={bits} is not supported", "quantize with 2, 4 or 8 bits")
-    a_, b, sc, zp, gidx, bias = _ins(node, 6)
+        fail(node, where, f"bits={bits} is not supported", "quantize with 2, 4 or 8 bits")
+    a_, b, sc, zp, gidx, bias = node_inputs(node, 6)
     bq, scv, zpv, gv = _const(node, consts, where, b, sc, zp, gidx)
     nb = (K + bs - 1) // bs
     q = _unpack(bq.reshape(N, nb, -1), bits, bs).reshape(N, nb * bs)[:, :K].astype(F32)

@@ -21,7 +21,7 @@ from ...errors import UnsupportedModelError
 from .bitcast import bitcast
 from .emitter import Emitter
 from .llm_common import elem_type
-from .quant import _attrs, _ins
+from .quant import node_attrs, node_inputs
 
 F32, I64 = np.float32, np.int64
 FLOAT, FLOAT16, BFLOAT16 = 1, 10, 16  # TensorProto element types
@@ -56,8 +56,8 @@ def _heads_first(em: Emitter, x: str, b: int, t: int, h: int, d: int) -> str:
 def linear_attention(node, em: Emitter, shapes, consts, where):
     """state S (B, Hkv, dk, dv) per step t: S *= exp(g_t) (gated); v_t = beta_t (v_t - S^T k_t) (delta);
     S += k_t v_t^T; o_t = scale q_t S with query head h reading kv head h // (Hq / Hkv)."""
-    a = _attrs(node)
-    q, k, v, past, decay, beta = _ins(node, 6)
+    a = node_attrs(node)
+    q, k, v, past, decay, beta = node_inputs(node, 6)
     rule = a.get("update_rule", b"gated_delta")
     rule = rule.decode() if isinstance(rule, bytes) else rule
     hq, hkv = a.get("q_num_heads"), a.get("kv_num_heads")
@@ -134,8 +134,8 @@ def linear_attention(node, em: Emitter, shapes, consts, where):
 def tensor_scatter(node, em: Emitter, shapes, consts, where):
     """present[pre, p, ...] = update[pre, p - w[pre[0]], ...] where 0 <= p - w < S_upd (mod L in circular
     mode), past_cache elsewhere: a GatherElements of the update at every cache position, then a Where."""
-    a = _attrs(node)
-    cache, upd, widx = _ins(node, 3)
+    a = node_attrs(node)
+    cache, upd, widx = node_inputs(node, 3)
     mode = a.get("mode", b"linear")
     mode = mode.decode() if isinstance(mode, bytes) else mode
     if mode not in ("linear", "circular"):
@@ -171,8 +171,8 @@ def causal_conv_with_state(node, em: Emitter, shapes, consts, where):
     in float32 rounded to the input's type, the SiLU in float32. Written out rather than inlined from
     ONNX's body: with k = 1 the body's zero-size constant pad cannot be loaded back from TVM's executable,
     and the body's fp16 conv and SiLU round off by 2-3 ulps."""
-    a = _attrs(node)
-    x, w, bias, past = _ins(node, 4)
+    a = node_attrs(node)
+    x, w, bias, past = node_inputs(node, 4)
     act = a.get("activation", b"none")
     act = act.decode() if isinstance(act, bytes) else act
     if act not in ("none", "silu", "swish"):
