@@ -14,6 +14,7 @@ def inspect_path(path: str | os.PathLike, trusted_keys=None) -> dict:
     """An artifact, or a model of any format Kiln reads (detected by content: frontends/detect.py).
     trusted_keys: an artifact's signature must verify against one of them."""
     from .frontends.detect import detect_format
+    from .frontends.preflight import inspect_onnx
     from .frontends.sources import describe
 
     p = Path(path)
@@ -62,35 +63,6 @@ def _signature_line(info: dict) -> str:
     if sig["verified"]:
         return f"  signed   by key {sig['key_id']}, verified against --trusted-key"
     return f"  signed   by key {sig['key_id']}, not verified (give --trusted-key PUBLIC.pem to check it)"
-
-
-def inspect_onnx(path) -> dict:
-    from .frontends import load_onnx, preflight
-    from .frontends.shapes import declared_dims, graph_inputs
-
-    model = load_onnx(path)
-    io = lambda vis: [{"name": v.name, "shape": declared_dims(v), "dtype": _dtype(v)} for v in vis]
-    return {
-        "kind": "onnx",
-        "path": str(path),
-        "producer": f"{model.producer_name} {model.producer_version}".strip(),
-        "opsets": preflight.opsets(model),
-        "inputs": io(graph_inputs(model)),
-        "outputs": io(model.graph.output),
-        "nodes": sum(preflight.op_histogram(model).values()),
-        "op_histogram": preflight.op_histogram(model),
-        "initializers": len(model.graph.initializer),
-        "unsupported_ops": preflight.find_unsupported_ops(model),
-    }
-
-
-def _dtype(vi) -> str:
-    import onnx
-
-    try:
-        return str(onnx.helper.tensor_dtype_to_np_dtype(vi.type.tensor_type.elem_type))
-    except Exception:
-        return "?"
 
 
 def format_text(info: dict) -> str:

@@ -94,3 +94,32 @@ def check_supported(model: onnx.ModelProto, where: str) -> None:
             "Python loop); freeze the inputs it depends on with --freeze-input NAME=VALUE if they are known"
         )
     raise UnsupportedModelError(f"{len(bad)} unsupported op type(s): {listing}", ops=bad, where=where, fix=fix)
+
+
+def inspect_onnx(path) -> dict:
+    """What `kiln inspect` says of an ONNX model: producer, opsets, inputs and outputs, ops, and the
+    ops Kiln cannot compile."""
+    from .onnx_load import load_onnx
+    from .shapes import declared_dims, graph_inputs
+
+    model = load_onnx(path)
+    io = lambda vis: [{"name": v.name, "shape": declared_dims(v), "dtype": _elem_dtype(v)} for v in vis]
+    return {
+        "kind": "onnx",
+        "path": str(path),
+        "producer": f"{model.producer_name} {model.producer_version}".strip(),
+        "opsets": opsets(model),
+        "inputs": io(graph_inputs(model)),
+        "outputs": io(model.graph.output),
+        "nodes": sum(op_histogram(model).values()),
+        "op_histogram": op_histogram(model),
+        "initializers": len(model.graph.initializer),
+        "unsupported_ops": find_unsupported_ops(model),
+    }
+
+
+def _elem_dtype(vi) -> str:
+    try:
+        return str(onnx.helper.tensor_dtype_to_np_dtype(vi.type.tensor_type.elem_type))
+    except Exception:
+        return "?"

@@ -117,7 +117,7 @@ def _onnx_framework(model) -> dict:
 def describe(path: str | os.PathLike) -> dict:
     """`kiln inspect` of a model file of any format (the same keys for all, plus `format`/`frontend`)."""
     if detect_format(path) == "onnx":
-        from ..describe import inspect_onnx
+        from .preflight import inspect_onnx
 
         return dict(inspect_onnx(path), format="onnx", frontend=FRONTENDS["onnx"])
     src = load_source(Path(path))
