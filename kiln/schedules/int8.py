@@ -30,20 +30,20 @@ class Int8Kernel:
     signed_data: bool  # sdot: data shifted to int8 (x - 128), plus a 128 * sum(w) compensation
     weight_max: int  # |w| the quantizer may use: 64 where vpmaddubsw's int16 pair sum saturates beyond
     speedup: float  # peak int8 multiply-adds per float32 FMA lane: the whole-model estimate's ratio
-    accumulators: int  # vector registers the register tile may hold (pixels/rows x channel blocks)
+    tile: int  # output pixels (conv) or rows (matmul) per register tile
     note: str = ""  # what the report says about it
 
 
 KERNELS = {
     k.path: k
     for k in (
-        Int8Kernel("amx-int8", ti.VNNI_16x4, 16, False, 127, 4.0, 16, "AMX tiles are not emitted: AVX-512 VNNI kernels"),
-        Int8Kernel("avx512-vnni", ti.VNNI_16x4, 16, False, 127, 4.0, 16),
-        Int8Kernel("avx-vnni", ti.AVXVNNI_8x4, 8, False, 127, 4.0, 10),
-        Int8Kernel("avx512-pmaddubsw", ti.PMADDUBSW_16x4, 16, False, 64, 2.0, 16, "7-bit weights (vpmaddubsw)"),
+        Int8Kernel("amx-int8", ti.VNNI_16x4, 16, False, 127, 4.0, 8, "AMX tiles are not emitted: AVX-512 VNNI kernels"),
+        Int8Kernel("avx512-vnni", ti.VNNI_16x4, 16, False, 127, 4.0, 8),
+        Int8Kernel("avx-vnni", ti.AVXVNNI_8x4, 8, False, 127, 4.0, 8),
+        Int8Kernel("avx512-pmaddubsw", ti.PMADDUBSW_16x4, 16, False, 64, 2.0, 8, "7-bit weights (vpmaddubsw)"),
         Int8Kernel("avx2-pmaddubsw", ti.PMADDUBSW_8x4, 8, False, 64, 2.0, 8, "7-bit weights (vpmaddubsw)"),
-        Int8Kernel("i8mm", ti.USDOT_4x4, 4, False, 127, 4.0, 16),
-        Int8Kernel("dotprod", ti.SDOT_4x4, 4, True, 127, 4.0, 16, "data shifted to int8 for sdot"),
+        Int8Kernel("i8mm", ti.USDOT_4x4, 4, False, 127, 4.0, 8),
+        Int8Kernel("dotprod", ti.SDOT_4x4, 4, True, 127, 4.0, 8, "data shifted to int8 for sdot"),
     )
 }
 # int8 paths with no kernel above, and why their int8 layers stay float
