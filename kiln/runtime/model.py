@@ -90,11 +90,11 @@ class Model:
                 where="num_threads",
                 fix="e.g. num_threads=2",
             )
-        if bucket_policy is not None and bucket_policy not in bk.POLICIES:
+        if bucket_policy is not None and bucket_policy not in art.BUCKET_POLICIES:
             raise OptionsError(
                 f"bucket policy {bucket_policy!r} is not valid",
                 where="bucket_policy",
-                fix=f"use one of {', '.join(bk.POLICIES)}",
+                fix=f"use one of {', '.join(art.BUCKET_POLICIES)}",
             )
         self.num_threads = num_threads or physical_cores()
         if trusted_keys is not None and (isinstance(trusted_keys, (str, bytes, os.PathLike)) or not list(trusted_keys)):
