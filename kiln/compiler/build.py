@@ -21,6 +21,7 @@ from ..frontends.importer import import_onnx
 from ..frontends.sources import load_source
 from ..runtime import artifact as art
 from ..runtime.hostinfo import host_arch
+from ..schedules.shipped import describe as describe_records
 from .autolayout import choose_layout
 from .executable import build_executable
 from .fallback import blame, with_fallback
@@ -28,7 +29,7 @@ from .flows import run_flow
 from .kernel_info import for_manifest
 from .limits import check_planned_memory, check_tensor_sizes, io_bytes
 from .optimize import optimize
-from .options import CompileOptions
+from .options import CompileOptions, shipped_tuning_logs
 from .pipeline import precision_note
 from .reproduce import DISABLE_ENV, compile_flags, reduce_failure, write_reproducer
 
@@ -112,6 +113,7 @@ def compile_model(
         report = opt.report
         report["passes_skipped"] = report.get("passes_skipped", []) + skipped
         report["precision_note"] = note
+        report["tuning_records"] = describe_records(options.tuning_db, options.target, shipped_tuning_logs())
         if skipped:
             report["layout"] = skipped[0]["layout"]
         with tvm_errors("Exporting the library", where):

@@ -319,8 +319,9 @@ def shipped_tuning_logs() -> Path | None:
 
 def resolve_tuning_db(path, target: Target) -> str | None:
     """A tuning database root (holding one folder per target key) or a target's folder itself.
-    None (the default): the records Kiln ships in tuning_logs/ for exactly this target, if any, so
-    a compile on a machine whose records ship gets tuned kernels with no tuning run; "none": no
+    None (the default): the records Kiln ships in tuning_logs/ for this target or one whose capabilities
+    match (schedules/shipped.py), so a compile on a machine whose records ship gets tuned kernels with
+    no tuning run; "none": no
     database. A root without this target's folder is an error naming the key."""
     from ..schedules.database import FILES, target_key
 
@@ -328,8 +329,10 @@ def resolve_tuning_db(path, target: Target) -> str | None:
         root = shipped_tuning_logs()
         if root is None:
             return None
-        shipped = root / target_key(target)
-        return str(shipped) if (shipped / FILES[0]).exists() and (shipped / FILES[1]).exists() else None
+        from ..schedules.shipped import select
+
+        chosen, _why = select(root, target)  # by capabilities; the report says which, or why none
+        return None if chosen is None else str(chosen)
     if str(path).lower() == "none":
         return None
     p = Path(path)
