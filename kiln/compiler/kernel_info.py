@@ -116,21 +116,21 @@ def kernel_info(mod: tvm.IRModule, onnx_model=None, tuning_db: str | None = None
         }
     tuned = tuned_hashes(tuning_db, frozenset(v["flops"] for v in info.values())) if tuning_db else frozenset()
     for name, v in info.items():
-        v["schedule"] = schedule_kind(name, mod[name], tuned)
+        v["schedule"] = schedule_kind(mod[name], tuned)
     if onnx_model is not None:
         for name, ops in source_ops(order, onnx_model).items():
             info[name]["ops"] = ops
     return info
 
 
-def schedule_kind(name: str, f, tuned: frozenset = frozenset()) -> str:
-    """c-kernel (Kiln's hand-written C), tuned (a database record), default (Kiln's rule), none
-    (TVM's plain lowering). A tuned kernel carries no mark of its own (the same attributes as a
-    default one), so it is told by its TIR: the same as one the database's records produce."""
+def schedule_kind(f, tuned: frozenset = frozenset()) -> str:
+    """c-kernel (Kiln's hand-written C: its kind comes scheduled), tuned (a database record), default
+    (Kiln's rule), none (TVM's plain lowering). A tuned kernel carries no mark of its own (the same
+    attributes as a default one), so it is told by its TIR: the same as one the database's records produce."""
     from ..schedules.apply import is_scheduled
-    from .passes.bf16_conv_kernel import EXTERN
+    from ..schedules.kinds import SCHEDULED, func_kind
 
-    if EXTERN in name:
+    if func_kind(f) in SCHEDULED:
         return "c-kernel"
     if not is_scheduled(f):
         return "none"

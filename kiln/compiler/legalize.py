@@ -11,6 +11,7 @@ import tvm
 from tvm import te, topi
 
 from ..schedules.int8 import Int8Kernel, int8_kernel
+from ..schedules.kinds import declare
 from . import legalize_int8
 
 
@@ -33,6 +34,7 @@ def depthwise_conv2d_nchwc(data, kernel, strides, padding, dilation, out_dtype):
             axis=[ry, rx],
         ),
         name="depthwise_conv2d_NCHWc",
+        attrs=declare("conv2d"),
     )
 
 
@@ -90,7 +92,7 @@ def softmax_fast_exp(x, axis: int):
     mx = topi.max(x, axis=axis, keepdims=True)
     e = topi.fast_exp(te.compute(x.shape, lambda *i: x(*i) - mx(*at(i)), name="softmax_shift"))
     total = topi.sum(e, axis=axis, keepdims=True)
-    return te.compute(x.shape, lambda *i: e(*i) / total(*at(i)), name="softmax_norm")
+    return te.compute(x.shape, lambda *i: e(*i) / total(*at(i)), name="softmax_norm", attrs=declare("softmax"))
 
 
 def _fast_math(compute, attrs=lambda call: ()):
@@ -133,7 +135,7 @@ def _inf_identity_reduce(kind: str):
                     full.append(next(it))
             return reducer(x(*full), axis=list(rs.values()))
 
-        return te.compute(out_shape, body, name=f"T_{kind}")
+        return te.compute(out_shape, body, name=f"T_{kind}", attrs=declare("reduction"))
 
     def boolean(x, axes, keepdims: bool):  # any / all: topi has no identity for bool
         reduce = topi.max if kind == "max" else topi.min

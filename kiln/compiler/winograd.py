@@ -6,13 +6,16 @@ the bytes: 4x for F(4x4), 1.8x for F(2x2)).
 The transforms are written out with only the nonzero coefficients of A, B and G (TVM's
 const_matrix would multiply by every zero), each as two 1-D passes (rows, then columns), so
 the schedule can unroll them into straight-line vector code. Blocks: winograd_input_rows,
-winograd_input (V), winograd_gemm (M), winograd_output_rows, winograd_output (Y)."""
+winograd_input (V), winograd_gemm (M, the anchor: it declares the kernel's kind), winograd_output_rows,
+winograd_output (Y)."""
 
 from __future__ import annotations
 
 import numpy as np
 from tvm import te, tirx, topi
 from tvm.topi.nn.winograd_util import _cook_toom_convolution, _interpolation_points
+
+from ..schedules.kinds import declare
 
 MIN_F4 = 16  # outputs at least this high and wide take F(4x4, 3x3), smaller ones F(2x2, 3x3)
 
@@ -93,6 +96,7 @@ def conv2d_winograd_nchwc(data, weight, m: int, out_dtype: str = "float32"):
         (alpha, alpha, ob, p_total, oc),
         lambda e, u, o, p, j: te.sum(v[e, u, k // c, p, k % c] * weight[e, u, o, k, j].astype("float32"), axis=[k]),
         name="winograd_gemm",
+        attrs=declare("winograd"),
     )
     # Y = A^T M A: rows, then columns; the output is written tile by tile in NCHW{c}c
     out_rows = te.compute(

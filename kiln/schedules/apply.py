@@ -8,6 +8,7 @@ from __future__ import annotations
 import tvm
 from tvm import s_tir, tirx
 
+from .kinds import strip
 from .registry import FALLBACK, RULES, classify, target_family
 
 
@@ -88,17 +89,13 @@ class ApplyTuningDatabase:
         from .database import best_is_default, database_for_compile
 
         db = database_for_compile(self.db_dir)
-        default = best_is_default(
-            db,
-            self.db_dir,
-            {
-                gv.name_hint: f
-                for gv, f in mod.functions.items()
-                if isinstance(f, tirx.PrimFunc) and not is_scheduled(f)
-            },
-        )
+        todo = {gv.name_hint: f for gv, f in mod.functions.items() if isinstance(f, tirx.PrimFunc)}
+        todo = {n: f for n, f in todo.items() if not is_scheduled(f)}
+        bare = {name: strip(f) for name, f in todo.items()}  # the database keys kernels on their computation alone
+        default = best_is_default(db, self.db_dir, bare)
         with db:
-            mod = relax.transform.MetaScheduleApplyDatabase(enable_warning=False)(mod)
+            mod = relax.transform.MetaScheduleApplyDatabase(enable_warning=False)(_replaced(mod, bare))
+        mod = _replaced(mod, {n: f for n, f in todo.items() if not is_scheduled(mod[n])})  # no record: kinds kept
         total = tuned = 0.0
         for name in kernels(mod):
             f = mod[name]
@@ -113,6 +110,14 @@ class ApplyTuningDatabase:
                     self.stats["tuned_faster_kernels"] += 1
         self.stats["tuned_coverage"] = round(tuned / total, 4) if total else 0.0
         return mod
+
+
+def _replaced(mod: tvm.IRModule, funcs: dict) -> tvm.IRModule:
+    """The module with the functions of these names replaced."""
+    out = tvm.IRModule(dict(mod.functions), attrs=mod.attrs)
+    for name, f in funcs.items():
+        out[out.get_global_var(name)] = f
+    return out
 
 
 def is_scheduled(func) -> bool:

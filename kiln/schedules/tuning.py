@@ -15,7 +15,7 @@
 - never worse than no tuning: before searching, each workload's default schedule (Kiln's rule,
   kiln/schedules/rules.py) is measured by the same runner and recorded with its trace unless the
   database already holds that trace, so the best record of a workload is the default schedule
-  unless a candidate beat it (a rule changed since the last run gets measured again)."""
+  unless a candidate beat it (a rule changed since the last run gets measured again; baseline.py)."""
 
 from __future__ import annotations
 
@@ -36,6 +36,7 @@ from tvm.s_tir.meta_schedule.builder import BuilderResult
 from ..errors import OptionsError
 from ..optfield import option
 from .apply import is_scheduled
+from .baseline import estimated_latency, faster_than_default, record_default_schedules, task_times, workload
 from .builder import WorkerBuilder
 from .database import db_dir_for, open_database
 
@@ -159,7 +160,7 @@ def _contexts(tasks, opts: TuneOptions, seed: int):
     (its logging set-up breaks on the second use in one process); Kiln prints its own progress."""
     ctxs = [
         ms.TuneContext(
-            mod=t.dispatched[0],
+            mod=workload(t),
             target=t.target,
             space_generator="post-order-apply",
             search_strategy=_strategy(opts),
@@ -192,57 +193,6 @@ def pick_tasks(shares: list[float], trials_done: list[int], k: int) -> list[int]
 
 _QUIET = logging.getLogger("kiln.tune.meta_schedule")
 _QUIET.setLevel(logging.WARNING)
-
-
-def record_default_schedules(tasks, target, db, builder, runner, lanes: int, db_dir: Path | None = None) -> int:
-    """Measure the default schedule of every task whose database has no record of it yet (a new
-    workload, or a default rule that changed since the last run) and commit it (trace + run time)
-    like a MetaSchedule candidate; returns how many it recorded. With `db_dir`, the database's ledger
-    of measured defaults (database.DEFAULTS) also counts as a record: a compacted database keeps only
-    each workload's best record, which beat the default when both were measured."""
-    import tvm_ffi
-    from tvm.s_tir.meta_schedule.arg_info import ArgInfo
-    from tvm.s_tir.meta_schedule.builder import BuilderInput
-    from tvm.s_tir.meta_schedule.runner import RunnerInput
-
-    from .apply import first_rule_that_applies
-    from .database import measured_defaults, save_measured_defaults, trace_digest
-    from .registry import target_family
-
-    ledger = measured_defaults(db_dir) if db_dir is not None else {}
-    done = noted = 0
-    for t in tasks:
-        mod = t.dispatched[0]
-        _, sch = first_rule_that_applies(mod["main"], target_family(target), lanes)
-        if sch is None:
-            continue
-        trace = str(sch.trace.as_json())
-        key, digest = str(tvm_ffi.structural_hash(mod)), trace_digest(sch.trace)
-        if db.has_workload(mod):
-            if digest in ledger.get(key, ()):
-                continue
-            if any(str(r.trace.as_json()) == trace for r in db.get_top_k(db.commit_workload(mod), 1 << 20)):
-                ledger.setdefault(key, []).append(digest)
-                noted += 1
-                continue
-        (built,) = builder.build([BuilderInput(sch.mod, target)])
-        if built.error_msg:
-            continue
-        device = "cpu" if target.kind.name == "llvm" else target.kind.name
-        (future,) = runner.run([RunnerInput(built.artifact_path, device, ArgInfo.from_entry_func(sch.mod))])
-        result = future.result()
-        if result.error_msg or not result.run_secs:
-            continue
-        db.commit_tuning_record(
-            ms.database.TuningRecord(
-                sch.trace, db.commit_workload(mod), result.run_secs, target, ArgInfo.from_prim_func(mod["main"])
-            )
-        )
-        ledger.setdefault(key, []).append(digest)
-        done += 1
-    if db_dir is not None and done + noted:
-        save_measured_defaults(db_dir, ledger)
-    return done
 
 
 @derived_object
@@ -287,48 +237,6 @@ def round_size(opts: TuneOptions, done_trials: int, elapsed: float, per_trial_s:
     batch_s = max(per_trial_s, 1e-3) * opts.trials_per_iter
     fit = int(left / (batch_s * BUDGET_SAFETY)) * opts.trials_per_iter
     return max(0, min(opts.round_trials, fit))
-
-
-def _task_times(tasks, db, db_dir: Path) -> list[tuple[float | None, float | None]]:
-    """(default schedule's measured seconds, best record's seconds) of each task, None where
-    unknown (a default record compacted away, or no record)."""
-    import statistics
-
-    import tvm_ffi
-
-    from .database import measured_defaults, trace_digest
-
-    ledger = measured_defaults(db_dir)
-    out = []
-    for t in tasks:
-        mod = t.dispatched[0]
-        if not db.has_workload(mod):
-            out.append((None, None))
-            continue
-        recs = db.get_top_k(db.commit_workload(mod), 1 << 20)
-        digests = set(ledger.get(str(tvm_ffi.structural_hash(mod)), ()))
-
-        def secs(r):
-            return statistics.fmean(float(x) for x in r.run_secs)
-
-        default = next((secs(r) for r in recs if trace_digest(r.trace) in digests), None)
-        out.append((default, secs(recs[0]) if recs else None))
-    return out
-
-
-def faster_than_default(times) -> int:
-    """Tasks whose best record is faster than their measured default schedule."""
-    return sum(1 for d, b in times if d is not None and b is not None and b < d)
-
-
-def estimated_latency(tasks, times) -> tuple[float | None, float | None]:
-    """The model's latency as the sum of its kernels' measured times (each times how often it
-    runs), with default schedules and with the best records, in ms; None when a kernel's default
-    time is unknown (then the two are not comparable)."""
-    if not times or any(d is None or b is None for d, b in times):
-        return None, None
-    w = [float(t.weight) for t in tasks]
-    return (sum(wi * d for wi, (d, _) in zip(w, times)) * 1e3, sum(wi * b for wi, (_, b) in zip(w, times)) * 1e3)
 
 
 def _cheap_stack(context: int = 1) -> list:
@@ -465,7 +373,7 @@ def tune_module(
                 else f"{max(0, total - done_trials)} trials left"
             )
             searched = sum(1 for c in per_task if c)
-            faster = faster_than_default(_task_times(tasks, db, db_path))
+            faster = faster_than_default(task_times(tasks, db, db_path))
             progress(
                 f"round {rounds}: {searched}/{len(tasks)} tasks searched, {faster} with a record faster than the "
                 f"default, {done_trials} trials, {per_trial:.2f} s/trial, {elapsed:.0f}s elapsed, {left}"
@@ -474,7 +382,7 @@ def tune_module(
             if empty >= -(-len(tasks) // max(1, n // opts.trials_per_iter)):  # a whole rotation found nothing new
                 break
     phases["search"] = search_s
-    times = _task_times(tasks, db, db_path)
+    times = task_times(tasks, db, db_path)
     default_ms, tuned_ms = estimated_latency(tasks, times)
     seconds = time.perf_counter() - start
     phases["other"] = max(0.0, seconds - sum(phases.values()))  # worker start, runner check, database reads

@@ -268,6 +268,7 @@ def test_recorded_default_schedule_replays_to_the_default(tmp_path, tiny):
     from kiln.compiler.pipeline import SCHEDULE_ROW
     from kiln.frontends.importer import import_onnx
     from kiln.schedules.apply import first_rule_that_applies
+    from kiln.schedules.baseline import workload
     from kiln.schedules.builder import WorkerBuilder
     from kiln.schedules.tuning import extract, record_default_schedules
 
@@ -285,7 +286,7 @@ def test_recorded_default_schedule_replays_to_the_default(tmp_path, tiny):
     )
     assert record_default_schedules(tasks, target, db, builder, ms.runner.LocalRunner(timeout_sec=30), 16) == 0
     for t in tasks:
-        (rec,) = db.get_top_k(db.commit_workload(t.dispatched[0]), 1)
+        (rec,) = db.get_top_k(db.commit_workload(workload(t)), 1)  # the database keys on the stripped kernel
         assert rec.run_secs and all(float(s) > 0 for s in rec.run_secs)
         replayed = tvm.s_tir.Schedule(t.dispatched[0])
         rec.trace.apply_to_schedule(replayed, remove_postproc=False)
@@ -324,6 +325,7 @@ def test_compacted_database_does_not_measure_its_defaults_again(tmp_path, tiny):
     from kiln.compiler.optimize import optimize
     from kiln.compiler.pipeline import SCHEDULE_ROW
     from kiln.frontends.importer import import_onnx
+    from kiln.schedules.baseline import workload
     from kiln.schedules.builder import WorkerBuilder
     from kiln.schedules.database import DEFAULTS, compact
     from kiln.schedules.tuning import extract, record_default_schedules
@@ -342,7 +344,7 @@ def test_compacted_database_does_not_measure_its_defaults_again(tmp_path, tiny):
     for t in (
         tasks
     ):  # a faster record of each workload (a trace that schedules nothing, timed 0.1 us): compaction keeps only it
-        mod = t.dispatched[0]
+        mod = workload(t)
         sch = tvm.s_tir.Schedule(mod)
         sch.get_child_blocks(sch.get_sblock("root"))  # (MetaSchedule ignores records with an empty trace)
         db.commit_tuning_record(

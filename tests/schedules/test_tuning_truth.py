@@ -13,6 +13,7 @@ from tvm.s_tir.meta_schedule.arg_info import ArgInfo
 
 import kiln
 from kiln.compiler import CompileOptions
+from kiln.schedules.baseline import workload
 from kiln.schedules.builder import WorkerBuilder
 from kiln.schedules.database import open_database, target_key
 from kiln.schedules.tuning import (
@@ -79,7 +80,7 @@ def test_a_kernel_whose_best_record_is_its_default_is_not_tuned(tmp_path, tiny):
     assert r["tuned_kernels"] == r["tuned_default_kernels"] == len(tasks) and r["tuned_faster_kernels"] == 0
     assert r["tuned_coverage"] == 0.0  # every record applied is a measured default schedule: nothing is tuned
     for t in tasks:  # a record faster than each default (a trace that schedules nothing, timed 0.1 us)
-        mod = t.dispatched[0]
+        mod = workload(t)
         sch = tvm.s_tir.Schedule(mod)
         sch.get_child_blocks(sch.get_sblock("root"))  # (MetaSchedule ignores records with an empty trace)
         db.commit_tuning_record(

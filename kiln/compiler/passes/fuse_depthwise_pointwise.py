@@ -18,6 +18,7 @@ from tvm.ir.expr import GenericConst
 from tvm.ir.prim.expr import FloatImm
 
 from ...schedules.dwpw import MAX_ROW_FLOATS
+from ...schedules.kinds import declare
 from ..ir import register_kernel, var_uses
 from .counting import float32_conv, nchwc_block
 from .module_map import rewrite_with
@@ -59,6 +60,7 @@ def dwpw_conv2d(x, wd, bias, wp, strides, padding, lo: float, hi: float):
         (n, ob, oh, ow, co),
         lambda b, o, y, xx, j: te.sum(d[b, r // c, y, xx, r % c] * wp[o, r // ci, 0, 0, r % ci, j], axis=[r]),
         name="dwpw_pointwise",
+        attrs=declare("depthwise_pointwise"),  # the anchor; the other stages are part of its kernel
     )
 
 

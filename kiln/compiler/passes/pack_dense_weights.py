@@ -13,6 +13,7 @@ import tvm
 from tvm import te
 from tvm.ir.expr import GenericConst
 
+from ...schedules.kinds import declare
 from ..ir import register_kernel
 from .convert_layout import widest_block
 from .counting import static_shape
@@ -31,6 +32,7 @@ def matmul_packed(x, packed):
         (*x.shape[:-1], nb * b),
         lambda *i: te.sum(x[(*i[:-1], r)] * packed[i[-1] // b, r, i[-1] % b], axis=[r]),
         name="matmul_packed",
+        attrs=declare("matmul"),
     )
 
 
