@@ -112,7 +112,7 @@ def test_shape_buckets_are_checked_before_any_is_built(tmp_path, monkeypatch, ca
     err = capsys.readouterr().err
     assert time.perf_counter() - t < 10 and not built
     assert "--shape-buckets gives 16" in err and "bucket 2 of 2" in err and "--input-shape" not in err, err
-    assert "dim(s) [0] are symbolic" in err
+    assert "only dim(s) [0] of 'input' are symbolic" in err
     assert main([*argv, "--shape-buckets", "image:1x3x8x8,2x3x8x8"]) == 2
     assert "--shape-buckets names unknown input(s) ['image']" in capsys.readouterr().err
 

@@ -131,11 +131,10 @@ def pin_input_shapes(
 def _fixed_dim_fix(name: str, decl, dims, flag: str) -> str:
     open_dims = [i for i, d in enumerate(decl) if not (isinstance(d, int) and d >= 0)]
     if flag == BUCKETS_FLAG:
-        have = f"only dim(s) {open_dims} are symbolic in this model" if open_dims else "every dim is fixed"
-        return (
-            f"buckets can vary only the dims the model declares symbolic ({have}): re-export the model with "
-            f"those axes dynamic (e.g. torch.onnx.export(..., dynamic_axes=...)), or bucket only them"
-        )
+        export = "re-export the model with the bucketed axes dynamic (e.g. torch.onnx.export(..., dynamic_axes=...))"
+        if not open_dims:
+            return f"every dim of {name!r} is fixed in this model: {export}, or compile it for its one shape"
+        return f"only dim(s) {open_dims} of {name!r} are symbolic in this model: bucket only those, or {export}"
     return f"keep the model's static dims, e.g. {flag} {name}:{_example(decl, dims)}"
 
 
