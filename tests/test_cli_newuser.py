@@ -4,7 +4,6 @@ clone, plus the options dataclasses being the only source of the flags' defaults
 import dataclasses
 import subprocess
 import sys
-import time
 
 import onnx
 import pytest
@@ -106,11 +105,10 @@ def test_shape_buckets_are_checked_before_any_is_built(tmp_path, monkeypatch, ca
     onnx.save(_conv(["N", 3, 8, 8]), tmp_path / "m.onnx")
     built = []
     monkeypatch.setattr("kiln.compiler.compile_model", lambda *a, **k: built.append(1))
-    t = time.perf_counter()
     argv = ["compile", str(tmp_path / "m.onnx"), "-o", str(tmp_path / "m.kiln")]
     assert main([*argv, "--shape-buckets", "input:1x3x8x8,1x3x16x16"]) == 2
     err = capsys.readouterr().err
-    assert time.perf_counter() - t < 10 and not built
+    assert not built  # refused before compile_model: no bucket was built
     assert "--shape-buckets gives 16" in err and "bucket 2 of 2" in err and "--input-shape" not in err, err
     assert "only dim(s) [0] of 'input' are symbolic" in err
     assert main([*argv, "--shape-buckets", "image:1x3x8x8,2x3x8x8"]) == 2
