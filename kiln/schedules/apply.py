@@ -3,7 +3,7 @@ target. A kernel no rule fits (every rule raised ScheduleError: "does not apply"
 default lowering; the pass counts both so the report can say how much of the model is scheduled.
 Any other exception from a rule is a bug: it is never taken for "does not apply". The kernel it hit
 is left unscheduled, named in a KilnWarning and in the report's rule_errors, and the rest of the model
-keeps its schedules (a rule bug once took the default schedules off whole models: 30x slower);
+keeps its schedules (a rule bug once took the default schedules off whole models; benchmarks/history.md);
 with KILN_STRICT_RULES=1 (the test suite) it propagates."""
 
 from __future__ import annotations

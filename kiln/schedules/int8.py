@@ -6,7 +6,7 @@ dot-product step (schedules/intrinsics.py) per (lanes output channels x 4 inputs
 shapes the int8 computes for it (the output-channel block is its lanes: 16 on zmm, 8 on ymm, 4 on
 NEON q registers) and names it in the compute's block annotation, which the rules read: a rule
 never looks at the target. Targets with no kernel here keep int8 layers in float (the quantizer
-says why): a generic int8 schedule is slower than float32 (1.9x on a Zen 3's ResNet-50)."""
+says why): a generic int8 schedule is slower than float32 (benchmarks/history.md)."""
 
 from __future__ import annotations
 
