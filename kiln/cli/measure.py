@@ -72,7 +72,7 @@ def register(sub) -> None:
 
     b = sub.add_parser("bench", help=COMMANDS["bench"])
     b.add_argument("model")
-    add_options(b, BenchOptions, "onnx", "threads", "warmup")
+    add_options(b, BenchOptions, "onnx", "inputs", "threads", "warmup")
     add_options(b.add_mutually_exclusive_group(), BenchOptions, "repeat", "seconds")
     output_flags(b, "latency histogram; with --profile also the kernels' chart, OUT.kernels.png")
     b.add_argument(

@@ -19,15 +19,10 @@ def _run(a) -> int:
 
     from .._io import atomic_open
     from ..runtime import load
+    from ..runtime.bench import read_inputs
 
     model = load(a.model, num_threads=a.threads, trusted_keys=trusted_keys(a))  # checked before the inputs are read
-    try:
-        with np.load(a.inputs, allow_pickle=False) as z:
-            feed = {k: z[k] for k in z.files}
-    except (OSError, ValueError) as e:
-        raise OptionsError(
-            f"cannot read inputs file: {e}", where=a.inputs, fix="give an .npz whose keys are the model's input names"
-        ) from None
+    feed = read_inputs(a.inputs)
     outs = model.run(feed)
     with atomic_open(a.output, "wb") as f:
         np.savez(f, **outs)

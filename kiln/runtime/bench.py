@@ -14,7 +14,7 @@ import time
 
 import numpy as np
 
-from ..errors import OptionsError
+from ..errors import InputError, OptionsError
 from ..optfield import option
 from .model import load
 
@@ -32,6 +32,9 @@ class BenchOptions:
     repeat: int | None = option(None, "number of timed runs (instead of --seconds)", type=int)  # None: `seconds`
     seconds: float = option(10.0, "time budget for timed runs")
     onnx: str | None = option(None, "also run onnxruntime on the same input, alternating", metavar="MODEL.onnx")
+    inputs: str | None = option(
+        None, "run on these inputs (an .npz of input name -> array); default: random ones", metavar="IN.npz"
+    )
     trusted_keys: tuple | None = None
 
     def __post_init__(self):
@@ -104,17 +107,47 @@ def _first_run_after_warmup(path, threads, feed, trusted_keys) -> tuple[float, f
     return (time.perf_counter() - t) * 1e3, warmup_ms
 
 
+def random_inputs(specs) -> dict:
+    """Normal floats; integers and booleans in {0, 1}, valid for every index-like input (token ids, token
+    types, masks, positions) whatever the table's size: a Gather of 0..9 into a 2-row token-type table
+    fails in onnxruntime (and reads out of bounds in any engine that does not check)."""
+    rng = np.random.default_rng(0)
+    return {
+        s.name: (rng.standard_normal(s.shape) if np.dtype(s.dtype).kind == "f" else rng.integers(0, 2, s.shape)).astype(
+            s.dtype
+        )
+        for s in specs
+    }
+
+
+def read_inputs(path: str) -> dict:
+    try:
+        with np.load(path, allow_pickle=False) as z:
+            return {k: z[k] for k in z.files}
+    except (OSError, ValueError) as e:
+        raise OptionsError(
+            f"cannot read inputs file: {e}", where=path, fix="give an .npz whose keys are the model's input names"
+        ) from None
+
+
+def _ort_accepts(sess, feed: dict, opts: BenchOptions) -> None:
+    """onnxruntime's verdict on the inputs before any timing: a rejection is about the inputs, not Kiln."""
+    try:
+        sess.run(None, feed)
+    except Exception as e:
+        msg = str(e).strip().splitlines()
+        raise InputError(
+            f"onnxruntime rejected the {'given' if opts.inputs else 'random'} inputs: {msg[-1][:300] if msg else e}",
+            where=opts.onnx,
+            fix="pass real inputs with --inputs IN.npz (input name -> array), e.g. token ids within the vocabulary",
+        ) from None
+
+
 def bench(path: str | os.PathLike, opts: BenchOptions = BenchOptions(), feed: dict | None = None) -> dict:
     t0 = time.perf_counter()
     model = load(path, num_threads=opts.threads, trusted_keys=opts.trusted_keys)
     if feed is None:
-        rng = np.random.default_rng(0)
-        feed = {
-            s.name: (
-                rng.standard_normal(s.shape) if np.dtype(s.dtype).kind == "f" else rng.integers(0, 10, s.shape)
-            ).astype(s.dtype)
-            for s in model.inputs
-        }
+        feed = read_inputs(opts.inputs) if opts.inputs else random_inputs(model.inputs)
     t1 = time.perf_counter()
     model.run(feed)
     first_ms = (time.perf_counter() - t1) * 1e3
@@ -124,6 +157,7 @@ def bench(path: str | os.PathLike, opts: BenchOptions = BenchOptions(), feed: di
     sess = _ort_session(opts.onnx, model.num_threads) if opts.onnx else None
     runners = [("", lambda: model.run(feed))]
     if sess is not None:
+        _ort_accepts(sess, feed, opts)
         runners.append(("ort_", lambda: sess.run(None, feed)))
     for _ in range(opts.warmup):
         for _, fn in runners:

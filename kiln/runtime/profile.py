@@ -20,8 +20,6 @@ import os
 import statistics
 import time
 
-import numpy as np
-
 from ..errors import OptionsError
 from ..optfield import option
 from .model import configure_threads, load, pool_lock
@@ -49,13 +47,9 @@ class ProfileOptions:
 
 
 def random_feed(model) -> dict:
-    rng = np.random.default_rng(0)
-    return {
-        s.name: (
-            rng.standard_normal(s.shape) if np.dtype(s.dtype).kind == "f" else rng.integers(0, 10, s.shape)
-        ).astype(s.dtype)
-        for s in model.inputs
-    }
+    from .bench import random_inputs
+
+    return random_inputs(model.inputs)
 
 
 def profile(path: str | os.PathLike, opts: ProfileOptions = ProfileOptions(), feed: dict | None = None) -> dict:

@@ -69,3 +69,36 @@ def test_bench_cli_json(tmp_path, small_artifact, small_onnx_path, capsys):
 def test_bench_bad_options(small_artifact, capsys):
     assert main(["bench", str(small_artifact), "--repeat", "0"]) == 2
     assert "repeat >= 1" in capsys.readouterr().err
+
+
+def _token_type_model(tmp_path):
+    """An embedding lookup into a 2-row table, as BERT's token_type_ids: random 0..9 indices are invalid."""
+    import numpy as np
+    import onnx
+    from helpers import make_model
+    from onnx import helper
+
+    import kiln
+
+    ids = np.zeros((1, 8), np.int64)
+    m = make_model(
+        [helper.make_node("Gather", ["table", "ids"], ["y"], axis=0)],
+        {"ids": ids},
+        ["y"],
+        inits={"table": np.arange(8, dtype=np.float32).reshape(2, 4)},
+    )
+    onnx.save(m, tmp_path / "m.onnx")
+    kiln.compile(m, tmp_path / "m.kiln")
+    return tmp_path / "m.kiln", tmp_path / "m.onnx"
+
+
+def test_bench_random_ints_are_valid_indices_and_inputs_flag(tmp_path, capsys):
+    import numpy as np
+
+    art, onnx_path = _token_type_model(tmp_path)
+    r = bench(art, BenchOptions(repeat=5, warmup=1, onnx=str(onnx_path)))
+    assert r["max_abs_diff"] == 0.0
+    np.savez(tmp_path / "bad.npz", ids=np.full((1, 8), 5, np.int64))
+    rc = main(["bench", str(art), "--onnx", str(onnx_path), "--inputs", str(tmp_path / "bad.npz"), "--repeat", "3"])
+    err = capsys.readouterr().err
+    assert rc == 2 and "onnxruntime rejected the given inputs" in err and "--inputs" in err, err
