@@ -65,15 +65,19 @@ def main(argv=None) -> int:
         x = np.random.default_rng(0).standard_normal(m.inputs[0].shape).astype(np.float32)
         feed = {m.inputs[0].name: x}
         ours = m.run(feed)[m.outputs[0].name]
-        row = {"model": name, "kiln_ms": median_ms(lambda: m.run(feed))}
+        row = {"model": name, "kiln_ms": median_ms(lambda m=m, feed=feed: m.run(feed))}
         if "CUDAExecutionProvider" in providers:
             s = ort.InferenceSession(str(src), providers=["CUDAExecutionProvider"])
             ref = s.run(None, feed)[0]
-            row |= {"ort_gpu_ms": median_ms(lambda: s.run(None, feed)), "max_abs_diff": float(np.abs(ours - ref).max())}
+            row |= {
+                "ort_gpu_ms": median_ms(lambda s=s, feed=feed: s.run(None, feed)),
+                "max_abs_diff": float(np.abs(ours - ref).max()),
+            }
         rows.append(row)
         print(row, file=sys.stderr, flush=True)
     lines = [
-        f"Kiln {kiln.__version__} on {gpu} ({arch}), batch 1, medians of 50 runs after 5 warm-up (host<->device copies included).",
+        f"Kiln {kiln.__version__} on {gpu} ({arch}), batch 1, medians of 50 runs after 5 warm-up "
+        "(host<->device copies included).",
         "",
     ]
     lines += table(

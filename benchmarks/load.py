@@ -251,8 +251,9 @@ def main(argv=None) -> int:
     o = rows["overload"]
     lines += [
         "",
-        f"Overload: {o['offered_rps']} req/s offered (2x the measured capacity {o['capacity_rps']}), {o['requests']} requests: "
-        f"status counts {o['codes']}, accepted {o['accepted_rps']} req/s, accepted p50/p99 {o['p50_ms']}/{o['p99_ms']} ms, "
+        f"Overload: {o['offered_rps']} req/s offered (2x the measured capacity {o['capacity_rps']}), "
+        f"{o['requests']} requests: status counts {o['codes']}, accepted {o['accepted_rps']} req/s, "
+        f"accepted p50/p99 {o['p50_ms']}/{o['p99_ms']} ms, "
         f"server RSS {o['rss_mb']} MB (after n requests).",
     ]
     save(a.out, rows, lines)

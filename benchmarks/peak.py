@@ -105,7 +105,8 @@ def main(argv=None) -> int:
         exe = built[0]
         one, each = _peak(exe, a.procs, a.tries)
         print(
-            f"fp32 FMA peak: {one:.1f} GFLOP/s on one core; {sum(each):.1f} GFLOP/s on {a.procs} at once ({', '.join(f'{x:.1f}' for x in each)})"
+            f"fp32 FMA peak: {one:.1f} GFLOP/s on one core; {sum(each):.1f} GFLOP/s on {a.procs} at once "
+            f"({', '.join(f'{x:.1f}' for x in each)})"
         )
         if not a.models:
             return 0

@@ -163,7 +163,8 @@ def main(argv=None) -> int:
     d = digits(tmp)
     rows = [zoo_model(m, tmp, a.seconds) for m in a.models.split(",")]
     lines = [
-        f"Kiln {kiln.__version__}, `-mcpu={kiln.target.Target.parse(None).mcpu}`, 2 threads, batch 1, untuned default schedules.",
+        f"Kiln {kiln.__version__}, `-mcpu={kiln.target.Target.parse(None).mcpu}`, 2 threads, batch 1, "
+        "untuned default schedules.",
         "",
         f"## Digits (scikit-learn), small CNN trained by benchmarks/digits_cnn.py, {d['test_samples']} test images",
         "",
@@ -211,7 +212,8 @@ def main(argv=None) -> int:
             "",
             f"int8: {r['int8_layers']} layers int8; float: "
             + "; ".join(f"{k} ({v})" for k, v in r["float_layers"].items()),
-            f"compile: fp32 {r['fp32_compile_s']} s, int8 {r['int8_compile_s']} s (calibration + accuracy check included)",
+            f"compile: fp32 {r['fp32_compile_s']} s, int8 {r['int8_compile_s']} s "
+            "(calibration + accuracy check included)",
             "",
         ]
     save(a.out, {"digits": d, "models": rows}, lines)

@@ -67,9 +67,10 @@ def main(argv=None) -> int:
                 rows.append(row)
                 print(json.dumps(row), file=sys.stderr, flush=True)
     lines = [
-        f"Kiln {kiln.__version__} (layout NCHWc; untuned: default schedules; tuned: the records in tuning_logs/) vs onnxruntime, "
-        f"batch 1, same input, alternating, medians; `-mcpu={kiln.target.Target.parse(None).mcpu}`. Block pairs: Kiln's median over "
-        f"onnxruntime's for each two adjacent blocks of runs, the middle half of those ratios (how far to trust kiln/ort).",
+        f"Kiln {kiln.__version__} (layout NCHWc; untuned: default schedules; tuned: the records in tuning_logs/) "
+        f"vs onnxruntime, batch 1, same input, alternating, medians; `-mcpu={kiln.target.Target.parse(None).mcpu}`. "
+        f"Block pairs: Kiln's median over onnxruntime's for each two adjacent blocks of runs, the middle half of those "
+        f"ratios (how far to trust kiln/ort).",
         "",
     ]
     precisions = len({r["precision"] for r in rows}) > 1

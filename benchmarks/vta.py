@@ -99,8 +99,8 @@ def main(argv=None) -> int:
         )
         print(rows[-1], file=sys.stderr, flush=True)
     lines += [
-        f"Zoo ResNet-18 224x224 on the simulated VTA ({data[next(iter(data))]['config']['name']}); published pipelined 1x16x16 "
-        f"(tsim): {PUBLISHED / 1e6:.2f} M cycles; ideal ~{IDEAL / 1e6:.1f} M GEMM cycles.",
+        f"Zoo ResNet-18 224x224 on the simulated VTA ({data[next(iter(data))]['config']['name']}); "
+        f"published pipelined 1x16x16 (tsim): {PUBLISHED / 1e6:.2f} M cycles; ideal ~{IDEAL / 1e6:.1f} M GEMM cycles.",
         "",
     ]
     lines += table(

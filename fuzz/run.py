@@ -61,7 +61,8 @@ def campaign(
             totals["findings"].append({"case": what, **r})
             if raise_on_finding:
                 raise AssertionError(
-                    f"{kind} case {what}: {r['outcome']} {r.get('type', '')}: {r.get('detail')}\n{r.get('traceback', '')}"
+                    f"{kind} case {what}: {r['outcome']} {r.get('type', '')}: {r.get('detail')}\n"
+                    f"{r.get('traceback', '')}"
                 )
 
     hypothesis.seed(seed)(one)()

@@ -13,7 +13,8 @@ from .runtime.hostinfo import raise_thread_pool_cap
 
 raise_thread_pool_cap()  # before anything starts TVM's thread pool
 
-from .errors import (
+# after raise_thread_pool_cap() on purpose: importing the rest may start TVM's thread pool
+from .errors import (  # noqa: E402
     AcceleratorError,
     AccuracyError,
     ArtifactError,

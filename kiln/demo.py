@@ -67,7 +67,8 @@ def main(name: str | None = None, out_dir: str = "build/demo") -> int:
     print(f"max abs difference vs onnxruntime: {diff:.3g} ({'within' if ok else 'OUTSIDE'} rtol=atol=1e-4)")
     cov = result.report.get("tuned_coverage", 0.0)
     how = (
-        f"tuned records from {result.manifest['compile_options']['tuning_db']} cover {cov:.0%} of the FLOPs, default schedules elsewhere"
+        f"tuned records from {result.manifest['compile_options']['tuning_db']} cover {cov:.0%} of the FLOPs, "
+        "default schedules elsewhere"
         if result.report.get("tuned_kernels")
         else "untuned default schedules"
     )

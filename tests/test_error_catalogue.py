@@ -36,7 +36,8 @@ def test_every_raise_names_where_and_the_fix():
     sites = list(_raises())
     assert len(sites) > 100  # the catalogue is real
     bad = [
-        f"{f}:{line} {name} lacks {[k for k in ('where', 'fix') if k not in kw or isinstance(kw[k], ast.Constant) and kw[k].value is None]}"
+        f"{f}:{line} {name} lacks "
+        f"{[k for k in ('where', 'fix') if k not in kw or isinstance(kw[k], ast.Constant) and kw[k].value is None]}"
         for f, line, name, kw in sites
         if any(k not in kw or isinstance(kw[k], ast.Constant) and kw[k].value is None for k in ("where", "fix"))
     ]

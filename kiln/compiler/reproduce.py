@@ -3,8 +3,9 @@ subgraph of the (pinned, simplified) ONNX model that fails at the same stage, na
 write it as an .onnx file beside the output with the command that fails on it.
 
 The search: the shortest prefix of the graph (in its topological order) that already fails (the
-prefix's dangling values are its outputs), by bisection; then that last node alone, its other inputs made graph inputs. Each
-probe is a compile, so the search stops at a time budget and keeps the best found."""
+prefix's dangling values are its outputs), by bisection; then that last node alone, its other inputs
+made graph inputs. Each probe is a compile, so the search stops at a time budget and keeps the best
+found."""
 
 from __future__ import annotations
 

@@ -154,7 +154,8 @@ def output_specs(mod, names: list[str], where: str) -> list[TensorSpec]:
                 where=where,
                 fix="outputs must be tensors; unpack sequences into separate outputs before export",
             )
-        # a dim that depends on the data (NonZero, NMS, Unique) stays symbolic: -1 in the manifest, TVM's VM sizes it per run
+        # a dim that depends on the data (NonZero, NMS, Unique) stays symbolic: -1 in the manifest,
+        # TVM's VM sizes it per run
         dims = f.shape.values if f.shape is not None else [None] * f.ndim
         specs.append(
             TensorSpec(

@@ -66,7 +66,10 @@ def verify(manifest_bytes: bytes, signature_member: bytes | None, trusted_keys, 
     from cryptography.exceptions import InvalidSignature
 
     keys = {key_id(k): k for k in (load_public_key(k) for k in trusted_keys)}
-    fix = "sign it with `kiln sign MODEL.kiln --key PRIVATE` using a key whose public half you trust, or copy the artifact again"
+    fix = (
+        "sign it with `kiln sign MODEL.kiln --key PRIVATE` using a key whose public half you trust, "
+        "or copy the artifact again"
+    )
     if signature_member is None:
         raise ArtifactError("artifact is not signed, and trusted keys were given", where=where, fix=fix)
     try:

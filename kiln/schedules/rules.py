@@ -38,9 +38,10 @@ def block_named(sch: s_tir.Schedule, name: str):
 
 def tile_consumers(sch: s_tir.Schedule, anchor) -> list:
     """The anchor's consumers that can be computed tile by tile: those writing exactly the anchor's
-    output domain (as many elements, in any layout). A consumer that writes more (a Pad after a conv) stays at the root: computed at a
-    tile it covers only the anchor's region (reverse_compute_at derives it from the producer), and the
-    padding border is never written (seen as garbage in a ConvTranspose -> Pad kernel)."""
+    output domain (as many elements, in any layout). A consumer that writes more (a Pad after a conv)
+    stays at the root: computed at a tile it covers only the anchor's region (reverse_compute_at derives
+    it from the producer), and the padding border is never written (seen as garbage in a ConvTranspose
+    -> Pad kernel)."""
 
     def size(block):
         return math.prod(int(v) for v in sch.get(block).writes[0].source.shape)  # a layout transform keeps it

@@ -68,7 +68,8 @@ def test_epilogues_run_in_the_bf16_kernel(tmp_path, c, hw):
         pytest.skip("no AVX512-BF16: bf16 convs have no vdpbf16ps kernel here")
     apart = kiln.compile(m, tmp_path / "a.kiln", precision="bf16", disabled_passes=("FuseBF16Epilogue",))
     assert fused.report["bf16_kernel_convs"] == apart.report["bf16_kernel_convs"] == 5
-    # c1: ReLU + cast; c2: bias + residual (proj) + ReLU, written float32 and bf16; proj: bias; c3: bias + clip + cast; c4: bias + residual
+    # c1: ReLU + cast; c2: bias + residual (proj) + ReLU, written float32 and bf16; proj: bias;
+    # c3: bias + clip + cast; c4: bias + residual
     assert fused.report["bf16_epilogues_fused"] == 5 and apart.report["bf16_epilogues_fused"] == 0
     ops, before = fused.report["ops_after"], apart.report["ops_after"]
     assert (

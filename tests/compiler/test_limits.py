@@ -22,7 +22,8 @@ def test_max_memory_refuses_before_building(tmp_path, monkeypatch):
     # every tensor fits 10 KiB, but the 256 KiB of weights do not
     with pytest.raises(
         kiln.ResourceError,
-        match=r"planned memory 25\d\.\d KiB \(activations .*, weights 256.0 KiB, inputs and outputs 2.0 KiB\) exceeds --max-memory 10.0 KiB",
+        match=r"planned memory 25\d\.\d KiB \(activations .*, weights 256.0 KiB, inputs and outputs 2.0 KiB\) "
+        r"exceeds --max-memory 10.0 KiB",
     ):
         kiln.compile(model, tmp_path / "m.kiln", max_memory="10K")
     assert built == [] and not (tmp_path / "m.kiln").exists()

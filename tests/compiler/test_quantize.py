@@ -340,7 +340,8 @@ def test_mixed_precision(tmp_path, precision, dtype, tol):
     model, _, data = _calib_cnn(tmp_path)
     r = kiln.compile(model, tmp_path / "m.kiln", precision=precision)
     bf16_kernels = precision == "bf16" and "avx512bf16" in r.manifest["cpu_features"]
-    # where bf16 convs have kernels, the 3-channel stem (not a multiple of 16 channels) and the matmul have none: they stay float32
+    # where bf16 convs have kernels, the 3-channel stem (not a multiple of 16 channels) and the matmul have none:
+    # they stay float32
     assert (r.report["mixed_precision_ops"], r.report["mixed_precision_kept"]) == ((2, 2) if bf16_kernels else (4, 0))
     assert (
         r.report["winograd_convs"] == 2

@@ -51,7 +51,8 @@ def aarch64_runner(tmp_path_factory):
     if missing or not (AARCH64_RUNTIME / ".ready").exists() or not SYSROOT.exists():
         pytest.skip(
             f"aarch64 checks need {', '.join(missing) or 'nothing more'}"
-            f"{'' if (AARCH64_RUNTIME / '.ready').exists() else ' and the aarch64 TVM runtime in build/edge'}: run `make edge-test`"
+            f"{'' if (AARCH64_RUNTIME / '.ready').exists() else ' and the aarch64 TVM runtime in build/edge'}"
+            ": run `make edge-test`"
         )
     return _build(
         tmp_path_factory.mktemp("cpp-arm") / "kiln_run",

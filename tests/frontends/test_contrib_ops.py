@@ -114,7 +114,8 @@ def test_dynamic_quantize_lstm(tmp_path):
 
 
 def test_graph_optimizer_fusions(tmp_path):
-    """Conv+Relu -> FusedConv, Transpose+MatMul -> FusedMatMul, Add+erf-Gelu -> BiasGelu, x*sigmoid(1.702x) -> QuickGelu."""
+    """Conv+Relu -> FusedConv, Transpose+MatMul -> FusedMatMul, Add+erf-Gelu -> BiasGelu,
+    x*sigmoid(1.702x) -> QuickGelu."""
     c = lambda v: np.array(v, np.float32)
     nodes = [
         helper.make_node("Conv", ["x", "cw", "cb"], ["c"], pads=[1, 1, 1, 1]),
@@ -323,7 +324,8 @@ def test_embed_layer_norm(tmp_path):
 
 
 def test_small_float_ops(tmp_path):
-    """One-node models (BiasAdd has no onnxruntime CPU kernel to compare with): SkipSimplifiedLayerNormalization, SimplifiedLayerNormalization, FastGelu (com.microsoft
+    """One-node models (BiasAdd has no onnxruntime CPU kernel to compare with):
+    SkipSimplifiedLayerNormalization, SimplifiedLayerNormalization, FastGelu (com.microsoft
     Gelu is covered by test_graph_optimizer_fusions' BiasGelu path only: compiling it here hit a KeyError in the compile
     path outside decompose, under investigation)."""
     h = 8

@@ -28,7 +28,6 @@ def test_empty_and_missing_files(tmp_path):
 
 
 def test_every_unsupported_op_is_listed(tmp_path):
-    x = rand(2, 3)
     nodes = [
         helper.make_node("Relu", ["x"], ["a"], name="ok"),
         helper.make_node("StringNormalizer", ["a"], ["d"], name="sn_first"),

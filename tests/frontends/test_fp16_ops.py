@@ -1,5 +1,6 @@
-"""float16 graphs: Elu (and Celu, whose function body is an Elu) with constants typed like the input (TVM's converter mixed in a float32
-constant), and fp16 MatMul summed in float32 as onnxruntime's CPU kernels do."""
+"""float16 graphs: Elu (and Celu, whose function body is an Elu) with constants typed like the input
+(TVM's converter mixed in a float32 constant), and fp16 MatMul summed in float32 as onnxruntime's
+CPU kernels do."""
 
 import numpy as np
 from helpers import check_against_ort, ort_run

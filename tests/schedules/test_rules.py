@@ -156,7 +156,8 @@ def _workloads():
         ref,
     )
 
-    # 32 input channels in two blocks, stride 2: the reduction runs (ic / 16, kh, kw, ic % 16), the weights' memory order
+    # 32 input channels in two blocks, stride 2: the reduction runs (ic / 16, kh, kw, ic % 16),
+    # the weights' memory order
     x2, w2 = rnd(1, 32, 9, 9, seed=14), rnd(16, 32, 3, 3, seed=15)
     ref2 = _conv_nchw_ref(x2, w2, 1)[:, :, ::2, ::2].reshape(1, 1, 16, 5, 5).transpose(0, 1, 3, 4, 2)
     vx2, vw2 = _var("x", (1, 2, 9, 9, 16)), _var("w", (1, 2, 3, 3, 16, 16))
@@ -415,7 +416,7 @@ def test_blocked_conv_reads_weights_in_memory_order():
         vx, vw = _var("x", (1, 2, 9, 9, 16)), _var("w", (1, 2, k, k, 16, 16))
         sch = s_tir.Schedule(
             _kernel(
-                lambda bb: relax.op.nn.conv2d(
+                lambda bb, vx=vx, vw=vw, k=k: relax.op.nn.conv2d(
                     vx, vw, padding=[k // 2] * 2, data_layout="NCHW16c", kernel_layout="OIHW16i16o"
                 ),
                 [vx, vw],

@@ -162,7 +162,8 @@ def test_twenty_random_kills_leave_a_readable_database(tmp_path, tiny):
             continue
         counts.append(n)
     print(
-        f"kills: {kills}, unreadable: {unreadable}, torn lines repaired: {repaired}, records after each kill: {counts[1:]}"
+        f"kills: {kills}, unreadable: {unreadable}, torn lines repaired: {repaired}, "
+        f"records after each kill: {counts[1:]}"
     )
     assert unreadable == 0
     assert counts == sorted(counts) and counts[-1] > 0  # records only ever grow

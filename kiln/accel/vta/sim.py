@@ -131,7 +131,8 @@ class Simulator:
                 ]
                 if bad:
                     raise AcceleratorError(
-                        f"instruction #{queues[m][0][0]} {insn!r} on the {m} module sets {bad}: there is no such token queue",
+                        f"instruction #{queues[m][0][0]} {insn!r} on the {m} module sets {bad}: "
+                        "there is no such token queue",
                         where="vta stream",
                         fix="load<->store tokens do not exist; route them through compute",
                     )

@@ -84,7 +84,8 @@ def func({", ".join(f'{n}: T.Buffer({s}, "{d}")' for n, s, d in params)}):
     T.func_attr({{"tirx.noalias": True, "tirx.is_scheduled": True, "op_pattern": 8, "kiln.kernel_kind": "bf16_conv",
                  "kiln.bf16_conv": {geometry}, "kiln.bf16_epilogue": {epilogue.flags}}})
     {loops}
-            T.evaluate(T.call_extern("int32", "kiln_bf16_conv2d_nchw16c", data.data, packed.data, {", ".join(ptr)}, {epilogue.flags}, {bounds},
+            T.evaluate(T.call_extern("int32", "kiln_bf16_conv2d_nchw16c", data.data, packed.data, {", ".join(ptr)},
+                                     {epilogue.flags}, {bounds},
                                      {ib}, {h}, {w}, {oh}, {ow}, {kh}, {kw}, {sh}, {sw}, {pt}, {pl}, {ob_range}, r))
 """  # 8: opaque, FuseOps leaves it alone
     return tvm.script.from_source(src), out_shape

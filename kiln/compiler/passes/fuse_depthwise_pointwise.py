@@ -3,9 +3,9 @@
 each output row's depthwise result is computed into a per-thread stack buffer and consumed there by
 the 1x1 conv, so it is never written to memory and read back. FuseEpilogue then fuses the 1x1
 conv's bias and residual add into the same kernel. Float32, NCHW{c}c layouts (after
-ConvertLayout), any odd kernel size, stride 1 or 2, rows of up to 64 KiB (channels x output width). Results equal the two kernels' (same
-arithmetic). `stats["depthwise_fused"]` counts the pairs; `--disable-pass FuseDepthwisePointwise`
-keeps two kernels."""
+ConvertLayout), any odd kernel size, stride 1 or 2, rows of up to 64 KiB (channels x output width).
+Results equal the two kernels' (same arithmetic). `stats["depthwise_fused"]` counts the pairs;
+`--disable-pass FuseDepthwisePointwise` keeps two kernels."""
 
 from __future__ import annotations
 

@@ -291,7 +291,7 @@ def unroll_scan(node, em: Emitter, shapes, consts, where) -> None:
         B = x_shapes[0][0]
         per_b = []
         for b in range(B):
-            pick = lambda v: em.op("Gather", [v, em.const(np.array(b, np.int64), "b")], axis=0)
+            pick = lambda v, b=b: em.op("Gather", [v, em.const(np.array(b, np.int64), "b")], axis=0)
             per_b.append(
                 _scan_core(
                     em,

@@ -80,7 +80,8 @@ def linear_attention(node, em: Emitter, shapes, consts, where):
             "gated rules need decay, delta rules need beta",
         )
     b, t, qd = _shape(node, shapes, q, where, 3)
-    kd, vd = _shape(node, shapes, k, where, 3)[2], _shape(node, shapes, v, where, 3)[2]
+    _shape(node, shapes, k, where, 3)  # checks k is rank 3; its last dim is not needed
+    vd = _shape(node, shapes, v, where, 3)[2]
     dk, dv, g = qd // hq, vd // hkv, hq // hkv
     if t > MAX_UNROLL:
         _fail(

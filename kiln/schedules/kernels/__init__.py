@@ -47,7 +47,8 @@ def build(name: str) -> tuple[str, str]:
                 r = subprocess.run(cmd, capture_output=True, text=True)
                 if r.returncode:
                     raise CompileError(
-                        f"compiling the {name} kernel failed: {r.stderr.strip().splitlines()[-1] if r.stderr.strip() else r.returncode}",
+                        f"compiling the {name} kernel failed: "
+                        f"{r.stderr.strip().splitlines()[-1] if r.stderr.strip() else r.returncode}",
                         where=str(src),
                         fix="check that the C compiler supports -mavx512bf16 (gcc 10+), or use --precision fp32",
                     )
