@@ -107,9 +107,7 @@ def _workloads():
         dwc = lambda bb, vdx=vdx, vdw=vdw, vdb=vdb, stride=stride, pad=pad: relax.op.clip(
             bb.emit(
                 relax.op.add(
-                    bb.emit(
-                        relax.op.nn.conv2d(vdx, vdw, strides=[stride, stride], padding=[pad, pad], groups=24)
-                    ),
+                    bb.emit(relax.op.nn.conv2d(vdx, vdw, strides=[stride, stride], padding=[pad, pad], groups=24)),
                     vdb,
                 )
             ),
