@@ -46,7 +46,8 @@ class CompileOptions:
     tuning_db: str | None = option(
         None,
         "apply tuned records from this database (kiln tune --db); default: the records Kiln ships in "
-        "tuning_logs/ for this exact target, if any; 'none': default schedules only",
+        "tuning_logs/ for this target or one with the same capabilities (the report's tuning_records says which); "
+        "'none': default schedules only",
         metavar="DIR",
     )  # the target's folder of a tuning database (see resolve_tuning_db)
     # one function per bucket: ((input, dims), ...) per bucket, smallest first; () = one shape
