@@ -68,6 +68,12 @@ def format_quantization(q: dict) -> str:
         f"{len(q['float_layers'])} kept float:"
     ]
     lines += [f"  {name}: {why}" for name, why in q["float_layers"].items()]
+    if s := q.get("speed"):  # quantize/speed.py: the int8 kernel and the estimate against float32
+        lines.append(
+            f"int8 kernel {s['int8_kernel'] or 'none'}: predicted {s['predicted_ratio']}x float32's compute "
+            f"(int8 {s['int8_gmac_equivalent']} vs float32 {s['float32_gmac']} GMAC-equivalents)"
+            + (f"; {s['note']}" if s.get("note") else "")
+        )
     held = "held-out" if acc["held_out"] else "calibration (no held-out samples)"
     return "\n".join(lines + format_accuracy_lines(acc, "the float model", f"{held} samples"))
 

@@ -30,20 +30,22 @@ class Int8Kernel:
     signed_data: bool  # sdot: data shifted to int8 (x - 128), plus a 128 * sum(w) compensation
     weight_max: int  # |w| the quantizer may use: 64 where vpmaddubsw's int16 pair sum saturates beyond
     speedup: float  # peak int8 multiply-adds per float32 FMA lane: the whole-model estimate's ratio
-    tile: int  # output pixels (conv) or rows (matmul) per register tile
+    accumulators: int  # vector registers the register tile may hold (pixels/rows x channel blocks)
     note: str = ""  # what the report says about it
 
 
 KERNELS = {
     k.path: k
     for k in (
-        Int8Kernel("amx-int8", ti.VNNI_16x4, 16, False, 127, 4.0, 8, "AMX tiles are not emitted: AVX-512 VNNI kernels"),
-        Int8Kernel("avx512-vnni", ti.VNNI_16x4, 16, False, 127, 4.0, 8),
-        Int8Kernel("avx-vnni", ti.AVXVNNI_8x4, 8, False, 127, 4.0, 8),
-        Int8Kernel("avx512-pmaddubsw", ti.PMADDUBSW_16x4, 16, False, 64, 2.0, 8, "7-bit weights (vpmaddubsw)"),
+        Int8Kernel(
+            "amx-int8", ti.VNNI_16x4, 16, False, 127, 4.0, 16, "AMX tiles are not emitted: AVX-512 VNNI kernels"
+        ),
+        Int8Kernel("avx512-vnni", ti.VNNI_16x4, 16, False, 127, 4.0, 16),
+        Int8Kernel("avx-vnni", ti.AVXVNNI_8x4, 8, False, 127, 4.0, 10),
+        Int8Kernel("avx512-pmaddubsw", ti.PMADDUBSW_16x4, 16, False, 64, 2.0, 16, "7-bit weights (vpmaddubsw)"),
         Int8Kernel("avx2-pmaddubsw", ti.PMADDUBSW_8x4, 8, False, 64, 2.0, 8, "7-bit weights (vpmaddubsw)"),
-        Int8Kernel("i8mm", ti.USDOT_4x4, 4, False, 127, 4.0, 8),
-        Int8Kernel("dotprod", ti.SDOT_4x4, 4, True, 127, 4.0, 8, "data shifted to int8 for sdot"),
+        Int8Kernel("i8mm", ti.USDOT_4x4, 4, False, 127, 4.0, 16),
+        Int8Kernel("dotprod", ti.SDOT_4x4, 4, True, 127, 4.0, 16, "data shifted to int8 for sdot"),
     )
 }
 # int8 paths with no kernel above, and why their int8 layers stay float
@@ -98,20 +100,35 @@ def _kernel_of(sch: s_tir.Schedule, anchor) -> Int8Kernel:
     return KERNELS[str(ann)]
 
 
-def _tensorize(sch: s_tir.Schedule, kernel: Int8Kernel, anchor, reduce_loop, tile_loop, lanes_loop, epilogue) -> None:
+def register_tile(pixels: int, blocks: int, accumulators: int) -> tuple[int, int]:
+    """(pixels, channel blocks) of a register tile: divisors of the extents (no tails for tensorize)
+    holding the most accumulators up to `accumulators`; ties go to the squarer tile, which loads
+    fewer operands per step (t broadcasts + b weight vectors for t x b dot products)."""
+    best = (1, 1)
+    for b in range(1, min(blocks, accumulators) + 1):
+        if blocks % b:
+            continue
+        t = divisor_at_most(pixels, accumulators // b)
+        if (t * b, -(t + b)) > (best[0] * best[1], -sum(best)):
+            best = (t, b)
+    return best
+
+
+def _tensorize(sch: s_tir.Schedule, kernel: Int8Kernel, anchor, reduce_loop, tile_loops, lanes_loop, epilogue) -> None:
     """Shared tail of the int8 rules: zero-init outside the reduction, the register tile unrolled,
     the (lanes x 4) inner loops replaced by the kernel's intrinsic, init and epilogue vectorized."""
     init = sch.decompose_reduction(anchor, reduce_loop)
-    sch.unroll(tile_loop)
+    for loop in tile_loops:
+        sch.unroll(loop)
     sch.tensorize(lanes_loop, kernel.intrin)
     vectorize_tails(sch, [init, *epilogue], kernel.lanes)
 
 
 def conv2d_int8(sch: s_tir.Schedule, anchor, lanes: int) -> None:
-    """int8 NCHWc conv2d (legalize_int8.conv2d_nchwc_int8): each (lanes outputs x 4 inputs) step is one
-    dot-product step; a row of up to `tile` output pixels x lanes channels accumulates in registers
-    over all input channels and taps, then the epilogue (requantization) runs on the tile. The
-    input prologue (zero-point padding, the sdot shift) is computed per output row."""
+    """int8 NCHWc conv2d (legalize_int8.conv2d_nchwc_int8): each (lanes outputs x 4 inputs) step is
+    one dot-product step; a tile of output pixels x channel blocks (register_tile) accumulates in
+    registers over all input channels and taps, then the epilogue (requantization) runs on the
+    tile. The input prologue (zero-point padding, the sdot shift) is computed per output row."""
     kernel = _kernel_of(sch, anchor)
     if len(sch.get_loops(anchor)) != 10:
         raise s_tir.ScheduleError("not an int8 NCHWc conv")
@@ -121,16 +138,18 @@ def conv2d_int8(sch: s_tir.Schedule, anchor, lanes: int) -> None:
     n, o, y, x, k, ic, ry, rx, i4o, i4i = sch.get_loops(anchor)
     if extent(sch, k) != kernel.lanes:
         raise s_tir.ScheduleError(f"output block {extent(sch, k)}, the {kernel.path} kernel takes {kernel.lanes}")
-    xo, xi = sch.split(x, [None, divisor_at_most(extent(sch, x), kernel.tile)])
-    sch.reorder(n, o, y, xo, ic, ry, rx, i4o, xi, k, i4i)
+    t, b = register_tile(extent(sch, x), extent(sch, o), kernel.accumulators)
+    oo, oi = sch.split(o, [None, b])
+    xo, xi = sch.split(x, [None, t])
+    sch.reorder(n, oo, y, xo, ic, ry, rx, i4o, oi, xi, k, i4i)
     cache = sch.cache_write(anchor, 0, "global")  # the intrinsic's buffers are global scope
     sch.reverse_compute_at(cache, xo, preserve_unit_loops=True)
     for c in consumers:
         sch.reverse_compute_at(c, xo, preserve_unit_loops=True)
     for p in prologue:
         sch.compute_at(p, y, preserve_unit_loops=True)
-    sch.parallel(sch.fuse(n, o, y))
-    _tensorize(sch, kernel, anchor, ic, xi, k, [cache, *consumers])
+    sch.parallel(sch.fuse(n, oo, y))
+    _tensorize(sch, kernel, anchor, ic, [oi, xi], k, [cache, *consumers])
     for p in prologue:
         inner = sch.get_loops(p)[-1]
         if extent(sch, inner) in (4, 8, 16, 32, 64):
@@ -138,23 +157,25 @@ def conv2d_int8(sch: s_tir.Schedule, anchor, lanes: int) -> None:
 
 
 def matmul_int8(sch: s_tir.Schedule, anchor, lanes: int) -> None:
-    """int8 matmul by packed weights (legalize_int8.matmul_int8): up to `tile` rows x lanes columns
-    accumulate in registers over K, 4 at a time (one step per row); epilogue per tile. A prologue
-    (the sdot shift) runs once over the whole input first."""
+    """int8 matmul by packed weights (legalize_int8.matmul_int8): a tile of rows x column blocks
+    (register_tile: a batch-1 row gets several independent column accumulators) accumulates in
+    registers over K, 4 at a time; epilogue per tile. A prologue (the sdot shift) runs once over
+    the whole input first."""
     kernel = _kernel_of(sch, anchor)
     inline_all_but(sch, [anchor, *sch.get_producers(anchor)])
     prologue = sch.get_producers(anchor)
     consumers = tile_consumers(sch, anchor)
     *lead, n, ko, ki = sch.get_loops(anchor)
     m = sch.fuse(*lead) if len(lead) > 1 else lead[0]
-    mo, mi = sch.split(m, [None, divisor_at_most(extent(sch, m), kernel.tile)])
-    nb, nj = sch.split(n, [None, kernel.lanes])
-    sch.reorder(mo, nb, ko, mi, nj, ki)
+    t, b = register_tile(extent(sch, m), extent(sch, n) // kernel.lanes, kernel.accumulators)
+    mo, mi = sch.split(m, [None, t])
+    nbo, nbi, nj = sch.split(n, [None, b, kernel.lanes])
+    sch.reorder(mo, nbo, ko, mi, nbi, nj, ki)
     cache = sch.cache_write(anchor, 0, "global")
-    sch.reverse_compute_at(cache, nb, preserve_unit_loops=True)
+    sch.reverse_compute_at(cache, nbo, preserve_unit_loops=True)
     for c in consumers:
-        sch.reverse_compute_at(c, nb, preserve_unit_loops=True)
-    sch.parallel(sch.fuse(mo, nb))
-    _tensorize(sch, kernel, anchor, ko, mi, nj, [cache, *consumers])
+        sch.reverse_compute_at(c, nbo, preserve_unit_loops=True)
+    sch.parallel(sch.fuse(mo, nbo))
+    _tensorize(sch, kernel, anchor, ko, [mi, nbi], nj, [cache, *consumers])
     for p in prologue:  # the sdot shift: once over the whole input, ahead of the tiles (a few rows)
         parallel_vectorize(sch, p, 16)

@@ -12,8 +12,8 @@ from helpers import make_model, ort_run, rand
 from onnx import helper
 
 import kiln
-from kiln.errors import KilnWarning
 from kiln.compiler.hostrun import missing_on_host
+from kiln.errors import KilnWarning
 from kiln.schedules.int8 import int8_kernel, pairs_may_saturate
 from kiln.target import Target
 
@@ -131,6 +131,37 @@ def test_saturation_rule():
     assert not pairs_may_saturate(np.array([[127, -127]], np.int8), 1)  # opposite signs cannot overflow
 
 
+def test_register_tile():
+    """Pixels x channel blocks: as many accumulators as the kernel allows, the squarer tile on ties,
+    divisors only (tensorize takes no tails); a batch-1 matmul row gets several column blocks."""
+    from kiln.schedules.int8 import register_tile
+
+    assert register_tile(56, 4, 8) == (4, 2) and register_tile(7, 4, 8) == (7, 1) and register_tile(14, 8, 8) == (2, 4)
+    assert register_tile(1, 64, 16) == (1, 16) and register_tile(56, 1, 16) == (14, 1)
+
+
+def test_int8_pays_where_multiply_adds_outweigh_the_quantize_pass():
+    """cost.estimates: a 3x3 conv and a batch-1 classifier (weights 4x smaller) pay on every kernel;
+    a 1x1 projection to few channels (MobileNetV2's 144->24) does not, where the input's quantize
+    pass costs more than the multiply-adds int8 saves."""
+    from kiln.compiler.quantize.cost import estimates
+    from kiln.schedules.int8 import KERNELS
+
+    def conv(cin, cout, k, hw):
+        return cout * hw * hw * cin * k * k, cin * hw * hw, cout * cin * k * k
+
+    for path in ("avx512-vnni", "avx2-pmaddubsw", "dotprod"):
+        kernel = KERNELS[path]
+        for cost, pays in (
+            (conv(64, 64, 3, 56), True),
+            ((2048 * 1000, 2048, 2048 * 1000), True),
+            (conv(144, 24, 1, 56), False),
+            (conv(256, 64, 1, 56), True),
+        ):
+            fp32, int8 = estimates(cost, kernel)
+            assert (int8 < fp32) == pays, (path, cost)
+
+
 def _run_on_host(spec, tmp_path, model, x):
     if missing_on_host(Target.parse(spec)):
         pytest.skip(f"this host cannot run {spec} code ({', '.join(missing_on_host(Target.parse(spec)))})")
@@ -196,8 +227,7 @@ def test_quantizer_uses_7bit_weights_for_avx2(tmp_path):
     model, calib, data = _calib_cnn(tmp_path)
     r = kiln.compile(model, tmp_path / "q.kiln", target=HASWELL, quantize="int8", calibration=calib)
     q = r.report["quantization"]
-    assert q["int8_layers"] == ["conv1", "conv2"]  # the 32x16 head: too small for int8 to pay at 2x
-    assert "would not be faster" in q["float_layers"]["fc"] and "3->16" in q["float_layers"]["conv0"]
+    assert q["int8_layers"] == ["conv1", "conv2", "fc"] and "3->16" in q["float_layers"]["conv0"]
     speed = q["speed"]
     assert speed["int8_kernel"] == "avx2-pmaddubsw" and speed["predicted_ratio"] < 1 and "7-bit" in speed["note"]
     assert "warning" not in speed
@@ -206,7 +236,7 @@ def test_quantizer_uses_7bit_weights_for_avx2(tmp_path):
     manifest, members = art.read_artifact(tmp_path / "q.kiln")
     weights = art.unpack_weights(members[art.WEIGHTS], manifest["weights"], "test")
     int8 = [w for w in weights if w.dtype == np.int8]
-    assert len(int8) == 2 and max(int(np.abs(w.astype(np.int32)).max()) for w in int8) == 64
+    assert len(int8) == 3 and max(int(np.abs(w.astype(np.int32)).max()) for w in int8) == 64
     if not missing_on_host(Target.parse(HASWELL)):
         got = kiln.load(tmp_path / "q.kiln").run({"input": data[-1:]})["output"]
         ref = ort_run(model, {"input": data[-1:]})[0]

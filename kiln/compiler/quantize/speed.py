@@ -1,6 +1,6 @@
 """Whether int8 pays on the target: each layer's cost in float32 multiply-add equivalents, float32
 against int8 on the target's int8 kernel (schedules/int8.py: its peak int8/float32 rate), with the
-quantize and requantize work int8 adds per element. A layer whose int8 estimate is not below its
+quantize pass int8 adds per input element (cost.py). A layer whose int8 estimate is not below its
 float32 one stays float; a whole int8 build predicted no faster than float32 warns with both
 estimates (KilnWarning) and says so in the report.
 
@@ -14,7 +14,7 @@ import warnings
 from tvm import relax
 
 from ...errors import KilnWarning
-from .cost import ELEMENT_OPS, layer_cost
+from .cost import estimates, layer_cost
 from .layers import LayerMutator
 
 
@@ -22,7 +22,7 @@ from .layers import LayerMutator
 class _Costs(LayerMutator):
     def __init__(self, mod, onnx_model=None, keep_float=()):
         super().__init__(mod, onnx_model, keep_float)
-        self.costs: dict[str, tuple[int, int]] = {}
+        self.costs: dict[str, tuple[int, int, int]] = {}
 
     def on_layer(self, call, layer):
         self.costs[layer.name] = layer_cost(call)
@@ -33,15 +33,16 @@ def predict(mod, onnx_model, keep_float, quantized: list[str], kernel, why_none:
     """The report's `speed` entry: both estimates (GMAC-equivalents at float32's rate) and their ratio."""
     costs = _Costs(mod, onnx_model, keep_float)
     costs.visit_expr(mod["main"])
-    fp32 = sum(m for m, _ in costs.costs.values())
-    int8 = sum(
-        m / kernel.speedup + e * ELEMENT_OPS if kernel is not None and name in quantized else m
-        for name, (m, e) in costs.costs.items()
-    )
+    both = {
+        name: estimates(c, kernel) if kernel is not None else (float(c[0]), float(c[0]))
+        for name, c in costs.costs.items()
+    }
+    fp32 = sum(f for f, _ in both.values())
+    int8 = sum(i if name in quantized else f for name, (f, i) in both.items())
     ratio = int8 / fp32 if fp32 else 1.0
     out = {
         "int8_kernel": kernel.path if kernel is not None else None,
-        "float32_gmac": round(fp32 / 1e9, 4),
+        "float32_gmac": round(fp32 / 1e9, 4),  # GMAC-equivalents: multiply-adds and memory passes
         "int8_gmac_equivalent": round(int8 / 1e9, 4),
         "predicted_ratio": round(ratio, 3),
     }
