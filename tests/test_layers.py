@@ -25,15 +25,7 @@ FORBIDDEN = (
     ("kiln.runtime", "kiln.schedules", (), "the runtime never imports the schedules"),
 )
 # (importer, imported) -> why: single edges a FORBIDDEN row refuses, allowed by name
-_DRIVER = (
-    "kiln tune's driver (prepare/tune) imports and optimizes the model as kiln compile does; it moves to "
-    "kiln/compiler/tune.py once kiln/cli/build.py imports tune from there, and this entry goes"
-)
-ALLOWED: dict[tuple[str, str], str] = {
-    ("kiln.schedules.tuning", "kiln.compiler.optimize"): _DRIVER,
-    ("kiln.schedules.tuning", "kiln.compiler.pipeline"): _DRIVER,
-    ("kiln.schedules.tuning", "kiln.compiler.hostrun"): _DRIVER,
-}
+ALLOWED: dict[tuple[str, str], str] = {}
 
 
 @dataclasses.dataclass(frozen=True)

@@ -39,7 +39,8 @@ def _frontend_line(src: dict) -> str:
 
 
 def _tune(a) -> int:
-    from ..schedules.tuning import TuneOptions, format_summary, tune
+    from ..compiler.tune import tune
+    from ..schedules.tuning import TuneOptions, format_summary
 
     opts = TuneOptions(**given(TuneOptions, a))
     r = tune(a.model, compile_options(a), opts, progress=lambda line: print(line, flush=True))

@@ -38,7 +38,7 @@ from ..optfield import option
 from .apply import is_scheduled
 from .baseline import estimated_latency, faster_than_default, record_default_schedules, task_times, workload
 from .builder import WorkerBuilder
-from .database import db_dir_for, open_database
+from .database import open_database
 
 
 def parse_duration(text: str) -> float:
@@ -432,45 +432,3 @@ def format_summary(r: dict) -> str:
     if r.get("build_timeouts"):
         line += f"\n{r['build_timeouts']} candidate(s) killed at the build time limit"
     return line
-
-
-def prepare(model, compile_options):
-    """(module, TVM target, database folder under db_root, vector lanes): the model imported and
-    optimized as `kiln compile` would, every kernel left unscheduled (no database applied, no
-    default schedules): what MetaSchedule searches from."""
-    from ..compiler.optimize import optimize
-    from ..compiler.pipeline import SCHEDULE_ROW
-    from ..frontends.importer import import_onnx
-
-    row = SCHEDULE_ROW[compile_options.target.kind]
-    co = dataclasses.replace(
-        compile_options, tuning_db=None, disabled_passes=tuple(dict.fromkeys(compile_options.disabled_passes + (row,)))
-    )
-    imported = import_onnx(model, co.shapes, frozen=co.freeze_inputs)
-    layout = co.layout if co.layout != "auto" else "NCHWc"
-    mod = optimize(imported.mod, co, layout=layout).mod
-    target = co.target
-    if not target.is_gpu and not target.num_cores:  # MetaSchedule needs num-cores ("llvm -mcpu=znver3" has none)
-        from ..runtime.hostinfo import physical_cores
-
-        target = dataclasses.replace(target, num_cores=physical_cores())
-    return mod, target.tvm(), co.target.caps.f32_block
-
-
-def tune(model, compile_options, opts: TuneOptions, progress: Callable[[str], None] = print) -> dict:
-    """Import and optimize the model as `kiln compile` would, then tune its kernels (under --budget,
-    the import and optimization count against it: the budget is the command's wall time)."""
-    start = time.perf_counter()
-    if not opts.rpc_tracker:
-        from ..compiler.hostrun import require_host_runs
-
-        require_host_runs(
-            compile_options.target,
-            "kiln tune",
-            "--target",
-            "measure on devices of the target's kind with --rpc-tracker HOST:PORT --rpc-key KEY, "
-            "or tune on such a machine",
-        )
-    mod, target, lanes = prepare(model, compile_options)
-    db_dir = db_dir_for(opts.db_root, compile_options.target)
-    return tune_module(mod, target, db_dir, opts, progress, lanes=lanes, start=start)

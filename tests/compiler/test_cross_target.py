@@ -53,7 +53,8 @@ def test_layout_auto_and_tune_refuse_a_target_this_host_cannot_run(tmp_path):
         kiln.compile(model, tmp_path / "a.kiln", target=spec, layout="auto")
     assert e.value.where == "--layout"
     from kiln.compiler import CompileOptions
-    from kiln.schedules.tuning import TuneOptions, tune
+    from kiln.compiler.tune import tune
+    from kiln.schedules.tuning import TuneOptions
 
     with pytest.raises(kiln.OptionsError, match="kiln tune runs the target's code.*--rpc-tracker"):
         tune(model, CompileOptions.make(target=spec), TuneOptions(db_root=str(tmp_path / "db"), trials=4))

@@ -14,8 +14,9 @@ from onnx import helper
 
 import kiln
 from kiln.compiler import CompileOptions
+from kiln.compiler.tune import tune
 from kiln.schedules.database import FILES, open_database, target_key
-from kiln.schedules.tuning import TuneOptions, parse_duration, tune
+from kiln.schedules.tuning import TuneOptions, parse_duration
 
 
 @pytest.fixture(scope="module")

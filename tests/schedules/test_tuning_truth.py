@@ -13,6 +13,7 @@ from tvm.s_tir.meta_schedule.arg_info import ArgInfo
 
 import kiln
 from kiln.compiler import CompileOptions
+from kiln.compiler.tune import prepare, tune
 from kiln.schedules.baseline import workload
 from kiln.schedules.builder import WorkerBuilder
 from kiln.schedules.database import open_database, target_key
@@ -21,10 +22,8 @@ from kiln.schedules.tuning import (
     estimated_latency,
     extract,
     format_summary,
-    prepare,
     record_default_schedules,
     round_size,
-    tune,
 )
 
 
