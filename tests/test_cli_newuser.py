@@ -115,6 +115,18 @@ def test_shape_buckets_are_checked_before_any_is_built(tmp_path, monkeypatch, ca
     assert "--shape-buckets names unknown input(s) ['image']" in capsys.readouterr().err
 
 
+def test_python_api_checks_every_bucket_first(tmp_path, monkeypatch):
+    """kiln.compile() runs the same bucket check as the CLI, before the first bucket is imported."""
+    import kiln
+    from kiln.errors import KilnError
+
+    imported = []
+    monkeypatch.setattr("kiln.compiler.build._import", lambda *a, **k: imported.append(1))
+    with pytest.raises(KilnError, match="--shape-buckets gives 16") as e:
+        kiln.compile(_conv(["N", 3, 8, 8]), tmp_path / "m.kiln", shape_buckets="input:1x3x8x8,1x3x16x16")
+    assert not imported and "bucket 2 of 2" in str(e.value)
+
+
 def test_spatial_buckets_on_a_model_with_symbolic_spatial_dims(tmp_path):
     """The working example: the model declares H and W symbolic, each bucket is one function."""
     onnx.save(_conv([1, 3, "H", "W"]), tmp_path / "m.onnx")

@@ -18,6 +18,7 @@ from .. import __version__
 from .._io import atomic_write_text
 from ..errors import CompileError, KilnWarning, PassError, tvm_errors
 from ..frontends.importer import import_onnx
+from ..frontends.shapes import check_shape_buckets
 from ..frontends.sources import load_source
 from ..runtime import artifact as art
 from ..runtime.hostinfo import host_arch
@@ -84,6 +85,8 @@ def compile_model(
         warnings.warn(f"--precision {options.precision}: {note}", KilnWarning, stacklevel=2)
     source = load_source(model)  # read and checked once for every bucket, whatever its format
     where, model = source.where, source.onnx  # model: the ModelProto of an ONNX source, else None
+    if model is not None:
+        check_shape_buckets(model, options)  # every bucket before any is built, naming --shape-buckets
     layout, layout_ms = options.layout, None
     weights = _WeightPool()
     buckets, reports, first = [], [], None
