@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 TEST_WORKERS ?= 2  # pytest-xdist workers: the suite is mostly single-threaded compiles
 
-.PHONY: demo test test-all edge-deps edge-test clean corpus conformance
+.PHONY: demo test lint test-all edge-deps edge-test clean corpus conformance
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -22,6 +22,12 @@ demo: $(STAMP)
 test: $(STAMP)
 	@$(MAKE) -s edge-deps || echo "make test: could not install the edge tools (cross toolchain, qemu-user, aarch64 TVM runtime): tests/edge will skip"
 	$(BIN)/python -m pytest -q -rs -n $(TEST_WORKERS) --durations=15
+
+# ruff at 120 columns (pyproject's [tool.ruff]): lint, then formatting; .ci/run calls it before make test
+LINTED := kiln tests benchmarks fuzz
+lint: $(STAMP)
+	$(BIN)/ruff check $(LINTED)
+	$(BIN)/ruff format --check $(LINTED)
 
 # The edge checks: cross toolchain and qemu-user (Debian packages), the aarch64 TVM runtime (from the
 # aarch64 apache-tvm wheel), then the C++ runner's tests. `make test` runs them too when these are there.

@@ -26,15 +26,18 @@ def format_report(r: dict) -> str:
         ("clips canonicalized", r.get("clips_canonicalized", 0)),
         (
             "layout",
-            f"{r['layout']} ({r['layout_transforms']} layout transforms; convs by layout: {_hist(r.get('conv_layouts', {}))})",
+            f"{r['layout']} ({r['layout_transforms']} layout transforms; "
+            f"convs by layout: {_hist(r.get('conv_layouts', {}))})",
         ),
         (
             "winograd convs",
-            f"{r.get('winograd_convs', 0)} (3x3 stride-1 convs as Winograd kernels; --disable-pass Winograd keeps them direct)",
+            f"{r.get('winograd_convs', 0)} (3x3 stride-1 convs as Winograd kernels; "
+            "--disable-pass Winograd keeps them direct)",
         ),
         (
             "depthwise fused",
-            f"{r.get('depthwise_fused', 0)} (depthwise + 1x1 conv pairs as one kernel; --disable-pass FuseDepthwisePointwise keeps two)",
+            f"{r.get('depthwise_fused', 0)} (depthwise + 1x1 conv pairs as one kernel; "
+            "--disable-pass FuseDepthwisePointwise keeps two)",
         ),
         (
             "zero channels removed",
@@ -64,7 +67,8 @@ def format_quantization(q: dict) -> str:
     """What `kiln compile --quantize` prints: layers in int8 and float (with why), and the accuracy check."""
     acc = q["accuracy"]
     lines = [
-        f"int8: {len(q['int8_layers'])} layers quantized ({q['calib_method']} calibration on {q['calib_samples']} samples); "
+        f"int8: {len(q['int8_layers'])} layers quantized "
+        f"({q['calib_method']} calibration on {q['calib_samples']} samples); "
         f"{len(q['float_layers'])} kept float:"
     ]
     lines += [f"  {name}: {why}" for name, why in q["float_layers"].items()]
