@@ -148,7 +148,8 @@ def strip(func: tirx.PrimFunc) -> tirx.PrimFunc:
     if not isinstance(func.body, s_tir.SBlockRealize):  # no blocks (a C kernel's caller): nothing to strip
         return func
     sch = s_tir.Schedule(func)
-    todo, found = [sch.get_sblock("root")], False
+    # the root block by its own name: TOPI's extern kernels (NMS, sort) name it after the op, not "root"
+    todo, found = [sch.get_sblock(func.body.block.name_hint)], False
     while todo:
         for b in sch.get_child_blocks(todo.pop()):
             if ATTR in sch.get(b).annotations:
