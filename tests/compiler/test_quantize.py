@@ -31,6 +31,18 @@ def _conv_ref(xq, zx, wq, stride, pad):
     return out
 
 
+def _lowered_or_kept_float(report: dict, n: int) -> int:
+    """n QDQ layers lowered to int8 kernels, except on a host whose int8 kernel is vpmaddubsw (AVX2,
+    no VNNI), where 8-bit weights that could saturate it stay float (docs/int8-kernels.md); returns
+    how many stayed float."""
+    from kiln.target import Target
+
+    kept = report.get("qdq_kept_float", 0)
+    assert report["qdq_lowered"] + kept == n
+    assert kept == 0 or "pmaddubsw" in Target.parse(None).caps.int8_path
+    return kept
+
+
 def _qdq_conv_model(cin, cout, k, stride, pad, zx, hw=10, seed=0):
     """Float input -> QuantizeLinear(sx, zx) -> DQ -> Conv(DQ(int8 W, per-channel sw)) -> output:
     the convolution TVM would otherwise run in float."""
@@ -67,7 +79,8 @@ def _qdq_conv_model(cin, cout, k, stride, pad, zx, hw=10, seed=0):
 def test_integer_conv_matches_numpy(tmp_path, cin, cout, k, stride, pad, zx):
     model, x, ref = _qdq_conv_model(cin, cout, k, stride, pad, zx)
     r = kiln.compile(model, tmp_path / "m.kiln", report_path=tmp_path / "r.json")
-    assert r.report["qdq_lowered"] == 1 and r.report["ops_after"].get("dequantize", 0) == 0  # no fake quantization left
+    if not _lowered_or_kept_float(r.report, 1):
+        assert r.report["ops_after"].get("dequantize", 0) == 0  # no fake quantization left
     got = kiln.load(tmp_path / "m.kiln").run({"input": x})["output"]
     np.testing.assert_allclose(got, ref, rtol=2e-6, atol=1e-5)
 
@@ -96,7 +109,7 @@ def _qdq_matmul_model():
 def test_integer_matmul_matches_numpy(tmp_path):
     model, x, wq, sw, sx, zx = _qdq_matmul_model()
     r = kiln.compile(model, tmp_path / "m.kiln")
-    assert r.report["qdq_lowered"] == 1
+    _lowered_or_kept_float(r.report, 1)
     xq = np.clip(np.round(x / sx) + zx, 0, 255).astype(np.int64)
     ref = ((xq - zx) @ wq.astype(np.int64)).astype(np.float64) * np.float64(sx) * np.float64(sw)
     np.testing.assert_allclose(kiln.load(tmp_path / "m.kiln").run({"input": x})["output"], ref, rtol=2e-6, atol=1e-5)
@@ -173,7 +186,7 @@ def test_onnxruntime_quantized_model_matches_onnxruntime_int8(tmp_path, fmt):
     _, models = _ort_cnn(tmp_path)
     model = onnx.load(models[fmt])
     r = kiln.compile(model, tmp_path / "q.kiln")
-    assert r.report["qdq_lowered"] == 4  # 3 convs + the matmul run as integer kernels
+    _lowered_or_kept_float(r.report, 4)  # 3 convs + the matmul run as integer kernels
     m = kiln.load(tmp_path / "q.kiln")
     out_scale = None
     for seed in range(3):
