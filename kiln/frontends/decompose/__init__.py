@@ -21,11 +21,13 @@ from .rnn import decompose_gru, decompose_lstm, decompose_rnn
 from .sequences import REWRITES as SEQUENCE_REWRITES
 from .standard import REWRITES as STANDARD_REWRITES
 from .standard_math import REWRITES as MATH_REWRITES
+from .standard_spatial import REWRITES as SPATIAL_REWRITES
 
 # op type -> rewrite(node, emitter, shapes, consts, where); a rewrite may return False to keep the node
 REWRITES = {"LSTM": decompose_lstm, "GRU": decompose_gru, "RNN": decompose_rnn, **QUANT_REWRITES}
 REWRITES.update(STANDARD_REWRITES)  # standard ops TVM lacks or converts wrongly (standard.py)
 REWRITES.update(MATH_REWRITES)  # math, norms, layout ops TVM lacks or gets wrong (standard_math.py)
+REWRITES.update(SPATIAL_REWRITES)  # ConvTranspose, Col2Im, MaxPool, Resize (standard_spatial.py)
 REWRITES.update(LLM_REWRITES)  # LinearAttention, TensorScatter (llm_ops.py)
 REWRITES.update(CONTROL_FLOW_REWRITES)  # Loop/Scan with static trip counts, unrolled (control_flow.py)
 REWRITES.update(SEQUENCE_REWRITES)  # SplitToSequence as Split + SequenceConstruct (sequences.py)
