@@ -420,7 +420,7 @@ def main(argv=None) -> int:
     command = "python benchmarks/corpus/run.py" + "".join(f" {x}" for x in (argv or sys.argv[1:]))
     manifest = json.loads((corpus / "manifest.json").read_text())
     only = set(filter(None, a.only.split(",")))
-    records, state = [], kiln_state()
+    state = kiln_state()
     src = None
     if a.kiln_rev:
         src, state = export_rev(a.kiln_rev, corpus)
@@ -430,10 +430,15 @@ def main(argv=None) -> int:
         earlier, command, started = {r["model"]: r for r in d["records"]}, d["command"], d["started"]
         state = f"{d.get('kiln', '?')}; {a.only} rerun at {state}"
         command += f"; then {'python benchmarks/corpus/run.py' + ''.join(f' {x}' for x in (argv or sys.argv[1:]))}"
+    done: dict[str, dict] = {}
+
+    def merged() -> list[dict]:
+        """Every record so far in manifest order: with --merge the earlier rows stay in each partial write, so an
+        interrupted rerun of a few models never drops the others from the table."""
+        return [done.get(n) or earlier[n] for n in manifest if n in done or n in earlier]
+
     for name, meta in manifest.items():
         if only and name not in only:
-            if name in earlier:
-                records.append(earlier[name])
             continue
         if meta.get("status") != "ok":
             rec = {
@@ -455,7 +460,7 @@ def main(argv=None) -> int:
             if (corpus / f"{name}.onnx").is_relative_to(ROOT)
             else corpus / f"{name}.onnx"
         )
-        records.append(rec)
+        done[name] = rec
         print(
             json.dumps(
                 {
@@ -478,7 +483,8 @@ def main(argv=None) -> int:
             file=sys.stderr,
             flush=True,
         )
-        write_report(Path(a.out), records, manifest, command, started, state)  # partial results survive an interruption
+        write_report(Path(a.out), merged(), manifest, command, started, state)  # partial results survive a kill
+    write_report(Path(a.out), merged(), manifest, command, started, state)
     return 0
 
 
