@@ -1,15 +1,18 @@
-"""conv2d + bias + requantization on the accelerator: int8 NCHW input, int8 OIHW weights, int32
-accumulation, then on the tensor ALU  y = clip(((acc + bias) >> s1) * m[o] >> s2, lo, 127)  with
-round-half-up shifts (ADD 2^(s-1), SHR s, in steps of at most 15 bits so the constant fits the
-16-bit immediate), and STORE truncating to int8. `reference` is the same
-integer arithmetic in numpy, so an offloaded layer can be checked bit for bit.
+"""conv2d + bias (+ residual) + requantization on the accelerator: int8 NCHW input, int8 OIHW
+weights, int32 accumulation, then on the tensor ALU
+
+    acc = conv(x, w) [+ residual * rmul[o]]        (the residual loaded as int8 into acc, scaled, then accumulated)
+    y   = clip((acc + bias[o]) >> shift[o], lo, 127)
+
+in 4 ALU ops (ADD bias, SHR shift, MAX lo, MIN 127; +1 MUL for a residual): the weights are
+quantized per channel with scales that make the requantization multiplier a power of two
+(`shift_quantize`), and the rounding constant 2^(shift-1) is folded into `bias`, as VTA's own
+shift-based flow does (vta-spec 4.2). STORE truncates to int8. `reference` is the same integer
+arithmetic in numpy, so an offloaded layer is checked bit for bit.
 
 Layouts (vta-spec 4.3): activations NCHW -> NCHW1n16c, weights OIHW -> OIHW16o16i, channels
-zero-padded to the block. Tiling: a tile is `tco` output-channel blocks x `th` output rows (all
-input channels, all columns); input rows come in by 2D DMA with the zero padding inserted on the
-fly. Tiles alternate between two halves of the inp/wgt/acc/uop buffers so the load of tile k+1 and
-the store of tile k-1 overlap tile k's compute (tokens: load waits for compute to release the
-half it reuses, compute for the store of the tile that used its acc half)."""
+zero-padded to the block. A `Schedule` says how a layer is tiled (codegen.py turns it into a
+stream); `plan` is the default heuristic, `check` refuses a schedule that does not fit."""
 
 from __future__ import annotations
 
@@ -18,26 +21,24 @@ import math
 
 import numpy as np
 
-from . import isa, runtime
+from ...errors import OptionsError
 from .config import VTAConfig
-from .sim import Stats
 
 
 class NotOffloadable(Exception):
-    """Why a layer stays on the CPU (goes into the report)."""
+    """Why a layer (or a schedule of it) cannot run on the accelerator (goes into the report)."""
 
 
 @dataclasses.dataclass(frozen=True)
 class ConvLayer:
     weight: np.ndarray  # int8 [O, I, KH, KW]
-    bias: np.ndarray  # int32 [O], in accumulator units
-    mult: np.ndarray  # int32 [O], 1..255
-    shift1: int  # applied before the multiply (keeps it within 32 bits)
-    shift2: int
+    bias: np.ndarray  # int32 [O], in accumulator units, the rounding constant 2^(shift-1) included
+    shift: np.ndarray  # int32 [O]: arithmetic right shift (negative: left shift)
     relu: bool
     in_shape: tuple[int, int, int, int]  # N, C, H, W
     stride: tuple[int, int] = (1, 1)
     padding: tuple[int, int, int, int] = (0, 0, 0, 0)  # top, left, bottom, right
+    rmul: np.ndarray | None = None  # int32 [O]: a residual input (int8, the output's shape) times rmul joins acc
 
     @property
     def out_shape(self) -> tuple[int, int, int, int]:
@@ -46,309 +47,209 @@ class ConvLayer:
         pt, pl, pb, pr = self.padding
         return n, o, (h + pt + pb - kh) // self.stride[0] + 1, (w + pl + pr - kw) // self.stride[1] + 1
 
-
-def requant_params(real_mult: np.ndarray, acc_bound: float) -> tuple[np.ndarray, int, int]:
-    """(m per channel in 1..255, shift1, shift2) with m * 2^-(shift1+shift2) ~ real_mult and
-    |acc >> shift1| * 255 < 2^31 for |acc| <= acc_bound."""
-    top = float(np.max(real_mult))
-    total = max(0, int(math.floor(math.log2(255.0 / top)))) if top > 0 else 0
-    m = np.clip(np.round(real_mult * 2.0**total), 1, 255).astype(np.int32)
-    s1 = max(0, int(math.ceil(math.log2(max(acc_bound, 1) * 255.0 / 2**31))))
-    s1 = min(s1, total)
-    return m, s1, total - s1
-
-
-def reference(layer: ConvLayer, x: np.ndarray) -> np.ndarray:
-    """The layer's exact integer result (int8 NCHW), computed in numpy."""
-    return runtime.reference(_program_fields(layer, "ref", {}, {}, 0), x)
+    def workload(self) -> dict:
+        """What the cycle count depends on (not the values): the tuning database's key."""
+        o, c, kh, kw = self.weight.shape
+        return {
+            "in": list(self.in_shape),
+            "out_channels": o,
+            "kernel": [kh, kw],
+            "stride": list(self.stride),
+            "padding": list(self.padding),
+            "relu": self.relu,
+            "residual": self.rmul is not None,
+        }
 
 
-@dataclasses.dataclass
-class Tiling:
-    tco: int  # output-channel blocks per tile
-    th: int  # output rows per tile
+MAX_SHIFT = 31
+
+
+def shift_quantize(w: np.ndarray, sx: float, sy: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Per-output-channel int8 weights whose scale sw[o] makes sx * sw[o] / sy = 2^-shift[o]
+    exactly: (wq int8, sw float64, shift int32). Each channel keeps the largest grid that fits
+    127, so it uses between half and all of the int8 range."""
+    o = w.shape[0]
+    top = np.abs(w.reshape(o, -1)).max(1).astype(np.float64)
+    ratio = 127.0 * sy / (sx * np.maximum(top, 1e-30))
+    shift = np.where(top > 0, np.floor(np.log2(ratio)), 0).clip(-MAX_SHIFT, MAX_SHIFT).astype(np.int32)
+    sw = sy * 2.0 ** (-shift.astype(np.float64)) / sx
+    wq = np.clip(np.round(w / sw.reshape(-1, *[1] * (w.ndim - 1))), -127, 127).astype(np.int8)
+    return wq, sw, shift
+
+
+def rounded_bias(bias_acc: np.ndarray, shift: np.ndarray) -> np.ndarray:
+    """The bias in accumulator units with the round-half-up constant of the shift folded in."""
+    return (bias_acc.astype(np.int64) + np.where(shift > 0, 1 << np.maximum(shift - 1, 0), 0)).astype(np.int64)
+
+
+def acc_bound(layer_w: np.ndarray, bias: np.ndarray, rmul: np.ndarray | None) -> float:
+    """The largest |accumulator| any int8 input can produce (must stay under 2^31)."""
+    o = layer_w.shape[0]
+    b = np.abs(layer_w.astype(np.int64)).reshape(o, -1).sum(1) * 127 + np.abs(bias.astype(np.int64))
+    if rmul is not None:
+        b = b + 127 * np.abs(rmul.astype(np.int64))
+    return float(b.max())
+
+
+def wrap32(v: np.ndarray) -> np.ndarray:
+    return v.astype(np.int64).astype(np.uint32).view(np.int32).astype(np.int64)
+
+
+def reference(layer: ConvLayer, x: np.ndarray, residual: np.ndarray | None = None) -> np.ndarray:
+    """The layer's exact integer result (int8 NCHW) in numpy, in the ALU's order and wrap-around."""
+    wt = layer.weight.astype(np.int64)
+    _, _, kh, kw = wt.shape
+    pt, pl, pb, pr = layer.padding
+    sh, sw = layer.stride
+    _, o, oh, ow = layer.out_shape
+    xp = np.pad(x.astype(np.int64), ((0, 0), (0, 0), (pt, pb), (pl, pr)))
+    acc = np.zeros((x.shape[0], o, oh, ow), np.int64)
+    for a in range(kh):
+        for b in range(kw):
+            acc += np.einsum("nchw,oc->nohw", xp[:, :, a : a + sh * oh : sh, b : b + sw * ow : sw], wt[:, :, a, b])
+    col = lambda v: v.reshape(-1)[:o].astype(np.int64).reshape(1, -1, 1, 1)
+    if layer.rmul is not None:
+        if residual is None:
+            raise ValueError("this layer adds a residual input: pass it")
+        acc = wrap32(wrap32(residual.astype(np.int64) * col(layer.rmul)) + wrap32(acc))
+    y = wrap32(wrap32(acc) + col(layer.bias))
+    s = col(layer.shift)
+    y = np.where(s >= 0, y >> np.clip(s, 0, 31), wrap32(y << np.clip(-s, 0, 31)))
+    return np.clip(y, 0 if layer.relu else -127, 127).astype(np.int8)
+
+
+ORDERS = ("oc", "row")  # oc: output-channel tiles outer (weights stay), row: row tiles outer (inputs stay)
+
+
+@dataclasses.dataclass(frozen=True)
+class Schedule:
+    """How a layer is tiled. An output tile is `tco` output-channel blocks x `th` output rows (all
+    columns); it accumulates over input-channel steps of `tci` blocks each (input-channel tiling),
+    each step's input rows and weights loaded by DMA. `double`: two halves of every buffer, so the
+    next step's loads and the previous tile's store overlap this step's GEMM (VTA's virtual
+    threads); without it each buffer is whole and the modules take turns. A buffer half that
+    still holds what a step needs is not loaded again."""
+
+    tco: int
+    th: int
+    tci: int
+    order: str = "oc"
+    double: bool = True
+
+    def __post_init__(self):
+        if self.order not in ORDERS:
+            raise OptionsError(f"schedule order {self.order!r}", where="vta schedule", fix=f"use one of {ORDERS}")
+
+    def to_json(self) -> dict:
+        return dataclasses.asdict(self)
+
+    @staticmethod
+    def from_json(d: dict) -> Schedule:
+        return Schedule(int(d["tco"]), int(d["th"]), int(d["tci"]), str(d["order"]), bool(d["double"]))
+
+
+@dataclasses.dataclass(frozen=True)
+class Dims:
+    c: int
+    h: int
+    w: int
+    o: int
+    kh: int
+    kw: int
+    ib: int  # input-channel blocks
+    ob: int  # output-channel blocks
+    oh: int
+    ow: int
     x_total: int  # padded input row length (elements)
-    rows_in: int  # input rows a full tile needs
 
 
-@dataclasses.dataclass
-class Program:
-    """A compiled layer: instruction stream, micro-ops and constants, and where each lives in DRAM."""
-
-    layer: ConvLayer
-    tiling: Tiling
-    insns: list
-    dram_bytes: int
-    regions: dict  # name -> (element kind, element offset, element count)
-    consts: dict  # name -> packed array written into DRAM before each run
-
-    def stream(self, cfg: VTAConfig) -> bytes:
-        return isa.encode_stream(self.insns, cfg)
-
-
-def _dims(layer: ConvLayer, cfg: VTAConfig):
-    """n, c, h, w, o, kh, kw, input blocks, output blocks, oh, ow, (pt, pl, pb, pr)."""
+def dims(layer: ConvLayer, cfg: VTAConfig) -> Dims:
     n, c, h, w = layer.in_shape
     o, _, kh, kw = layer.weight.shape
     _, _, oh, ow = layer.out_shape
-    return n, c, h, w, o, kh, kw, -(-c // cfg.block), -(-o // cfg.block), oh, ow, layer.padding
-
-
-def plan(layer: ConvLayer, cfg: VTAConfig) -> Tiling:
-    n, c, h, w, o, kh, kw, ib, ob, oh, ow, (pt, pl, pb, pr) = _dims(layer, cfg)
+    _, pl, _, pr = layer.padding
     if n != 1:
         raise NotOffloadable("batch > 1")
     if max(layer.padding) > 15:
         raise NotOffloadable("padding over 15 (the DMA pad fields are 4 bits)")
-    x_total = w + pl + pr
-    half = lambda depth: depth // 2
-    best = None
-    for tco in range(ob, 0, -1):
-        if tco * ib * kh * kw > min(half(cfg.wgt_depth), half(cfg.uop_depth)):
-            continue
-        for th in range(oh, 0, -1):
-            rows_in = (th - 1) * layer.stride[0] + kh
-            if ib * rows_in * x_total > half(cfg.inp_depth) or tco * th * ow + 2 * tco > half(cfg.acc_depth):
-                continue
-            if best is None or tco * th > best.tco * best.th:
-                best = Tiling(tco, th, x_total, rows_in)
-            break
-    if best is None:
-        raise NotOffloadable(
-            f"no tile of {ib} input-channel blocks fits the on-chip buffers (needs input-channel tiling)"
-        )
-    return best
+    return Dims(c, h, w, o, kh, kw, -(-c // cfg.block), -(-o // cfg.block), oh, ow, w + pl + pr)
 
 
-def compile_conv(layer: ConvLayer, cfg: VTAConfig) -> Program:
-    t = plan(layer, cfg)
-    n, c, h, w, o, kh, kw, ib, ob, oh, ow, (pt, pl, pb, pr) = _dims(layer, cfg)
-    blk = cfg.block
-    sh, sw = layer.stride
-    # DRAM regions, in elements of their kind (all offsets 64-byte aligned)
-    wq = np.zeros((ob * blk, ib * blk, kh, kw), np.int8)
-    wq[:o, :c] = layer.weight
-    wpk = wq.reshape(ob, blk, ib, blk, kh, kw).transpose(0, 2, 4, 5, 1, 3)  # OIHW16o16i
-    pad_o = lambda v: np.concatenate([v, np.zeros(ob * blk - o, v.dtype)]).reshape(ob, 1, blk)
-    consts = {
-        "wgt": np.ascontiguousarray(wpk),
-        "bias": pad_o(layer.bias.astype(np.int32)),
-        "mult": pad_o(layer.mult.astype(np.int32)),
+N_CONST = 3  # acc slots per output-channel block for constants: bias, shift, residual multiplier
+
+
+def rows_in(layer: ConvLayer, th: int) -> int:
+    return (th - 1) * layer.stride[0] + layer.weight.shape[2]
+
+
+def check(layer: ConvLayer, s: Schedule, cfg: VTAConfig) -> Dims:
+    """The layer's dims if schedule s fits the on-chip buffers and ISA fields, else NotOffloadable."""
+    d = dims(layer, cfg)
+    if not (1 <= s.tco <= d.ob and 1 <= s.th <= d.oh and 1 <= s.tci <= d.ib):
+        raise NotOffloadable(f"schedule {s} outside the layer's {d.ob} oc blocks, {d.oh} rows, {d.ib} ic blocks")
+    parts = 2 if s.double else 1
+    need = {
+        "inp": s.tci * rows_in(layer, s.th) * d.x_total,
+        "wgt": s.tco * s.tci * d.kh * d.kw,
+        "acc": s.tco * s.th * d.ow + N_CONST * s.tco,
+        "uop": s.tco * s.tci * d.kh * d.kw,
     }
-    sizes = {
-        "inp": (ib * h * w, cfg.inp_elem_bytes),
-        "wgt": (ob * ib * kh * kw, cfg.wgt_elem_bytes),
-        "bias": (ob, cfg.acc_elem_bytes),
-        "mult": (ob, cfg.acc_elem_bytes),
-        "out": (ob * oh * ow, cfg.out_elem_bytes),
-        "uop": (0, 4),
+    have = {
+        "inp": cfg.inp_depth // parts,
+        "wgt": cfg.wgt_depth // parts,
+        "acc": cfg.acc_depth // parts,
+        "uop": cfg.uop_depth // 4,
     }
-    regions, pos = {}, 0
-    uops_all: list[isa.Uop] = []
-    insns: list[isa.Insn] = []
-    tiles = [(c0, r0) for c0 in range(0, ob, t.tco) for r0 in range(0, oh, t.th)]
-    wgt_held = {0: None, 1: None}  # which output-channel tile each half of the weight buffer holds
-    for k, (c0, r0) in enumerate(tiles):
-        hb = k % 2
-        tco, th = min(t.tco, ob - c0), min(t.th, oh - r0)
-        inp_base, wgt_base = hb * (cfg.inp_depth // 2), hb * (cfg.wgt_depth // 2)
-        acc_base = hb * (cfg.acc_depth // 2)
-        bias_slot, mult_slot = acc_base + tco * th * ow, acc_base + tco * th * ow + tco
-        # input rows for output rows r0..r0+th-1 (with the padding rows this tile touches)
-        y0 = r0 * sh - pt
-        y1 = (r0 + th - 1) * sh - pt + kh  # exclusive
-        top, bottom = max(0, -y0), max(0, y1 - h)
-        rows = y1 - y0
-        gemm = [
-            isa.Uop(
-                acc_base + co * th * ow,
-                inp_base + i * rows * t.x_total + a * t.x_total + b,
-                wgt_base + ((co * ib + i) * kh + a) * kw + b,
-            )
-            for i in range(ib)
-            for a in range(kh)
-            for b in range(kw)
-            for co in range(tco)
-        ]
-        # ALU kernels: one micro-op per output-channel block, operand = its bias / multiplier slot, or none (immediates)
-        alu = {
-            src: [isa.Uop(acc_base + co * th * ow, (slot + co) if slot is not None else 0) for co in range(tco)]
-            for src, slot in (("bias", bias_slot), ("mult", mult_slot), ("imm", None))
-        }
-        uop_gemm_at = len(uops_all)
-        kernel = gemm + alu["bias"] + alu["mult"] + alu["imm"]
-        uops_all += kernel
-        ubase = hb * (cfg.uop_depth // 2)
-        at = {"bias": ubase + len(gemm), "mult": ubase + len(gemm) + tco, "imm": ubase + len(gemm) + 2 * tco}
-        # --- load module: input rows of every input-channel block, then this tile's weights unless this
-        # buffer half still holds them (tile k-2 had the same output channels): weights load once per channel tile
-        loads = [
-            isa.make(
-                isa.LOAD,
-                memory_type=isa.MEM_INP,
-                sram_base=inp_base + i * rows * t.x_total,
-                dram_base=("inp", (i * h + max(y0, 0)) * w),
-                y_size=rows - top - bottom,
-                x_size=w,
-                x_stride=w,
-                y_pad_0=top,
-                y_pad_1=bottom,
-                x_pad_0=pl,
-                x_pad_1=pr,
-            )
-            for i in range(ib)
-        ]
-        if wgt_held[hb] != c0:
-            loads.append(
-                isa.make(
-                    isa.LOAD,
-                    memory_type=isa.MEM_WGT,
-                    sram_base=wgt_base,
-                    dram_base=("wgt", c0 * ib * kh * kw),
-                    y_size=1,
-                    x_size=tco * ib * kh * kw,
-                    x_stride=tco * ib * kh * kw,
-                )
-            )
-            wgt_held[hb] = c0
-        loads[0].f["pop_next_dep"] = int(k >= 2)
-        loads[-1].f["push_next_dep"] = 1
-        insns += loads
-        # --- compute module: micro-ops, bias and multipliers, GEMM, requantization on the ALU
-        insns.append(
-            isa.make(
-                isa.LOAD,
-                memory_type=isa.MEM_UOP,
-                sram_base=ubase,
-                dram_base=("uop", uop_gemm_at),
-                y_size=1,
-                x_size=len(kernel),
-                x_stride=len(kernel),
-                pop_next_dep=int(k >= 2),
-            )
-        )
-        for name, slot in (("bias", bias_slot), ("mult", mult_slot)):
-            insns.append(
-                isa.make(
-                    isa.LOAD,
-                    memory_type=isa.MEM_ACC,
-                    sram_base=slot,
-                    dram_base=(name, c0),
-                    y_size=1,
-                    x_size=tco,
-                    x_stride=tco,
-                )
-            )
-        g = dict(iter_out=th, iter_in=ow, dst_factor_out=ow, dst_factor_in=1)
-        insns.append(isa.make(isa.GEMM, reset_reg=1, uop_bgn=ubase, uop_end=ubase + tco, **g))
-        insns.append(
-            isa.make(
-                isa.GEMM,
-                uop_bgn=ubase,
-                uop_end=ubase + len(gemm),
-                src_factor_out=sh * t.x_total,
-                src_factor_in=sw,
-                pop_prev_dep=1,
-                push_prev_dep=1,
-                **g,
-            )
-        )
-        seq = [(isa.ALU_ADD, "bias", 0)]
-        seq += [
-            x
-            for step in runtime.shift_steps(layer.shift1)
-            for x in ((isa.ALU_ADD, "imm", 1 << (step - 1)), (isa.ALU_SHR, "imm", step))
-        ]
-        seq += [(isa.ALU_MUL, "mult", 0)]
-        seq += [
-            x
-            for step in runtime.shift_steps(layer.shift2)
-            for x in ((isa.ALU_ADD, "imm", 1 << (step - 1)), (isa.ALU_SHR, "imm", step))
-        ]
-        seq += [(isa.ALU_MAX, "imm", 0 if layer.relu else -127), (isa.ALU_MIN, "imm", 127)]
-        for j, (op, src, imm) in enumerate(seq):
-            insns.append(
-                isa.make(
-                    isa.ALU,
-                    uop_bgn=at[src],
-                    uop_end=at[src] + tco,
-                    iter_out=1,
-                    iter_in=th * ow,
-                    dst_factor_in=1,
-                    alu_opcode=op,
-                    use_imm=int(src == "imm"),
-                    imm=imm,
-                    push_next_dep=int(j == len(seq) - 1),
-                )
-            )
-        # --- store module
-        for co in range(tco):
-            insns.append(
-                isa.make(
-                    isa.STORE,
-                    memory_type=isa.MEM_OUT,
-                    sram_base=acc_base + co * th * ow,
-                    dram_base=("out", ((c0 + co) * oh + r0) * ow),
-                    y_size=1,
-                    x_size=th * ow,
-                    x_stride=th * ow,
-                    pop_prev_dep=int(co == 0),
-                    push_prev_dep=int(co == tco - 1),
-                )
-            )
-    # drain: compute takes the store tokens of the last two tiles, then FINISH
-    for _ in range(min(2, len(tiles))):
-        insns.append(isa.make(isa.ALU, uop_bgn=0, uop_end=0, iter_out=0, iter_in=0, pop_next_dep=1))
-    insns.append(isa.make(isa.FINISH))
-    sizes["uop"] = (len(uops_all), 4)
-    for name, (count, eb) in sizes.items():
-        align = max(64, eb)  # an element index is only exact on an element boundary
-        pos = -(-pos // align) * align
-        regions[name] = (pos // eb, count)
-        pos += count * eb
-    consts["uop"] = np.array([u.encode(cfg) for u in uops_all], np.uint32)
-    _resolve(insns, regions)
-    return Program(layer, t, insns, -(-pos // 64) * 64 + 64, regions, consts)
+    over = [f"{k} {need[k]} > {have[k]}" for k in need if need[k] > have[k]]
+    if over:
+        raise NotOffloadable(f"schedule {s} does not fit the on-chip buffers ({', '.join(over)})")
+    if s.th * d.ow >= 1 << 14 or d.ow * s.th > 2047:
+        raise NotOffloadable(f"schedule {s}: a tile row count exceeds the ISA's loop fields")
+    return d
 
 
-def _resolve(insns, regions) -> None:
-    """DRAM addresses were written as (region, offset): make them absolute element addresses."""
-    for i in insns:
-        base = i.f.get("dram_base")
-        if isinstance(base, tuple):
-            i.f["dram_base"] = regions[base[0]][0] + base[1]
+def plan(layer: ConvLayer, cfg: VTAConfig) -> Schedule:
+    """The default heuristic: double-buffered, output-channel tiles outer; as many input-channel
+    blocks per step as fit (all of them if possible), then the largest output tile (tco x th)."""
+    d = dims(layer, cfg)
+    for tci in range(d.ib, 0, -1):
+        best = None
+        for tco in range(d.ob, 0, -1):
+            for th in range(d.oh, 0, -1):
+                s = Schedule(tco, th, tci)
+                try:
+                    check(layer, s, cfg)
+                except NotOffloadable:
+                    continue
+                if best is None or tco * th > best.tco * best.th:
+                    best = s
+                break
+        if best is not None:
+            return best
+    raise NotOffloadable("no tile fits the on-chip buffers, even one input-channel block per step")
 
 
-def to_layer_program(prog: Program, name: str, cfg: VTAConfig) -> runtime.LayerProgram:
-    """What the artifact stores for a compiled layer."""
-    arrays = {"stream": np.frombuffer(prog.stream(cfg), np.uint8).copy(), **prog.consts}  # the reference unpacks "wgt"
-    return _program_fields(prog.layer, name, prog.regions, arrays, prog.dram_bytes)
+def space(layer: ConvLayer, cfg: VTAConfig) -> list[Schedule]:
+    """Every schedule that fits, with tile sizes that split the layer evenly or nearly (the tuner's space)."""
+    d = dims(layer, cfg)
+
+    def sizes(n: int) -> list[int]:
+        return sorted({-(-n // k) for k in range(1, n + 1)})  # every distinct ceil(n / tiles)
+
+    out = []
+    for tci in sizes(d.ib):
+        for tco in sizes(d.ob):
+            for th in sizes(d.oh):
+                for order in ORDERS:
+                    for double in (True, False):
+                        s = Schedule(tco, th, tci, order, double)
+                        try:
+                            check(layer, s, cfg)
+                        except NotOffloadable:
+                            continue
+                        out.append(s)
+    return out
 
 
-def _program_fields(layer: ConvLayer, name: str, regions: dict, arrays: dict, dram_bytes: int) -> runtime.LayerProgram:
-    if "wgt" not in arrays:  # no program: numpy reference only
-        arrays = {
-            "weight": layer.weight,
-            "bias": layer.bias.astype(np.int32),
-            "mult": layer.mult.astype(np.int32),
-            **arrays,
-        }
-    return runtime.LayerProgram(
-        name,
-        tuple(layer.in_shape),
-        tuple(layer.out_shape),
-        tuple(layer.stride),
-        tuple(layer.padding),
-        layer.relu,
-        layer.shift1,
-        layer.shift2,
-        dram_bytes,
-        {k: list(v) for k, v in regions.items()},
-        arrays,
-    )
-
-
-def run(prog: Program, x: np.ndarray, cfg: VTAConfig) -> tuple[np.ndarray, Stats]:
-    """Run the layer on int8 NCHW input x: int8 NCHW output and the simulator's stats."""
-    r = runtime.LayerRunner(cfg, to_layer_program(prog, "layer", cfg))
-    return r.run(x), r.stats
+def ceil_log2(v: float) -> int:
+    return int(math.ceil(math.log2(max(v, 1.0))))

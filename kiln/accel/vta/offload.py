@@ -23,8 +23,7 @@ from ...compiler.ir import var_users, var_uses
 from ...compiler.optimize import Optimized, optimize
 from ...compiler.quantize.calibrate import calibrate, finish
 from ...compiler.quantize.layers import LayerNames, candidate, with_taps
-from ...compiler.quantize.rewrite import quantize_weight
-from . import conv, runtime
+from . import codegen, conv, runtime
 from .config import VTAConfig
 
 
@@ -111,10 +110,13 @@ def _why_cpu(ch: Chain, params, cfg: VTAConfig) -> str | None:
     return None
 
 
-def make_layers(chains: list[Chain], ranges: dict, cfg: VTAConfig) -> list[tuple[Chain, runtime.LayerProgram, dict]]:
+def make_layers(
+    chains: list[Chain], ranges: dict, cfg: VTAConfig, schedules: dict | None = None
+) -> list[tuple[Chain, runtime.LayerProgram, dict]]:
     """Quantize each offloadable chain (symmetric int8 input/output at the calibrated scales,
-    per-channel weights) and compile its program; a chain whose tiling does not fit gets a reason."""
-    out = []
+    per-channel weights on a power-of-two grid, see conv.shift_quantize) and compile its program with
+    its schedule (schedules: chain name -> Schedule, default: conv.plan); one that does not fit gets a reason."""
+    out, schedules = [], schedules or {}
     for ch in chains:
         if ch.reason is not None:
             continue
@@ -126,43 +128,33 @@ def make_layers(chains: list[Chain], ranges: dict, cfg: VTAConfig) -> list[tuple
         sx = max(abs(lo), abs(hi), 1e-12) / 127.0
         ylo, yhi = ranges[ch.name + ":out"]
         sy = max(yhi if ch.relu else max(abs(ylo), abs(yhi)), 1e-12) / 127.0
-        wq, sw = quantize_weight(w, 0)
+        wq, sw, shift = conv.shift_quantize(w, sx, sy)
         bias = ch.bias if ch.bias is not None else np.zeros(w.shape[0], np.float32)
-        bq = np.round(bias / (sx * sw)).astype(np.int64)
-        bound = float(np.max(np.abs(wq.astype(np.int64)).reshape(w.shape[0], -1).sum(1) * 127 + np.abs(bq)))
-        if bound >= 2**31:
+        bq = conv.rounded_bias(np.round(bias / (sx * sw)), shift)
+        if conv.acc_bound(wq, bq, None) >= 2**31:
             ch.reason = "accumulator range exceeds 32 bits"
             continue
-        m, s1, s2 = conv.requant_params((sx * sw / sy).astype(np.float64), bound)
         in_shape = tuple(int(v) for v in c.args[0].ty.shape.values)
+        geometry = {}
         if ch.dense:
-            layer = conv.ConvLayer(wq, bq.astype(np.int32), m, s1, s2, ch.relu, (1, in_shape[1], 1, 1))
+            in_shape = (1, in_shape[1], 1, 1)
         else:
             a = c.attrs
-            layer = conv.ConvLayer(
-                wq,
-                bq.astype(np.int32),
-                m,
-                s1,
-                s2,
-                ch.relu,
-                in_shape,
-                tuple(int(s) for s in a.strides),
-                tuple(int(p) for p in a.padding),
-            )
+            geometry = {"stride": tuple(int(s) for s in a.strides), "padding": tuple(int(p) for p in a.padding)}
+        layer = conv.ConvLayer(wq, bq.astype(np.int32), shift, ch.relu, in_shape, **geometry)
         try:
-            prog = conv.compile_conv(layer, cfg)
+            prog = codegen.compile_conv(layer, cfg, schedules.get(ch.name))
         except conv.NotOffloadable as e:
             ch.reason = str(e)
             continue
         out.append(
             (
                 ch,
-                conv.to_layer_program(prog, ch.name, cfg),
+                codegen.to_layer_program(prog, ch.name, cfg),
                 {
                     "sx": sx,
                     "sy": sy,
-                    "tiling": dataclasses.asdict(prog.tiling),
+                    "schedule": prog.schedule.to_json(),
                     "macs": int(np.prod(layer.out_shape)) * int(np.prod(w.shape[1:])),
                 },
             )
@@ -361,7 +353,7 @@ def simulate_report(cfg: VTAConfig, layers, chains) -> dict:
                 "gemm_cycles": st.gemm_cycles,
                 "macs": info["macs"],
                 "utilization": round(info["macs"] / max(st.cycles * cfg.macs_per_cycle, 1), 4),
-                "tiling": info["tiling"],
+                "schedule": info["schedule"],
                 "insns": st.insns,
                 "busy": st.busy,
                 "stall": st.stall,

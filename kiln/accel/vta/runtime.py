@@ -32,11 +32,10 @@ class LayerProgram:
     stride: tuple
     padding: tuple
     relu: bool
-    shift1: int
-    shift2: int
+    residual: bool  # a second int8 input (the output's shape) joins the accumulators
     dram_bytes: int
     regions: dict  # name -> [element offset, count]
-    arrays: dict  # stream (uint8), wgt, bias, mult, uop, weight (int8 OIHW, for the reference)
+    arrays: dict  # stream (uint8), wgt, bias, shift, [rmul], uop, weight (int8 OIHW, for the reference)
 
     def to_json(self) -> dict:
         d = dataclasses.asdict(self)
@@ -92,28 +91,21 @@ class LayerRunner:
         self.runs = 0
         self._lock = threading.Lock()
 
-    def run(self, x: np.ndarray, backend: str = "sim") -> np.ndarray:
+    def run(self, x: np.ndarray, backend: str = "sim", residual: np.ndarray | None = None) -> np.ndarray:
         if backend == "reference":
-            return reference(self.prog, x)
+            return reference(self.prog, x, residual)
         p, cfg, blk = self.prog, self.cfg, self.cfg.block
-        _, c, h, w = p.in_shape
         _, o, oh, ow = p.out_shape
-        ib, ob = -(-c // blk), -(-o // blk)
+        ob = -(-o // blk)
         sim = Simulator(cfg, np.zeros(p.dram_bytes, np.uint8))
-        xp = np.zeros((ib * blk, h, w), np.int8)
-        xp[:c] = x[0]
-        views = {
-            "inp": sim._dram("inp"),
-            "wgt": sim._dram("wgt"),
-            "bias": sim._dram("acc"),
-            "mult": sim._dram("acc"),
-            "uop": sim._dram("uop"),
-            "out": sim._dram("out"),
-        }
+        views = {k: sim._dram(v) for k, v in VIEWS.items()}
         put = lambda name, a: views[name].__setitem__(slice(p.regions[name][0], p.regions[name][0] + len(a)), a)
-        put("inp", xp.reshape(ib, blk, h, w).transpose(0, 2, 3, 1).reshape(-1, *views["inp"].shape[1:]))
-        for name in ("wgt", "bias", "mult", "uop"):
-            put(name, p.arrays[name].reshape(-1, *views[name].shape[1:]))
+        put("inp", to_blocks(x, blk))
+        if p.residual:
+            put("res", to_blocks(residual, blk))
+        for name in ("wgt", "bias", "shift", "rmul", "uop"):
+            if name in p.regions:
+                put(name, p.arrays[name].reshape(-1, *views[name].shape[1:]))
         st = sim.run(self.insns)
         with self._lock:
             self.stats.add(st)
@@ -122,40 +114,38 @@ class LayerRunner:
         return out.transpose(0, 3, 1, 2).reshape(ob * blk, oh, ow)[:o][None].copy()
 
 
-MAX_STEP = 15  # the rounding constant 2^(s-1) must fit the ALU's signed 16-bit immediate
+# DRAM region -> the element view it is written through
+VIEWS = {"inp": "inp", "res": "out", "wgt": "wgt", "bias": "acc", "shift": "acc", "rmul": "acc", "uop": "uop"}
+VIEWS["out"] = "out"
 
 
-def shift_steps(s: int) -> list[int]:
-    """A right shift by s as ALU steps of at most MAX_STEP bits, each rounding half up (the
-    compiled stream and the reference take the same steps)."""
-    return [MAX_STEP] * (s // MAX_STEP) + ([s % MAX_STEP] if s % MAX_STEP else [])
+def to_blocks(x: np.ndarray, blk: int) -> np.ndarray:
+    """int8 NCHW (N=1) -> the accelerator's NCHW1n16c elements, channels zero-padded to the block."""
+    _, c, h, w = x.shape
+    cb = -(-c // blk)
+    xp = np.zeros((cb * blk, h, w), np.int8)
+    xp[:c] = x[0]
+    return xp.reshape(cb, blk, h, w).transpose(0, 2, 3, 1).reshape(-1, 1, blk)
 
 
-def _rshift_round(x: np.ndarray, s: int) -> np.ndarray:
-    for step in shift_steps(s):
-        x = (x + (1 << (step - 1))) >> step
-    return x
+def reference(p: LayerProgram, x: np.ndarray, residual: np.ndarray | None = None) -> np.ndarray:
+    """The layer's integer arithmetic in numpy (conv.reference), from the program's arrays."""
+    from .conv import ConvLayer
+    from .conv import reference as conv_reference
 
-
-def reference(p: LayerProgram, x: np.ndarray) -> np.ndarray:
-    """The layer's integer arithmetic in numpy: conv (int64, exact), then int32 bias add, rounded
-    shifts, multiply, clip, as the ALU sequence does it."""
-    wt = (p.arrays["weight"] if "weight" in p.arrays else _unpack_weight(p)).astype(np.int64)
-    _, _, kh, kw = wt.shape
-    pt, pl, pb, pr = p.padding
-    sh, sw = p.stride
-    _, o, oh, ow = p.out_shape
-    xp = np.pad(x.astype(np.int64), ((0, 0), (0, 0), (pt, pb), (pl, pr)))
-    acc = np.zeros((x.shape[0], o, oh, ow), np.int64)
-    for a in range(kh):
-        for b in range(kw):
-            acc += np.einsum("nchw,oc->nohw", xp[:, :, a : a + sh * oh : sh, b : b + sw * ow : sw], wt[:, :, a, b])
-    wrap = lambda v: v.astype(np.int64).astype(np.uint32).view(np.int32).astype(np.int64)
-    bias = p.arrays["bias"].reshape(-1)[:o].astype(np.int64).reshape(1, -1, 1, 1)
-    mult = p.arrays["mult"].reshape(-1)[:o].astype(np.int64).reshape(1, -1, 1, 1)
-    y = wrap(_rshift_round(wrap(acc + bias), p.shift1) * mult)
-    y = _rshift_round(y, p.shift2)
-    return np.clip(y, 0 if p.relu else -127, 127).astype(np.int8)
+    o = p.out_shape[1]
+    a = p.arrays
+    layer = ConvLayer(
+        a["weight"] if "weight" in a else _unpack_weight(p),
+        a["bias"].reshape(-1)[:o],
+        a["shift"].reshape(-1)[:o],
+        p.relu,
+        tuple(p.in_shape),
+        tuple(p.stride),
+        tuple(p.padding),
+        a["rmul"].reshape(-1)[:o] if p.residual else None,
+    )
+    return conv_reference(layer, x, residual)
 
 
 def _unpack_weight(p: LayerProgram) -> np.ndarray:
@@ -175,8 +165,9 @@ def register(members: dict[str, bytes], backend: str = "sim") -> tuple[str, list
     runners = [LayerRunner(cfg, l) for l in layers]
     for i, r in enumerate(runners):
 
-        def fn(x, out, r=r):
-            out.copyfrom(r.run(x.numpy(), backend))
+        def fn(*args, r=r):  # (x, [residual,] out): destination-passing
+            ins, out = [a.numpy() for a in args[:-1]], args[-1]
+            out.copyfrom(r.run(ins[0], backend, ins[1] if len(ins) > 1 else None))
 
         tvm.register_global_func(func_name(uid, i), fn, override=True)
     return uid, runners

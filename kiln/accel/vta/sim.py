@@ -72,8 +72,10 @@ class Stats:
 class Simulator:
     """SRAMs of one accelerator; `dram` is the byte array instructions address (in elements)."""
 
-    def __init__(self, cfg: VTAConfig, dram: np.ndarray):
-        self.cfg, self.dram = cfg, dram
+    def __init__(self, cfg: VTAConfig, dram: np.ndarray | None, timing_only: bool = False):
+        """timing_only: count cycles and bytes without computing (the timing model does not depend
+        on the data; the tuner measures with it), dram may then be None."""
+        self.cfg, self.dram, self.timing_only = cfg, dram, timing_only
         b, n = cfg.batch, cfg.block
         self.uop = np.zeros(cfg.uop_depth, np.uint32)
         self.inp = np.zeros((cfg.inp_depth, b, n), np.int8)
@@ -180,6 +182,8 @@ class Simulator:
 
     # --- semantics ---
     def _execute(self, idx: int, insn: isa.Insn, st: Stats) -> int:
+        if self.timing_only:
+            return self._cost(insn, st)
         try:
             if insn.opcode == isa.LOAD:
                 return self._load(insn, st)
@@ -196,6 +200,38 @@ class Simulator:
                 where="vta stream",
                 fix="tile the layer to fit the on-chip buffers",
             ) from None
+
+    def _cost(self, i: isa.Insn, st: Stats) -> int:
+        """What _load/_store/_gemm/_alu count, from the fields alone."""
+        c = self.cfg
+        if i.opcode == isa.FINISH:
+            return 1
+        if i.opcode in (isa.GEMM, isa.ALU):
+            iters = i.iter_out * i.iter_in * max(0, i.uop_end - i.uop_bgn)
+            if i.opcode == isa.ALU:
+                st.alu_ops += iters
+                return c.alu_fill + 2 * iters
+            if not i.reset_reg:
+                st.gemm_ops += iters
+            st.gemm_cycles += iters
+            return c.gemm_fill + iters
+        if i.opcode == isa.LOAD and i.memory_type == isa.MEM_UOP:
+            st.load_bytes["uop"] += 4 * i.x_size
+            return self._dma_cycles(4 * i.x_size, 1)
+        eb = {
+            isa.MEM_INP: c.inp_elem_bytes,
+            isa.MEM_WGT: c.wgt_elem_bytes,
+            isa.MEM_ACC: c.acc_elem_bytes,
+            isa.MEM_ACC_8BIT: c.out_elem_bytes,
+            isa.MEM_OUT: c.out_elem_bytes,
+        }[i.memory_type]
+        if i.opcode == isa.STORE:
+            st.store_bytes += i.y_size * i.x_size * eb
+            return self._dma_cycles(i.y_size * i.x_size * eb, i.y_size)
+        rows, x_total = i.y_pad_0 + i.y_size + i.y_pad_1, i.x_pad_0 + i.x_size + i.x_pad_1
+        kind = {isa.MEM_INP: "inp", isa.MEM_WGT: "wgt"}.get(i.memory_type, "acc")
+        st.load_bytes[kind] += i.x_size * i.y_size * eb
+        return self._dma_cycles(rows * x_total * eb, rows)
 
     def _dma_cycles(self, nbytes: int, rows: int) -> int:
         c = self.cfg
