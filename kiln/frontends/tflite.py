@@ -281,6 +281,7 @@ def import_tflite(model, shapes=None, where: str = "<tflite>"):
 
     from .importer import ImportedModel, output_specs
     from .tflite_layout import normalize
+    from .tflite_ops import KilnOperatorConverter
 
     check_supported(model, where)
     inputs, outputs = signature(model)
@@ -293,6 +294,7 @@ def import_tflite(model, shapes=None, where: str = "<tflite>"):
             model,
             shape_dict={tname[n]: list(s) for n, s in static.items()},
             dtype_dict={tname[n]: dt for n, _, _, dt in inputs},
+            op_converter=KilnOperatorConverter,
         )
         func = mod["main"]
         nin = int(func.attrs["num_input"]) if func.attrs and "num_input" in func.attrs else len(func.params)

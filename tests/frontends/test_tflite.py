@@ -132,3 +132,15 @@ def test_inspect_a_tflite(models):
     assert "frontend TFLite (tvm.relax.frontend.tflite)" in format_text(info)
     assert info["format"] == "tflite" and info["inputs"][0]["dtype"] == "int8"
     assert info["op_histogram"]["CONV_2D"] == 1 and info["unsupported_ops"] == []
+
+
+def test_sparse_float16_weight_densify_then_dequantize(tmp_path):
+    # MediaPipe's full-range face and pose detectors store weights sparse in float16; TVM 0.27's
+    # DEQUANTIZE read the densified weight's empty buffer and raised TypeError (tflite_ops.py)
+    blob, dense = tm.sparse_fp16_fc()
+    (tmp_path / "sparse.tflite").write_bytes(blob)
+    r = kiln.compile(tmp_path / "sparse.tflite", tmp_path / "s.kiln")
+    x = _x(5).reshape(-1)[:8].reshape(1, 8)
+    got = kiln.load(r.path).run({"x": x})["y"]
+    np.testing.assert_allclose(got, tm.litert_run(blob, [x])[0], rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(got, x @ dense.T, rtol=1e-5, atol=1e-6)

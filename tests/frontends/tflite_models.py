@@ -157,3 +157,36 @@ def quantize_input(model: bytes, x: np.ndarray) -> np.ndarray:
 
     scale, zp = Interpreter(model_content=model).get_input_details()[0]["quantization"]
     return np.clip(np.round(x / scale) + zp, -128, 127).astype(np.int8)
+
+
+def sparse_fp16_fc(seed: int = 0) -> tuple[bytes, np.ndarray]:
+    """x(1x8) -> FULLY_CONNECTED with a float16 weight stored sparse (CSR rows): DENSIFY -> DEQUANTIZE ->
+    float32, the pattern of MediaPipe's sparse detectors. Returns the model and its dense weight."""
+    rng = np.random.default_rng(seed)
+    dense = (rng.standard_normal((4, 8)) * (rng.random((4, 8)) < 0.4)).astype(np.float16)
+    G = Graph()
+    fb = G.fb
+    rows, cols = np.nonzero(dense)
+    segments = np.searchsorted(rows, np.arange(5)).astype(np.int32)
+    sp = fb.SparsityParametersT()
+    sp.traversalOrder, sp.blockMap = [0, 1], []
+    d0, d1 = fb.DimensionMetadataT(), fb.DimensionMetadataT()
+    d0.format, d0.denseSize = fb.DimensionType.DENSE, 4
+    d1.format = fb.DimensionType.SPARSE_CSR
+    seg, idx = fb.Int32VectorT(), fb.Int32VectorT()
+    seg.values, idx.values = segments.tolist(), cols.astype(np.int32).tolist()
+    d1.arraySegmentsType = d1.arrayIndicesType = fb.SparseIndexVector.Int32Vector
+    d1.arraySegments, d1.arrayIndices = seg, idx
+    sp.dimMetadata = [d0, d1]
+    w16 = G.tensor("w_sparse", (4, 8), dense[rows, cols], fb.TensorType.FLOAT16)
+    G.g.tensors[w16].sparsity = sp
+    w16d, w32 = G.tensor("w_dense16", (4, 8), dtype=fb.TensorType.FLOAT16), G.tensor("w", (4, 8))
+    G.op(fb.BuiltinOperator.DENSIFY, [w16], [w16d])
+    G.op(fb.BuiltinOperator.DEQUANTIZE, [w16d], [w32])
+    x, y = G.tensor("x", (1, 8)), G.tensor("y", (1, 4))
+    b = G.tensor("b", (4,), np.zeros(4, np.float32))
+    G.op(
+        fb.BuiltinOperator.FULLY_CONNECTED, [x, w32, b], [y], fb.BuiltinOptions.FullyConnectedOptions,
+        fb.FullyConnectedOptionsT(),
+    )  # fmt: skip
+    return G.finish([x], [y]), dense.astype(np.float32)
