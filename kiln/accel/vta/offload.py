@@ -12,6 +12,7 @@ the artifact; the model calls it through a packed function the runtime registers
 from __future__ import annotations
 
 import dataclasses
+import json
 
 import numpy as np
 import tvm
@@ -111,12 +112,13 @@ def _why_cpu(ch: Chain, params, cfg: VTAConfig) -> str | None:
 
 
 def make_layers(
-    chains: list[Chain], ranges: dict, cfg: VTAConfig, schedules: dict | None = None
+    chains: list[Chain], ranges: dict, cfg: VTAConfig, tuned: dict | None = None
 ) -> list[tuple[Chain, runtime.LayerProgram, dict]]:
     """Quantize each offloadable chain (symmetric int8 input/output at the calibrated scales,
     per-channel weights on a power-of-two grid, see conv.shift_quantize) and compile its program with
-    its schedule (schedules: chain name -> Schedule, default: conv.plan); one that does not fit gets a reason."""
-    out, schedules = [], schedules or {}
+    its schedule (tuned: workload key -> (Schedule, cycles) from a tuning database, else conv.plan);
+    one that does not fit gets a reason."""
+    out, tuned = [], tuned or {}
     for ch in chains:
         if ch.reason is not None:
             continue
@@ -143,10 +145,14 @@ def make_layers(
             geometry = {"stride": tuple(int(s) for s in a.strides), "padding": tuple(int(p) for p in a.padding)}
         layer = conv.ConvLayer(wq, bq.astype(np.int32), shift, ch.relu, in_shape, **geometry)
         try:
-            prog = codegen.compile_conv(layer, cfg, schedules.get(ch.name))
+            prog = codegen.compile_conv(layer, cfg)
         except conv.NotOffloadable as e:
             ch.reason = str(e)
             continue
+        default_cycles = codegen.cycles(prog, cfg).cycles
+        record = tuned.get(json.dumps(layer.workload(), sort_keys=True))
+        if record is not None and record[0] != prog.schedule:
+            prog = codegen.compile_conv(layer, cfg, record[0])
         out.append(
             (
                 ch,
@@ -155,6 +161,8 @@ def make_layers(
                     "sx": sx,
                     "sy": sy,
                     "schedule": prog.schedule.to_json(),
+                    "tuned": record is not None,
+                    "default_cycles": default_cycles,
                     "macs": int(np.prod(layer.out_shape)) * int(np.prod(w.shape[1:])),
                 },
             )
@@ -327,7 +335,7 @@ def vta_flow(imported, options, layout: str, where: str) -> Optimized:
     chains = find_chains(pre.mod["main"], imported.onnx_model, cfg)
     mod, names = tapped(pre.mod, chains)
     ranges = calibrate(mod, names, imported, options, layout, where).ranges
-    layers = make_layers(chains, ranges, cfg)
+    layers = make_layers(chains, ranges, cfg, tuned_records(options.tuning_db))
     members = runtime.pack(cfg, [prog for _, prog, _ in layers])
     uid = runtime.digest(members)
     opt = finish(pre, offloaded(pre.mod, chains, layers, uid), options, layout, where)
@@ -338,14 +346,66 @@ def vta_flow(imported, options, layout: str, where: str) -> Optimized:
     return opt
 
 
+def tuned_records(db_dir) -> dict:
+    """The best schedule of each workload in an accelerator tuning database folder ({} for none)."""
+    from .tune import best_schedules, load_records
+
+    return best_schedules(load_records(db_dir)) if db_dir else {}
+
+
+def offload_plan(model, options, cfg: VTAConfig) -> dict[str, list[str]]:
+    """{workload key: [layer names]} of the layers a compile with these options offloads (shapes
+    only: no calibration), for `kiln tune`."""
+    from ...frontends.importer import import_onnx
+
+    imported = import_onnx(model, options.shapes, frozen=options.freeze_inputs)
+    layout = options.layout
+    pre = optimize(imported.mod, options, layout=layout, where=str(model), part="pre")
+    out: dict[str, list[str]] = {}
+    for ch in find_chains(pre.mod["main"], imported.onnx_model, cfg):
+        if ch.reason is not None:
+            continue
+        key = json.dumps(_shape_workload(ch), sort_keys=True)
+        out.setdefault(key, []).append(ch.name)
+    return out
+
+
+def _shape_workload(ch: Chain) -> dict:
+    """conv.ConvLayer.workload() of the layer make_layers builds for this chain."""
+    c = ch.conv
+    shape = [int(v) for v in c.args[0].ty.shape.values]
+    wshape = [int(v) for v in c.args[1].ty.shape.values]
+    if ch.dense:
+        return {
+            "in": [1, shape[1], 1, 1],
+            "out_channels": wshape[1],
+            "kernel": [1, 1],
+            "stride": [1, 1],
+            "padding": [0, 0, 0, 0],
+            "relu": ch.relu,
+            "residual": False,
+        }
+    a = c.attrs
+    return {
+        "in": shape,
+        "out_channels": wshape[0],
+        "kernel": wshape[2:],
+        "stride": [int(s) for s in a.strides],
+        "padding": [int(p) for p in a.padding],
+        "relu": ch.relu,
+        "residual": False,
+    }
+
+
 def simulate_report(cfg: VTAConfig, layers, chains) -> dict:
-    """Simulated cycles per offloaded layer (the timing model does not depend on the data: one run
-    on zeros), totals, achieved GOPS at the board's clock and utilization of the MAC array."""
+    """Simulated cycles per offloaded layer (the timing model does not depend on the data: a
+    timing-only run of the stored stream), totals, achieved GOPS at the board's clock and
+    utilization of the MAC array; with each layer's cycles under the default schedule beside."""
+    from .sim import Simulator
+
     per, total, gemm, macs = [], 0, 0, 0
     for ch, prog, info in layers:
-        r = runtime.LayerRunner(cfg, prog)
-        r.run(np.zeros(prog.in_shape, np.int8))
-        st = r.stats
+        st = Simulator(cfg, None, timing_only=True).run(runtime.LayerRunner(cfg, prog).insns)
         per.append(
             {
                 "layer": ch.name,
@@ -354,6 +414,8 @@ def simulate_report(cfg: VTAConfig, layers, chains) -> dict:
                 "macs": info["macs"],
                 "utilization": round(info["macs"] / max(st.cycles * cfg.macs_per_cycle, 1), 4),
                 "schedule": info["schedule"],
+                "tuned": info["tuned"],
+                "default_cycles": info["default_cycles"],
                 "insns": st.insns,
                 "busy": st.busy,
                 "stall": st.stall,
@@ -362,11 +424,13 @@ def simulate_report(cfg: VTAConfig, layers, chains) -> dict:
         )
         total, gemm, macs = total + st.cycles, gemm + st.gemm_cycles, macs + info["macs"]
     seconds = total / (cfg.clock_mhz * 1e6)
+    default_total = sum(info["default_cycles"] for _, _, info in layers)
     return {
         "config": cfg.to_json(),
         "offloaded": [ch.name for ch, _, _ in layers],
         "not_offloaded": {ch.name: ch.reason for ch in chains if ch.reason is not None},
         "sim_cycles_total": total,
+        "sim_cycles_default_schedules": default_total,
         "sim_gemm_cycles": gemm,
         "macs_offloaded": macs,
         "sim_seconds_at_clock": round(seconds, 6),
