@@ -43,11 +43,14 @@ def _tune(a) -> int:
     from ..schedules.tuning import TuneOptions, format_summary
 
     opts = TuneOptions(**given(TuneOptions, a))
-    r = tune(a.model, compile_options(a), opts, progress=lambda line: print(line, flush=True))
+    co = compile_options(a)
+    r = tune(a.model, co, opts, progress=lambda line: print(line, flush=True))
+    if co.target.accel:  # the accelerator's records (kiln/accel/vta/tune.py)
+        from ..accel.vta.tune import compact, format_summary
+    else:
+        from ..schedules.database import compact
     print(format_summary(r))
     if a.compact:
-        from ..schedules.database import compact
-
         before, after = compact(r["db"])
         print(f"compacted {r['db']}: {before} records -> {after} (the best of each workload)")
     return 0
@@ -83,6 +86,7 @@ def register(sub) -> None:
     pipeline_flags(t)
     add_options(t.add_mutually_exclusive_group(required=True), TuneOptions, "trials", "budget_s")
     add_options(t, TuneOptions, "db_root", "rpc_tracker", "rpc_key", "rpc_workers")
+    add_options(t, CompileOptions, "quantize", "calibration")  # an accelerator target needs them
     t.add_argument(
         "--compact", action="store_true", help="afterwards keep only the best record of each workload (for shipping)"
     )

@@ -326,6 +326,10 @@ def resolve_tuning_db(path, target: Target) -> str | None:
     database. A root without this target's folder is an error naming the key."""
     from ..schedules.database import FILES, target_key
 
+    if target.accel:  # the accelerator's own records (kiln/accel/vta/tune.py), keyed by its configuration
+        from ..accel.vta.tune import resolve_db
+
+        return resolve_db(path, target.vta_config())
     if path is None:
         root = shipped_tuning_logs()
         if root is None:
@@ -354,10 +358,11 @@ def _db_digest(path) -> str | None:
         return None
     import hashlib
 
+    from ..accel.vta.tune import FILE as VTA_FILE
     from ..schedules.database import FILES
 
     h = hashlib.sha256()
-    for name in FILES:
+    for name in (*FILES, VTA_FILE):
         f = Path(path) / name
         if f.exists():
             h.update(f.read_bytes())
