@@ -190,3 +190,40 @@ def sparse_fp16_fc(seed: int = 0) -> tuple[bytes, np.ndarray]:
         fb.FullyConnectedOptionsT(),
     )  # fmt: skip
     return G.finish([x], [y]), dense.astype(np.float32)
+
+
+def conv_stack(seed: int = 0, size: int = 8, channels=(3, 16, 32, 32), classes: int = 16) -> bytes:
+    """NHWC 1xSxSx3 -> 3x3 CONV_2D + RELU per channel step -> average pool -> FULLY_CONNECTED: channel
+    counts Kiln's int8 kernels take (multiples of 16), for --quantize int8 on a float TFLite model."""
+    rng = np.random.default_rng(seed)
+    G = Graph()
+    fb = G.fb
+    x = y = G.tensor("input", (1, size, size, channels[0]))
+    for i, (cin, cout) in enumerate(zip(channels, channels[1:])):
+        w = (rng.standard_normal((cout, 3, 3, cin)) / np.sqrt(9 * cin)).astype(np.float32)
+        out = G.tensor(f"conv{i}", (1, size, size, cout))
+        c = fb.Conv2DOptionsT()
+        c.padding, c.strideW, c.strideH, c.dilationWFactor, c.dilationHFactor = fb.Padding.SAME, 1, 1, 1, 1
+        c.fusedActivationFunction = fb.ActivationFunctionType.RELU
+        b = (rng.standard_normal(cout) * 0.1).astype(np.float32)
+        ins = [y, G.tensor(f"w{i}", w.shape, w), G.tensor(f"b{i}", (cout,), b)]
+        G.op(fb.BuiltinOperator.CONV_2D, ins, [out], fb.BuiltinOptions.Conv2DOptions, c)
+        y = out
+    pooled, flat = G.tensor("pool", (1, 1, 1, channels[-1])), G.tensor("flat", (1, channels[-1]))
+    p = fb.Pool2DOptionsT()
+    p.padding, p.strideW, p.strideH, p.filterWidth, p.filterHeight = fb.Padding.VALID, size, size, size, size
+    G.op(fb.BuiltinOperator.AVERAGE_POOL_2D, [y], [pooled], fb.BuiltinOptions.Pool2DOptions, p)
+    r = fb.ReshapeOptionsT()
+    r.newShape = [1, channels[-1]]
+    shape = G.tensor("shape", (2,), np.array([1, channels[-1]], np.int32), fb.TensorType.INT32)
+    G.op(fb.BuiltinOperator.RESHAPE, [pooled, shape], [flat], fb.BuiltinOptions.ReshapeOptions, r)
+    wfc = (rng.standard_normal((classes, channels[-1])) * 0.5).astype(np.float32)
+    logits = G.tensor("logits", (1, classes))
+    G.op(
+        fb.BuiltinOperator.FULLY_CONNECTED,
+        [flat, G.tensor("wfc", wfc.shape, wfc), G.tensor("bfc", (classes,), np.zeros(classes, np.float32))],
+        [logits],
+        fb.BuiltinOptions.FullyConnectedOptions,
+        fb.FullyConnectedOptionsT(),
+    )
+    return G.finish([x], [logits])
