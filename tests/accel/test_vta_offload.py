@@ -127,3 +127,32 @@ def test_dense_layer_offloaded(tmp_path):
     )
     f = ort_run(model, {"input": x})[0]
     assert float((out * f).sum() / np.linalg.norm(out) / np.linalg.norm(f)) > 0.99
+
+
+def test_int8_hand_off_and_residual_adds_on_the_alu(vta_model):
+    """Neighbouring accelerator layers pass int8 as it is (no CPU dequantize/quantize between),
+    each basic block's residual add + ReLU runs in its second conv's ALU epilogue, and a chain of
+    layers run on the simulator, each fed the previous one's int8 output, is bit-exact with the
+    chain of numpy references."""
+    _, tmp = vta_model
+    v = json.loads((tmp / "r.json").read_text())["vta"]
+    layers = {lay["layer"]: lay for lay in v["layers"]}
+    res = [n for n, lay in layers.items() if lay["residual_on_alu"]]
+    assert len(res) == 8  # ResNet-18: 8 basic blocks, every residual add on the accelerator
+    assert all(layers[n]["int8_residual_from"] for n in res[1:])  # block 1's identity is the CPU max-pool
+    handed = [n for n, lay in layers.items() if lay["int8_input_from"]]
+    assert handed == list(layers)[1:]  # all but the first conv of block 1, whose input is the max-pool
+    m = kiln.load(tmp / "r18.kiln")
+    runners = {r.prog.name: r for r in m.accelerator}
+    rng = np.random.default_rng(11)
+    name = res[1]  # a block's second conv: input and residual from accelerator layers
+    src, rsrc = layers[name]["int8_input_from"], layers[name]["int8_residual_from"]
+    a, b = runners[src], runners[name]
+    x = rng.integers(-127, 128, a.prog.in_shape).astype(np.int8)
+    r = rng.integers(-127, 128, b.prog.out_shape).astype(np.int8)
+    a_res = rng.integers(-127, 128, a.prog.out_shape).astype(np.int8) if a.prog.residual else None
+    ya = a.run(x, "sim", a_res)
+    np.testing.assert_array_equal(ya, a.run(x, "reference", a_res))
+    yb = b.run(ya, "sim", r)
+    np.testing.assert_array_equal(yb, b.run(ya, "reference", r))
+    assert len(np.unique(yb)) > 10 and rsrc is not None

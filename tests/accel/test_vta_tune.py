@@ -16,7 +16,7 @@ from helpers import make_model
 from onnx import helper
 
 import kiln
-from kiln.accel.vta import tune as vta_tune
+from kiln.accel.vta import records as vta_tune
 from kiln.accel.vta.config import VTAConfig
 from kiln.cli import main
 

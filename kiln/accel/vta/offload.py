@@ -26,6 +26,7 @@ from ...compiler.quantize.calibrate import calibrate, finish
 from ...compiler.quantize.layers import LayerNames, candidate, with_taps
 from . import codegen, conv, runtime
 from .config import VTAConfig
+from .lower import offloaded
 
 
 @dataclasses.dataclass
@@ -37,6 +38,8 @@ class Chain:
     relu: bool
     end: relax.Expr  # the value whose binding the accelerator layer replaces
     reason: str | None = None
+    end_var: relax.Var | None = None  # the variable bound to `end` (what neighbouring layers read)
+    residual: relax.Expr | None = None  # the other operand of a residual add the chain ends with (on the ALU)
 
     @property
     def dense(self) -> bool:
@@ -55,7 +58,7 @@ def find_chains(func, onnx_model, cfg: VTAConfig) -> list[Chain]:
     users = {v: [bindings[i] for i in idx] for v, idx in var_users(bindings).items()}
     names = LayerNames(onnx_model)
     params = set(func.params)
-    chains = []
+    chains, claimed = [], set()  # claimed: residual adds a chain already ends with
     for b in _bindings(func):
         c = b.value
         kind = candidate(c)
@@ -75,12 +78,32 @@ def find_chains(func, onnx_model, cfg: VTAConfig) -> list[Chain]:
             if bv.size == channels and (kind == "matmul" or bv.size == bv.shape[-3 if bv.ndim >= 3 else 0]):
                 end, var, bias = nxt[0].value, nxt[0].var, bv.reshape(-1)
                 nxt = users.get(var, [])
+        residual = None
+        if kind == "conv2d" and not relu and uses.get(var, 0) == 1 and len(nxt) == 1 and nxt[0].var not in claimed:
+            add = nxt[0].value
+            if _op(add) == "relax.add" and not isinstance(add.args[0], GenericConst):
+                other = add.args[1] if add.args[0].same_as(var) else add.args[0]
+                if not isinstance(other, GenericConst) and _same_shape(other, var) and not other.same_as(var):
+                    end, var, residual = add, nxt[0].var, other
+                    claimed.add(var)
+                    nxt = users.get(var, [])
         if uses.get(var, 0) == 1 and len(nxt) == 1 and _op(nxt[0].value) == "relax.nn.relu":
-            end, relu = nxt[0].value, True
-        chain = Chain(name, c, c.args[0], bias, relu, end)
+            end, var, relu = nxt[0].value, nxt[0].var, True
+        chain = Chain(name, c, c.args[0], bias, relu, end, end_var=var, residual=residual)
         chain.reason = _why_cpu(chain, params, cfg)
         chains.append(chain)
     return chains
+
+
+def _same_shape(a, b) -> bool:
+    sa, sb = getattr(a.ty, "shape", None), getattr(b.ty, "shape", None)
+    return (
+        sa is not None
+        and sb is not None
+        and len(sa.values) == len(sb.values)
+        and all(int(x) == int(y) for x, y in zip(sa.values, sb.values))
+        and str(a.ty.dtype) == str(b.ty.dtype) == "float32"
+    )
 
 
 def _why_cpu(ch: Chain, params, cfg: VTAConfig) -> str | None:
@@ -119,6 +142,15 @@ def make_layers(
     its schedule (tuned: workload key -> (Schedule, cycles) from a tuning database, else conv.plan);
     one that does not fit gets a reason."""
     out, tuned = [], tuned or {}
+    scale = lambda r: max(abs(r[0]), abs(r[1]), 1e-12) / 127.0
+    out_scale = lambda r, relu: max(r[1], 1e-12) / 127.0 if relu else scale(r)
+    # end variable -> (name, output scale) of every offloadable layer: its int8 output feeds neighbours as it is
+    # (if it ends up on the CPU after all, the neighbour quantizes its float output at that same scale)
+    made = {
+        ch.end_var: {"name": ch.name, "sy": out_scale(ranges[ch.name + ":out"], ch.relu)}
+        for ch in chains
+        if ch.reason is None
+    }
     for ch in chains:
         if ch.reason is not None:
             continue
@@ -126,14 +158,18 @@ def make_layers(
         w = c.args[1].value.numpy().astype(np.float32)
         if ch.dense:  # [K, N] -> a 1x1 conv's [N, K, 1, 1] on a [1, K, 1, 1] input
             w = np.ascontiguousarray(w.T)[:, :, None, None]
-        lo, hi = ranges[ch.name]
-        sx = max(abs(lo), abs(hi), 1e-12) / 127.0
-        ylo, yhi = ranges[ch.name + ":out"]
-        sy = max(yhi if ch.relu else max(abs(ylo), abs(yhi)), 1e-12) / 127.0
+        src = made.get(ch.x)  # an accelerator layer's output: its int8 and scale, no CPU re-quantization
+        sx = src["sy"] if src else scale(ranges[ch.name])
+        sy = made[ch.end_var]["sy"]
         wq, sw, shift = conv.shift_quantize(w, sx, sy)
         bias = ch.bias if ch.bias is not None else np.zeros(w.shape[0], np.float32)
         bq = conv.rounded_bias(np.round(bias / (sx * sw)), shift)
-        if conv.acc_bound(wq, bq, None) >= 2**31:
+        rsrc, sr, rmul = None, None, None
+        if ch.residual is not None:
+            rsrc = made.get(ch.residual)
+            sr = rsrc["sy"] if rsrc else scale(ranges[ch.name + ":res"])
+            rmul = np.round(sr / (sx * sw)).astype(np.int64)  # residual units -> accumulator units
+        if conv.acc_bound(wq, bq, rmul) >= 2**31:
             ch.reason = "accumulator range exceeds 32 bits"
             continue
         in_shape = tuple(int(v) for v in c.args[0].ty.shape.values)
@@ -143,7 +179,15 @@ def make_layers(
         else:
             a = c.attrs
             geometry = {"stride": tuple(int(s) for s in a.strides), "padding": tuple(int(p) for p in a.padding)}
-        layer = conv.ConvLayer(wq, bq.astype(np.int32), shift, ch.relu, in_shape, **geometry)
+        layer = conv.ConvLayer(
+            wq,
+            bq.astype(np.int32),
+            shift,
+            ch.relu,
+            in_shape,
+            **geometry,
+            rmul=None if rmul is None else rmul.astype(np.int32),
+        )
         try:
             prog = codegen.compile_conv(layer, cfg)
         except conv.NotOffloadable as e:
@@ -153,38 +197,24 @@ def make_layers(
         record = tuned.get(json.dumps(layer.workload(), sort_keys=True))
         if record is not None and record[0] != prog.schedule:
             prog = codegen.compile_conv(layer, cfg, record[0])
-        out.append(
-            (
-                ch,
-                codegen.to_layer_program(prog, ch.name, cfg),
-                {
-                    "sx": sx,
-                    "sy": sy,
-                    "schedule": prog.schedule.to_json(),
-                    "tuned": record is not None,
-                    "default_cycles": default_cycles,
-                    "macs": int(np.prod(layer.out_shape)) * int(np.prod(w.shape[1:])),
-                },
-            )
-        )
+        info = {
+            "sx": sx,
+            "sy": sy,
+            "sr": sr,
+            "int8_input_from": src["name"] if src else None,
+            "int8_residual_from": rsrc["name"] if rsrc else None,
+            "schedule": prog.schedule.to_json(),
+            "tuned": record is not None,
+            "default_cycles": default_cycles,
+            "macs": int(np.prod(layer.out_shape)) * int(np.prod(w.shape[1:])),
+            "name": ch.name,
+        }
+        out.append((ch, codegen.to_layer_program(prog, ch.name, cfg), info))
+    done = {ch.name for ch, _, _ in out}
+    for _, _, info in out:  # a producer that stayed on the CPU hands over floats
+        for k in ("int8_input_from", "int8_residual_from"):
+            info[k] = info[k] if info[k] in done else None
     return out
-
-
-def _lower_layer(bb, ch: Chain, x, compiled: tuple, uid: str):
-    """quantize (CPU) -> the layer's packed function (accelerator) -> dequantize (CPU)."""
-    index, prog, info = compiled
-    op = relax.op
-    xq = bb.emit(
-        op.astype(op.clip(op.round(op.multiply(x, relax.const(np.float32(1.0 / info["sx"])))), -127.0, 127.0), "int8")
-    )
-    if ch.dense:
-        xq = bb.emit(op.reshape(xq, list(prog.in_shape)))
-    yq = bb.emit(
-        relax.call_dps_packed(runtime.func_name(uid, index), [xq], relax.TensorType(list(prog.out_shape), "int8"))
-    )
-    if ch.dense:
-        yq = bb.emit(op.reshape(yq, [1, prog.out_shape[1]]))
-    return op.multiply(op.astype(yq, "float32"), relax.const(np.float32(info["sy"])))
 
 
 @relax.expr_functor.mutator
@@ -202,6 +232,8 @@ class _Taps(relax.PyExprMutator):
         if ch is None:
             return new
         self.taps.append((ch.name, self.builder_.emit_output(self.visit_expr(ch.x))))
+        if ch.residual is not None:
+            self.taps.append((ch.name + ":res", self.builder_.emit_output(self.visit_expr(ch.residual))))
         v = self.builder_.emit_output(new)
         self.taps.append((ch.name + ":out", v))
         return v
@@ -213,115 +245,6 @@ def tapped(mod, chains):
     out = tvm.IRModule(dict(mod.functions), attrs=mod.attrs)
     out["main"] = with_taps(main, [v for _, v in r.taps]) if r.taps else main
     return relax.transform.Normalize()(out), [n for n, _ in r.taps]
-
-
-def partition(mod, chains: list[Chain]) -> tvm.IRModule:
-    """TVM's partitioning: FuseOpsByPattern turns each offloadable chain into a composite function
-    (`vta.conv2d_bias_relu`, `vta.dense_bias_relu`, ...; its check accepts exactly the chains
-    find_chains accepted, each one whole), MergeCompositeFunctions groups neighbouring composites
-    into `Codegen="vta"` functions."""
-    from tvm.relax.dpl import is_const, is_op, wildcard
-    from tvm.relax.transform import FusionPattern
-
-    accepted = {_weight_key(ch.conv): ch for ch in chains if ch.reason is None}
-
-    def check(ctx) -> bool:
-        # by weights, not object identity: fusing one pattern rebuilds the calls downstream of it
-        ch = accepted.get(_weight_key(ctx.annotated_expr["root"]))
-        return ch is not None and _op(ctx.matched_expr) == _op(ch.end)
-
-    patterns = []
-    for base, tag in (("relax.nn.conv2d", "conv2d"), ("relax.matmul", "dense")):
-        root = is_op(base)(wildcard(), is_const())
-        add = is_op("relax.add")(root, is_const())
-        for name, top in (
-            (f"vta.{tag}_bias_relu", is_op("relax.nn.relu")(add)),
-            (f"vta.{tag}_bias", add),
-            (f"vta.{tag}_relu", is_op("relax.nn.relu")(root)),
-            (f"vta.{tag}", root),
-        ):
-            patterns.append(FusionPattern(name, top, {"root": root}, check))
-    fused = relax.transform.FuseOpsByPattern(patterns, bind_constants=True, annotate_codegen=False)(mod)
-    return relax.transform.MergeCompositeFunctions()(fused)
-
-
-def _weight_key(call) -> bytes:
-    w = call.args[1].value.numpy()
-    return w.tobytes() + str(w.shape).encode()
-
-
-def _root_weight(func) -> bytes:
-    found = []
-    relax.analysis.post_order_visit(
-        func.body, lambda e: found.append(e) if _op(e) in ("relax.nn.conv2d", "relax.matmul") else None
-    )
-    return _weight_key(found[0])
-
-
-@relax.expr_functor.mutator
-class _Lower(relax.PyExprMutator):
-    """Inline every `Codegen="vta"` function, each composite call in it lowered to its layer's
-    accelerator call (the composite is matched to its chain by its weights)."""
-
-    def __init__(self, mod, chains: list[Chain], compiled: dict, uid: str):
-        super().__init__(mod)
-        self.mod, self.compiled, self.uid = mod, compiled, uid
-        self.by_weight = {_weight_key(ch.conv): ch for ch in chains if ch.reason is None}
-        self.lowered = 0
-
-    def visit_call_(self, call):
-        f = self.mod[call.op] if isinstance(call.op, tvm.ir.GlobalVar) else None
-        attrs = (f.attrs or {}) if isinstance(f, relax.Function) else {}
-        if "Composite" not in attrs and "Codegen" not in attrs:
-            return super().visit_call_(call)
-        args = [self.visit_expr(a) for a in call.args]
-        if "Composite" in attrs:
-            return self._layer(f, args)
-        for p, a in zip(f.params, args):
-            self.set_var_remap(p, a)
-        local = {}  # MergeCompositeFunctions binds each composite as a local function inside the Codegen one
-        for block in f.body.blocks:
-            for b in block.bindings:
-                v = b.value
-                if isinstance(v, relax.Function):
-                    local[b.var] = v
-                    continue
-                callee = local.get(v.op) if isinstance(v, relax.Call) and isinstance(v.op, relax.Var) else None
-                new = (
-                    self._layer(callee, [self.visit_expr(a) for a in v.args])
-                    if callee is not None
-                    else self.visit_expr(v)
-                )
-                self.set_var_remap(b.var, self.builder_.emit(new))
-        return self.visit_expr(f.body.body)
-
-    def _layer(self, composite, args):
-        ch = self.by_weight[_root_weight(composite)]
-        self.lowered += 1
-        return _lower_layer(self.builder_, ch, args[0], self.compiled[ch.name], self.uid)
-
-
-def offloaded(mod, chains, layers, uid: str):
-    compiled = {ch.name: (i, prog, info) for i, (ch, prog, info) in enumerate(layers)}
-    offload = [
-        dataclasses.replace(ch, reason=None)
-        if ch.name in compiled
-        else dataclasses.replace(ch, reason=ch.reason or "not compiled")
-        for ch in chains
-    ]
-    parts = partition(mod, offload)
-    lower = _Lower(parts, offload, compiled, uid)
-    main = lower.visit_expr(parts["main"])
-    keep = {
-        gv: f
-        for gv, f in parts.functions.items()  # the partition's functions are all inlined now
-        if not (isinstance(f, relax.Function) and f.attrs and ("Codegen" in f.attrs or "Composite" in f.attrs))
-    }
-    out = tvm.IRModule(keep, attrs=parts.attrs)
-    out["main"] = main
-    if lower.lowered != len(compiled):
-        raise AssertionError(f"partitioned {lower.lowered} accelerator layers, compiled {len(compiled)}")
-    return relax.transform.DeadCodeElimination(["main"])(relax.transform.Normalize()(out))
 
 
 def vta_flow(imported, options, layout: str, where: str) -> Optimized:
@@ -348,7 +271,7 @@ def vta_flow(imported, options, layout: str, where: str) -> Optimized:
 
 def tuned_records(db_dir) -> dict:
     """The best schedule of each workload in an accelerator tuning database folder ({} for none)."""
-    from .tune import best_schedules, load_records
+    from .records import best_schedules, load_records
 
     return best_schedules(load_records(db_dir)) if db_dir else {}
 
@@ -393,7 +316,7 @@ def _shape_workload(ch: Chain) -> dict:
         "stride": [int(s) for s in a.strides],
         "padding": [int(p) for p in a.padding],
         "relu": ch.relu,
-        "residual": False,
+        "residual": ch.residual is not None,
     }
 
 
@@ -416,6 +339,9 @@ def simulate_report(cfg: VTAConfig, layers, chains) -> dict:
                 "schedule": info["schedule"],
                 "tuned": info["tuned"],
                 "default_cycles": info["default_cycles"],
+                "residual_on_alu": ch.residual is not None,
+                "int8_input_from": info["int8_input_from"],
+                "int8_residual_from": info["int8_residual_from"],
                 "insns": st.insns,
                 "busy": st.busy,
                 "stall": st.stall,
