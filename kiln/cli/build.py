@@ -46,7 +46,8 @@ def _tune(a) -> int:
     co = compile_options(a)
     r = tune(a.model, co, opts, progress=lambda line: print(line, flush=True))
     if co.target.accel:  # the accelerator's records (kiln/accel/vta/tune.py)
-        from ..accel.vta.tune import compact, format_summary
+        from ..accel.vta.records import compact
+        from ..accel.vta.tune import format_summary
     else:
         from ..schedules.database import compact
     print(format_summary(r))
