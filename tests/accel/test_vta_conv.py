@@ -36,7 +36,8 @@ def _check(layer, x, r, schedule=None):
     c, k = layer.in_shape[1], layer.weight.shape[2]
     ib, ob = -(-c // 16), -(-layer.weight.shape[0] // 16)
     _, _, oh, ow = layer.out_shape
-    assert st.gemm_ops == ob * ib * k * k * oh * ow  # every MAC block exactly once
+    bias_gemm = "bwgt" in prog.consts  # the bias as one more GEMM pass (ONES x bias weights) over the outputs
+    assert st.gemm_ops == ob * (ib * k * k + bias_gemm) * oh * ow  # every MAC block exactly once
     assert st.cycles >= st.gemm_cycles and st.busy["compute"] >= st.gemm_cycles
     assert codegen.cycles(prog, CFG).cycles == st.cycles  # the tuner's timing-only run counts the same
     return prog, st
@@ -96,9 +97,9 @@ def test_big_layers_are_tiled_not_refused_and_inputs_not_refetched():
     s = conv.Schedule(tco=16, th=7, tci=3)
     st = codegen.cycles(codegen.compile_conv(layer, CFG, s), CFG)
     inp_bytes = 512 * 7 * 7  # one copy of the input
-    assert st.load_bytes["wgt"] == 512 * 512 * 9  # every weight once
-    assert st.load_bytes["inp"] == 2 * inp_bytes  # once per output-channel tile (2 of 16 blocks)
-    assert st.cycles < 1.07 * st.gemm_cycles  # GEMM-bound: 482,596 cycles for 453,152 GEMM cycles
+    assert st.load_bytes["wgt"] == 512 * 512 * 9 + 32 * 256  # every weight once, and the bias weights
+    assert st.load_bytes["inp"] == 2 * inp_bytes + 16  # once per output-channel tile (2 of 16 blocks), + ONES
+    assert st.cycles < 1.07 * st.gemm_cycles  # GEMM-bound
     big = conv.ConvLayer(
         np.zeros((16, 4096, 3, 3), np.int8), layer.bias[:16], layer.shift[:16], True, (1, 4096, 8, 8), (1, 1)
     )
@@ -122,3 +123,17 @@ def test_shift_quantize_is_a_power_of_two_requantization():
     np.testing.assert_allclose(0.02 * sw / 0.1, 2.0 ** -shift.astype(float))  # exactly 2^-shift per channel
     top = np.abs(wq.reshape(8, -1)).max(1)
     assert top.max() <= 127 and top.min() >= 64  # each channel uses at least half of the int8 range
+
+
+def test_bias_in_the_gemm_is_exact_and_large_biases_fall_back_to_the_alu():
+    b = np.array([0, 1, -1, 127, -64, 64, 240_000, -240_000, 12345, -98765], np.int64)
+    w = conv.bias_weights(b, 16)
+    np.testing.assert_array_equal(w.reshape(-1, 16)[:10].astype(np.int64) @ conv.ONES.astype(np.int64), b)
+    assert conv.bias_weights(np.array([conv.BIAS_GEMM_MAX + 1]), 16) is None
+    layer, x, r = _layer(20, 24, 6, 6, 3, 1, 1, seed=9)
+    big = conv.ConvLayer(
+        layer.weight, layer.bias + 10**6, layer.shift, True, layer.in_shape, layer.stride, layer.padding
+    )
+    prog = codegen.compile_conv(big, CFG)
+    assert "bwgt" not in prog.consts  # the ALU adds it
+    np.testing.assert_array_equal(codegen.run(prog, x, CFG)[0], conv.reference(big, x))

@@ -21,7 +21,7 @@ import numpy as np
 
 from . import isa, runtime
 from .config import VTAConfig
-from .conv import N_CONST, ConvLayer, Schedule, check, plan
+from .conv import N_CONST, ONES, ConvLayer, Schedule, bias_weights, check, plan
 from .sim import Simulator, Stats
 
 
@@ -81,6 +81,8 @@ def compile_conv(layer: ConvLayer, cfg: VTAConfig, schedule: Schedule | None = N
     half = {k: getattr(cfg, f"{k}_depth") // parts for k in ("inp", "wgt", "acc")}
     const_at = half["acc"] - N_CONST * s.tco  # constant slots at the end of each acc half
     consts = _pack(layer, d, blk)
+    bias_gemm = "bwgt" in consts  # the bias joins in the GEMM (ONES x per-channel weights), not an ALU ADD
+    one_at = cfg.inp_depth - 1  # the ONES vector's inp element (conv.check keeps it out of the tiles)
     oc_tiles, row_tiles = range(0, d.ob, s.tco), range(0, d.oh, s.th)
     ic_tiles = list(range(0, d.ib, s.tci))
     tiles = [(c, r) for c in oc_tiles for r in row_tiles]
@@ -91,6 +93,18 @@ def compile_conv(layer: ConvLayer, cfg: VTAConfig, schedule: Schedule | None = N
     held = {"inp": [None] * parts, "wgt": [None] * parts, "const": [None] * parts}
     last = {"inp": parts - 1, "wgt": parts - 1}  # the half each buffer's previous step used
     step = 0
+    if bias_gemm:  # the load module's first instruction: the constant vector, once
+        insns.append(
+            isa.make(
+                isa.LOAD,
+                memory_type=isa.MEM_INP,
+                sram_base=one_at,
+                dram_base=("one", 0),
+                y_size=1,
+                x_size=1,
+                x_stride=1,
+            )
+        )
     for t, (c0, r0) in enumerate(tiles):
         ha = t % parts
         acc_base = ha * half["acc"]
@@ -175,6 +189,18 @@ def compile_conv(layer: ConvLayer, cfg: VTAConfig, schedule: Schedule | None = N
                     ]
                 else:
                     k = d.kh * d.kw
+                    if bias_gemm and i0 == 0:  # the bias weights ride with the first step's weights
+                        loads.append(
+                            isa.make(
+                                isa.LOAD,
+                                memory_type=isa.MEM_WGT,
+                                sram_base=base + tco * tci * k,
+                                dram_base=("bwgt", c0),
+                                y_size=1,
+                                x_size=tco,
+                                x_stride=tco,
+                            )
+                        )
                     loads.append(
                         isa.make(
                             isa.LOAD,
@@ -213,12 +239,30 @@ def compile_conv(layer: ConvLayer, cfg: VTAConfig, schedule: Schedule | None = N
                     src_factor_out=sh * d.x_total,
                     src_factor_in=sw,
                     pop_prev_dep=1,
-                    push_prev_dep=1,
+                    push_prev_dep=int(not (bias_gemm and i0 == 0)),
                 )
             )
+            if bias_gemm and i0 == 0:  # acc += ONES x bias weights, every pixel: 1 cycle each (an ALU ADD takes 2)
+                bb = uops.use(
+                    ("bias", hw, ha, tco, tci, th),
+                    partial(_bias_uops, d, acc_base, one_at, ia + tco * tci * d.kh * d.kw, tco, th),
+                    insns,
+                )
+                insns.append(
+                    isa.make(
+                        isa.GEMM,
+                        uop_bgn=bb,
+                        uop_end=bb + tco,
+                        iter_out=1,
+                        iter_in=th * d.ow,
+                        dst_factor_in=1,
+                        push_prev_dep=1,
+                    )
+                )
             step += 1
         # --- requantization on the ALU: ADD bias, SHR shift, MAX lo, MIN 127
-        seq = [(isa.ALU_ADD, 0, 0), (isa.ALU_SHR, 1, 0), (isa.ALU_MAX, 3, 0 if layer.relu else -127)]
+        seq = [] if bias_gemm else [(isa.ALU_ADD, 0, 0)]
+        seq += [(isa.ALU_SHR, 1, 0), (isa.ALU_MAX, 3, 0 if layer.relu else -127)]
         seq.append((isa.ALU_MIN, 3, 127))
         alu_base = uops.use(("alu", ha), partial(_alu_uops, acc_base, const_at, s.tco), insns)
         for j, (op, u, imm) in enumerate(seq):
@@ -267,6 +311,10 @@ def _alu_uops(acc_base: int, const_at: int, tco: int) -> list[isa.Uop]:
     return [isa.Uop(acc_base, acc_base + const_at + j * tco) for j in range(N_CONST)] + [isa.Uop(acc_base, 0)]
 
 
+def _bias_uops(d, acc_base, one_at, bwgt_base, tco, th) -> list[isa.Uop]:
+    return [isa.Uop(acc_base + co * th * d.ow, one_at, bwgt_base + co) for co in range(tco)]
+
+
 def _gemm_uops(d, acc_base, inp_base, wgt_base, tco, tci, th, rows) -> list[isa.Uop]:
     return [
         isa.Uop(
@@ -287,6 +335,9 @@ def _pack(layer: ConvLayer, d, blk: int) -> dict:
     wpk = wq.reshape(d.ob, blk, d.ib, blk, d.kh, d.kw).transpose(0, 2, 4, 5, 1, 3)  # OIHW16o16i
     pad_o = lambda v: np.concatenate([v.astype(np.int32), np.zeros(d.ob * blk - d.o, np.int32)]).reshape(d.ob, 1, blk)
     out = {"wgt": np.ascontiguousarray(wpk), "bias": pad_o(layer.bias), "shift": pad_o(layer.shift)}
+    bw = bias_weights(layer.bias, blk)
+    if bw is not None:
+        out["bwgt"], out["one"] = bw, ONES.reshape(1, 1, blk)
     if layer.rmul is not None:
         out["rmul"] = pad_o(layer.rmul)
     return out
@@ -302,6 +353,9 @@ def _layout(cfg: VTAConfig, d, consts: dict, residual: bool) -> tuple[dict, int]
         "out": (d.ob * d.oh * d.ow, cfg.out_elem_bytes),
         "uop": (len(consts["uop"]), 4),
     }
+    if "bwgt" in consts:
+        sizes["bwgt"] = (d.ob, cfg.wgt_elem_bytes)
+        sizes["one"] = (1, cfg.inp_elem_bytes)
     if residual:
         sizes["rmul"] = (d.ob, cfg.acc_elem_bytes)
         sizes["res"] = (d.ob * d.oh * d.ow, cfg.out_elem_bytes)

@@ -17,7 +17,6 @@ stream); `plan` is the default heuristic, `check` refuses a schedule that does n
 from __future__ import annotations
 
 import dataclasses
-import math
 
 import numpy as np
 
@@ -188,9 +187,9 @@ def check(layer: ConvLayer, s: Schedule, cfg: VTAConfig) -> Dims:
     if not (1 <= s.tco <= d.ob and 1 <= s.th <= d.oh and 1 <= s.tci <= d.ib):
         raise NotOffloadable(f"schedule {s} outside the layer's {d.ob} oc blocks, {d.oh} rows, {d.ib} ic blocks")
     parts = 2 if s.double else 1
-    need = {
-        "inp": s.tci * rows_in(layer, s.th) * d.x_total,
-        "wgt": s.tco * s.tci * d.kh * d.kw,
+    need = {  # +1 inp element: the bias GEMM's constant vector; +tco wgt elements: its weights
+        "inp": s.tci * rows_in(layer, s.th) * d.x_total + 1,
+        "wgt": s.tco * s.tci * d.kh * d.kw + s.tco,
         "acc": s.tco * s.th * d.ow + N_CONST * s.tco,
         "uop": s.tco * s.tci * d.kh * d.kw,
     }
@@ -251,5 +250,21 @@ def space(layer: ConvLayer, cfg: VTAConfig) -> list[Schedule]:
     return out
 
 
-def ceil_log2(v: float) -> int:
-    return int(math.ceil(math.log2(max(v, 1.0))))
+ONES = np.array([127] * 15 + [1], np.int8)  # the bias GEMM's input vector (a block of 16 lanes)
+BIAS_GEMM_MAX = 127 * (15 * 126)  # |bias| the 16 int8 lanes can represent against ONES (with margin)
+
+
+def bias_weights(bias: np.ndarray, blk: int) -> np.ndarray | None:
+    """int8 weight blocks [ob, blk(out), blk(in)] with W @ ONES == bias exactly (bias = 127 q + r:
+    q spread over 15 lanes, r on the last), or None when a bias is too large (the ALU adds it)."""
+    if blk != 16 or np.abs(bias.astype(np.int64)).max(initial=0) > BIAS_GEMM_MAX:
+        return None
+    ob = -(-len(bias) // blk)
+    b = np.zeros(ob * blk, np.int64)
+    b[: len(bias)] = bias
+    q = np.round(b / 127).astype(np.int64)
+    r = b - 127 * q
+    lanes = (q[:, None] // 15) + (np.arange(15)[None, :] < (q[:, None] % 15))
+    w = np.concatenate([lanes, r[:, None]], 1).astype(np.int8).reshape(ob, blk, blk)
+    assert np.array_equal(w.reshape(-1, blk).astype(np.int64) @ ONES.astype(np.int64), b)
+    return w

@@ -103,7 +103,7 @@ class LayerRunner:
         put("inp", to_blocks(x, blk))
         if p.residual:
             put("res", to_blocks(residual, blk))
-        for name in ("wgt", "bias", "shift", "rmul", "uop"):
+        for name in ("wgt", "bias", "shift", "rmul", "uop", "bwgt", "one"):
             if name in p.regions:
                 put(name, p.arrays[name].reshape(-1, *views[name].shape[1:]))
         st = sim.run(self.insns)
@@ -116,7 +116,7 @@ class LayerRunner:
 
 # DRAM region -> the element view it is written through
 VIEWS = {"inp": "inp", "res": "out", "wgt": "wgt", "bias": "acc", "shift": "acc", "rmul": "acc", "uop": "uop"}
-VIEWS["out"] = "out"
+VIEWS.update(out="out", bwgt="wgt", one="inp")
 
 
 def to_blocks(x: np.ndarray, blk: int) -> np.ndarray:
