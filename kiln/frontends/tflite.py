@@ -149,10 +149,10 @@ def op_name(model, op) -> str:
 
 
 def _converter_tables(model):
-    from tvm.relax.frontend.tflite.tflite_frontend import OperatorConverter
+    from .tflite_ops import KilnOperatorConverter
 
-    conv = OperatorConverter(model, model.Subgraphs(0), None, None)
-    return frozenset(conv.convert_map), OperatorConverter._SUPPORTED_QUANTIZED_OPS
+    conv = KilnOperatorConverter(model, model.Subgraphs(0), None, None)
+    return frozenset(conv.convert_map), KilnOperatorConverter._SUPPORTED_QUANTIZED_OPS
 
 
 def _ops(model):

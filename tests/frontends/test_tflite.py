@@ -144,3 +144,17 @@ def test_sparse_float16_weight_densify_then_dequantize(tmp_path):
     got = kiln.load(r.path).run({"x": x})["y"]
     np.testing.assert_allclose(got, tm.litert_run(blob, [x])[0], rtol=1e-5, atol=1e-6)
     np.testing.assert_allclose(got, x @ dense.T, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("kernel,stride,same", [(3, 2, True), (4, 2, True), (2, 2, False), (3, 1, True)])
+def test_mediapipe_transpose_conv_bias_custom_op(kernel, stride, same, tmp_path):
+    # MediaPipe's selfie segmentation upsamples with this custom op (LiteRT registers it): its padding is
+    # TFLite's SAME/VALID with the output tensor's size (tflite_ops.py)
+    blob = tm.transpose_conv_bias(kernel, stride, same)
+    (tmp_path / "t.tflite").write_bytes(blob)
+    r = kiln.compile(tmp_path / "t.tflite", tmp_path / "t.kiln")
+    x = np.random.default_rng(kernel).standard_normal((1, 5, 5, 4)).astype(np.float32)
+    want = tm.litert_run(blob, [x])[0]
+    got = kiln.load(r.path).run({"x": x})["y"]
+    assert got.shape == want.shape
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)

@@ -227,3 +227,19 @@ def conv_stack(seed: int = 0, size: int = 8, channels=(3, 16, 32, 32), classes: 
         fb.FullyConnectedOptionsT(),
     )
     return G.finish([x], [logits])
+
+
+def transpose_conv_bias(kernel: int, stride: int, same: bool, size: int = 5, seed: int = 0) -> bytes:
+    """NHWC 1xSxSx4 -> MediaPipe's custom Convolution2DTransposeBias (OHWI weights 6xKxKx4, bias; the raw
+    TfLiteTransposeConvParams struct as custom options) -> 1x(S*stride)x(S*stride)x6 (SAME) or VALID's size."""
+    rng = np.random.default_rng(seed)
+    G = Graph()
+    fb = G.fb
+    out = size * stride if same else (size - 1) * stride + kernel
+    x, y = G.tensor("x", (1, size, size, 4)), G.tensor("y", (1, out, out, 6))
+    w = (rng.standard_normal((6, kernel, kernel, 4)) * 0.3).astype(np.float32)
+    b = rng.standard_normal(6).astype(np.float32)
+    ins = [x, G.tensor("w", w.shape, w), G.tensor("b", (6,), b)]
+    G.op(fb.BuiltinOperator.CUSTOM, ins, [y], custom=b"Convolution2DTransposeBias")
+    G.g.operators[-1].customOptions = list(np.array([1 if same else 2, stride, stride], "<i4").tobytes())
+    return G.finish([x], [y])
