@@ -4,8 +4,9 @@ weights, int32 accumulation, then on the tensor ALU
     acc = conv(x, w) [+ residual * rmul[o]]        (the residual loaded as int8 into acc, scaled, then accumulated)
     y   = clip((acc + bias[o]) >> shift[o], lo, 127)
 
-in 4 ALU ops (ADD bias, SHR shift, MAX lo, MIN 127; +1 MUL for a residual): the weights are
-quantized per channel with scales that make the requantization multiplier a power of two
+with the bias added in the GEMM (ONES x bias weights, `bias_weights`; an ALU ADD if too large)
+and 3 ALU ops (SHR shift, MAX lo, MIN 127; +1 MUL for a residual): the weights are quantized
+per channel with scales that make the requantization multiplier a power of two
 (`shift_quantize`), and the rounding constant 2^(shift-1) is folded into `bias`, as VTA's own
 shift-based flow does (vta-spec 4.2). STORE truncates to int8. `reference` is the same integer
 arithmetic in numpy, so an offloaded layer is checked bit for bit.
