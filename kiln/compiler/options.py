@@ -327,7 +327,7 @@ def resolve_tuning_db(path, target: Target) -> str | None:
     from ..schedules.database import FILES, target_key
 
     if target.accel:  # the accelerator's own records (kiln/accel/vta/tune.py), keyed by its configuration
-        from ..accel.vta.tune import resolve_db
+        from ..accel.vta.records import resolve_db
 
         return resolve_db(path, target.vta_config())
     if path is None:
@@ -358,7 +358,7 @@ def _db_digest(path) -> str | None:
         return None
     import hashlib
 
-    from ..accel.vta.tune import FILE as VTA_FILE
+    from ..accel.vta.records import FILE as VTA_FILE
     from ..schedules.database import FILES
 
     h = hashlib.sha256()
