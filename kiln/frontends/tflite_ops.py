@@ -36,6 +36,21 @@ class KilnOperatorConverter(OperatorConverter):
             return relax.op.astype(const, "float32")
         return super().convert_dequantize(op)
 
+    def convert_expand_dims(self, op):
+        """TVM 0.27 calls relax.op.expand_dims(x, axis, 1), Relay's num_newaxis argument, which Relax's
+        expand_dims does not take (TypeError: 3 were given): every EXPAND_DIMS failed (BirdNET's
+        metadata model). TFLite's axis is numpy's: -1 - rank <= axis <= rank."""
+        x, axis_t = self.get_input_tensors(op)
+        if x.qnn_params:
+            (out,) = self.get_output_tensors(op)
+            if not self.has_same_qnn_params(x, out):
+                raise NotImplementedError("EXPAND_DIMS with different input and output quantization")
+        axis = int(np.asarray(self.get_tensor_value(axis_t)).reshape(-1)[0])
+        rank = len(x.tensor.ShapeAsNumpy()) if x.tensor.ShapeLength() else 0
+        if not -1 - rank <= axis <= rank:
+            raise ValueError(f"EXPAND_DIMS axis {axis} out of range for rank {rank}")
+        return relax.op.expand_dims(self.get_tensor_expr(x), axis)
+
     def convert_transpose_conv_bias(self, op):
         """MediaPipe's Convolution2DTransposeBias (selfie segmentation's upsampling head): a float
         transposed conv (input, OHWI weights, bias) whose custom options are the raw C struct

@@ -158,3 +158,16 @@ def test_mediapipe_transpose_conv_bias_custom_op(kernel, stride, same, tmp_path)
     got = kiln.load(r.path).run({"x": x})["y"]
     assert got.shape == want.shape
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("axis", [0, 1, 2, -1, -3])
+def test_expand_dims(axis, tmp_path):
+    # TVM 0.27 passed Relay's num_newaxis to Relax's expand_dims: every EXPAND_DIMS raised TypeError
+    blob = tm.expand_dims(axis)
+    (tmp_path / "e.tflite").write_bytes(blob)
+    r = kiln.compile(tmp_path / "e.tflite", tmp_path / "e.kiln")
+    x = np.arange(6, dtype=np.float32).reshape(2, 3)
+    got = kiln.load(r.path).run({"x": x})["y"]
+    want = tm.litert_run(blob, [x])[0]
+    assert got.shape == want.shape == np.expand_dims(x, axis).shape
+    np.testing.assert_array_equal(got, want)

@@ -243,3 +243,15 @@ def transpose_conv_bias(kernel: int, stride: int, same: bool, size: int = 5, see
     G.op(fb.BuiltinOperator.CUSTOM, ins, [y], custom=b"Convolution2DTransposeBias")
     G.g.operators[-1].customOptions = list(np.array([1 if same else 2, stride, stride], "<i4").tobytes())
     return G.finish([x], [y])
+
+
+def expand_dims(axis: int) -> bytes:
+    """x(2x3) -> EXPAND_DIMS(axis, a constant) -> the same with a new unit dim, as numpy places it."""
+    G = Graph()
+    fb = G.fb
+    x = G.tensor("x", (2, 3))
+    shape = list(np.expand_dims(np.zeros((2, 3)), axis).shape)
+    y = G.tensor("y", shape)
+    a = G.tensor("axis", (), np.array(axis, np.int32), fb.TensorType.INT32)
+    G.op(fb.BuiltinOperator.EXPAND_DIMS, [x, a], [y], fb.BuiltinOptions.ExpandDimsOptions, fb.ExpandDimsOptionsT())
+    return G.finish([x], [y])
