@@ -136,4 +136,6 @@ def test_bias_in_the_gemm_is_exact_and_large_biases_fall_back_to_the_alu():
     )
     prog = codegen.compile_conv(big, CFG)
     assert "bwgt" not in prog.consts  # the ALU adds it
+    assert conv.alu_epilogue(big, CFG) == "ADD (bias), SHR, MAX, MIN"
+    assert conv.alu_epilogue(layer, CFG) == "SHR, MAX, MIN"
     np.testing.assert_array_equal(codegen.run(prog, x, CFG)[0], conv.reference(big, x))

@@ -139,6 +139,7 @@ def test_int8_hand_off_and_residual_adds_on_the_alu(vta_model):
     layers = {lay["layer"]: lay for lay in v["layers"]}
     res = [n for n, lay in layers.items() if lay["residual_on_alu"]]
     assert len(res) == 8  # ResNet-18: 8 basic blocks, every residual add on the accelerator
+    assert all(lay["alu_epilogue"].startswith("MUL (residual)") == (n in res) for n, lay in layers.items())
     assert all(layers[n]["int8_residual_from"] for n in res[1:])  # block 1's identity is the CPU max-pool
     handed = [n for n, lay in layers.items() if lay["int8_input_from"]]
     assert handed == list(layers)[1:]  # all but the first conv of block 1, whose input is the max-pool
@@ -156,3 +157,44 @@ def test_int8_hand_off_and_residual_adds_on_the_alu(vta_model):
     yb = b.run(ya, "sim", r)
     np.testing.assert_array_equal(yb, b.run(ya, "reference", r))
     assert len(np.unique(yb)) > 10 and rsrc is not None
+
+
+def test_linear_bottleneck_residual_whose_block_input_is_a_conv_plus_bias(tmp_path):
+    """MobileNetV2's shape: `block input + conv(...) + bias` without a ReLU, where the block input is
+    itself an offloaded conv + bias. Both are accelerator layers, the add runs on the second one's ALU
+    (its bias add is not taken for the residual add), bit-exact with the reference."""
+    from helpers import make_model
+    from onnx import helper
+
+    rng = np.random.default_rng(5)
+    inits = {
+        "w0": (rng.standard_normal((16, 3, 3, 3)) * 0.3).astype(np.float32),
+        "wb": (rng.standard_normal((16, 16, 1, 1)) * 0.3).astype(np.float32),
+        "bb": (rng.standard_normal(16) * 0.1).astype(np.float32),
+        "wd": (rng.standard_normal((16, 1, 3, 3)) * 0.3).astype(np.float32),
+        "wc": (rng.standard_normal((16, 16, 1, 1)) * 0.3).astype(np.float32),
+        "bc": (rng.standard_normal(16) * 0.1).astype(np.float32),
+    }
+    nodes = [
+        helper.make_node("Conv", ["input", "w0"], ["c0"], pads=[1] * 4, name="conv0"),
+        helper.make_node("Relu", ["c0"], ["r0"]),
+        helper.make_node("Conv", ["r0", "wb", "bb"], ["b"], name="project0"),
+        helper.make_node("Conv", ["b", "wd"], ["d"], pads=[1] * 4, group=16, name="depthwise"),
+        helper.make_node("Relu", ["d"], ["dr"]),
+        helper.make_node("Conv", ["dr", "wc", "bc"], ["c"], name="project1"),
+        helper.make_node("Add", ["b", "c"], ["output"]),
+    ]
+    x = rng.standard_normal((1, 3, 8, 8)).astype(np.float32)
+    model = make_model(nodes, {"input": x}, ["output"], inits)
+    np.savez(tmp_path / "c.npz", input=rng.standard_normal((6, 3, 8, 8)).astype(np.float32))
+    r = kiln.compile(model, tmp_path / "m.kiln", target="vta-sim", quantize="int8", calibration=tmp_path / "c.npz")
+    v = r.report["vta"]
+    assert v["offloaded"] == ["project0", "project1"] and set(v["not_offloaded"]) == {"conv0", "depthwise"}
+    layers = {lay["layer"]: lay for lay in v["layers"]}
+    assert layers["project1"]["residual_on_alu"] and layers["project1"]["int8_residual_from"] == "project0"
+    assert layers["project1"]["alu_epilogue"] == "MUL (residual), SHR, MAX, MIN"
+    out = kiln.load(tmp_path / "m.kiln").run({"input": x})["output"]
+    ref = kiln.load(tmp_path / "m.kiln", accelerator="reference").run({"input": x})["output"]
+    np.testing.assert_array_equal(out, ref)
+    f = ort_run(model, {"input": x})[0]
+    assert float((out * f).sum() / np.linalg.norm(out) / np.linalg.norm(f)) > 0.99

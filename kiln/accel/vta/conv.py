@@ -255,6 +255,13 @@ ONES = np.array([127] * 15 + [1], np.int8)  # the bias GEMM's input vector (a bl
 BIAS_GEMM_MAX = 127 * (15 * 126)  # |bias| the 16 int8 lanes can represent against ONES (with margin)
 
 
+def alu_epilogue(layer: ConvLayer, cfg: VTAConfig) -> str:
+    """The layer's ALU sequence, as codegen emits it (the report says which each layer uses)."""
+    ops = ["MUL (residual)"] if layer.rmul is not None else []
+    ops += [] if bias_weights(layer.bias, cfg.block) is not None else ["ADD (bias)"]
+    return ", ".join([*ops, "SHR", "MAX", "MIN"])
+
+
 def bias_weights(bias: np.ndarray, blk: int) -> np.ndarray | None:
     """int8 weight blocks [ob, blk(out), blk(in)] with W @ ONES == bias exactly (bias = 127 q + r:
     q spread over 15 lanes, r on the last), or None when a bias is too large (the ALU adds it)."""

@@ -55,31 +55,38 @@ def partition(mod, chains: list) -> tvm.IRModule:
 
     accepted = {_weight_key(ch.conv): ch for ch in chains if ch.reason is None}
 
-    def check_for(res: bool):
+    def check_for(res: bool, bias: bool, relu: bool):
         def check(ctx) -> bool:
-            # by weights, not object identity: fusing one pattern rebuilds the calls downstream of it
+            # by weights, not object identity: fusing one pattern rebuilds the calls downstream of it;
+            # the chain's own shape too, or a bias add would pass for a residual add (MobileNetV2)
             ch = accepted.get(_weight_key(ctx.annotated_expr["root"]))
-            return ch is not None and (ch.residual is not None) == res and _op(ctx.matched_expr) == _op(ch.end)
+            return (
+                ch is not None
+                and ((ch.residual is not None), (ch.bias is not None), ch.relu) == (res, bias, relu)
+                and _op(ctx.matched_expr) == _op(ch.end)
+            )
 
         return check
 
     patterns = []
     root = is_op("relax.nn.conv2d")(wildcard(), is_const())
     for name, body in (("bias_res", is_op("relax.add")(root, is_const())), ("res", root)):
-        added = is_op("relax.add")(body, wildcard()) | is_op("relax.add")(wildcard(), body)
-        for suffix, top in (("_relu", is_op("relax.nn.relu")(added)), ("", added)):
-            patterns.append(FusionPattern(f"vta.conv2d_{name}{suffix}", top, {"root": root}, check_for(True)))
-    check = check_for(False)
+        # one pattern per operand order: an alternative ("|") would stop at the first order that matches,
+        # and in `block input + conv(...)` the block input can itself look like the body (an earlier conv + bias)
+        for added in (is_op("relax.add")(body, wildcard()), is_op("relax.add")(wildcard(), body)):
+            for suffix, top in (("_relu", is_op("relax.nn.relu")(added)), ("", added)):
+                check = check_for(True, name == "bias_res", suffix == "_relu")
+                patterns.append(FusionPattern(f"vta.conv2d_{name}{suffix}", top, {"root": root}, check))
     for base, tag in (("relax.nn.conv2d", "conv2d"), ("relax.matmul", "dense")):
         root = is_op(base)(wildcard(), is_const())
         add = is_op("relax.add")(root, is_const())
-        for name, top in (
-            (f"vta.{tag}_bias_relu", is_op("relax.nn.relu")(add)),
-            (f"vta.{tag}_bias", add),
-            (f"vta.{tag}_relu", is_op("relax.nn.relu")(root)),
-            (f"vta.{tag}", root),
+        for name, top, bias, relu in (
+            (f"vta.{tag}_bias_relu", is_op("relax.nn.relu")(add), True, True),
+            (f"vta.{tag}_bias", add, True, False),
+            (f"vta.{tag}_relu", is_op("relax.nn.relu")(root), False, True),
+            (f"vta.{tag}", root, False, False),
         ):
-            patterns.append(FusionPattern(name, top, {"root": root}, check))
+            patterns.append(FusionPattern(name, top, {"root": root}, check_for(False, bias, relu)))
     fused = relax.transform.FuseOpsByPattern(patterns, bind_constants=True, annotate_codegen=False)(mod)
     return relax.transform.MergeCompositeFunctions()(fused)
 

@@ -1,11 +1,12 @@
 """Partition a float model between the simulated accelerator and the CPU (compile side).
 
-Chains conv2d [+ per-channel bias add] [+ ReLU] and dense (matmul by a constant) + bias + ReLU,
-each intermediate used once, become one accelerator layer (a dense layer runs as a 1x1 conv on a
-1x1 image): the CPU quantizes the input to int8 (symmetric, calibrated scale), the
-accelerator runs conv + bias + requantization (+ ReLU) and writes int8, the CPU dequantizes.
-Everything else (the first conv, pooling, residual adds, the classifier) stays on the CPU, and
-the report says why for each conv that is not offloaded. Each layer's program (tiling,
+Chains conv2d [+ per-channel bias add] [+ residual add] [+ ReLU] and dense (matmul by a
+constant) + bias + ReLU, each intermediate used once, become one accelerator layer (a dense layer
+runs as a 1x1 conv on a 1x1 image): the CPU quantizes the input to int8 (symmetric, calibrated scale), the
+accelerator runs conv + bias [+ residual add] + requantization (+ ReLU) and writes int8; a
+neighbouring accelerator layer takes that int8 as it is, the CPU dequantizes only for its own
+consumers. Everything else (the first conv, depthwise convs, pooling, the classifier) stays on
+the CPU, and the report says why for each conv that is not offloaded. Each layer's program (tiling,
 instruction stream, micro-ops, packed weights) is generated here, at compile time, and stored in
 the artifact; the model calls it through a packed function the runtime registers."""
 
@@ -206,6 +207,7 @@ def make_layers(
             "schedule": prog.schedule.to_json(),
             "tuned": record is not None,
             "default_cycles": default_cycles,
+            "alu_epilogue": conv.alu_epilogue(layer, cfg),
             "macs": int(np.prod(layer.out_shape)) * int(np.prod(w.shape[1:])),
             "name": ch.name,
         }
@@ -340,6 +342,7 @@ def simulate_report(cfg: VTAConfig, layers, chains) -> dict:
                 "tuned": info["tuned"],
                 "default_cycles": info["default_cycles"],
                 "residual_on_alu": ch.residual is not None,
+                "alu_epilogue": info["alu_epilogue"],
                 "int8_input_from": info["int8_input_from"],
                 "int8_residual_from": info["int8_residual_from"],
                 "insns": st.insns,
