@@ -18,6 +18,7 @@ from .pipeline import pipeline_for
 
 COUNTERS = (
     "batchnorm_folded",
+    "batchnorm_to_affine",
     "constants_folded",
     "noops_removed",
     "layout_transforms",

@@ -21,6 +21,7 @@ def format_report(r: dict) -> str:
             f"{r['kernels']} ({len(r['fused_groups'])} distinct fused groups, {r['epilogues_fused']} epilogues fused)",
         ),
         ("batchnorm folded", f"{r['batchnorm_folded']} / {r['batchnorm_total']}"),
+        ("batchnorm as x*s+t", r.get("batchnorm_to_affine", 0)),
         ("constants folded", r["constants_folded"]),
         ("no-ops removed", r["noops_removed"]),
         ("clips canonicalized", r.get("clips_canonicalized", 0)),

@@ -222,3 +222,36 @@ def test_the_row_can_be_disabled(disabled):
     assert "RemoveZeroChannels" in [s.name for s in pipeline_for("llvm", 2)]
     assert "RemoveZeroChannels" not in [s.name for s in pipeline_for("llvm", 2, disabled)]
     assert "RemoveZeroChannels" in [s.name for s in pipeline_for("cuda", 2)]
+
+
+def test_a_zero_scale_batchnorm_after_an_activation_and_zero_input_weights_remove_their_channels(tmp_path):
+    """A BatchNorm with no conv to fold into becomes x * s + t: a zero scale makes its channel the
+    constant t, and what fed that channel only (the conv's output channel, through the ReLU) is dead
+    and goes too. A consumer whose weights for an input channel are all zero (pruned along the input
+    axis) leaves the producer's channel dead the same way."""
+    r = np.random.default_rng(3)
+    g = np.abs(r.standard_normal(8)).astype("float32") + 0.5
+    g[[1, 6]] = 0
+    w3 = r.standard_normal((5, 8, 1, 1)).astype("float32")
+    w3[:, 3] = 0  # channel 3 of n1 read by nobody
+    nodes = [
+        helper.make_node("Conv", ["x", "w1", "b1"], ["c1"], pads=[1] * 4),
+        helper.make_node("Relu", ["c1"], ["r1"]),
+        helper.make_node("BatchNormalization", ["r1", "g", "be", "mu", "var"], ["n1"]),
+        helper.make_node("Conv", ["n1", "w2", "b2"], ["c2"], pads=[1] * 4),
+        helper.make_node("Conv", ["n1", "w3"], ["c3"]),
+        helper.make_node("Concat", ["c2", "c3"], ["y"], axis=1),
+    ]
+    inits = {
+        "w1": rnd(8, 3, 3, 3, seed=1), "b1": rnd(8, seed=2), "g": g, "be": rnd(8, seed=3), "mu": rnd(8, seed=4),
+        "var": np.abs(rnd(8, seed=5)) + 0.5, "w2": rnd(4, 8, 3, 3, seed=6), "b2": rnd(4, seed=7), "w3": w3,
+    }  # fmt: skip
+    w2 = inits["w2"]
+    w2[:, 3] = 0  # both consumers ignore channel 3
+    m = make_model(nodes, {"x": rnd(1, 3, 8, 8)}, ["y"], inits)
+    res = kiln.compile(m, tmp_path / "m.kiln", layout="NCHW")
+    assert res.report["batchnorm_to_affine"] == 1
+    assert res.report["zero_channels_removed"] == 3  # conv 0's channels 1, 6 (zero BN scale) and 3 (unread)
+    x = rnd(1, 3, 8, 8, seed=9)
+    got = kiln.load(tmp_path / "m.kiln").run({"x": x})["y"]
+    np.testing.assert_allclose(got, ort_run(m, {"x": x})[0], rtol=1e-4, atol=1e-4)

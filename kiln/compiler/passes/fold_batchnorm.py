@@ -1,7 +1,10 @@
 """FoldBatchNorm: fold an inference BatchNorm into the conv2d / conv2d_transpose / matmul that
 feeds it (also when a constant bias add sits between them). The producer's weights are scaled
 per output channel and one bias add remains:  BN(P(x, W) + b) = P(x, W * s) + ((b - mean) * s + beta)
-with s = gamma / sqrt(var + eps). New weights are computed here, in float64, at compile time."""
+with s = gamma / sqrt(var + eps). New weights are computed here, in float64, at compile time.
+A BatchNorm with no producer to fold into (after an activation, on an input) becomes x * s + t, the
+same constants: later passes see a per-channel affine, and a zero scale makes its channel the
+constant t, which RemoveZeroChannels takes out."""
 
 from __future__ import annotations
 
@@ -39,7 +42,7 @@ def _scaled_weight(op_name: str, attrs, w: np.ndarray, s: np.ndarray, out_rank: 
 @tvm.transform.module_pass(opt_level=1, name="FoldBatchNorm")
 class FoldBatchNorm:
     def __init__(self):
-        self.stats = {"batchnorm_folded": 0}
+        self.stats = {"batchnorm_folded": 0, "batchnorm_to_affine": 0}
         self.x, self.w, self.b = wildcard(), is_const(), is_const()
         self.gamma, self.beta, self.mean, self.var = is_const(), is_const(), is_const(), is_const()
         self.producers = [is_op(op)(self.x, self.w) for op in PRODUCERS]
@@ -47,6 +50,33 @@ class FoldBatchNorm:
         self.biased = is_op("relax.add")(prod, self.b)
         self.bn = is_op("relax.nn.batch_norm")(prod | self.biased, self.gamma, self.beta, self.mean, self.var)
         self.pattern = TupleGetItemPattern(self.bn, 0)
+        self.lone = is_op("relax.nn.batch_norm")(wildcard(), self.gamma, self.beta, self.mean, self.var)
+        self.lone_pattern = TupleGetItemPattern(self.lone, 0)
+
+    def _affine(self, bn, m) -> tuple[np.ndarray, np.ndarray]:
+        """BN's scale s and shift t (float64, per channel): BN(x) = x * s + t."""
+        gamma = _np(m[self.gamma]).astype(np.float64) if bn.attrs.scale else 1.0
+        beta = _np(m[self.beta]).astype(np.float64) if bn.attrs.center else 0.0
+        mean, var = _np(m[self.mean]).astype(np.float64), _np(m[self.var]).astype(np.float64)
+        s = gamma / np.sqrt(var + float(bn.attrs.epsilon))
+        return s, beta - mean * s
+
+    def _rewrite_lone(self, expr, m):
+        bn = m[self.lone]
+        x = bn.args[0]
+        shape = getattr(x.ty, "shape", None)
+        if bn.attrs.training or shape is None or not hasattr(shape, "values"):
+            return expr
+        rank, dtype = len(shape.values), str(x.ty.dtype)
+        axis = int(bn.attrs.axis) % rank
+        s, t = self._affine(bn, m)
+        c = s.shape[0]
+        if not isinstance(t, np.ndarray) or t.shape != (c,) or not dtype.startswith(("float", "bfloat")):
+            return expr
+        shape = [c] + [1] * (rank - 1 - axis)
+        self.stats["batchnorm_to_affine"] += 1
+        scaled = relax.op.multiply(x, relax.const(s.astype(dtype).reshape(shape)))
+        return relax.op.add(scaled, relax.const(t.astype(dtype).reshape(shape)))
 
     def _rewrite(self, expr, m):
         bn = m[self.bn]
@@ -59,10 +89,7 @@ class FoldBatchNorm:
         channel_axis = 1 if prod.op.name != "relax.matmul" else rank - 1
         if axis != channel_axis:
             return expr
-        gamma = _np(m[self.gamma]).astype(np.float64) if bn.attrs.scale else 1.0
-        beta = _np(m[self.beta]).astype(np.float64) if bn.attrs.center else 0.0
-        mean, var = _np(m[self.mean]).astype(np.float64), _np(m[self.var]).astype(np.float64)
-        s = gamma / np.sqrt(var + float(bn.attrs.epsilon))
+        s, t = self._affine(bn, m)
         w = _np(m[self.w])
         new_w = _scaled_weight(prod.op.name, prod.attrs, w.astype(np.float64), s, rank)
         if new_w is None:
@@ -71,7 +98,7 @@ class FoldBatchNorm:
         b = _np(m[self.b]).astype(np.float64).reshape(-1) if self.biased in m else np.zeros(c)
         if b.size != c:
             return expr
-        shift = (b - mean) * s + beta
+        shift = b * s + t
         bias_shape = [c] if prod.op.name == "relax.matmul" else [1, c] + [1] * (rank - 2)
         new_prod = relax.Call(prod.op, [prod.args[0], relax.const(new_w.astype(w.dtype))], prod.attrs)
         self.stats["batchnorm_folded"] += 1
@@ -79,4 +106,5 @@ class FoldBatchNorm:
 
     def transform_module(self, mod: tvm.IRModule, ctx) -> tvm.IRModule:
         mod = rewrite_functions(mod, lambda f: rewrite_call(self.pattern, self._rewrite, f))
+        mod = rewrite_functions(mod, lambda f: rewrite_call(self.lone_pattern, self._rewrite_lone, f))
         return relax.transform.DeadCodeElimination(["main"])(mod)

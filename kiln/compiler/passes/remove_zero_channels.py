@@ -111,6 +111,7 @@ class _Analysis:
                 self._block_refs(e)
                 self._opaque(v)
         self._block_refs(func.body.body)
+        self._dead(uses)
         self.merge_into = {}  # conv/matmul var -> the bias add its input-channel constants fold into
         for v, e in self.binding.items():
             if op_name(e) == "relax.add":
@@ -121,6 +122,45 @@ class _Analysis:
 
     def value(self, x) -> np.ndarray:
         return self.val[x]
+
+    def _dead(self, uses: dict) -> None:
+        """Channels nothing reads may go too: a conv/matmul input channel whose weights are all zero
+        (pruned along the input axis), a channel multiplied by zero (a BatchNorm with zero scale), and,
+        backwards through elementwise ops, what feeds only such channels. Each must be ignored by
+        every one of its tensor's uses; a model output or an op not listed here keeps it."""
+        users: dict = {}
+        for v, e in self.binding.items():
+            for a in getattr(e, "args", ()):
+                if isinstance(a, relax.Var):
+                    users.setdefault(a, []).append((v, e))
+        dead: dict = {}
+        for x in reversed(list(self.binding)):
+            us = users.get(x, [])
+            if x not in self.ties.ok or not us or len(us) != uses.get(x, 0):
+                continue
+            d = np.ones(self.ties.channels(x), bool)
+            for u, e in us:
+                d &= self._ignored(x, u, e, dead)
+            if d.any():
+                dead[x] = d
+                self.ties.ok[x] |= d
+
+    def _ignored(self, x, u, e, dead: dict) -> np.ndarray:
+        """The channels of x that use u = e(..., x, ...) does not read."""
+        c, name, none = self.ties.channels(x), op_name(e), np.zeros(self.ties.channels(x), bool)
+        if u not in self.ties.ok or not e.args[0].same_as(x) and name not in BINARY:
+            return none
+        w = e.args[1].value.numpy() if len(e.args) > 1 and isinstance(e.args[1], GenericConst) else None
+        if name == "relax.nn.conv2d" and u in self.layers and w is not None and int(e.attrs.groups) == 1:
+            return (w == 0).all(axis=(0, 2, 3)) if w.shape[1] == c else none
+        if name == "relax.matmul" and u in self.layers and w is not None and w.ndim == 2:
+            return (w == 0).all(axis=1) if w.shape[0] == c else none
+        tied = name in UNARY or name in SPATIAL or name == "relax.mean" or name in BINARY
+        if not tied or _chan(u) is None or _chan(u)[1] != c or static_shape(x) is None:
+            return none
+        if _aligned(static_shape(x), _chan(u)[0])[1] != c:
+            return none
+        return np.isfinite(self.value(u)) | dead.get(u, none)
 
     def _opaque(self, v) -> None:
         if _chan(v) is not None:
@@ -371,7 +411,7 @@ class _Shrink(relax.PyExprMutator):
         gone = np.setdiff1d(np.arange(xs[1]), kin)
         if depthwise or not len(gone):
             return out
-        k = self.an.value(x)[gone]
+        k = np.nan_to_num(self.an.value(x)[gone], nan=0.0)  # a dead channel (NaN) meets zero weights
         bias = _border_bias(w[kout][:, gone], k, xs, a, vs) if np.any(k) else None
         return self._with_bias(v, out, bias)
 
@@ -385,7 +425,7 @@ class _Shrink(relax.PyExprMutator):
         self._record(v, "matmul", [w.shape[0], len(kin)], [w.shape[1], len(kout)], 2 * n * w.size, 2 * n * w2.size)
         out = relax.op.matmul(new.args[0], relax.const(w2), out_dtype=_out_dtype(call.attrs))
         gone = np.setdiff1d(np.arange(w.shape[0]), kin)
-        k = self.an.value(x)[gone]
+        k = np.nan_to_num(self.an.value(x)[gone], nan=0.0)
         return self._with_bias(v, out, k @ w[gone][:, kout].astype(np.float64) if np.any(k) else None)
 
     def _binary(self, v, call, new):
