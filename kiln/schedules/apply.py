@@ -15,6 +15,7 @@ import tvm
 from tvm import s_tir, tirx
 
 from ..errors import KilnWarning
+from .dynamic import dynamic
 from .kinds import strip
 from .registry import FALLBACK, RULES, classify, target_family
 
@@ -45,6 +46,17 @@ def first_rule_that_applies(func, family: str, lanes: int):
     return kind, None
 
 
+def _dynamic(func, lanes: int):
+    """The run-time-sized kernel's schedule, or None when the rule does not fit it (block-less TOPI
+    kernels such as NMS and sort, or loops it does not understand): it then keeps TVM's lowering."""
+    sch = s_tir.Schedule(func)
+    try:
+        dynamic(sch, lanes)
+    except s_tir.ScheduleError:
+        return None
+    return sch
+
+
 def _static(func) -> bool:
     """Every buffer of the kernel has a static shape."""
     return all(isinstance(d, (int, tirx.IntImm)) for p in func.params if hasattr(p.ty, "shape") for d in p.ty.shape)
@@ -63,11 +75,11 @@ class ApplyDefaultSchedules:
         for gv, func in mod.functions.items():
             if not isinstance(func, tirx.PrimFunc) or is_scheduled(func):
                 continue
-            if not _static(func):  # sized at run time (detection post-processing): the rules read static extents
-                self.stats["kernels_unscheduled"] += 1
-                continue
             try:
-                kind, sch = first_rule_that_applies(func, family, self.lanes)
+                if _static(func):
+                    kind, sch = first_rule_that_applies(func, family, self.lanes)
+                else:  # sized at run time (detection heads): the rules read static extents, this one does not
+                    kind, sch = "dynamic", _dynamic(func, self.lanes)
             except Exception as e:  # a bug in a rule: this kernel stays unscheduled, named, not the whole model
                 if os.environ.get(STRICT_ENV) == "1":
                     raise

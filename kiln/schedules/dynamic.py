@@ -1,0 +1,90 @@
+"""Default schedule for kernels sized at run time (detection heads: the RoI count, the boxes NMS
+keeps). The static rules read loop extents; these kernels have symbolic ones, and left to TVM's
+default lowering they run single-threaded and scalar: FasterRCNN's box-head matmul took 13.4 s of
+a 14.2 s run (benchmarks/history.md). The rule uses only the extents that are constants: it
+parallelizes over the outer spatial loops (whatever their size), vectorizes a constant innermost
+spatial axis, and register-tiles a reduction over a constant output axis (lanes wide, over a few
+rows of the run-time axis, whose tail a predicate guards). ScheduleError when it does not apply."""
+
+from __future__ import annotations
+
+from tvm import s_tir, tirx
+
+from .rules import COMM_REDUCE, DATA_PAR, _vector_width, blocks, inline_all_but, iter_types
+
+ROWS = 8  # rows of the run-time axis per register tile: ROWS x lanes accumulators (8 zmm or ymm)
+
+
+def _const(sch, loop) -> int | None:
+    e = sch.get(loop).extent
+    return int(e) if isinstance(e, (int, tirx.IntImm)) else None
+
+
+def _spatial(sch, block, lanes: int) -> None:
+    """Fuse the loops outside a constant, vectorizable innermost axis and parallelize them."""
+    loops = sch.get_loops(block)
+    if not loops:
+        return
+    inner = loops[-1]
+    n = _const(sch, inner)
+    vec = _vector_width(n, lanes) if n else 1
+    outer = list(loops[:-1])
+    if vec > 1:
+        o, i = sch.split(inner, [None, vec])
+        sch.vectorize(i)
+        outer.append(o)
+    else:
+        outer.append(inner)
+    sch.parallel(sch.fuse(*outer) if len(outer) > 1 else outer[0])
+
+
+def _reduction(sch, block, lanes: int) -> None:
+    """loops [spatial..., reduce...]: the last spatial axis, if constant, becomes lanes-wide vectors
+    innermost, under the reductions; a run-time spatial axis is tiled by ROWS inside them."""
+    loops = sch.get_loops(block)
+    types = iter_types(sch, block)
+    if len(loops) != len(types) or set(types) - {DATA_PAR, COMM_REDUCE}:
+        raise s_tir.ScheduleError("dynamic reduction: loops do not map to the block's iterators")
+    n_sp = types.index(COMM_REDUCE) if COMM_REDUCE in types else len(types)
+    if types[n_sp:] != [COMM_REDUCE] * (len(types) - n_sp) or n_sp == 0:
+        raise s_tir.ScheduleError("dynamic reduction: spatial loops must come first")
+    spatial, reduce = list(loops[:n_sp]), list(loops[n_sp:])
+    last = _const(sch, spatial[-1])
+    vec = _vector_width(last, lanes) if last else 1
+    if vec < 4 or vec & (vec - 1):  # not whole registers (RoIAlign's 7 bins): parallel only
+        sch.parallel(sch.fuse(*spatial) if len(spatial) > 1 else spatial[0])
+        return
+    jo, ji = sch.split(spatial[-1], [None, vec])
+    rows = [i for i, lp in enumerate(spatial[:-1]) if _const(sch, lp) is None]
+    tile = []
+    if rows:  # the run-time axis closest to the vectors: ROWS rows share each weight vector
+        r = rows[-1]
+        ro, ri = sch.split(spatial[r], [None, ROWS])
+        spatial[r] = ro
+        tile = [ri]
+    outer = [jo, *spatial[:-1]]  # the output-axis tile outermost: its weight slab stays in cache over the rows
+    sch.reorder(*outer, *reduce, *tile, ji)
+    fused = sch.fuse(*outer)
+    sch.parallel(fused)
+    sch.vectorize(ji)  # before the init is split off: the update alone is not a complete block
+    if tile:
+        sch.unroll(tile[0])
+    acc = sch.cache_write(block, 0, "local")  # the tile's sums in registers, written back once
+    sch.reverse_compute_at(acc, fused, preserve_unit_loops=True)
+    inner = sch.get_loops(acc)[-1]
+    if _const(sch, inner) == vec:
+        sch.vectorize(inner)
+    sch.decompose_reduction(block, reduce[0])
+
+
+def dynamic(sch: s_tir.Schedule, lanes: int) -> None:
+    """Schedule every block of a run-time-sized kernel (after inlining its injective blocks)."""
+    reductions = [b for b in blocks(sch) if COMM_REDUCE in iter_types(sch, b)]
+    inline_all_but(sch, reductions)
+    for b in blocks(sch):
+        if not sch.get_loops(b):
+            continue
+        if COMM_REDUCE in iter_types(sch, b):
+            _reduction(sch, b, lanes)
+        else:
+            _spatial(sch, b, lanes)
