@@ -5,17 +5,111 @@ it; custom ops Kiln converts are keyed `CUSTOM:<code>`, the names Kiln's unsuppo
 from __future__ import annotations
 
 import numpy as np
+import tvm
 from tvm import relax
-from tvm.relax.frontend.tflite.tflite_frontend import OperatorConverter
+from tvm.ir.expr import Constant
+from tvm.relax.frontend.tflite.tflite_frontend import OperatorConverter, get_tensor_name
 
 TRANSPOSE_CONV_BIAS = "CUSTOM:Convolution2DTransposeBias"
 _SAME, _VALID = 1, 2  # TfLitePadding in the C API (0 is unknown)
 
 
+INT_TYPES = {2: "int32", 4: "int64"}  # TensorType.INT32, INT64: what shape arithmetic computes in
+
+
 class KilnOperatorConverter(OperatorConverter):
+    # SHAPE reads only its input's shape; TVM's PAD pads a quantized input with its zero point (a
+    # full-integer ResNet-50 from TFLiteConverter has both): neither is converted "in float only"
+    _SUPPORTED_QUANTIZED_OPS = OperatorConverter._SUPPORTED_QUANTIZED_OPS | {"SHAPE", "PAD"}
+
     def __init__(self, model, subgraph, exp_tab, ctx):
         super().__init__(model, subgraph, exp_tab, ctx)
         self.convert_map[TRANSPOSE_CONV_BIAS] = self.convert_transpose_conv_bias
+        self.folded: dict[int, np.ndarray] = {}  # tensor index -> value of an integer tensor known at import
+
+    # -- shape arithmetic folded at import ----------------------------------------------------------------
+    # TFLiteConverter writes a Keras model's reshapes with a dynamic batch as SHAPE -> STRIDED_SLICE -> PACK
+    # -> RESHAPE (EfficientNet's squeeze-excite blocks), and BirdNET slices by computed bounds. Kiln pins
+    # every input shape, so these integer tensors are constants; TVM 0.27 kept them as calls and failed
+    # (ShapeExpr given a Call; a bytes-like object is required). Each integer result with no free
+    # variable is evaluated once (LegalizeOps + FoldConstant, TVM's own op semantics) and handed to
+    # the converters that read values (get_tensor_value) as the constant it is.
+
+    def convert_op_to_relax(self):
+        for i in range(self.subgraph.OperatorsLength()):
+            op = self.subgraph.Operators(i)
+            ret = self.convert_map[self.get_op_code_str(op)](op=op)
+            if ret is None:
+                continue
+            ret = self.bb.normalize(ret)
+            outs = self.get_output_tensors(op)
+            if len(outs) == 1:
+                value = self._fold(ret, outs[0])
+                if value is not None:
+                    self.folded[outs[0].tensor_idx] = value
+                    self.set_prefetched_node(outs[0].tensor_idx, value)
+                    continue
+                self.exp_tab.set_expr(get_tensor_name(self.subgraph, outs[0].tensor_idx), ret)
+            else:
+                for k, t in enumerate(outs):
+                    self.exp_tab.set_expr(get_tensor_name(self.subgraph, t.tensor_idx), ret[k])
+
+    def _fold(self, expr, out):
+        if out.tensor.Type() not in INT_TYPES:
+            return None
+        if isinstance(expr, Constant):
+            return expr.value.numpy()
+        bindings = self._bindings(expr)  # the block's bindings it reads (the builder normalizes to ANF)
+        if bindings is None:
+            return None
+        res = relax.Var("folded", expr.ty)
+        block = relax.DataflowBlock([relax.VarBinding(v, b) for v, b in bindings] + [relax.VarBinding(res, expr)])
+        mod = tvm.IRModule({"main": relax.Function([], relax.SeqExpr([block], res), expr.ty)})
+        body = relax.transform.FoldConstant()(relax.transform.LegalizeOps()(mod))["main"].body
+        value = body.body  # FoldConstant substitutes the folded result; else it stays bound in the block
+        if not isinstance(value, Constant):
+            value = next((b.value for blk in body.blocks for b in blk.bindings if b.var.same_as(value)), None)
+        return value.value.numpy() if isinstance(value, Constant) else None
+
+    def _bindings(self, expr, limit: int = 64):
+        """The bindings expr's free variables come from, dependencies first; None when one is a graph
+        input (no binding) or the chain is longer than shape arithmetic ever is."""
+        order, seen = [], set()
+
+        def visit(v) -> bool:
+            if v in seen:
+                return True
+            b = self.bb.lookup_binding(v)
+            if b is None or len(order) >= limit or not all(visit(u) for u in relax.analysis.free_vars(b)):
+                return False
+            seen.add(v)
+            order.append((v, b))
+            return True
+
+        return order if all(visit(v) for v in relax.analysis.free_vars(expr)) else None
+
+    def has_expr(self, input_tensor_idx):
+        return input_tensor_idx not in self.folded and super().has_expr(input_tensor_idx)
+
+    def get_expr(self, input_tensor_idx):
+        if input_tensor_idx in self.folded:
+            return relax.const(self.folded[input_tensor_idx])
+        return super().get_expr(input_tensor_idx)
+
+    def get_tensor_value(self, tensor_wrapper, is_sparse=False):
+        if tensor_wrapper.tensor_idx in self.folded:
+            return self.folded[tensor_wrapper.tensor_idx]
+        return super().get_tensor_value(tensor_wrapper, is_sparse)
+
+    def convert_shape(self, op):
+        """The shape of a tensor whose shape is static, as a constant (TVM: shape_of, at run time)."""
+        (x,) = self.get_input_tensors(op)
+        shape = self.bb.normalize(self.get_tensor_expr(x)).ty.shape
+        dims = [getattr(d, "value", None) for d in shape] if shape is not None else [None]
+        if any(d is None for d in dims):
+            return super().convert_shape(op)
+        (out,) = self.get_output_tensors(op)
+        return relax.const(np.array(dims, INT_TYPES.get(out.tensor.Type(), "int32")))
 
     def get_op_code_str(self, op):
         code = self.model.OperatorCodes(op.OpcodeIndex())

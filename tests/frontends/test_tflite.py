@@ -171,3 +171,18 @@ def test_expand_dims(axis, tmp_path):
     want = tm.litert_run(blob, [x])[0]
     assert got.shape == want.shape == np.expand_dims(x, axis).shape
     np.testing.assert_array_equal(got, want)
+
+
+@pytest.mark.parametrize("batch", [1, 3])
+def test_shape_arithmetic_of_a_pinned_batch_folds(batch, tmp_path):
+    # TFLiteConverter writes a Keras reshape under a dynamic batch as SHAPE -> STRIDED_SLICE -> PACK ->
+    # RESHAPE (EfficientNet, MobileNetV3); TVM 0.27 failed on the computed shape. Kiln pins the batch and
+    # folds the integer chain to a constant: from the pinned shape, not the flatbuffer's batch of 1
+    blob = tm.dynamic_batch_reshape()
+    (tmp_path / "r.tflite").write_bytes(blob)
+    r = kiln.compile(tmp_path / "r.tflite", tmp_path / "r.kiln", input_shapes=[f"x:{batch}x8"])
+    x = np.arange(batch * 8, dtype=np.float32).reshape(batch, 8)
+    got = kiln.load(r.path).run({"x": x})["y"]
+    np.testing.assert_array_equal(got, x.reshape(batch, 1, 1, 8))
+    if batch == 1:
+        np.testing.assert_array_equal(got, tm.litert_run(blob, [x])[0])

@@ -255,3 +255,31 @@ def expand_dims(axis: int) -> bytes:
     a = G.tensor("axis", (), np.array(axis, np.int32), fb.TensorType.INT32)
     G.op(fb.BuiltinOperator.EXPAND_DIMS, [x, a], [y], fb.BuiltinOptions.ExpandDimsOptions, fb.ExpandDimsOptionsT())
     return G.finish([x], [y])
+
+
+def dynamic_batch_reshape(channels: int = 8) -> bytes:
+    """x(?x C) -> RESHAPE to [batch, 1, 1, C], the batch read at run time: SHAPE -> STRIDED_SLICE
+    (shrink) -> PACK with constants, as TFLiteConverter writes a Keras reshape under a dynamic batch."""
+    G = Graph()
+    fb = G.fb
+    i32 = fb.TensorType.INT32
+    x = G.tensor("x", (1, channels), signature=(-1, channels))
+    shape, batch, packed = (
+        G.tensor("shape", (2,), dtype=i32),
+        G.tensor("batch", (), dtype=i32),
+        G.tensor("s", (4,), dtype=i32),
+    )
+    so = fb.ShapeOptionsT()
+    so.outType = i32
+    G.op(fb.BuiltinOperator.SHAPE, [x], [shape], fb.BuiltinOptions.ShapeOptions, so)
+    ss = fb.StridedSliceOptionsT()
+    ss.shrinkAxisMask = 1
+    consts = [G.tensor(n, (1,), np.array([v], np.int32), i32) for n, v in (("b0", 0), ("e0", 1), ("s0", 1))]
+    G.op(fb.BuiltinOperator.STRIDED_SLICE, [shape, *consts], [batch], fb.BuiltinOptions.StridedSliceOptions, ss)
+    po = fb.PackOptionsT()
+    po.valuesCount, po.axis = 4, 0
+    dims = [G.tensor(f"d{k}", (), np.array(v, np.int32), i32) for k, v in enumerate((1, 1, channels))]
+    G.op(fb.BuiltinOperator.PACK, [batch, *dims], [packed], fb.BuiltinOptions.PackOptions, po)
+    y = G.tensor("y", (1, 1, 1, channels), signature=(-1, 1, 1, channels))
+    G.op(fb.BuiltinOperator.RESHAPE, [x, packed], [y], fb.BuiltinOptions.ReshapeOptions, fb.ReshapeOptionsT())
+    return G.finish([x], [y])
