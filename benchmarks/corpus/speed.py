@@ -1,0 +1,106 @@
+"""Times the corpus artifacts run.py compiled, on a quiet machine: Kiln / onnxruntime p50 and each
+engine's p99/p50, from `kiln bench --onnx --inputs` (alternating blocks, warm-up first, one process
+per model), and the geometric mean over the models that pass.
+
+run.py compiles, checks and times each model, but its timings are only as good as the machine was
+quiet during a long run (benchmarks/tail.md: a worker of TVM's pool that loses its core stalls every
+parallel-for, so a shared machine inflates Kiln's latency far more than onnxruntime's). This script
+re-times the artifacts already built, in one short pass, so the ratio table can be taken when nothing
+else runs; it refuses to start when the 1-minute load average is above --max-load.
+
+    .venv/bin/python benchmarks/corpus/speed.py [--seconds 10] [--only a,b] [--out benchmarks/corpus_speed]
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import math
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+KEYS = ("p50_ms", "ort_p50_ms", "ratio_p50", "p99_over_p50", "ort_p99_over_p50", "max_ms", "runs_preempted", "runs")
+
+
+def bench(art: Path, onnx_path: Path, inputs: Path, seconds: float, out: Path) -> dict:
+    cmd = [str(ROOT / ".venv/bin/kiln"), "bench", str(art), "--onnx", str(onnx_path), "--inputs", str(inputs)]
+    cmd += ["--seconds", str(seconds), "--json", str(out)]
+    p = subprocess.run(cmd, capture_output=True, text=True, timeout=600, cwd=ROOT)
+    if p.returncode != 0:
+        return {"error": (p.stderr.strip().splitlines() or ["?"])[-1][:200]}
+    d = json.loads(out.read_text())
+    return {k: d.get(k) for k in KEYS}
+
+
+def write(out: Path, rows: dict, meta: dict) -> None:
+    ok = {m: r for m, r in rows.items() if r.get("ratio_p50")}
+    geo = math.exp(sum(math.log(r["ratio_p50"]) for r in ok.values()) / len(ok)) if ok else float("nan")
+    over = sorted(m for m, r in ok.items() if r["ratio_p50"] > 1.2)
+    tails = sorted(m for m, r in ok.items() if (r["p99_over_p50"] or 0) > 1.5)
+    lines = [
+        f"# Corpus speed: Kiln / onnxruntime on {meta['cpu']}",
+        "",
+        f"Command: `{meta['command']}`; {meta['started']}; Kiln at {meta['kiln']}; load average at the start "
+        f"{meta['load']}. Artifacts: the ones benchmarks/corpus/run.py compiled (default options). 2 threads each.",
+        "",
+        f"**Geometric mean Kiln/onnxruntime p50 over {len(ok)} models: {geo:.2f}x**; above 1.2x: {len(over)} "
+        f"({', '.join(over) or 'none'}); Kiln p99 over 1.5x p50: {len(tails)} ({', '.join(tails) or 'none'}).",
+        "",
+        "| model | kiln p50 ms | ort p50 ms | ratio | kiln p99/p50 | ort p99/p50 | kiln max ms | runs |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for m, r in rows.items():
+        if "error" in r:
+            lines.append(f"| {m} | error: {r['error']} |  |  |  |  |  |  |")
+            continue
+        lines.append(
+            f"| {m} | {r['p50_ms']:.3f} | {r['ort_p50_ms']:.3f} | {r['ratio_p50']:.2f} | {r['p99_over_p50']:.2f} | "
+            f"{r['ort_p99_over_p50']:.2f} | {r['max_ms']:.2f} | {r['runs']} |"
+        )
+    out.with_suffix(".md").write_text("\n".join(lines) + "\n")
+    out.with_suffix(".json").write_text(json.dumps({"meta": meta, "rows": rows}, indent=1))
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--corpus", default=str(ROOT / "build" / "corpus"))
+    ap.add_argument("--seconds", type=float, default=10.0)
+    ap.add_argument("--only", default="")
+    ap.add_argument("--out", default=str(ROOT / "benchmarks" / "corpus_speed"))
+    ap.add_argument("--max-load", type=float, default=1.0, help="refuse to start above this 1-minute load average")
+    a = ap.parse_args(argv)
+    load = os.getloadavg()[0]
+    if load > a.max_load:
+        print(f"load average {load:.2f} > --max-load {a.max_load}: timings would be the machine's", file=sys.stderr)
+        return 2
+    corpus = Path(a.corpus)
+    status = {r["model"]: r["status"] for r in json.loads((ROOT / "benchmarks" / "corpus.json").read_text())["records"]}
+    only = set(filter(None, a.only.split(",")))
+    rev = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=ROOT).stdout
+    cpu = next((ln.split(":", 1)[1].strip() for ln in open("/proc/cpuinfo") if ln.startswith("model name")), "?")
+    meta = {
+        "cpu": f"{cpu} ({os.cpu_count()} logical CPUs)",
+        "command": "python benchmarks/corpus/speed.py" + "".join(f" {x}" for x in (argv or sys.argv[1:])),
+        "started": f"{datetime.datetime.now(datetime.UTC):%Y-%m-%d %H:%M UTC}",
+        "kiln": rev.strip(),
+        "load": f"{load:.2f}",
+    }
+    rows: dict = {}
+    tmp = Path(a.out).with_suffix(".tmp.json")
+    for name, st in status.items():
+        art = corpus / "kiln" / f"{name}.kiln"
+        if (only and name not in only) or st != "pass" or not art.exists():
+            continue
+        rows[name] = bench(art, corpus / f"{name}.onnx", corpus / f"{name}.inputs.npz", a.seconds, tmp)
+        print(json.dumps({"model": name, **rows[name]}), file=sys.stderr, flush=True)
+        write(Path(a.out), rows, meta)
+    tmp.unlink(missing_ok=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
