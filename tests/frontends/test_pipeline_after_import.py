@@ -3,6 +3,8 @@
 the compile report) within a stated int8 tolerance of the float framework (eager PyTorch, the LiteRT
 interpreter), and the arm64 cross-compile (`--target rpi5`: an aarch64 shared library, int8 on sdot)."""
 
+import shutil
+
 import numpy as np
 import pytest
 
@@ -104,6 +106,8 @@ def test_tflite_int8_matches_litert_float_within_int8_tolerance(tfl, tmp_path):
 
 @pytest.mark.parametrize("kind", ["pt2", "tflite"])
 def test_int8_cross_compiles_for_arm64(kind, pt2, tfl, tmp_path):
+    if shutil.which("aarch64-linux-gnu-g++") is None:
+        pytest.skip("linking for arm64 needs aarch64-linux-gnu-g++ (make edge-deps installs it)")
     d = (pt2 if kind == "pt2" else tfl)[0]
     r = _quantized(d / f"net.{kind}", d / "calib.npz", tmp_path / "arm.kiln", target="rpi5")
     q = r.report["quantization"]
