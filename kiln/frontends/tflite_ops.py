@@ -43,16 +43,14 @@ class KilnOperatorConverter(OperatorConverter):
                 continue
             ret = self.bb.normalize(ret)
             outs = self.get_output_tensors(op)
-            if len(outs) == 1:
-                value = self._fold(ret, outs[0])
+            for k, t in enumerate(outs):  # SPLIT, UNPACK, ...: each output on its own
+                expr = ret if len(outs) == 1 else ret[k]
+                value = self._fold(expr, t)
                 if value is not None:
-                    self.folded[outs[0].tensor_idx] = value
-                    self.set_prefetched_node(outs[0].tensor_idx, value)
-                    continue
-                self.exp_tab.set_expr(get_tensor_name(self.subgraph, outs[0].tensor_idx), ret)
-            else:
-                for k, t in enumerate(outs):
-                    self.exp_tab.set_expr(get_tensor_name(self.subgraph, t.tensor_idx), ret[k])
+                    self.folded[t.tensor_idx] = value
+                    self.set_prefetched_node(t.tensor_idx, value)
+                else:
+                    self.exp_tab.set_expr(get_tensor_name(self.subgraph, t.tensor_idx), expr)
 
     def _fold(self, expr, out):
         if out.tensor.Type() not in INT_TYPES:
@@ -66,9 +64,18 @@ class KilnOperatorConverter(OperatorConverter):
         block = relax.DataflowBlock([relax.VarBinding(v, b) for v, b in bindings] + [relax.VarBinding(res, expr)])
         mod = tvm.IRModule({"main": relax.Function([], relax.SeqExpr([block], res), expr.ty)})
         body = relax.transform.FoldConstant()(relax.transform.LegalizeOps()(mod))["main"].body
-        value = body.body  # FoldConstant substitutes the folded result; else it stays bound in the block
-        if not isinstance(value, Constant):
-            value = next((b.value for blk in body.blocks for b in blk.bindings if b.var.same_as(value)), None)
+        # FoldConstant substitutes a folded result, or leaves it bound, or (a split) a tuple of constants
+        bound = {b.var: b.value for blk in body.blocks for b in blk.bindings}
+
+        def resolve(e):
+            while isinstance(e, relax.Var) and e in bound:
+                e = bound[e]
+            if isinstance(e, relax.TupleGetItem):
+                t = resolve(e.tuple_value)
+                return resolve(t.fields[e.index]) if isinstance(t, relax.Tuple) else e
+            return e
+
+        value = resolve(body.body)
         return value.value.numpy() if isinstance(value, Constant) else None
 
     def _bindings(self, expr, limit: int = 64):

@@ -173,12 +173,13 @@ def test_expand_dims(axis, tmp_path):
     np.testing.assert_array_equal(got, want)
 
 
-@pytest.mark.parametrize("batch", [1, 3])
-def test_shape_arithmetic_of_a_pinned_batch_folds(batch, tmp_path):
+@pytest.mark.parametrize("batch,via", [(1, "slice"), (3, "slice"), (1, "split"), (3, "split")])
+def test_shape_arithmetic_of_a_pinned_batch_folds(batch, via, tmp_path):
     # TFLiteConverter writes a Keras reshape under a dynamic batch as SHAPE -> STRIDED_SLICE -> PACK ->
     # RESHAPE (EfficientNet, MobileNetV3); TVM 0.27 failed on the computed shape. Kiln pins the batch and
-    # folds the integer chain to a constant: from the pinned shape, not the flatbuffer's batch of 1
-    blob = tm.dynamic_batch_reshape()
+    # folds the integer chain to a constant: from the pinned shape, not the flatbuffer's batch of 1; a
+    # multi-output op in the chain (SPLIT, as BirdNET's STFT framing has) folds output by output
+    blob = tm.dynamic_batch_reshape(via=via)
     (tmp_path / "r.tflite").write_bytes(blob)
     r = kiln.compile(tmp_path / "r.tflite", tmp_path / "r.kiln", input_shapes=[f"x:{batch}x8"])
     x = np.arange(batch * 8, dtype=np.float32).reshape(batch, 8)

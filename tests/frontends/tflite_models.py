@@ -257,29 +257,38 @@ def expand_dims(axis: int) -> bytes:
     return G.finish([x], [y])
 
 
-def dynamic_batch_reshape(channels: int = 8) -> bytes:
+def dynamic_batch_reshape(channels: int = 8, via: str = "slice") -> bytes:
     """x(?x C) -> RESHAPE to [batch, 1, 1, C], the batch read at run time: SHAPE -> STRIDED_SLICE
-    (shrink) -> PACK with constants, as TFLiteConverter writes a Keras reshape under a dynamic batch."""
+    (shrink) -> PACK with constants, as TFLiteConverter writes a Keras reshape under a dynamic batch;
+    via="split": SHAPE -> SPLIT (a multi-output op) -> CONCATENATION with [1, 1, C]."""
     G = Graph()
     fb = G.fb
     i32 = fb.TensorType.INT32
     x = G.tensor("x", (1, channels), signature=(-1, channels))
-    shape, batch, packed = (
-        G.tensor("shape", (2,), dtype=i32),
-        G.tensor("batch", (), dtype=i32),
-        G.tensor("s", (4,), dtype=i32),
-    )
+    shape, packed = G.tensor("shape", (2,), dtype=i32), G.tensor("s", (4,), dtype=i32)
     so = fb.ShapeOptionsT()
     so.outType = i32
     G.op(fb.BuiltinOperator.SHAPE, [x], [shape], fb.BuiltinOptions.ShapeOptions, so)
-    ss = fb.StridedSliceOptionsT()
-    ss.shrinkAxisMask = 1
-    consts = [G.tensor(n, (1,), np.array([v], np.int32), i32) for n, v in (("b0", 0), ("e0", 1), ("s0", 1))]
-    G.op(fb.BuiltinOperator.STRIDED_SLICE, [shape, *consts], [batch], fb.BuiltinOptions.StridedSliceOptions, ss)
-    po = fb.PackOptionsT()
-    po.valuesCount, po.axis = 4, 0
-    dims = [G.tensor(f"d{k}", (), np.array(v, np.int32), i32) for k, v in enumerate((1, 1, channels))]
-    G.op(fb.BuiltinOperator.PACK, [batch, *dims], [packed], fb.BuiltinOptions.PackOptions, po)
+    if via == "split":
+        parts = [G.tensor("batch", (1,), dtype=i32), G.tensor("chan", (1,), dtype=i32)]
+        sp = fb.SplitOptionsT()
+        sp.numSplits = 2
+        axis = G.tensor("axis", (), np.array(0, np.int32), i32)
+        G.op(fb.BuiltinOperator.SPLIT, [axis, shape], parts, fb.BuiltinOptions.SplitOptions, sp)
+        rest = G.tensor("rest", (3,), np.array([1, 1, channels], np.int32), i32)
+        co = fb.ConcatenationOptionsT()
+        co.axis = 0
+        G.op(fb.BuiltinOperator.CONCATENATION, [parts[0], rest], [packed], fb.BuiltinOptions.ConcatenationOptions, co)
+    else:
+        batch = G.tensor("batch", (), dtype=i32)
+        ss = fb.StridedSliceOptionsT()
+        ss.shrinkAxisMask = 1
+        consts = [G.tensor(n, (1,), np.array([v], np.int32), i32) for n, v in (("b0", 0), ("e0", 1), ("s0", 1))]
+        G.op(fb.BuiltinOperator.STRIDED_SLICE, [shape, *consts], [batch], fb.BuiltinOptions.StridedSliceOptions, ss)
+        po = fb.PackOptionsT()
+        po.valuesCount, po.axis = 4, 0
+        dims = [G.tensor(f"d{k}", (), np.array(v, np.int32), i32) for k, v in enumerate((1, 1, channels))]
+        G.op(fb.BuiltinOperator.PACK, [batch, *dims], [packed], fb.BuiltinOptions.PackOptions, po)
     y = G.tensor("y", (1, 1, 1, channels), signature=(-1, 1, 1, channels))
     G.op(fb.BuiltinOperator.RESHAPE, [x, packed], [y], fb.BuiltinOptions.ReshapeOptions, fb.ReshapeOptionsT())
     return G.finish([x], [y])
