@@ -213,10 +213,17 @@ def bench(path: str | os.PathLike, opts: BenchOptions = BenchOptions(), feed: di
         result["ort_latencies_ms"] = times["ort_"]
         ref = sess.run(None, feed)
         ours = model.run(feed)
-        result["max_abs_diff"] = float(
-            max(np.abs(ours[o.name].astype(np.float64) - r).max() for o, r in zip(model.outputs, ref))
-        )
+        result["max_abs_diff"] = max(_abs_diff(ours[o.name], r) for o, r in zip(model.outputs, ref))
     return result
+
+
+def _abs_diff(ours: np.ndarray, ref: np.ndarray) -> float:
+    """Largest |ours - ref|: 0 for two empty outputs (a detector that found nothing), inf for different
+    shapes (which broadcasting would otherwise hide)."""
+    ref = np.asarray(ref)
+    if ours.shape != ref.shape:
+        return float("inf")
+    return float(np.abs(ours.astype(np.float64) - ref).max()) if ours.size else 0.0
 
 
 def block_ratios(times: dict, blocks: dict) -> dict:

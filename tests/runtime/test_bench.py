@@ -2,10 +2,11 @@
 
 import json
 
+import numpy as np
 import pytest
 
 from kiln.cli import main
-from kiln.runtime.bench import BLOCK, BenchOptions, bench, block_ratios, percentiles
+from kiln.runtime.bench import BLOCK, BenchOptions, _abs_diff, bench, block_ratios, percentiles
 
 
 def test_percentiles():
@@ -22,6 +23,14 @@ def test_bench_with_onnxruntime(small_artifact, small_onnx_path):
     assert r["max_abs_diff"] < 1e-4  # the same input gave the same answer
     assert r["ratio_block_pairs"] == -(-20 // BLOCK)  # 8 + 8 + 4 runs: 3 pairs of blocks
     assert 0 < r["ratio_block_q25"] <= r["ratio_block_median"] <= r["ratio_block_q75"]
+
+
+def test_abs_diff_of_empty_and_mismatched_outputs():
+    """A detector that finds nothing returns empty outputs (FasterRCNN on a blank image): bench's
+    comparison raised on them. Different shapes are an infinite difference, never broadcast."""
+    assert _abs_diff(np.zeros((0, 4), "float32"), np.zeros((0, 4), "float32")) == 0.0
+    assert _abs_diff(np.ones((2, 4), "float32"), np.ones((1, 4), "float32")) == float("inf")
+    assert _abs_diff(np.array([1.0, 2.5], "float32"), np.array([1.0, 2.0])) == 0.5
 
 
 def test_block_ratios():
