@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from tvm import s_tir, tirx
 
-from .rules import COMM_REDUCE, DATA_PAR, _vector_width, blocks, inline_all_but, iter_types
+from .rules import COMM_REDUCE, DATA_PAR, blocks, inline_all_but, iter_types, vector_width
 
 ROWS = 8  # rows of the run-time axis per register tile: ROWS x lanes accumulators (8 zmm or ymm)
 
@@ -27,7 +27,7 @@ def _spatial(sch, block, lanes: int) -> None:
         return
     inner = loops[-1]
     n = _const(sch, inner)
-    vec = _vector_width(n, lanes) if n else 1
+    vec = vector_width(n, lanes) if n else 1
     outer = list(loops[:-1])
     if vec > 1:
         o, i = sch.split(inner, [None, vec])
@@ -50,7 +50,7 @@ def _reduction(sch, block, lanes: int) -> None:
         raise s_tir.ScheduleError("dynamic reduction: spatial loops must come first")
     spatial, reduce = list(loops[:n_sp]), list(loops[n_sp:])
     last = _const(sch, spatial[-1])
-    vec = _vector_width(last, lanes) if last else 1
+    vec = vector_width(last, lanes) if last else 1
     if vec < 4 or vec & (vec - 1):  # not whole registers (RoIAlign's 7 bins): parallel only
         sch.parallel(sch.fuse(*spatial) if len(spatial) > 1 else spatial[0])
         return

@@ -82,7 +82,7 @@ def divisor_at_most(n: int, cap: int) -> int:
     return max(d for d in range(1, min(n, cap) + 1) if n % d == 0)
 
 
-def _vector_width(n: int, lanes: int) -> int:
+def vector_width(n: int, lanes: int) -> int:
     """The widest power-of-two width up to `lanes` that divides n (whole SIMD registers: 1000
     outputs vectorize by 8, not by 10), else the largest divisor up to `lanes`."""
     p = lanes
@@ -187,7 +187,7 @@ def reduction_tiled(sch: s_tir.Schedule, anchor, lanes: int) -> None:
         raise s_tir.ScheduleError("not a spatial + reduction block")
     vec_loop = spatial[-1]
     vec_ext = extent(sch, vec_loop)
-    vec = vec_ext if vec_ext <= lanes and lanes % vec_ext == 0 and vec_ext > 1 else _vector_width(vec_ext, lanes)
+    vec = vec_ext if vec_ext <= lanes and lanes % vec_ext == 0 and vec_ext > 1 else vector_width(vec_ext, lanes)
     if vec > 1 and vec != vec_ext:
         vo, vec_loop = sch.split(vec_loop, [None, vec])
         spatial = spatial[:-1] + [vo]
@@ -407,7 +407,7 @@ def depthwise_nchw(sch: s_tir.Schedule, anchor, lanes: int) -> None:
     stride = _conv_stride_w(sch, anchor, pad, rx, width)
     if pad is not None and stride == 2:
         sch.transform_layout(pad, ("write", 0), lambda a, b, h, w: (a, b, h, w % 2, w // 2))
-    vec = _vector_width(width, lanes)
+    vec = vector_width(width, lanes)
     ow_o, ow_i = sch.split(ow, [None, vec])
     k = divisor_at_most(extent(sch, ow_o), 8)
     ow_oo, ow_k = sch.split(ow_o, [None, k])
@@ -442,7 +442,7 @@ def layout_transform_tiled(sch: s_tir.Schedule, anchor, lanes: int) -> None:
     )
     if not (blocking or unblocking):
         raise s_tir.ScheduleError("not an NCHW <-> NCHW{lanes}c transform")
-    t = _vector_width(extent(sch, loops[3]), lanes)
+    t = vector_width(extent(sch, loops[3]), lanes)
     if t < (4 if blocking else 8):  # measured: narrower tiles lose to the plain fused loop
         raise s_tir.ScheduleError("width too narrow for a transposed tile")
     if blocking:
