@@ -354,8 +354,10 @@ def write_report(out: Path, records: list[dict], manifest: dict, command: str, s
         "Rebuild: `make corpus` (exports into build/corpus with .venv-corpus, then this table). "
         "One model: `.venv/bin/python benchmarks/corpus/run.py --one NAME [--layout NCHW]` (the artifact and a "
         "failing compile's repro.onnx land in build/corpus/kiln/); at the revision this table measured, with "
-        "--kiln-rev: prefix `PYTHONPATH=build/corpus/kiln-src/SHA`. Latencies are from a machine shared with "
-        "other jobs: compare ratios, not absolute times.",
+        "--kiln-rev: prefix `PYTHONPATH=build/corpus/kiln-src/SHA`. Latencies here come from a long run, on a "
+        "machine that may have been shared (a shared core stalls TVM's thread pool far more than onnxruntime's: "
+        "benchmarks/contention.md); the quiet-machine ratios are in benchmarks/corpus_speed.md "
+        "(benchmarks/corpus/speed.py).",
         "",
     ]
     lines += table(
