@@ -26,6 +26,7 @@ import zipfile
 from pathlib import Path
 
 import numpy as np
+from timing import p50s  # this folder is on sys.path: the scripts run as files
 
 ROOT = Path(__file__).resolve().parents[2]
 OUT = ROOT / "benchmarks" / "frontends_tflite.json"
@@ -75,21 +76,6 @@ def _dequantized(y: np.ndarray, d: dict) -> np.ndarray:
     if np.issubdtype(y.dtype, np.integer) and scale:
         return (y.astype(np.float64) - zp) * scale
     return y.astype(np.float64)
-
-
-def p50s(fns: dict, runs: int, block: int = 5) -> dict:
-    """p50 ms of each callable, timed in alternating blocks of `block` runs so every path sees the same
-    machine load (their ratios are what a shared machine can measure). Each block starts with one untimed
-    run: a thread pool the previous path left spinning (onnxruntime's, TVM's) does not land on the next."""
-    times = {k: [] for k in fns}
-    for _ in range(max(1, runs // block)):
-        for k, f in fns.items():
-            f()
-            for _ in range(block):
-                t = time.perf_counter()
-                f()
-                times[k].append(time.perf_counter() - t)
-    return {k: round(float(np.median(v)) * 1e3, 3) for k, v in times.items()}
 
 
 def litert(path: Path):
