@@ -79,6 +79,8 @@ def _reduction(sch, block, lanes: int) -> None:
 
 def dynamic(sch: s_tir.Schedule, lanes: int) -> None:
     """Schedule every block of a run-time-sized kernel (after inlining its injective blocks)."""
+    if any(set(iter_types(sch, b)) - {DATA_PAR, COMM_REDUCE} for b in blocks(sch)):
+        raise s_tir.ScheduleError("dynamic: an ordered or opaque iterator (a scan): its loops must stay serial")
     reductions = [b for b in blocks(sch) if COMM_REDUCE in iter_types(sch, b)]
     inline_all_but(sch, reductions)
     for b in blocks(sch):
