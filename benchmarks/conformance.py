@@ -40,6 +40,7 @@ if str(ROOT) not in sys.path:
 
 from fuzz.executor import Executor  # noqa: E402
 from kiln.frontends.constant_inputs import CONSTANT_INPUTS  # noqa: E402
+from kiln.runtime.hostinfo import cpu_model_name  # noqa: E402
 
 EXCLUDED_DOMAINS = ("ai.onnx.preview.training",)
 # (op type, input index) of node inputs whose value decides an output shape (or an attribute TVM needs
@@ -410,14 +411,6 @@ def _pct(a: int, b: int) -> str:
     return f"{100.0 * a / b:.1f}%" if b else "-"
 
 
-def cpu_name() -> str:
-    try:
-        out = subprocess.run(["lscpu"], capture_output=True, text=True, timeout=10).stdout
-        return next(x.split(":", 1)[1].strip() for x in out.splitlines() if x.startswith("Model name"))
-    except Exception:
-        return "unknown"
-
-
 def markdown(records: list[dict], command: str, seconds: float) -> str:
     t = totals(records)
     frz = (
@@ -428,7 +421,7 @@ def markdown(records: list[dict], command: str, seconds: float) -> str:
     lines = [
         "# ONNX backend node tests through Kiln",
         "",
-        f"Made by `{command}` on {cpu_name()} ({seconds / 60:.0f} min, one worker process, default schedules).",
+        f"Made by `{command}` on {cpu_model_name()} ({seconds / 60:.0f} min, one worker process, default schedules).",
         "The cases are onnx's own (`onnx.backend.test.case.node`, onnx "
         f"{_onnx_version()}; the {', '.join(EXCLUDED_DOMAINS)} ones left out); onnxruntime {_ort_version()} runs "
         "beside Kiln and decides which cases count: Kiln is measured on the cases onnxruntime passes.",

@@ -21,6 +21,8 @@ import sys
 import tempfile
 from pathlib import Path
 
+from kiln.runtime.hostinfo import cpu_model_name
+
 ROOT = Path(__file__).resolve().parents[1]
 POLICIES = {"spin (TVM default)": {}, "no spin (SPIN_COUNT=0)": {"TVM_THREAD_POOL_SPIN_COUNT": "0"}}
 BUSY = "import time\nt = time.time()\nwhile time.time() - t < 600: pass\n"
@@ -51,7 +53,7 @@ def main(argv=None) -> int:
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--out", default=str(ROOT / "benchmarks" / "contention"))
     a = ap.parse_args(argv)
-    cpu = next((ln.split(":", 1)[1].strip() for ln in open("/proc/cpuinfo") if ln.startswith("model name")), "?")
+    cpu = cpu_model_name()
     load = os.getloadavg()[0]
     res: dict = {}
     for _ in range(a.rounds):

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import platform
 import shlex
 import sys
 import tempfile
@@ -29,19 +28,10 @@ from report import save, table
 import kiln
 from kiln import zoo
 from kiln.compiler.hostrun import missing_on_host
+from kiln.runtime.hostinfo import cpu_model_name
 from kiln.target import Target
 
 DEFAULT_TARGETS = ("host", "llvm -mcpu=alderlake", "llvm -mcpu=haswell")
-
-
-def cpu_name() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown CPU"
 
 
 def _cosine(a, b) -> float:
@@ -173,7 +163,7 @@ def main(argv=None) -> int:
     tmp = Path(tempfile.mkdtemp(prefix="kiln-isa-"))
     host = Target.parse(None)
     d = {
-        "cpu": cpu_name(),
+        "cpu": cpu_model_name(),
         "host_target": str(host),
         "host_mcpu": host.mcpu,
         "host_int8_path": host.caps.int8_path,

@@ -30,15 +30,9 @@ from report import save, table
 import kiln
 from kiln import zoo
 from kiln.prune import prune_model
+from kiln.runtime.hostinfo import cpu_model_name
 
 HERE = Path(__file__).resolve().parent
-
-
-def cpu_name() -> str:
-    for line in Path("/proc/cpuinfo").read_text().splitlines():
-        if line.startswith("model name"):
-            return line.split(":", 1)[1].strip()
-    return "unknown CPU"
 
 
 def _gflops(model: onnx.ModelProto) -> float:
@@ -211,7 +205,8 @@ def main(argv=None) -> int:
     r = None if a.skip_resnet50 else resnet50(tmp, a.seconds)
     load1 = os.getloadavg()[0]
     lines = [
-        f"# Structured pruning on {cpu_name()} (`-mcpu={kiln.target.Target.parse(None).mcpu}`), 2 threads, batch 1",
+        f"# Structured pruning on {cpu_model_name()} (`-mcpu={kiln.target.Target.parse(None).mcpu}`), "
+        "2 threads, batch 1",
         "",
         f"Kiln {kiln.__version__}, untuned default schedules. One run of `benchmarks/pruning.py`. The machine is",
         f"shared (load average {load0:.1f} on 2 cores at the start, {load1:.1f} at the end): engines alternate in",
@@ -276,7 +271,9 @@ def main(argv=None) -> int:
         ]
         lines += table(["engine", "p50 ms", "p90 ms", "runs", "speed-up"], _lat_rows(r["latency"], "kiln_unpruned"))
         lines += ["", f"Compile s: {r['compile_s']}.", ""]
-    save(a.out, {"cpu": cpu_name(), "load_average": [load0, load1], "torch": tp, "digits": d, "resnet50": r}, lines)
+    save(
+        a.out, {"cpu": cpu_model_name(), "load_average": [load0, load1], "torch": tp, "digits": d, "resnet50": r}, lines
+    )
     return 0
 
 

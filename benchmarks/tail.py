@@ -16,7 +16,6 @@ import argparse
 import gc
 import json
 import os
-import platform
 import resource
 import subprocess
 import sys
@@ -25,6 +24,8 @@ import time
 from pathlib import Path
 
 import numpy as np
+
+from kiln.runtime.hostinfo import cpu_model_name
 
 VARIANTS = {  # name: (env, options)
     "base": ({}, {}),
@@ -35,16 +36,6 @@ VARIANTS = {  # name: (env, options)
     "warmup-50": ({}, {"warmup": 50}),
     "ort": ({}, {"ort": True}),
 }
-
-
-def cpu_name() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown"
 
 
 def worker(artifact: str, onnx_path: str, runs: int, opts: dict) -> dict:
@@ -156,7 +147,7 @@ def main() -> None:
         print(f"round {rnd + 1}/{a.rounds} done", file=sys.stderr)
     result = {
         "model": a.model,
-        "cpu": cpu_name(),
+        "cpu": cpu_model_name(),
         "cpus": os.cpu_count(),
         "loadavg_1min": load,
         "variants": {n: {"threads": threads[n], "env": VARIANTS[n][0], **summarize(rows[n])} for n in names},

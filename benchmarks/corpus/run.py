@@ -22,7 +22,6 @@ import argparse
 import datetime
 import json
 import os
-import platform
 import re
 import subprocess
 import sys
@@ -31,6 +30,8 @@ import time
 from pathlib import Path
 
 import numpy as np
+
+from kiln.runtime.hostinfo import cpu_model_name
 
 ROOT = Path(__file__).resolve().parents[2]
 THREADS = 2
@@ -246,17 +247,6 @@ def run_child(corpus: Path, name: str, layout: str | None, timeout_s: int, src: 
     return rec
 
 
-def cpu_name() -> str:
-    try:
-        out = subprocess.run(["lscpu"], capture_output=True, text=True).stdout
-        for line in out.splitlines():
-            if line.startswith("Model name:"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown CPU"
-
-
 def kiln_state() -> str:
     """The commit Kiln ran at and whether kiln/ had uncommitted changes (the tree is shared with the engineers
     fixing the compiler: a table is only as good as the code it measured)."""
@@ -338,7 +328,7 @@ def write_report(out: Path, records: list[dict], manifest: dict, command: str, s
     lines = [
         f"# Kiln corpus: {n} exported models",
         "",
-        f"CPU: {cpu_name()} ({os.cpu_count()} logical CPUs); Kiln {kiln.__version__}, "
+        f"CPU: {cpu_model_name()} ({os.cpu_count()} logical CPUs); Kiln {kiln.__version__}, "
         f"onnxruntime {__import__('onnxruntime').__version__}; {THREADS} threads each.",
         f"Command: `{command}`; started {started}, finished "
         f"{datetime.datetime.now(datetime.UTC):%Y-%m-%d %H:%M UTC}; Kiln at {state}.",
@@ -375,7 +365,7 @@ def write_report(out: Path, records: list[dict], manifest: dict, command: str, s
         rows,
     )
     data = {
-        "cpu": cpu_name(),
+        "cpu": cpu_model_name(),
         "command": command,
         "started": started,
         "kiln": state,

@@ -22,6 +22,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from kiln.runtime.hostinfo import cpu_model_name
+
 ROOT = Path(__file__).resolve().parents[2]
 KEYS = ("p50_ms", "ort_p50_ms", "ratio_p50", "p99_over_p50", "ort_p99_over_p50", "max_ms", "runs_preempted", "runs")
 
@@ -81,7 +83,7 @@ def main(argv=None) -> int:
     status = {r["model"]: r["status"] for r in json.loads((ROOT / "benchmarks" / "corpus.json").read_text())["records"]}
     only = set(filter(None, a.only.split(",")))
     rev = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=ROOT).stdout
-    cpu = next((ln.split(":", 1)[1].strip() for ln in open("/proc/cpuinfo") if ln.startswith("model name")), "?")
+    cpu = cpu_model_name()
     meta = {
         "cpu": f"{cpu} ({os.cpu_count()} logical CPUs)",
         "command": "python benchmarks/corpus/speed.py" + "".join(f" {x}" for x in (argv or sys.argv[1:])),

@@ -6,6 +6,7 @@ from __future__ import annotations
 import functools
 import os
 import platform
+import subprocess
 
 # Artifacts name CPU features in LLVM's spelling; /proc/cpuinfo spells some differently.
 LLVM_TO_CPUINFO = {
@@ -61,6 +62,28 @@ def host_cpu_flags() -> frozenset[str]:
     except OSError:
         pass
     return frozenset()
+
+
+@functools.cache
+def cpu_model_name() -> str:
+    """The CPU's model name, for every measurement to name its CPU: /proc/cpuinfo's "model name", else
+    lscpu's "Model name" (arm64 kernels leave it out of cpuinfo), else platform.processor()."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                key, _, val = line.partition(":")
+                if key.strip() == "model name" and val.strip():
+                    return val.strip()
+    except OSError:
+        pass
+    try:
+        out = subprocess.run(["lscpu"], capture_output=True, text=True, timeout=10).stdout
+        for line in out.splitlines():
+            if line.startswith("Model name:"):
+                return line.split(":", 1)[1].strip()
+    except (OSError, subprocess.SubprocessError):
+        pass
+    return platform.processor() or "unknown CPU"
 
 
 def missing_cpu_features(required: list[str]) -> list[str]:

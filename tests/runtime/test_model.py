@@ -109,3 +109,17 @@ def test_runtime_sources_never_import_the_compiler():
                 assert not any(
                     a.name.startswith(("kiln.compiler", "kiln.frontends", "tvm.relax")) for a in node.names
                 ), f
+
+
+def test_cpu_model_name_is_the_one_proc_cpuinfo_gives():
+    """Every benchmark names its CPU through hostinfo.cpu_model_name (once seven copies of the same lookup)."""
+    from kiln.runtime.hostinfo import cpu_model_name
+
+    name = cpu_model_name()
+    assert isinstance(name, str) and name
+    try:
+        listed = [ln.split(":", 1)[1].strip() for ln in open("/proc/cpuinfo") if ln.startswith("model name")]
+    except OSError:
+        listed = []
+    if listed and listed[0]:
+        assert name == listed[0]
