@@ -24,7 +24,7 @@ from tvm import relax
 from tvm.ir.expr import GenericConst
 
 from ..channels import ChannelTies
-from ..ir import op_name, var_uses
+from ..ir import op_name, var_users, var_uses
 from .counting import static_shape
 
 
@@ -111,7 +111,7 @@ class _Analysis:
                 self._block_refs(e)
                 self._opaque(v)
         self._block_refs(func.body.body)
-        self._dead(uses)
+        self._dead(func, uses)
         self.merge_into = {}  # conv/matmul var -> the bias add its input-channel constants fold into
         for v, e in self.binding.items():
             if op_name(e) == "relax.add":
@@ -123,24 +123,22 @@ class _Analysis:
     def value(self, x) -> np.ndarray:
         return self.val[x]
 
-    def _dead(self, uses: dict) -> None:
+    def _dead(self, func: relax.Function, uses: dict) -> None:
         """Channels nothing reads may go too: a conv/matmul input channel whose weights are all zero
         (pruned along the input axis), a channel multiplied by zero (a BatchNorm with zero scale), and,
         backwards through elementwise ops, what feeds only such channels. Each must be ignored by
         every one of its tensor's uses; a model output or an op not listed here keeps it."""
-        users: dict = {}
-        for v, e in self.binding.items():
-            for a in getattr(e, "args", ()):
-                if isinstance(a, relax.Var):
-                    users.setdefault(a, []).append((v, e))
+        bindings = [b for blk in func.body.blocks for b in blk.bindings]
+        readers = var_users(bindings)
         dead: dict = {}
         for x in reversed(list(self.binding)):
-            us = users.get(x, [])
-            if x not in self.ties.ok or not us or len(us) != uses.get(x, 0):
+            us = [bindings[i] for i in readers.get(x, [])]
+            reads = sum(a.same_as(x) for b in us for a in b.value.args)  # x * x reads x twice
+            if x not in self.ties.ok or not us or reads != uses.get(x, 0):
                 continue
             d = np.ones(self.ties.channels(x), bool)
-            for u, e in us:
-                d &= self._ignored(x, u, e, dead)
+            for b in us:
+                d &= self._ignored(x, b.var, b.value, dead)
             if d.any():
                 dead[x] = d
                 self.ties.ok[x] |= d
