@@ -57,20 +57,20 @@ def _dynamic(func, lanes: int):
     return sch
 
 
+def _dims(func) -> list:
+    """Every buffer extent of the kernel's parameters."""
+    return [d for p in func.params if hasattr(p.ty, "shape") for d in p.ty.shape]
+
+
 def _empty(func) -> bool:
     """Some buffer of the kernel has a static extent of 0: its loops run zero times (splitting them
     divides by zero in TVM)."""
-    return any(
-        isinstance(d, (int, tirx.IntImm)) and int(d) == 0
-        for p in func.params
-        if hasattr(p.ty, "shape")
-        for d in p.ty.shape
-    )
+    return any(isinstance(d, (int, tirx.IntImm)) and int(d) == 0 for d in _dims(func))
 
 
 def _static(func) -> bool:
     """Every buffer of the kernel has a static shape."""
-    return all(isinstance(d, (int, tirx.IntImm)) for p in func.params if hasattr(p.ty, "shape") for d in p.ty.shape)
+    return all(isinstance(d, (int, tirx.IntImm)) for d in _dims(func))
 
 
 @tvm.transform.module_pass(opt_level=2, name="DefaultSchedules")
