@@ -30,6 +30,11 @@ class PassSpec:
     graph: bool = True  # Kiln's graph passes (before lowering); ops_after is measured after them
 
 
+def _default_schedules(o):
+    caps = o.target.caps
+    return ApplyDefaultSchedules(o.target.tvm(), caps.f32_block, caps.vector_registers)
+
+
 def _vdpbf16ps(o) -> bool:
     """bf16 convs can run on Kiln's vdpbf16ps kernel (BF16ConvKernel): bf16 on a CPU with AVX512-BF16."""
     return o.precision == "bf16" and o.target.caps.has_vdpbf16ps
@@ -109,9 +114,7 @@ CPU_PIPELINE: list[PassSpec] = [
     ),
     # kernels: tuned records where the database has them, else Kiln's default schedules
     PassSpec("ApplyTuningDatabase", lambda o: ApplyTuningDatabase(o.tuning_db), 0, graph=False),
-    PassSpec(
-        "DefaultSchedules", lambda o: ApplyDefaultSchedules(o.target.tvm(), o.target.caps.f32_block), 2, graph=False
-    ),
+    PassSpec("DefaultSchedules", _default_schedules, 2, graph=False),
 ]
 
 # GPUs: the graph clean-up, TVM's lowering and fusion, then tuned records or dlight's GPU rules.

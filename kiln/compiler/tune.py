@@ -13,7 +13,7 @@ from ..schedules.tuning import TuneOptions, tune_module
 
 
 def prepare(model, compile_options):
-    """(module, TVM target, database folder under db_root, vector lanes): the model imported and
+    """(module, TVM target, the target's capabilities): the model imported and
     optimized as `kiln compile` would, every kernel left unscheduled (no database applied, no
     default schedules): what MetaSchedule searches from."""
     from ..frontends.importer import import_onnx
@@ -32,7 +32,7 @@ def prepare(model, compile_options):
         from ..runtime.hostinfo import physical_cores
 
         target = dataclasses.replace(target, num_cores=physical_cores())
-    return mod, target.tvm(), co.target.caps.f32_block
+    return mod, target.tvm(), co.target.caps
 
 
 def tune(model, compile_options, opts: TuneOptions, progress: Callable[[str], None] = print) -> dict:
@@ -53,6 +53,8 @@ def tune(model, compile_options, opts: TuneOptions, progress: Callable[[str], No
             "measure on devices of the target's kind with --rpc-tracker HOST:PORT --rpc-key KEY, "
             "or tune on such a machine",
         )
-    mod, target, lanes = prepare(model, compile_options)
+    mod, target, caps = prepare(model, compile_options)
     db_dir = db_dir_for(opts.db_root, compile_options.target)
-    return tune_module(mod, target, db_dir, opts, progress, lanes=lanes, start=start)
+    return tune_module(
+        mod, target, db_dir, opts, progress, lanes=caps.f32_block, registers=caps.vector_registers, start=start
+    )

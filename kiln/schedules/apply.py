@@ -17,15 +17,16 @@ from tvm import s_tir, tirx
 from ..errors import KilnWarning
 from .dynamic import dynamic
 from .kinds import strip
-from .registry import FALLBACK, RULES, classify, target_family
+from .registry import FALLBACK, REGISTER_TILED, RULES, classify, target_family
 
 # the test suite sets it: a rule bug then fails the compile instead of leaving one kernel unscheduled
 STRICT_ENV = "KILN_STRICT_RULES"
 
 
-def first_rule_that_applies(func, family: str, lanes: int):
+def first_rule_that_applies(func, family: str, lanes: int, registers: int = 16):
     """(kind, schedule) from the kind's rule, then its fallbacks (FALLBACK), each on a fresh
-    schedule; (kind, None) when none applies."""
+    schedule; (kind, None) when none applies. `registers`: the target's vector registers
+    (caps.vector_registers), for the rules that size a register tile by them (REGISTER_TILED)."""
     first = s_tir.Schedule(func)
     try:
         kind, anchor = classify(first)
@@ -39,7 +40,10 @@ def first_rule_that_applies(func, family: str, lanes: int):
         sch = s_tir.Schedule(func)  # a failed rule may leave its schedule half-transformed
         anchor = sch.get_sblock(anchor_name) if anchor_name else None
         try:
-            rule(sch, anchor, lanes)
+            if k in REGISTER_TILED:
+                rule(sch, anchor, lanes, registers=registers)
+            else:
+                rule(sch, anchor, lanes)
             return kind, sch
         except s_tir.ScheduleError:  # the rule does not fit this kernel: try the next, else leave it unscheduled
             continue  # anything else is a bug in the rule, and propagates
@@ -75,8 +79,8 @@ def _static(func) -> bool:
 
 @tvm.transform.module_pass(opt_level=2, name="DefaultSchedules")
 class ApplyDefaultSchedules:
-    def __init__(self, target, lanes: int):
-        self.target, self.lanes = target, lanes
+    def __init__(self, target, lanes: int, registers: int = 16):
+        self.target, self.lanes, self.registers = target, lanes, registers
         self.stats = {"kernels_scheduled": 0, "kernels_unscheduled": 0}
         self.by_kind: dict[str, int] = {}
 
@@ -92,7 +96,7 @@ class ApplyDefaultSchedules:
                 continue
             try:
                 if _static(func):
-                    kind, sch = first_rule_that_applies(func, family, self.lanes)
+                    kind, sch = first_rule_that_applies(func, family, self.lanes, self.registers)
                 else:  # sized at run time (detection heads): the rules read static extents, this one does not
                     kind, sch = "dynamic", _dynamic(func, self.lanes)
             except Exception as e:  # a bug in a rule: this kernel stays unscheduled, named, not the whole model

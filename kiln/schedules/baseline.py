@@ -23,7 +23,9 @@ def workload(task) -> tvm.IRModule:
     return strip_module(task.dispatched[0])
 
 
-def record_default_schedules(tasks, target, db, builder, runner, lanes: int, db_dir: Path | None = None) -> int:
+def record_default_schedules(
+    tasks, target, db, builder, runner, lanes: int, db_dir: Path | None = None, registers: int = 16
+) -> int:
     """Measure the default schedule of every task whose database has no record of it yet (a new
     workload, or a default rule that changed since the last run) and commit it (trace + run time)
     like a MetaSchedule candidate; returns how many it recorded. With `db_dir`, the database's ledger
@@ -40,7 +42,7 @@ def record_default_schedules(tasks, target, db, builder, runner, lanes: int, db_
     ledger = measured_defaults(db_dir) if db_dir is not None else {}
     done = noted = 0
     for t in tasks:
-        _, sch = first_rule_that_applies(t.dispatched[0]["main"], target_family(target), lanes)
+        _, sch = first_rule_that_applies(t.dispatched[0]["main"], target_family(target), lanes, registers)
         if sch is None:
             continue
         mod = workload(t)

@@ -8,6 +8,8 @@ from collections.abc import Callable
 from . import int8, rules
 from .dwpw import depthwise_pointwise
 from .kinds import classify
+from .matmul import matmul_tiled
+from .rows import row_reductions, softmax_rows
 from .winograd import winograd_nchwc
 
 RULES: dict[tuple[str, str], Callable] = {
@@ -17,23 +19,26 @@ RULES: dict[tuple[str, str], Callable] = {
     ("cpu", "depthwise_nchw"): rules.depthwise_nchw,
     ("cpu", "conv2d_int8"): int8.conv2d_int8,
     ("cpu", "matmul_int8"): int8.matmul_int8,
-    ("cpu", "matmul"): rules.reduction_tiled,
+    ("cpu", "matmul"): matmul_tiled,
     ("cpu", "pool"): rules.reduction_tiled,
     ("cpu", "reduction"): rules.reduction_tiled,
-    ("cpu", "multi_reduction"): rules.rowwise,
-    ("cpu", "softmax"): rules.softmax_rows,
+    ("cpu", "multi_reduction"): row_reductions,
+    ("cpu", "softmax"): softmax_rows,
     ("cpu", "injective"): rules.injective,
     ("cpu", "layout_transform"): rules.layout_transform_tiled,
     ("cpu", "winograd"): winograd_nchwc,
     ("cpu", "depthwise_pointwise"): depthwise_pointwise,
 }
+# kinds whose rule sizes its register tile by the target's vector registers (a `registers=` keyword)
+REGISTER_TILED = frozenset({"matmul"})
 # when a kind's rule does not apply (e.g. output channels not divisible by the lanes), try these
 FALLBACK = {
     "softmax": ("multi_reduction",),
     "conv2d_nchw": ("conv2d_nchw_oc", "conv2d"),
     "depthwise_nchw": ("reduction",),
     "conv2d_int8": ("conv2d",),
-    "matmul_int8": ("matmul",),
+    "matmul_int8": ("matmul", "reduction"),
+    "matmul": ("reduction",),
     "layout_transform": ("injective",),
 }
 
@@ -42,4 +47,4 @@ def target_family(target) -> str:
     return "cpu" if target.kind.name == "llvm" else target.kind.name
 
 
-__all__ = ["FALLBACK", "RULES", "classify", "target_family"]
+__all__ = ["FALLBACK", "REGISTER_TILED", "RULES", "classify", "target_family"]

@@ -138,7 +138,7 @@ def injective(sch: s_tir.Schedule, anchor, lanes: int) -> None:
 STRIDED_LANES = 4  # outputs per accumulator row where the innermost input dimension is read with a stride
 
 
-def _strided_lanes(sch: s_tir.Schedule, block) -> bool:
+def strided_lanes(sch: s_tir.Schedule, block) -> bool:
     """Whether the block reads its innermost dimension with a stride over its last spatial iterator
     (vector lanes along it would each load separately: a gather)."""
     b = sch.get(block)
@@ -185,7 +185,7 @@ def reduction_tiled(sch: s_tir.Schedule, anchor, lanes: int) -> None:
     """conv2d (any layout), matmul/dense, pooling: spatial loops outside, reductions inside a
     register tile of (tile x lanes) accumulators, the epilogue computed per tile."""
     inline_all_but(sch, [anchor])
-    strided = _strided_lanes(sch, anchor)
+    strided = strided_lanes(sch, anchor)
     if (
         strided
     ):  # e.g. a stride-2 NCHW pool: lanes along W would each gather, so they run as unrolled scalars, 4 of them
@@ -267,54 +267,6 @@ def rowwise(sch: s_tir.Schedule, anchor, lanes: int) -> None:
         outer = [lp for lp in lead[:-1] or lead if extent(sch, lp) > 1][:2]
         if outer:
             sch.parallel(sch.fuse(*outer) if len(outer) > 1 else outer[0])
-
-
-def _inline_epilogue(sch: s_tir.Schedule, block) -> None:
-    """A fused epilogue computed in the block's own loop. Several consumers (BERT's where(isnan(p), 0, p)
-    after the softmax) are first inlined into one another, then the last into the block."""
-    while consumers := sch.get_consumers(block):
-        if len(consumers) > 1:
-            inlined = False
-            for c in consumers:
-                try:
-                    sch.compute_inline(c)  # an intermediate (isnan) into the block that reads it (where)
-                    inlined = True
-                    break
-                except s_tir.ScheduleError:  # the block writing the output, or not elementwise
-                    continue
-            if not inlined:
-                raise s_tir.ScheduleError("the epilogue has several outputs")
-            continue
-        sch.reverse_compute_inline(consumers[0])
-
-
-def softmax_rows(sch: s_tir.Schedule, anchor, lanes: int) -> None:
-    """Softmax over the last axis (kiln/compiler/legalize.py's, with fast_exp): one row at a time,
-    rows in parallel; exp(x - max) is written once per row (vectorized) and read by the sum and
-    the normalization (vectorized), instead of inlined into both and computed twice, scalar."""
-    by_name = {sch.get(b).name_hint: b for b in blocks(sch)}
-    norm = next((b for n, b in by_name.items() if n.startswith("softmax_norm")), None)
-    exp = next((b for n, b in by_name.items() if n.startswith("T_fast_exp")), None)
-    shift = next((b for n, b in by_name.items() if n.startswith("softmax_shift")), None)
-    if norm is None or exp is None or shift is None:
-        raise s_tir.ScheduleError("not Kiln's softmax")
-    sch.compute_inline(shift)
-    _inline_epilogue(sch, norm)
-    loops = sch.get_loops(norm)
-    reductions = [b for b in blocks(sch) if COMM_REDUCE in iter_types(sch, b)]
-    if len(loops) < 2 or len(reductions) != 2 or any(len(sch.get_loops(r)) != len(loops) + 1 for r in reductions):
-        raise s_tir.ScheduleError("softmax is not over the last axis")
-    row, last = loops[-2], loops[-1]
-    feeds_exp = {sch.get(p).name_hint for p in sch.get_producers(exp)}
-    max_block, sum_block = sorted(reductions, key=lambda r: sch.get(r).name_hint not in feeds_exp)
-    for b in (sum_block, exp, max_block):  # compute_at in reverse order: each lands before the previous
-        sch.compute_at(b, row, preserve_unit_loops=True)
-    if extent(sch, last) % lanes == 0:
-        for b in (exp, norm):
-            sch.vectorize(sch.split(sch.get_loops(b)[-1], [None, lanes])[1])
-    outer = [lp for lp in loops[:-1] if extent(sch, lp) > 1]
-    if outer:
-        sch.parallel(sch.fuse(*outer) if len(outer) > 1 else outer[0])
 
 
 def conv_nchw_oc_vectorized(sch: s_tir.Schedule, anchor, lanes: int) -> None:

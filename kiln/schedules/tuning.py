@@ -279,6 +279,7 @@ def tune_module(
     opts: TuneOptions,
     progress: Callable[[str], None] = print,
     lanes: int = 16,
+    registers: int = 16,
     start: float | None = None,
 ) -> dict:
     """Tune the module's tasks into the database at db_dir; `start` (perf_counter) is when the
@@ -314,7 +315,7 @@ def tune_module(
         builder.start()  # here, so a worker that cannot start is a ResourceError, not an error inside MetaSchedule
         runner = runner or ms.runner.LocalRunner(timeout_sec=30)
         t = time.perf_counter()
-        seeded = record_default_schedules(tasks, target, db, builder, runner, lanes, db_path)
+        seeded = record_default_schedules(tasks, target, db, builder, runner, lanes, db_path, registers)
         phases["defaults"] = time.perf_counter() - t
         if seeded:
             # one build + one measurement each, like a trial, which also runs the search and the cost model

@@ -9,7 +9,7 @@ import tvm_ffi
 from test_rules import TARGET, _kernel, _var, rnd
 from tvm import relax, s_tir, te, tirx
 
-from kiln.schedules import ApplyDefaultSchedules, ApplyTuningDatabase, kinds, registry
+from kiln.schedules import ApplyDefaultSchedules, ApplyTuningDatabase, kinds, registry, rules
 from kiln.schedules.apply import first_rule_that_applies
 
 
@@ -118,7 +118,7 @@ WORKLOADS = {
     "int8_conv": (_int8_conv, "conv2d_int8", True, "conv2d_int8"),
     "int8_matmul": (_int8_matmul, "matmul_int8", True, "matmul_int8"),
     "matmul": (lambda: _op(lambda v: relax.op.matmul(v, relax.const(rnd(48, 32))), (4, 48)), "matmul", False, "matmul"),
-    "matmul_packed": (_matmul_packed, "matmul", True, "matmul"),
+    "matmul_packed": (_matmul_packed, "matmul", True, "reduction"),  # one row: no 2-D tile, reduction_tiled's columns
     "max_pool": (
         lambda: _op(relax.op.nn.max_pool2d, (1, 8, 12, 12), pool_size=[2, 2], strides=[2, 2]),
         "pool",
@@ -159,8 +159,8 @@ def test_workload_reaches_its_rule(name, monkeypatch):
     ran = []
     for key, f in list(registry.RULES.items()):
 
-        def recording(s, a, lanes, key=key, f=f):
-            f(s, a, lanes)
+        def recording(s, a, lanes, key=key, f=f, **registers):  # REGISTER_TILED kinds' rules get registers=
+            f(s, a, lanes, **registers)
             ran.append(key[1])
 
         monkeypatch.setitem(registry.RULES, key, recording)
@@ -288,16 +288,18 @@ def test_a_rule_bug_propagates(monkeypatch):
     lowering); any other exception from a rule is a bug and leaves DefaultSchedules."""
     func = WORKLOADS["matmul"][0]()
 
-    def does_not_apply(sch, anchor, lanes):
+    def does_not_apply(sch, anchor, lanes, registers=16):
         raise s_tir.ScheduleError("not this kernel")
 
-    def buggy(sch, anchor, lanes):
+    def buggy(sch, anchor, lanes, registers=16):
         raise IndexError("a bug in the rule")
 
     monkeypatch.setitem(registry.RULES, ("cpu", "matmul"), does_not_apply)
+    monkeypatch.setitem(registry.RULES, ("cpu", "reduction"), does_not_apply)  # matmul's fallback
     p = ApplyDefaultSchedules(TARGET, 16)
     p(tvm.IRModule({"k": func}))
     assert p.stats == {"kernels_scheduled": 0, "kernels_unscheduled": 1}
+    monkeypatch.setitem(registry.RULES, ("cpu", "reduction"), rules.reduction_tiled)
     monkeypatch.setitem(registry.RULES, ("cpu", "matmul"), buggy)
     with pytest.raises(IndexError, match="a bug in the rule"):
         ApplyDefaultSchedules(TARGET, 16)(tvm.IRModule({"k": func}))

@@ -177,6 +177,42 @@ def _workloads():
     va, vm = _var("a", (4, 48)), _var("m", (48, 32))
     yield "matmul", "matmul", lambda bb: relax.op.matmul(va, vm), [va, vm], [a, m], a.astype(np.float64) @ m
 
+    # 96 rows x 5 column vectors with a bias and ReLU epilogue: the 2-D register tile (schedules/matmul.py)
+    a2, m2, b2 = rnd(2, 96, 64, seed=4), rnd(64, 80, seed=5), rnd(80, seed=6)
+    va2, vm2, vb2 = _var("a", (2, 96, 64)), _var("m", (64, 80)), _var("b", (80,))
+    yield (
+        "matmul_rows_bias_relu",
+        "matmul",
+        lambda bb: relax.op.nn.relu(bb.emit(relax.op.add(bb.emit(relax.op.matmul(va2, vm2)), vb2))),
+        [va2, vm2, vb2],
+        [a2, m2, b2],
+        np.maximum(a2.astype(np.float64) @ m2 + b2, 0),
+    )
+    # layer norm over 64 (4 lanes-wide partial sums per row) and over 40 (not a multiple: scalar sums)
+    for width in (64, 40):
+        ln, g, be = rnd(2, 12, width, seed=7), rnd(width, seed=8), rnd(width, seed=9)
+        vln, vg, vbe = _var("x", (2, 12, width)), _var("g", (width,)), _var("be", (width,))
+        mu, var = ln.mean(-1, keepdims=True), ln.var(-1, keepdims=True)
+        yield (
+            f"layer_norm_{width}",
+            "multi_reduction",
+            lambda bb, vln=vln, vg=vg, vbe=vbe: relax.op.nn.layer_norm(vln, vg, vbe, axes=[-1]),
+            [vln, vg, vbe],
+            [ln, g, be],
+            (ln - mu) / np.sqrt(var + 1e-5) * g + be,
+        )
+    w64 = rnd(6, 64, seed=10) * 4
+    vw64 = _var("s", (6, 64))
+    e64 = np.exp(w64 - w64.max(-1, keepdims=True))
+    yield (
+        "softmax_64",
+        "softmax",
+        lambda bb: relax.op.nn.softmax(vw64, axis=-1),
+        [vw64],
+        [w64],
+        e64 / e64.sum(-1, keepdims=True),
+    )
+
     p = rnd(1, 8, 12, 12)
     vp = _var("p", (1, 8, 12, 12))
     yield (
@@ -404,7 +440,7 @@ def test_strided_lanes_are_detected():
         sch = s_tir.Schedule(_kernel(body, params))
         _, anchor = classify(sch)
         rules.inline_all_but(sch, [anchor])
-        assert rules._strided_lanes(sch, anchor) == strided
+        assert rules.strided_lanes(sch, anchor) == strided
 
 
 def test_blocked_conv_reads_weights_in_memory_order():
@@ -427,3 +463,43 @@ def test_blocked_conv_reads_weights_in_memory_order():
             for lp in map(sch.get, sch.get_loops(sch.get_sblock("conv2d_NCHWc_update")))
         ]
         assert [lp for lp in loops if lp[0].startswith(("ic", "kh", "kw"))] == order
+
+
+def test_matmul_register_tile_fits_the_registers():
+    """rows x column vectors: accumulators + weight vectors + a broadcast within the vector registers,
+    the most FMAs per load (AVX-512's 32 zmm: 4 x 4 on 128 rows; AVX2's 16 ymm: 4 x 2)."""
+    from kiln.schedules.matmul import tile_shape
+
+    assert tile_shape(128, 8, 32) == (4, 4)
+    assert tile_shape(128, 8, 16) == (4, 2)
+    assert tile_shape(96, 5, 32) == (4, 5)
+    assert tile_shape(7, 3, 16) == (7, 1)  # 7 rows (prime): 7 FMAs per 8 loads beats 1 x 3's 3 per 4
+    for rows, vecs, regs in [(128, 8, 32), (128, 8, 16), (96, 5, 32), (12, 2, 16), (6, 32, 32)]:
+        r, v = tile_shape(rows, vecs, regs)
+        assert rows % r == 0 and vecs % v == 0 and r * v + v + 1 <= regs
+
+
+@pytest.mark.parametrize("registers", [16, 32])
+def test_matmul_tile_numerics_per_register_file(registers):
+    from kiln.schedules.matmul import matmul_tiled
+
+    a, m = rnd(1, 64, 48, seed=1), rnd(48, 64, seed=2)
+    va, vm = _var("a", (1, 64, 48)), _var("m", (48, 64))
+    func = _kernel(lambda bb: relax.op.matmul(va, vm), [va, vm])
+    sch = s_tir.Schedule(func)
+    _, anchor = classify(sch)
+    matmul_tiled(sch, anchor, 8 if registers == 16 else 16, registers=registers)
+    np.testing.assert_allclose(_run(sch.mod["main"], [a, m]), a.astype(np.float64) @ m, rtol=1e-4, atol=1e-4)
+
+
+def test_row_reductions_are_vectorized():
+    """Layer norm's two reductions each become a lane-wide partial sum (an rfactor block whose lane loop
+    is vectorized) under one parallel loop over rows."""
+    vln, vg, vbe = _var("x", (2, 12, 64)), _var("g", (64,)), _var("be", (64,))
+    func = _kernel(lambda bb: relax.op.nn.layer_norm(vln, vg, vbe, axes=[-1]), [vln, vg, vbe])
+    sch = s_tir.Schedule(func)
+    _, anchor = classify(sch)
+    RULES[("cpu", "multi_reduction")](sch, anchor, 16)
+    text = sch.mod["main"].script()
+    assert text.count('T.sblock("') >= 5 and text.count("_rf[") >= 4  # two partial-sum blocks
+    assert text.count("T.vectorized(") >= 3 and text.count("T.parallel(") == 1

@@ -300,8 +300,8 @@ def test_recorded_default_schedule_replays_to_the_default(tmp_path, tiny):
     # a default rule that changed since (here: one more traced step) is measured again
     from kiln.schedules import apply
 
-    def changed_rule(func, family, lanes):
-        kind, sch = first_rule_that_applies(func, family, lanes)
+    def changed_rule(func, family, lanes, registers=16):
+        kind, sch = first_rule_that_applies(func, family, lanes, registers)
         if sch is not None:
             sch.get_child_blocks(sch.get_sblock("root"))
         return kind, sch

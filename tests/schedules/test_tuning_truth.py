@@ -60,14 +60,18 @@ def test_budget_is_the_wall_time(tmp_path, tiny):
 
 def _only_defaults(tmp_path, tiny):
     co = CompileOptions.make()
-    mod, target, lanes = prepare(tiny, co)
+    mod, target, caps = prepare(tiny, co)
     tasks = extract(mod, target)
     path = tmp_path / target_key(co.target)
     db = open_database(path)
     builder = WorkerBuilder(str(tmp_path))
     try:
         runner = ms.runner.LocalRunner(timeout_sec=30)
-        assert record_default_schedules(tasks, target, db, builder, runner, lanes, path) == len(tasks) >= 1
+        assert (
+            record_default_schedules(tasks, target, db, builder, runner, caps.f32_block, path, caps.vector_registers)
+            == len(tasks)
+            >= 1
+        )
     finally:
         builder.close()
     return tasks, target, db

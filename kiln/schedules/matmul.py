@@ -1,0 +1,83 @@
+"""The default float32 matmul schedule: a register tile of rows x column vectors.
+
+reduction_tiled gives a matmul one row of up to 8 column vectors: each step of the reduction loads
+8 weight vectors for one broadcast and 8 FMAs, so it runs at the load ports' rate, not the FMA
+units' (21-31% of peak on the transformer's 128-row matmuls, Zen 5). A tile of r rows x v vectors
+does r broadcasts + v loads for r * v FMAs (MLAS's SGEMM kernels: 6 rows x 2 ymm on AVX2, 12 rows
+x 2 zmm on AVX-512). The tile's size comes from the target's vector registers (caps.vector_registers,
+given to the rule by ApplyDefaultSchedules): accumulators leave room for the v weight vectors and
+a broadcast."""
+
+from __future__ import annotations
+
+from tvm import s_tir
+
+from .rules import (
+    COMM_REDUCE,
+    DATA_PAR,
+    divisor_at_most,
+    extent,
+    inline_all_but,
+    iter_types,
+    strided_lanes,
+    tile_consumers,
+    vector_width,
+    vectorize_tails,
+)
+
+MIN_ROWS = 2  # a matmul of fewer rows keeps reduction_tiled's column tile (a classifier's [1, K] x [K, N])
+MIN_PARALLEL = 4  # row tiles x column tiles below this: fewer row tiles, so every core gets work
+
+
+def tile_shape(rows: int, vectors: int, registers: int) -> tuple[int, int]:
+    """(r, v): divisors of the row count and of the column vectors, r * v accumulators plus v weight
+    vectors and one broadcast within the registers, the most FMAs per load (r * v / (r + v))."""
+    best, best_key = (1, 1), (0.0, 0)
+    for v in range(1, min(vectors, 8) + 1):
+        if vectors % v:
+            continue
+        r = divisor_at_most(rows, max(1, (registers - v - 1) // v))
+        key = (r * v / (r + v), r * v)
+        if key > best_key:
+            best, best_key = (r, v), key
+    return best
+
+
+def matmul_tiled(sch: s_tir.Schedule, anchor, lanes: int, registers: int = 32) -> None:
+    """[..., M, K] x [K, N] (and batched): loops (..., rows, column vectors, K) with an (r x v x lanes)
+    register tile accumulated over all of K, the epilogue (bias, activation) computed per tile."""
+    inline_all_but(sch, [anchor])
+    types = iter_types(sch, anchor)
+    loops = sch.get_loops(anchor)
+    if len(loops) != len(types) or types[-1] != COMM_REDUCE or types.count(COMM_REDUCE) != 1:
+        raise s_tir.ScheduleError("not a matmul with one reduction innermost")
+    spatial, (k,) = loops[:-1], loops[-1:]
+    if len(spatial) < 2 or any(t != DATA_PAR for t in types[:-1]):
+        raise s_tir.ScheduleError("not a matmul with rows and columns")
+    rows, cols = spatial[-2], spatial[-1]
+    vec = vector_width(extent(sch, cols), lanes)
+    if extent(sch, rows) < MIN_ROWS or vec < 4:
+        raise s_tir.ScheduleError("too few rows or columns for a 2-D register tile")
+    if strided_lanes(sch, anchor):
+        raise s_tir.ScheduleError("the columns are read with a stride (a transposed operand)")
+    consumers = tile_consumers(sch, anchor)
+    jo, ji = sch.split(cols, [None, vec])
+    r, v = tile_shape(extent(sch, rows), extent(sch, jo), registers)
+    io, ii = sch.split(rows, [None, r])
+    joo, joi = sch.split(jo, [None, v])
+    lead = list(spatial[:-2])
+    sch.reorder(*lead, io, joo, k, ii, joi, ji)
+    cache = sch.cache_write(anchor, 0, "local")
+    sch.reverse_compute_at(cache, joo, preserve_unit_loops=True)
+    for c in consumers:
+        try:
+            sch.reverse_compute_at(c, joo, preserve_unit_loops=True)
+        except s_tir.ScheduleError:
+            pass
+    sch.vectorize(ji)
+    vectorize_tails(sch, [cache, *consumers], vec, split=True)
+    sch.unroll(ii)
+    sch.unroll(joi)
+    par = [*[lp for lp in lead if extent(sch, lp) > 1], io, joo]
+    sch.parallel(sch.fuse(*par) if len(par) > 1 else par[0])
+    sch.decompose_reduction(anchor, k)
