@@ -38,6 +38,13 @@ def bench(art: Path, onnx_path: Path, inputs: Path, seconds: float, out: Path) -
     return {k: d.get(k) for k in KEYS}
 
 
+def earlier(meta: dict) -> list:
+    """The lines that say which rows a --merge run kept from an earlier one."""
+    if "earlier" not in meta:
+        return []
+    return [f"Only the --only models were re-timed in that run. Earlier: {meta['earlier']}.", ""]
+
+
 def write(out: Path, rows: dict, meta: dict) -> None:
     ok = {m: r for m, r in rows.items() if r.get("ratio_p50")}
     geo = math.exp(sum(math.log(r["ratio_p50"]) for r in ok.values()) / len(ok)) if ok else float("nan")
@@ -49,6 +56,7 @@ def write(out: Path, rows: dict, meta: dict) -> None:
         f"Command: `{meta['command']}`; {meta['started']}; Kiln at {meta['kiln']}; load average at the start "
         f"{meta['load']}. Artifacts: the ones benchmarks/corpus/run.py compiled (default options). 2 threads each.",
         "",
+        *earlier(meta),
         f"**Geometric mean Kiln/onnxruntime p50 over {len(ok)} models: {geo:.2f}x**; above 1.2x: {len(over)} "
         f"({', '.join(over) or 'none'}); Kiln p99 over 1.5x p50: {len(tails)} ({', '.join(tails) or 'none'}).",
         "",
@@ -74,6 +82,7 @@ def main(argv=None) -> int:
     ap.add_argument("--only", default="")
     ap.add_argument("--out", default=str(ROOT / "benchmarks" / "corpus_speed"))
     ap.add_argument("--max-load", type=float, default=1.0, help="refuse to start above this 1-minute load average")
+    ap.add_argument("--merge", action="store_true", help="with --only: keep OUT.json's other rows (their run is named)")
     a = ap.parse_args(argv)
     load = os.getloadavg()[0]
     if load > a.max_load:
@@ -92,6 +101,12 @@ def main(argv=None) -> int:
         "load": f"{load:.2f}",
     }
     rows: dict = {}
+    old = Path(a.out).with_suffix(".json")
+    if a.merge and only and old.exists():
+        before = json.loads(old.read_text())
+        rows = {m: r for m, r in before["rows"].items() if m not in only}
+        earlier = before["meta"].get("earlier") or f"`{before['meta']['command']}` at {before['meta']['kiln']}"
+        meta["earlier"] = f"{earlier}; the other rows from {before['meta']['started']}"
     tmp = Path(a.out).with_suffix(".tmp.json")
     for name, st in status.items():
         art = corpus / "kiln" / f"{name}.kiln"
@@ -99,7 +114,7 @@ def main(argv=None) -> int:
             continue
         rows[name] = bench(art, corpus / f"{name}.onnx", corpus / f"{name}.inputs.npz", a.seconds, tmp)
         print(json.dumps({"model": name, **rows[name]}), file=sys.stderr, flush=True)
-        write(Path(a.out), rows, meta)
+        write(Path(a.out), {m: rows[m] for m in status if m in rows}, meta)
     tmp.unlink(missing_ok=True)
     return 0
 
