@@ -61,6 +61,19 @@ def check_against_ort(model, feeds: dict, tmp_path, input_shapes=None, rtol=1e-4
     return ours
 
 
+def compiled_asm(model, spec: str) -> tuple[str, dict]:
+    """The model compiled for target `spec` (not run): its kernels' assembly, and the compile report."""
+    from kiln.compiler.build import build_executable
+    from kiln.compiler.optimize import optimize
+    from kiln.compiler.options import CompileOptions
+    from kiln.frontends.importer import import_onnx
+
+    opts = CompileOptions.make(target=spec)
+    opt = optimize(import_onnx(model).mod, opts)
+    exe = build_executable(opt.mod, opts, "test")
+    return "".join(m.inspect_source("asm") for m in exe.mod.imports), opt.report
+
+
 def rand(*shape, seed=0, dtype=np.float32):
     return np.random.default_rng(seed).standard_normal(shape).astype(dtype)
 

@@ -8,7 +8,7 @@ import re
 
 import numpy as np
 import pytest
-from helpers import make_model, ort_run, rand
+from helpers import compiled_asm, make_model, ort_run, rand
 from onnx import helper
 
 import kiln
@@ -98,24 +98,12 @@ def _qdq_matmul(wmax=64, zx=128):
     return model, x, (xq @ wq.astype(np.int64)) * np.float64(sx) * np.float64(sw)
 
 
-def _asm(model, spec) -> tuple[str, dict]:
-    from kiln.compiler.build import build_executable
-    from kiln.compiler.optimize import optimize
-    from kiln.compiler.options import CompileOptions
-    from kiln.frontends.importer import import_onnx
-
-    opts = CompileOptions.make(target=spec)
-    opt = optimize(import_onnx(model).mod, opts)
-    exe = build_executable(opt.mod, opts, "test")
-    return "".join(m.inspect_source("asm") for m in exe.mod.imports), opt.report
-
-
 @pytest.mark.parametrize("op", ["conv2d", "matmul"])
 @pytest.mark.parametrize("spec", list(ASM))
 def test_int8_assembly_holds_the_isa_instruction(spec, op):
     """Compiled for the target (not run): the int8 kernel is tensorized with the target's instruction."""
     model = _qdq_conv()[0] if op == "conv2d" else _qdq_matmul()[0]
-    asm, report = _asm(model, spec)
+    asm, report = compiled_asm(model, spec)
     assert report["qdq_lowered"] == 1 and report["kernels_unscheduled"] == 0
     assert re.search(ASM[spec], asm), f"{spec}: no {ASM[spec]!r} in the {op} kernel"
     if "alderlake" in spec:

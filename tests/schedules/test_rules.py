@@ -503,3 +503,27 @@ def test_row_reductions_are_vectorized():
     text = sch.mod["main"].script()
     assert text.count('T.sblock("') >= 5 and text.count("_rf[") >= 4  # two partial-sum blocks
     assert text.count("T.vectorized(") >= 3 and text.count("T.parallel(") == 1
+
+
+def test_blocked_quantize_is_vectorized_without_gathers():
+    """A quantize of an NCHW16c tensor (Kiln's int8 flow between blocks), compiled for an explicit AVX-512
+    target, not run: relax.round legalizes to tirx.round, whose vector loop stays a vector loop. With topi's
+    te.nearbyint (no TVectorizable) TVM left it scalar and LLVM gathered 16 strided floats per vector."""
+    import re
+
+    vx = _var("x", (1, 4, 8, 8, 16))
+
+    def body(bb):
+        r = bb.emit(relax.op.round(bb.emit(relax.op.multiply(vx, relax.const(np.float32(4.0))))))
+        return relax.op.astype(relax.op.clip(r, 0, 255), "uint8")
+
+    func = _kernel(body, [vx])
+    sch = s_tir.Schedule(func)
+    _, anchor = classify(sch)
+    RULES[("cpu", "injective")](sch, anchor, 16)
+    lib = tvm.tirx.build(
+        tvm.IRModule({"main": sch.mod["main"].with_attr("global_symbol", "main")}),
+        target=tvm.target.Target({"kind": "llvm", "mcpu": "znver4"}),
+    )
+    asm = lib.inspect_source("asm")
+    assert re.search(r"vrndscaleps\s+\$\w+, %zmm", asm) and "gather" not in asm
