@@ -1,0 +1,49 @@
+"""Kiln's CPU legalization of elementwise ops TVM lowers to code that does not vectorize.
+
+Round and QuantizeLinear legalize to tirx.round (ties to even, like ONNX) and vectorize: topi's
+te.nearbyint has no TVectorizable in TVM 0.27, so its loop stayed scalar and LLVM vectorized the loop
+around it with gathers (ResNet-50 int8's quantize kernels at 13 GB/s). The kernel's assembly:
+tests/schedules/test_rules.py::test_blocked_quantize_is_vectorized_without_gathers."""
+
+import numpy as np
+from helpers import check_against_ort, compiled_asm, make_model
+from onnx import helper
+
+
+def _ties(shape, seed=0):
+    """Values with many exact .5 ties (both signs), where half-to-even and half-away differ."""
+    rng = np.random.default_rng(seed)
+    return (rng.integers(-40, 40, shape) + 0.5 * rng.integers(0, 2, shape)).astype(np.float32)
+
+
+def test_round_and_quantize_match_onnxruntime_on_ties(tmp_path):
+    x = _ties((1, 32, 8, 16))
+    nodes = [
+        helper.make_node("Round", ["x"], ["r"]),
+        helper.make_node("QuantizeLinear", ["x", "s", "z"], ["q"]),
+    ]
+    m = make_model(nodes, {"x": x}, ["r", "q"], {"s": np.float32(0.5), "z": np.uint8(128)}, opset=13)
+    out = check_against_ort(m, {"x": x}, tmp_path, rtol=0, atol=0)
+    assert np.array_equal(out["r"], np.round(x))  # numpy rounds half to even too
+
+
+def test_sigmoid_and_silu_match_onnxruntime_over_the_whole_range(tmp_path):
+    """Sigmoid by fast_exp, from -100 to 100: within 1e-6 (abs + rel) of onnxruntime (whose MLAS logistic flushes to 0
+    below -18), and within 1e-5 relative of the exact value everywhere (0 and 1 at the ends, no NaN)."""
+    x = np.concatenate([np.linspace(-100, 100, 2001), [-1e30, 1e30, 0.0]]).astype(np.float32).reshape(1, -1)
+    nodes = [helper.make_node("Sigmoid", ["x"], ["s"]), helper.make_node("Mul", ["x", "s"], ["silu"])]
+    m = make_model(nodes, {"x": x}, ["s", "silu"], opset=13)
+    out = check_against_ort(m, {"x": x}, tmp_path, rtol=1e-6, atol=1e-6)
+    with np.errstate(over="ignore"):
+        exact = 1 / (1 + np.exp(-x.astype(np.float64)))
+    np.testing.assert_allclose(out["s"], exact, rtol=1e-5, atol=1e-30)
+    np.testing.assert_allclose(out["silu"][:, :-3], (x * exact)[:, :-3], rtol=1e-5, atol=1e-30)
+    assert out["s"][0, -3] == 0.0 and out["s"][0, -2] == 1.0
+
+
+def test_sigmoid_calls_no_libm():
+    """Structural (compiled for znver4, not run): TVM's own sigmoid became one expf call per element."""
+    x = np.zeros((1, 64, 32), np.float32)
+    m = make_model([helper.make_node("Sigmoid", ["x"], ["s"])], {"x": x}, ["s"], opset=13)
+    asm, _ = compiled_asm(m, "llvm -mcpu=znver4")
+    assert "vfmadd" in asm and "expf" not in asm
