@@ -8,8 +8,11 @@ Everything else falls through to TVM's registered legalizer."""
 
 from __future__ import annotations
 
+import math
+
 import tvm
 from tvm import te, topi
+from tvm.ir.expr import GenericConst
 
 from ..schedules.int8 import Int8Kernel, int8_kernel
 from ..schedules.kinds import declare
@@ -186,8 +189,50 @@ def silu_fast_exp(x):
     return te.compute(x.shape, lambda *i: x(*i) * s(*i))
 
 
+def gelu_fast_erf(x):
+    """x * (0.5 + 0.5 erf(x / sqrt 2)), TVM's gelu with topi.fast_erf (ONNX Gelu, the dynamo exporter's)."""
+    e = topi.fast_erf(topi.multiply(x, tvm.tirx.const(0.5**0.5, x.dtype)))
+    half = tvm.tirx.const(0.5, x.dtype)
+    return te.compute(x.shape, lambda *i: x(*i) * (half + e(*i) * half))
+
+
+def gelu_tanh_fast(x):
+    """0.5 x (1 + tanh(sqrt(2/pi) x (1 + 0.044715 x^2))) with topi.fast_tanh (Gelu approximate="tanh")."""
+    c = lambda v: tvm.tirx.const(v, x.dtype)
+    inner = te.compute(x.shape, lambda *i: c(math.sqrt(2 / math.pi)) * x(*i) * (1 + c(0.044715) * x(*i) * x(*i)))
+    t = topi.fast_tanh(inner)
+    return te.compute(x.shape, lambda *i: c(0.5) * x(*i) * (c(1.0) + t(*i)))
+
+
+def _power(bb, call):
+    """x ** k for a constant k in 2, 3, 4 as multiplies (GPT-2's GELU has Pow(x, 3)): TVM calls powf per
+    element, which LLVM does not vectorize."""
+    k = call.args[1]
+    value = k.value.numpy() if isinstance(k, GenericConst) else None
+    same_shape = str(call.ty.shape) == str(call.args[0].ty.shape)
+    if str(call.ty.dtype) != "float32" or value is None or value.size != 1 or not same_shape:
+        return tvm.ir.Op.get(call.op.name).get_attr("FLegalize")(bb, call)
+    n = float(value.reshape(()))
+    if n not in (2.0, 3.0, 4.0):
+        return tvm.ir.Op.get(call.op.name).get_attr("FLegalize")(bb, call)
+    return bb.call_te(lambda x: _repeated_product(x, int(n)), call.args[0], primfunc_name_hint="power")
+
+
+def _repeated_product(x, n: int):
+    def body(*i):
+        out = x(*i)
+        for _ in range(n - 1):
+            out = out * x(*i)
+        return out
+
+    return te.compute(x.shape, body, name="T_power")
+
+
 LEGALIZE = {
     "relax.round": _round,
+    "relax.power": _power,
+    "relax.nn.gelu": _fast_math(gelu_fast_erf),
+    "relax.nn.gelu_tanh": _fast_math(gelu_tanh_fast),
     "relax.sigmoid": _fast_math(sigmoid_fast_exp),
     "relax.nn.silu": _fast_math(silu_fast_exp),
     "relax.max": _inf_identity_reduce("max"),
