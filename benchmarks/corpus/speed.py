@@ -42,7 +42,10 @@ def earlier(meta: dict) -> list:
     """The lines that say which rows a --merge run kept from an earlier one."""
     if "earlier" not in meta:
         return []
-    return [f"Only the --only models were re-timed in that run. Earlier: {meta['earlier']}.", ""]
+    return [
+        f"Only the --only models were re-timed in that run; the others come from earlier runs: {meta['earlier']}.",
+        "",
+    ]
 
 
 def write(out: Path, rows: dict, meta: dict) -> None:
@@ -105,8 +108,9 @@ def main(argv=None) -> int:
     if a.merge and only and old.exists():
         before = json.loads(old.read_text())
         rows = {m: r for m, r in before["rows"].items() if m not in only}
-        earlier = before["meta"].get("earlier") or f"`{before['meta']['command']}` at {before['meta']['kiln']}"
-        meta["earlier"] = f"{earlier}; the other rows from {before['meta']['started']}"
+        b = before["meta"]
+        first = f"`{b['command']}` at {b['kiln']}, {b['started']}"
+        meta["earlier"] = f"{b['earlier']}; {b['started']} at {b['kiln']}" if "earlier" in b else first
     tmp = Path(a.out).with_suffix(".tmp.json")
     for name, st in status.items():
         art = corpus / "kiln" / f"{name}.kiln"
