@@ -13,8 +13,11 @@ Writes benchmarks/isa.{md,json}."""
 from __future__ import annotations
 
 import argparse
+import datetime
 import json
+import os
 import shlex
+import subprocess
 import sys
 import tempfile
 import time
@@ -97,7 +100,13 @@ def render(d: dict) -> list[str]:
         + ("shipped tuning records where they apply" if d["tuned"] else "untuned default schedules (--tuning-db none)")
         + ", zoo models with random weights (calibration: 16 random-normal inputs; Kiln calibrates on 12 and checks "
         "on 4, onnxruntime's quantize_static uses all 16). All engines in one process, alternating in blocks; p50 of "
-        "each. The machine is shared with other jobs, so timings are noisy: compare ratios within one table.",
+        "each. "
+        + (
+            f"Started {d['started']} at Kiln {d['kiln_rev']}, 1-minute load average {d['load']}. "
+            if "load" in d
+            else "The machine was shared with other jobs, so timings are noisy. "
+        )
+        + "Compare ratios within one table.",
         "",
         "onnxruntime runs its own kernels for this host's CPU (AVX-512 and VNNI where the host has them); the "
         "Kiln rows for other targets run that target's code on this host (x86 code for an older ISA runs on a newer "
@@ -170,6 +179,11 @@ def main(argv=None) -> int:
         "kiln_version": kiln.__version__,
         "command": "python benchmarks/isa.py " + " ".join(shlex.quote(v) for v in (argv or sys.argv[1:])),
         "tuned": a.tuned,
+        "started": f"{datetime.datetime.now(datetime.UTC):%Y-%m-%d %H:%M UTC}",
+        "kiln_rev": subprocess.run(
+            ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True
+        ).stdout.strip(),
+        "load": f"{os.getloadavg()[0]:.2f}",
         "skipped": skipped,
         "models": [],
     }
