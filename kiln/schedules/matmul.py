@@ -20,6 +20,7 @@ from .rules import (
     inline_all_but,
     iter_types,
     strided_lanes,
+    tile_accumulator,
     tile_consumers,
     vector_width,
     vectorize_tails,
@@ -67,13 +68,7 @@ def matmul_tiled(sch: s_tir.Schedule, anchor, lanes: int, registers: int = 32) -
     joo, joi = sch.split(jo, [None, v])
     lead = list(spatial[:-2])
     sch.reorder(*lead, io, joo, k, ii, joi, ji)
-    cache = sch.cache_write(anchor, 0, "local")
-    sch.reverse_compute_at(cache, joo, preserve_unit_loops=True)
-    for c in consumers:
-        try:
-            sch.reverse_compute_at(c, joo, preserve_unit_loops=True)
-        except s_tir.ScheduleError:
-            pass
+    cache = tile_accumulator(sch, anchor, joo, consumers, keep_misfits=True)
     sch.vectorize(ji)
     vectorize_tails(sch, [cache, *consumers], vec, split=True)
     sch.unroll(ii)

@@ -50,13 +50,18 @@ def tile_consumers(sch: s_tir.Schedule, anchor) -> list:
     return [c for c in sch.get_consumers(anchor) if size(c) == size(anchor)]
 
 
-def tile_accumulator(sch: s_tir.Schedule, anchor, tile_loop, consumers: list):
+def tile_accumulator(sch: s_tir.Schedule, anchor, tile_loop, consumers: list, keep_misfits: bool = False):
     """The anchor's results accumulated in a local (register) tile written back at `tile_loop`, its
-    epilogue blocks computed there too, tile by tile; returns the write-back block."""
+    epilogue blocks computed there too, tile by tile; returns the write-back block. With keep_misfits,
+    an epilogue block that cannot move to the tile stays where it is (else the ScheduleError propagates)."""
     cache = sch.cache_write(anchor, 0, "local")
     sch.reverse_compute_at(cache, tile_loop, preserve_unit_loops=True)
     for c in consumers:
-        sch.reverse_compute_at(c, tile_loop, preserve_unit_loops=True)
+        try:
+            sch.reverse_compute_at(c, tile_loop, preserve_unit_loops=True)
+        except s_tir.ScheduleError:
+            if not keep_misfits:
+                raise
     return cache
 
 
@@ -220,15 +225,10 @@ def reduction_tiled(sch: s_tir.Schedule, anchor, lanes: int) -> None:
     reduce = _blocked_channels_first(sch, anchor, reduce)
     order = spatial + reduce + tile_inner + ([vec_loop] if vec > 1 else [])
     sch.reorder(*order)
-    cache = sch.cache_write(anchor, 0, "local")
-    tile_loop = spatial[-1] if spatial else None
-    if tile_loop is not None:
-        sch.reverse_compute_at(cache, tile_loop, preserve_unit_loops=True)
-        for c in consumers:
-            try:
-                sch.reverse_compute_at(c, tile_loop, preserve_unit_loops=True)
-            except s_tir.ScheduleError:
-                pass
+    if spatial:
+        cache = tile_accumulator(sch, anchor, spatial[-1], consumers, keep_misfits=True)
+    else:
+        cache = sch.cache_write(anchor, 0, "local")
     if vec > 1:
         if strided:
             sch.unroll(vec_loop)
