@@ -19,6 +19,11 @@ from ..schedules.kinds import declare
 from . import legalize_int8
 
 
+def tvm_legalize(bb, call):
+    """TVM's own legalization of the call's op: what every Kiln legalization falls back to."""
+    return tvm.ir.Op.get(call.op.name).get_attr("FLegalize")(bb, call)
+
+
 def depthwise_conv2d_nchwc(data, kernel, strides, padding, dilation, out_dtype):
     """Depthwise conv2d, data [N, C/c, H, W, c], weight [C/c, 1, KH, KW, 1, c] (channel multiplier 1):
     TVM 0.27 has no compute for it. padding is [top, left, bottom, right]."""
@@ -60,7 +65,7 @@ def _conv2d(bb, call, int8: Int8Kernel | None = None):
             primfunc_name_hint="depthwise_conv2d_NCHWc",
         )
     if not blocked or int(a.groups) != 1:
-        return tvm.ir.Op.get("relax.nn.conv2d").get_attr("FLegalize")(bb, call)
+        return tvm_legalize(bb, call)
     return bb.call_te(
         topi.nn.conv2d_NCHWc,
         call.args[0],
@@ -86,7 +91,7 @@ def _matmul(bb, call, int8: Int8Kernel | None = None):
 
         f32 = [relax.op.astype(a, "float32") for a in call.args[:2]]
         return relax.op.astype(relax.op.matmul(*f32, out_dtype="float32"), "float16")
-    return tvm.ir.Op.get("relax.matmul").get_attr("FLegalize")(bb, call)
+    return tvm_legalize(bb, call)
 
 
 def softmax_fast_exp(x, axis: int):
@@ -107,7 +112,7 @@ def _fast_math(compute, attrs=lambda call: ()):
 
     def legalize(bb, call):
         if str(call.ty.dtype) != "float32":
-            return tvm.ir.Op.get(call.op.name).get_attr("FLegalize")(bb, call)
+            return tvm_legalize(bb, call)
         return bb.call_te(compute, call.args[0], *attrs(call), primfunc_name_hint=call.op.name.split(".")[-1])
 
     return legalize
@@ -148,7 +153,7 @@ def _inf_identity_reduce(kind: str):
     def legalize(bb, call):
         dtype = str(call.ty.dtype)
         if dtype not in ("float32", "float16", "float64", "bfloat16", "bool"):
-            return tvm.ir.Op.get(call.op.name).get_attr("FLegalize")(bb, call)
+            return tvm_legalize(bb, call)
         axes = [int(a) for a in call.attrs.axis] if call.attrs.axis is not None else None
         return bb.call_te(
             boolean if dtype == "bool" else compute,
@@ -168,7 +173,7 @@ def _round(bb, call):
     ran at 13 GB/s. tirx.round lowers to the same llvm.nearbyint on CPUs (ties to even, as ONNX rounds)
     and vectorizes: 10x on a [1, 16, 56, 56, 16] quantize (benchmarks/history.md)."""
     if str(call.ty.dtype) not in ("float32", "float16", "float64"):
-        return tvm.ir.Op.get(call.op.name).get_attr("FLegalize")(bb, call)
+        return tvm_legalize(bb, call)
     return bb.call_te(_te_round, call.args[0], primfunc_name_hint="round")
 
 
@@ -210,11 +215,9 @@ def _power(bb, call):
     k = call.args[1]
     value = k.value.numpy() if isinstance(k, GenericConst) else None
     same_shape = str(call.ty.shape) == str(call.args[0].ty.shape)
-    if str(call.ty.dtype) != "float32" or value is None or value.size != 1 or not same_shape:
-        return tvm.ir.Op.get(call.op.name).get_attr("FLegalize")(bb, call)
-    n = float(value.reshape(()))
-    if n not in (2.0, 3.0, 4.0):
-        return tvm.ir.Op.get(call.op.name).get_attr("FLegalize")(bb, call)
+    n = float(value.reshape(())) if value is not None and value.size == 1 else None
+    if str(call.ty.dtype) != "float32" or not same_shape or n not in (2.0, 3.0, 4.0):
+        return tvm_legalize(bb, call)
     return bb.call_te(lambda x: _repeated_product(x, int(n)), call.args[0], primfunc_name_hint="power")
 
 

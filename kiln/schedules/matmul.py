@@ -27,7 +27,6 @@ from .rules import (
 )
 
 MIN_ROWS = 2  # a matmul of fewer rows keeps reduction_tiled's column tile (a classifier's [1, K] x [K, N])
-MIN_PARALLEL = 4  # row tiles x column tiles below this: fewer row tiles, so every core gets work
 
 
 def tile_shape(rows: int, vectors: int, registers: int) -> tuple[int, int]:
@@ -44,7 +43,7 @@ def tile_shape(rows: int, vectors: int, registers: int) -> tuple[int, int]:
     return best
 
 
-def matmul_tiled(sch: s_tir.Schedule, anchor, lanes: int, registers: int = 32) -> None:
+def matmul_tiled(sch: s_tir.Schedule, anchor, lanes: int, registers: int = 16) -> None:
     """[..., M, K] x [K, N] (and batched): loops (..., rows, column vectors, K) with an (r x v x lanes)
     register tile accumulated over all of K, the epilogue (bias, activation) computed per tile."""
     inline_all_but(sch, [anchor])
