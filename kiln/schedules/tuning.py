@@ -104,6 +104,9 @@ def parse_tracker(text: str) -> tuple[str, int]:
     return host, int(port)
 
 
+RPC_CANDIDATE_TIMEOUT_S = 30  # one remote candidate: get a device, upload, run; past it the candidate fails
+
+
 def rpc_runner(opts: TuneOptions):
     """MetaSchedule's RPC runner on the tracker's devices with this key, as many in parallel as
     are free (or rpc_workers). A device that dies mid-run fails only the candidates it held."""
@@ -111,6 +114,7 @@ def rpc_runner(opts: TuneOptions):
 
     from tvm import rpc
     from tvm.s_tir.meta_schedule.runner import EvaluatorConfig, RPCConfig, RPCRunner
+    from tvm.support.popen_pool import PopenPoolExecutor
 
     host, port = parse_tracker(opts.rpc_tracker)
     try:
@@ -129,13 +133,24 @@ def rpc_runner(opts: TuneOptions):
             where="--rpc-key",
             fix=f"start one: python -m tvm.exec.rpc_server --tracker {host}:{port} --key {opts.rpc_key}",
         )
-    return RPCRunner(
+    workers = opts.rpc_workers or free
+    runner = RPCRunner(
         RPCConfig(
-            tracker_host=host, tracker_port=port, tracker_key=opts.rpc_key, session_timeout_sec=60, session_priority=1
+            tracker_host=host,
+            tracker_port=port,
+            tracker_key=opts.rpc_key,
+            session_timeout_sec=RPC_CANDIDATE_TIMEOUT_S,
+            session_priority=1,
         ),
         EvaluatorConfig(number=3, repeat=1, min_repeat_ms=0, enable_cpu_cache_flush=False),
-        max_workers=opts.rpc_workers or free,
-    ), free
+        max_workers=workers,
+    )
+    # MetaSchedule waits on each candidate's worker with no time limit: a worker whose tracker request never
+    # gets a device (a server that died holding its slot, seen in tests) blocked the whole run for good. The
+    # pool's own timeout kills such a worker, and the candidate fails with RPCRunner's "Timeout" result.
+    runner.pool.shutdown(wait=False)
+    runner.pool = PopenPoolExecutor(max_workers=workers, timeout=RPC_CANDIDATE_TIMEOUT_S)
+    return runner, free
 
 
 def extract(mod: tvm.IRModule, target) -> list:
