@@ -2,6 +2,7 @@
 
 from .bf16_conv_kernel import BF16ConvKernel
 from .canonicalize_clip import CanonicalizeClip
+from .conv1d_as_conv2d import Conv1dAsConv2d
 from .convert_layout import ConvertLayout
 from .dead_code import DeadCode
 from .fold_batchnorm import FoldBatchNorm
@@ -22,6 +23,7 @@ from .winograd import Winograd
 __all__ = [
     "BF16ConvKernel",
     "CanonicalizeClip",
+    "Conv1dAsConv2d",
     "ConvertLayout",
     "DeadCode",
     "FoldBatchNorm",
