@@ -17,6 +17,7 @@ from tvm.ir.expr import GenericConst
 from ..schedules.int8 import Int8Kernel, int8_kernel
 from ..schedules.kinds import declare
 from . import legalize_int8
+from .legalize_conv3d import conv3d
 
 
 def tvm_legalize(bb, call):
@@ -255,4 +256,5 @@ def legalize_map(caps) -> dict:
     kernel = int8_kernel(caps)
     conv = lambda bb, call: _conv2d(bb, call, kernel)
     mm = lambda bb, call: _matmul(bb, call, kernel)
-    return {**LEGALIZE, "relax.nn.conv2d": conv, "relax.matmul": mm}
+    c3 = lambda bb, call: conv3d(bb, call, caps.f32_block, tvm_legalize)
+    return {**LEGALIZE, "relax.nn.conv2d": conv, "relax.matmul": mm, "relax.nn.conv3d": c3}

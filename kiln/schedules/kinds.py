@@ -30,6 +30,7 @@ KINDS = {  # kind -> what has it; registry.RULES maps each (but SCHEDULED) to a 
     "conv2d": "direct conv2d (topi conv2d_NCHWc and others TOPI names conv2d*; legalize.depthwise_conv2d_nchwc)",
     "conv2d_nchw": "topi's NCHW conv2d",
     "depthwise_nchw": "topi's grouped NCHW conv2d (the rule takes depthwise ones: one input channel per group)",
+    "conv3d": "NCDHW conv3d with output channels blocked in the weights (compiler/legalize_conv3d)",
     "conv2d_int8": "uint8 x int8 NCHWc conv2d (legalize_int8.conv2d_nchwc_int8; topi's conv2d_NCHWc_int8)",
     "matmul_int8": "uint8 x int8 matmul by packed weights (legalize_int8.matmul_int8)",
     "matmul": "matmul / dense (topi; passes/pack_dense_weights.matmul_packed)",

@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from . import int8, rules
+from .conv3d import conv3d_oc_vectorized
 from .dwpw import depthwise_pointwise
 from .kinds import classify
 from .matmul import matmul_tiled
@@ -15,6 +16,7 @@ from .winograd import winograd_nchwc
 RULES: dict[tuple[str, str], Callable] = {
     ("cpu", "conv2d"): rules.reduction_tiled,
     ("cpu", "conv2d_nchw"): rules.conv_nchw_pointwise,
+    ("cpu", "conv3d"): conv3d_oc_vectorized,
     ("cpu", "conv2d_nchw_oc"): rules.conv_nchw_oc_vectorized,
     ("cpu", "depthwise_nchw"): rules.depthwise_nchw,
     ("cpu", "conv2d_int8"): int8.conv2d_int8,
@@ -30,10 +32,11 @@ RULES: dict[tuple[str, str], Callable] = {
     ("cpu", "depthwise_pointwise"): depthwise_pointwise,
 }
 # kinds whose rule sizes its register tile by the target's vector registers (a `registers=` keyword)
-REGISTER_TILED = frozenset({"matmul"})
+REGISTER_TILED = frozenset({"matmul", "conv3d"})
 # when a kind's rule does not apply (e.g. output channels not divisible by the lanes), try these
 FALLBACK = {
     "softmax": ("multi_reduction",),
+    "conv3d": ("reduction",),
     "conv2d_nchw": ("conv2d_nchw_oc", "conv2d"),
     "depthwise_nchw": ("reduction",),
     "conv2d_int8": ("conv2d",),
