@@ -84,7 +84,11 @@ CPU_PIPELINE: list[PassSpec] = [
         lambda o: kp.MixedPrecision(o.precision, _conv_kernels(o)) if o.precision != "fp32" else None,
         1,
     ),
-    PassSpec("Conv1dAsConv2d", lambda o: kp.Conv1dAsConv2d() if o.layout in ("NCHWc", "NHWC") else None, 2),
+    PassSpec(
+        "Conv1dAsConv2d",
+        lambda o: kp.Conv1dAsConv2d(o.target.caps.f32_block) if o.layout in ("NCHWc", "NHWC") else None,
+        2,
+    ),
     PassSpec("ConvertLayout", lambda o: kp.ConvertLayout(o.layout, o.target.caps.f32_block), 2),
     PassSpec("NarrowBlockLayout", lambda o: kp.NarrowBlockLayout(o.layout, o.target.caps.f32_block), 2),
     PassSpec("PropagateBlockedLayout", lambda o: kp.PropagateBlockedLayout(o.layout), 2),

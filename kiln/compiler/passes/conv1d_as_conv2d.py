@@ -8,7 +8,9 @@ The height-1 axis is dropped (squeeze) as late as it can be: elementwise ops aft
 ReLU, a residual add of another conv's output) run on the 4-D tensor, squeeze moving past them, and
 where the next conv1d re-adds the axis, `expand_dims(squeeze(y))` is just y. So a chain of 1-D
 convs stays 4-D, and ConvertLayout keeps it blocked from one conv to the next instead of
-transforming it around each. Only the float NCW/OIW form is rewritten.
+transforming it around each. Only float NCW/OIW convs whose input and output channels both take a
+block of 4 or more lanes are rewritten: an unblocked NCHW conv2d of height 1 is slower than TVM's
+conv1d (silero's STFT conv, 1 -> 258 channels: 0.99 ms against 0.2 for the whole model before).
 `stats["conv1d_as_conv2d"]` counts the convs."""
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from tvm import relax
 from tvm.ir.expr import GenericConst
 
 from ..ir import op_name
+from .convert_layout import widest_block
 from .module_map import rewrite_functions
 from .propagate_blocked_layout import UNARY
 
@@ -30,9 +33,9 @@ def _ints(a) -> list[int]:
 
 @relax.expr_functor.mutator
 class _Rewriter(relax.PyExprMutator):
-    def __init__(self, mod):
+    def __init__(self, mod, block: int):
         super().__init__(mod)
-        self.count = 0
+        self.block, self.count = block, 0
 
     def _height1(self, e):
         """y when e is bound to squeeze(y, [2]) of a 4-D y (a rewritten conv's output, or an op after it)."""
@@ -63,7 +66,11 @@ class _Rewriter(relax.PyExprMutator):
             or x.ty.dtype != "float32"
             or w.ty.dtype != "float32"
             or x.ty.ndim != 3
+            or w.ty.shape is None
         ):
+            return None
+        o, i = int(w.ty.shape[0]), int(w.ty.shape[1])
+        if widest_block(o, self.block) < 4 or widest_block(i * int(a.groups), self.block) < 4:
             return None
         w4 = relax.const(w.value.numpy()[:, :, None, :]) if isinstance(w, GenericConst) else relax.op.expand_dims(w, 2)
         x4 = self._height1(x)
@@ -108,12 +115,13 @@ class _Rewriter(relax.PyExprMutator):
 
 @tvm.transform.module_pass(opt_level=2, name="Conv1dAsConv2d")
 class Conv1dAsConv2d:
-    def __init__(self):
+    def __init__(self, block: int = 16):
+        self.block = block
         self.stats = {"conv1d_as_conv2d": 0}
 
     def transform_module(self, mod: tvm.IRModule, ctx) -> tvm.IRModule:
         def rewrite(f):
-            rw = _Rewriter(mod)
+            rw = _Rewriter(mod, self.block)
             out = rw.visit_expr(f)
             self.stats["conv1d_as_conv2d"] += rw.count
             return out
