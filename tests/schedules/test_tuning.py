@@ -1,6 +1,7 @@
 """Tuning: a tiny model for a few trials, resuming, surviving a kill, a corrupt line, applying."""
 
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -27,6 +28,20 @@ def tiny():
         helper.make_node("Relu", ["c"], ["output"]),
     ]
     return make_model(nodes, {"input": x}, ["output"], {"w": rand(16, 16, 3, 3, seed=1) * 0.2})
+
+
+@pytest.fixture(scope="module")
+def tuned_twice(tmp_path_factory, tiny):
+    """A database of a 2-trial tune of `tiny`, made once for the tests that only read or damage one:
+    each copies it (`_copy_db`)."""
+    root = tmp_path_factory.mktemp("tuned2")
+    tune(tiny, CompileOptions.make(), TuneOptions(db_root=str(root), trials=2), progress=lambda s: None)
+    return root
+
+
+def _copy_db(src, dst):
+    shutil.copytree(src, dst, dirs_exist_ok=True)
+    return dst
 
 
 def _records(db):
@@ -82,9 +97,9 @@ def test_killed_tuning_leaves_a_database_that_loads_and_resumes(tmp_path, tiny):
     assert _records(db) == n + r["new_records"]
 
 
-def test_corrupt_line_is_skipped_with_a_warning(tmp_path, tiny):
+def test_corrupt_line_is_skipped_with_a_warning(tmp_path, tuned_twice):
     co = CompileOptions.make()
-    tune(tiny, co, TuneOptions(db_root=str(tmp_path), trials=2), progress=lambda s: None)
+    _copy_db(tuned_twice, tmp_path)
     db = tmp_path / target_key(co.target)
     n = _records(db)
     with open(db / FILES[1], "a") as f:
@@ -93,11 +108,11 @@ def test_corrupt_line_is_skipped_with_a_warning(tmp_path, tiny):
         assert len(open_database(db).get_all_tuning_records()) == n
 
 
-def test_a_record_tvm_cannot_read_back_is_dropped_not_the_database(tmp_path, tiny):
+def test_a_record_tvm_cannot_read_back_is_dropped_not_the_database(tmp_path, tiny, tuned_twice):
     """A well-formed line whose trace TVM refuses (a ResNet-50 bf16 run wrote 9 such, and every later
     open of the database failed): it is dropped with a warning, the other records load and compile."""
     co = CompileOptions.make()
-    tune(tiny, co, TuneOptions(db_root=str(tmp_path), trials=2), progress=lambda s: None)
+    _copy_db(tuned_twice, tmp_path)
     db = tmp_path / target_key(co.target)
     n = _records(db)
     lines = (db / FILES[1]).read_text().splitlines()
@@ -206,8 +221,8 @@ def test_tune_a_bf16_build(tmp_path, tiny):
     )
 
 
-def test_shipped_records_apply_by_default_and_none_disables(tmp_path, tiny, monkeypatch):
-    tune(tiny, CompileOptions.make(), TuneOptions(db_root=str(tmp_path / "shipped"), trials=2), progress=lambda s: None)
+def test_shipped_records_apply_by_default_and_none_disables(tmp_path, tiny, tuned_twice, monkeypatch):
+    _copy_db(tuned_twice, tmp_path / "shipped")
     monkeypatch.setenv("KILN_TUNING_LOGS", str(tmp_path / "shipped"))
     r = kiln.compile(tiny, tmp_path / "a.kiln")  # no --tuning-db: the shipped records for this target
     assert r.report["tuned_kernels"] >= 1 and r.manifest["compile_options"]["tuning_db"].startswith(
