@@ -302,7 +302,9 @@ def conv_nchw_oc_vectorized(sch: s_tir.Schedule, anchor, lanes: int) -> None:
         sch.reverse_compute_at(c, ow_o, preserve_unit_loops=True)
     sch.vectorize(oc_i)
     sch.unroll(ow_i)
-    par = sch.fuse(n, oh)
+    # a height-1 conv (a conv1d, Conv1dAsConv2d) has one row: parallel over output-channel blocks too
+    rows = extent(sch, n) * extent(sch, oh)
+    par = sch.fuse(n, oh, oc_o) if rows < MIN_PARALLEL_TASKS else sch.fuse(n, oh)
     sch.parallel(par)
     if pad is not None:
         sch.compute_at(pad, par, preserve_unit_loops=True)

@@ -8,9 +8,11 @@ The height-1 axis is dropped (squeeze) as late as it can be: elementwise ops aft
 ReLU, a residual add of another conv's output) run on the 4-D tensor, squeeze moving past them, and
 where the next conv1d re-adds the axis, `expand_dims(squeeze(y))` is just y. So a chain of 1-D
 convs stays 4-D, and ConvertLayout keeps it blocked from one conv to the next instead of
-transforming it around each. Only float NCW/OIW convs whose input and output channels both take a
-block of 4 or more lanes are rewritten: an unblocked NCHW conv2d of height 1 is slower than TVM's
-conv1d (silero's STFT conv, 1 -> 258 channels: 0.99 ms against 0.2 for the whole model before).
+transforming it around each. Only float NCW/OIW convs are rewritten whose input and output channels
+both take a block of 4 or more lanes, or whose output channels are a multiple of the vector width
+(they stay NCHW, output channels vectorized: conv_nchw_oc_vectorized, e.g. wav2vec2's 1 -> 512 stem).
+Others would be an NCHW conv2d on the generic rule, slower than TVM's conv1d (silero's STFT conv,
+1 -> 258 channels: 0.99 ms, against 0.2 ms for the whole model with conv1d).
 `stats["conv1d_as_conv2d"]` counts the convs."""
 
 from __future__ import annotations
@@ -70,7 +72,8 @@ class _Rewriter(relax.PyExprMutator):
         ):
             return None
         o, i = int(w.ty.shape[0]), int(w.ty.shape[1])
-        if widest_block(o, self.block) < 4 or widest_block(i * int(a.groups), self.block) < 4:
+        blocks = widest_block(o, self.block) >= 4 and widest_block(i * int(a.groups), self.block) >= 4
+        if not blocks and (o % self.block or int(a.groups) != 1):  # else NCHW, output channels vectorized
             return None
         w4 = relax.const(w.value.numpy()[:, :, None, :]) if isinstance(w, GenericConst) else relax.op.expand_dims(w, 2)
         x4 = self._height1(x)
