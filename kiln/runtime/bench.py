@@ -18,7 +18,8 @@ from ..errors import InputError, OptionsError
 from ..optfield import option
 from .model import load
 
-BLOCK = 8  # runs per engine before switching (when comparing with onnxruntime)
+BLOCK = 8  # runs per engine before switching (when comparing with onnxruntime), and at least BLOCK_MIN_S of them
+BLOCK_MIN_S = 0.05  # 8 runs of a 0.25 ms model after each pause were mostly its wake-up: vit's ratio read 1.1-2.1x
 BLOCK_PAUSE_S = 0.3  # a shorter pause left onnxruntime slower (spinning TVM workers; benchmarks/history.md)
 TAIL_FLAG_RATIO = 2.0  # p99 over p50 above this flags the run: its tail is not the model's speed
 
@@ -178,9 +179,11 @@ def bench(path: str | os.PathLike, opts: BenchOptions = BenchOptions(), feed: di
                 time.sleep(BLOCK_PAUSE_S)  # let the other engine's spinning workers park
                 fn()  # untimed: wakes this engine's parked workers
             blocks[prefix].append(len(times[prefix]))
-            for _ in range(BLOCK):
+            block_start, done = time.perf_counter(), 0
+            while done < BLOCK or time.perf_counter() - block_start < BLOCK_MIN_S:
                 if prefix == "" and not more():
                     break
+                done += 1
                 c = resource.getrusage(resource.RUSAGE_SELF).ru_nivcsw  # every thread of the process: the pool's too
                 t = time.perf_counter()
                 fn()

@@ -21,7 +21,8 @@ def test_bench_with_onnxruntime(small_artifact, small_onnx_path):
     assert r["ratio_p50"] == pytest.approx(r["p50_ms"] / r["ort_p50_ms"])
     assert r["cold_start_ms"] > r["min_ms"] and r["peak_rss_mb"] > 10
     assert r["max_abs_diff"] < 1e-4  # the same input gave the same answer
-    assert r["ratio_block_pairs"] == -(-20 // BLOCK)  # 8 + 8 + 4 runs: 3 pairs of blocks
+    # blocks of at least BLOCK runs and BLOCK_MIN_S: this tiny model's 20 runs fit in one to three pairs
+    assert 1 <= r["ratio_block_pairs"] <= -(-20 // BLOCK)
     assert 0 < r["ratio_block_q25"] <= r["ratio_block_median"] <= r["ratio_block_q75"]
 
 
