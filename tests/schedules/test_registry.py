@@ -66,6 +66,13 @@ def _depthwise_nchwc():
     return _te(depthwise_conv2d_nchwc, x, w, [1, 1], [1, 1, 1, 1], [1, 1], "float32")
 
 
+def _conv3d():
+    from kiln.compiler.legalize_conv3d import conv3d_oc_blocked
+
+    x, w = _var("x", (1, 8, 3, 6, 6)), _var("w", (2, 8, 3, 3, 3, 16))
+    return _te(conv3d_oc_blocked, x, w, [1, 1, 1], [1] * 6, [1, 1, 1], "float32")
+
+
 def _matmul_packed():
     from kiln.compiler.passes.pack_dense_weights import matmul_packed
 
@@ -115,6 +122,7 @@ WORKLOADS = {
         False,
         "depthwise_nchw",
     ),
+    "conv3d": (_conv3d, "conv3d", True, "conv3d"),
     "int8_conv": (_int8_conv, "conv2d_int8", True, "conv2d_int8"),
     "int8_matmul": (_int8_matmul, "matmul_int8", True, "matmul_int8"),
     "matmul": (lambda: _op(lambda v: relax.op.matmul(v, relax.const(rnd(48, 32))), (4, 48)), "matmul", False, "matmul"),
@@ -216,9 +224,9 @@ def test_unknown_kinds_are_errors():
     """An unknown kind is refused where a compute declares it, and where a kernel carries it (a
     KernelKindError out of DefaultSchedules, not a generic rule); so is a TOPI schedule_rule the table
     does not know, and one kernel declaring two kinds."""
-    with pytest.raises(kinds.KernelKindError, match="conv3d"):
-        kinds.declare("conv3d")
-    for attrs, match in (({kinds.ATTR: "conv3d"}, "conv3d"), ({kinds.TVM_ATTR: "meta_schedule.new_rule"}, "new_rule")):
+    with pytest.raises(kinds.KernelKindError, match="conv4d"):
+        kinds.declare("conv4d")
+    for attrs, match in (({kinds.ATTR: "conv4d"}, "conv4d"), ({kinds.TVM_ATTR: "meta_schedule.new_rule"}, "new_rule")):
         func = _one("conv2d_fake", True, **attrs)
         with pytest.raises(kinds.KernelKindError, match=match):
             kinds.classify(s_tir.Schedule(func))
