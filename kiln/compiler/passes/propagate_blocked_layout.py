@@ -7,6 +7,7 @@ the OIHW{c}i{c}o layout), so every MobileNet block pays two layout transforms an
 depthwise conv, bias and clip on an unblocked tensor. Rules, applied to a call whose input is
 `unblock(x)` (a transform from NCHW{c}c to NCHW, for any block c: NarrowBlockLayout's 8c too):
   - elementwise unary op f (clip, relu, ...):        f(unblock(x))        -> unblock(f(x))
+    (also quantize/dequantize with per-tensor scale and zero point: a QDQ model's float depthwise convs)
   - add/multiply by a per-channel or scalar constant:  unblock(x) + b       -> unblock(x + block(b))
   - add/multiply of two unblocked tensors:             unblock(x) + unblock(y) -> unblock(x + y)
   - depthwise conv2d (groups = channels, constant weight): conv(unblock(x), w) -> unblock(conv_c(x, block(w)))
@@ -42,6 +43,11 @@ UNARY = (
     "relax.round",
 )
 BINARY = ("relax.add", "relax.multiply")
+QDQ = ("relax.quantize", "relax.dequantize")  # elementwise where scale and zero point are per-tensor scalars
+
+
+def _scalar_const(e) -> bool:
+    return isinstance(e, GenericConst) and e.value.numpy().size == 1
 
 
 @relax.expr_functor.mutator
@@ -96,7 +102,7 @@ class _Propagate(relax.PyExprMutator):
         if x is None:
             return call
         channels, c = static_shape(call.args[0])[1], static_shape(x)[4]
-        if name in UNARY:
+        if name in UNARY or (name in QDQ and all(_scalar_const(a) for a in call.args[1:3])):
             return self._unblock(relax.Call(call.op, [x, *call.args[1:]], call.attrs))
         if name in BINARY and len(call.args) == 2:
             y = self._unblocked_source(call.args[1])
