@@ -366,9 +366,9 @@ PATTERNS = {  # name -> (model builder, conv layouts on TARGET after Kiln's grap
     "shuffle_32_g2": (lambda: shuffle(32, 2), {"NCHW16c": 4, "NCHW": 1}),
     "shuffle_48_g3": (lambda: shuffle(48, 3), {"NCHW16c": 6, "NCHW": 1}),
     "shuffle_24_g2": (lambda: shuffle(24, 2), {"NCHW": 3}),  # 12 channels a group: no block divides them
-    "conv1d_32": (lambda: conv1d(32), {}),  # Conv1d is not a conv2d: no layout conversion
-    "conv1d_24": (lambda: conv1d(24), {}),
-    "conv1d_transposed": (lambda: conv1d(32, transpose_in=True), {}),
+    "conv1d_32": (lambda: conv1d(32), {"NCHW16c": 2}),  # Conv1dAsConv2d: height-1 conv2d, blocked
+    "conv1d_24": (lambda: conv1d(24), {"NCHW8c": 1, "NCHW16c": 1}),  # 24 input channels: blocked by 8
+    "conv1d_transposed": (lambda: conv1d(32, transpose_in=True), {"NCHW16c": 2}),
     "nhwc_3": (lambda: nhwc(16, 3), {"NCHW1c": 1, "NCHW16c": 1}),
     "nhwc_1": (lambda: nhwc(16, 1), {"NCHW1c": 1, "NCHW16c": 1}),
     "nhwc_24_40": (lambda: nhwc(40, 24), {"NCHW8c": 2}),

@@ -384,3 +384,39 @@ def test_bf16_converts_the_convs_a_bf16_kernel_takes(tmp_path, c):
     ref = ort_run(m, {"x": x})[0]
     got = kiln.load(tmp_path / "m.kiln").run({"x": x})["y"]
     np.testing.assert_allclose(got, ref, rtol=4e-2, atol=4e-2 * np.abs(ref).max())
+
+
+def test_ort_qdq_depthwise_block_stays_blocked(tmp_path):
+    """onnxruntime's QDQ MobileNet block (1x1 -> depthwise 3x3 -> 1x1): the depthwise conv stays float
+    between Q/DQ pairs, which PropagateBlockedLayout moves the layout through (mobilenet_v2_qdq kept 59
+    transforms when it stopped at them); only the model's input and output are transformed."""
+    from onnxruntime.quantization import CalibrationDataReader, QuantFormat, QuantType, quantize_static
+
+    rng = np.random.default_rng(1)
+    w = lambda *s: (rng.standard_normal(s) / np.sqrt(np.prod(s[1:]))).astype(np.float32)
+    inits = {"w0": w(32, 16, 1, 1), "w1": w(32, 1, 3, 3), "w2": w(32, 32, 1, 1)}
+    nodes = [
+        helper.make_node("Conv", ["input", "w0"], ["c0"]),
+        helper.make_node("Relu", ["c0"], ["r0"]),
+        helper.make_node("Conv", ["r0", "w1"], ["c1"], group=32, pads=[1, 1, 1, 1]),
+        helper.make_node("Relu", ["c1"], ["r1"]),
+        helper.make_node("Conv", ["r1", "w2"], ["output"]),
+    ]
+    src, dst = tmp_path / "block.onnx", tmp_path / "block_qdq.onnx"
+    onnx.save(make_model(nodes, {"input": rand(1, 16, 12, 12)}, ["output"], inits), src)
+
+    class Reader(CalibrationDataReader):
+        def __init__(self):
+            self.it = iter([{"input": rand(1, 16, 12, 12, seed=s)} for s in range(4)])
+
+        def get_next(self):
+            return next(self.it, None)
+
+    quantize_static(str(src), str(dst), Reader(), quant_format=QuantFormat.QDQ, activation_type=QuantType.QUInt8)
+    model = onnx.load(dst)
+    r = kiln.compile(model, tmp_path / "q.kiln")
+    assert r.report["layout_transforms"] == 2 and r.report["conv_layouts"].get("NCHW", 0) == 0, r.report
+    x = rand(1, 16, 12, 12, seed=9)
+    ref = ort_run(model, {"input": x})[0]
+    step = np.min(np.diff(np.unique(ref)))
+    assert np.abs(kiln.load(tmp_path / "q.kiln").run({"input": x})["output"] - ref).max() <= 2 * step + 1e-6
