@@ -208,6 +208,9 @@ def _output_blocks_in_tile(sch: s_tir.Schedule, anchor, spatial: list, t: int) -
 def reduction_tiled(sch: s_tir.Schedule, anchor, lanes: int) -> None:
     """conv2d (any layout), matmul/dense, pooling: spatial loops outside, reductions inside a
     register tile of (tile x lanes) accumulators, the epilogue computed per tile."""
+    if COMM_REDUCE not in iter_types(sch, anchor):  # TOPI's avg pool annotates its division, not its sum
+        sums = [p for p in sch.get_producers(anchor) if COMM_REDUCE in iter_types(sch, p)]
+        anchor = sums[0] if len(sums) == 1 else anchor
     inline_all_but(sch, [anchor])
     strided = strided_lanes(sch, anchor)
     if (

@@ -527,3 +527,28 @@ def test_blocked_quantize_is_vectorized_without_gathers():
     )
     asm = lib.inspect_source("asm")
     assert re.search(r"vrndscaleps\s+\$\w+, %zmm", asm) and "gather" not in asm
+
+
+@pytest.mark.parametrize("k,s,pads,include_pad", [(2, 2, [0] * 4, 0), (3, 2, [1] * 4, 0), (3, 1, [1] * 4, 1)])
+def test_blocked_avg_pool_matches_onnxruntime(tmp_path, k, s, pads, include_pad):
+    """A blocked AveragePool after a conv (densenet121's transitions): TOPI annotates the division, not
+    the sum; reduction_tiled anchors on the sum and takes the division into its tile."""
+    from helpers import check_against_ort, make_model, rand
+    from onnx import helper
+
+    x = rand(1, 32, 13, 13)
+    nodes = [
+        helper.make_node("Conv", ["input", "w"], ["c"], pads=[1, 1, 1, 1]),
+        helper.make_node(
+            "AveragePool",
+            ["c"],
+            ["output"],
+            kernel_shape=[k, k],
+            strides=[s, s],
+            pads=pads,
+            count_include_pad=include_pad,
+        ),
+    ]
+    model = make_model(nodes, {"input": x}, ["output"], {"w": rand(32, 32, 3, 3, seed=1) * 0.2})
+    out = check_against_ort(model, {"input": x}, tmp_path)
+    assert out["output"].shape[1] == 32
