@@ -40,6 +40,11 @@ def calls(func) -> list[relax.Call]:
     return found
 
 
+def out_dtype(attrs) -> str | None:
+    """A conv/matmul call's out_dtype attribute, None where it is unset (TVM spells that "", "void" or "None")."""
+    return None if str(attrs.out_dtype) in ("", "void", "None") else str(attrs.out_dtype)
+
+
 def op_name(e) -> str | None:
     """The name of the op a Relax call calls (e.g. "relax.add"), else None."""
     return e.op.name if isinstance(e, relax.Call) and isinstance(e.op, tvm.ir.Op) else None

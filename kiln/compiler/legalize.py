@@ -16,7 +16,7 @@ from tvm.ir.expr import GenericConst
 
 from ..schedules.int8 import Int8Kernel, int8_kernel
 from ..schedules.kinds import declare
-from . import legalize_int8
+from . import ir, legalize_int8
 from .legalize_conv3d import conv3d
 
 
@@ -50,7 +50,7 @@ def depthwise_conv2d_nchwc(data, kernel, strides, padding, dilation, out_dtype):
 
 def _conv2d(bb, call, int8: Int8Kernel | None = None):
     a = call.attrs
-    out_dtype = str(a.out_dtype) if str(a.out_dtype) not in ("", "void", "None") else str(call.ty.dtype)
+    out_dtype = ir.out_dtype(a) or str(call.ty.dtype)
     blocked = a.data_layout not in ("NCHW", "NHWC")
     if blocked and (lowered := legalize_int8.conv2d(bb, call, int8)) is not None:
         return lowered

@@ -9,6 +9,7 @@ from __future__ import annotations
 from tvm import te, topi
 
 from ..schedules.kinds import declare
+from . import ir
 from .passes.convert_layout import widest_block
 
 
@@ -41,7 +42,7 @@ def conv3d(bb, call, lanes: int, fallback):
     other layouts, groups, non-float32, output channels with no power-of-two block of 4 or more."""
     a = call.attrs
     x, w = call.args
-    out_dtype = str(a.out_dtype) if str(a.out_dtype) not in ("", "void", "None") else str(call.ty.dtype)
+    out_dtype = ir.out_dtype(a) or str(call.ty.dtype)
     shape = [int(v) for v in w.ty.shape] if w.ty.shape is not None else None
     c = widest_block(shape[0], lanes) if shape else 1
     if (

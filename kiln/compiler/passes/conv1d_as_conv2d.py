@@ -21,7 +21,7 @@ import tvm
 from tvm import relax
 from tvm.ir.expr import GenericConst
 
-from ..ir import op_name
+from ..ir import op_name, out_dtype
 from .convert_layout import widest_block
 from .module_map import rewrite_functions
 from .propagate_blocked_layout import UNARY
@@ -87,7 +87,7 @@ class _Rewriter(relax.PyExprMutator):
                 padding=(0, pl, 0, pr),
                 dilation=(1, d),
                 groups=int(a.groups),
-                out_dtype=str(a.out_dtype) if str(a.out_dtype) not in ("", "void", "None") else None,
+                out_dtype=out_dtype(a),
             )
         )
 

@@ -39,7 +39,7 @@ from tvm import relax
 from tvm.ir.expr import GenericConst
 from tvm.ir.prim.expr import IntImm
 
-from ..ir import op_name
+from ..ir import op_name, out_dtype
 from .counting import nchwc_block, static_shape
 from .module_map import rewrite_functions
 
@@ -146,7 +146,7 @@ class _Guard(relax.PyExprMutator):
         if ig * g != static_shape(x)[1] or ig % MIN_GROUP_BLOCK or og % MIN_GROUP_BLOCK:
             return call
         parts = self.builder_.emit(relax.op.split(x, g, axis=1))
-        out_dtype = str(a.out_dtype) if str(a.out_dtype) not in ("", "void", "None") else None
+        odt = out_dtype(a)
         outs = [
             self.builder_.emit(
                 relax.op.nn.conv2d(
@@ -155,7 +155,7 @@ class _Guard(relax.PyExprMutator):
                     strides=[int(v) for v in a.strides],
                     padding=[int(v) for v in a.padding],
                     dilation=[int(v) for v in a.dilation],
-                    out_dtype=out_dtype,
+                    out_dtype=odt,
                 )
             )
             for i in range(g)
@@ -225,7 +225,7 @@ class _Unguard(relax.PyExprMutator):
         x_nchw = self.builder_.emit(
             relax.op.layout_transform(x, index_map=lambda n, cb, h, w_, i: (n, cb * bi + i, h, w_))
         )
-        out_dtype = str(a.out_dtype) if str(a.out_dtype) not in ("", "void", "None") else None
+        odt = out_dtype(a)
         conv = self.builder_.emit(
             relax.op.nn.conv2d(
                 x_nchw,
@@ -234,7 +234,7 @@ class _Unguard(relax.PyExprMutator):
                 padding=[int(p) for p in a.padding],
                 dilation=[int(d) for d in a.dilation],
                 groups=int(a.groups),
-                out_dtype=out_dtype,
+                out_dtype=odt,
             )
         )
         self.count += 1

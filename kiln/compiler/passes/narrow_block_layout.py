@@ -23,6 +23,7 @@ import tvm
 from tvm import relax
 from tvm.ir.expr import GenericConst
 
+from ..ir import out_dtype
 from .convert_layout import widest_block
 from .counting import static_shape
 from .module_map import rewrite_functions
@@ -74,7 +75,7 @@ class _Narrow(relax.PyExprMutator):
             return call
         w_b = wa.reshape(o // bo, bo, i // bi, bi, kh, kw).transpose(0, 2, 4, 5, 3, 1)
         x_b = self.builder_.emit(relax.op.layout_transform(x, index_map=block_map(bi)))
-        out_dtype = str(a.out_dtype) if str(a.out_dtype) not in ("", "void", "None") else None
+        odt = out_dtype(a)
         conv = relax.op.nn.conv2d(
             x_b,
             relax.const(np.ascontiguousarray(w_b), "float32"),
@@ -84,7 +85,7 @@ class _Narrow(relax.PyExprMutator):
             data_layout=f"NCHW{bi}c",
             kernel_layout=f"OIHW{bi}i{bo}o",
             out_layout=f"NCHW{bo}c",
-            out_dtype=out_dtype,
+            out_dtype=odt,
         )
         self.blocked += 1
         return relax.op.layout_transform(self.builder_.emit(conv), index_map=unblock_map(bo))

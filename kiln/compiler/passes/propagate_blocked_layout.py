@@ -27,7 +27,7 @@ import tvm
 from tvm import relax
 from tvm.ir.expr import GenericConst
 
-from ..ir import op_name
+from ..ir import op_name, out_dtype
 from .counting import static_shape
 from .module_map import rewrite_functions
 from .narrow_block_layout import unblock_map
@@ -178,7 +178,7 @@ class _Propagate(relax.PyExprMutator):
             return call  # a channel multiplier other than 1
         kh, kw = wa.shape[2:]
         w_c = wa.reshape(channels // c, c, kh, kw).transpose(0, 2, 3, 1).reshape(channels // c, 1, kh, kw, 1, c)
-        out_dtype = str(a.out_dtype) if str(a.out_dtype) not in ("", "void", "None") else None
+        odt = out_dtype(a)
         conv = relax.op.nn.conv2d(
             x,
             relax.const(np.ascontiguousarray(w_c), str(wa.dtype)),
@@ -189,7 +189,7 @@ class _Propagate(relax.PyExprMutator):
             data_layout=f"NCHW{c}c",
             kernel_layout=f"OIHW1i{c}o",
             out_layout=f"NCHW{c}c",
-            out_dtype=out_dtype,
+            out_dtype=odt,
         )
         return self._unblock(conv)
 

@@ -24,7 +24,7 @@ from tvm import relax
 from tvm.ir.expr import GenericConst
 
 from ..channels import ChannelTies
-from ..ir import op_name, var_users, var_uses
+from ..ir import op_name, out_dtype, var_users, var_uses
 from .counting import static_shape
 
 
@@ -322,10 +322,6 @@ def _border_bias(w: np.ndarray, k: np.ndarray, x_shape, a, out_shape) -> np.ndar
     return b[:, :, :1, :1] if (b == b[:, :, :1, :1]).all() else b
 
 
-def _out_dtype(a):
-    return None if str(a.out_dtype) in ("", "void", "None") else str(a.out_dtype)
-
-
 @relax.expr_functor.mutator
 class _Shrink(relax.PyExprMutator):
     """Rebuilds every binding whose channels change: weights and constants sliced, biases folded."""
@@ -399,7 +395,7 @@ class _Shrink(relax.PyExprMutator):
             data_layout="NCHW",
             kernel_layout="OIHW",
             out_layout="NCHW",
-            out_dtype=_out_dtype(a),
+            out_dtype=out_dtype(a),
         )
         xs, vs = static_shape(x), static_shape(v)
         self._record(
@@ -421,7 +417,7 @@ class _Shrink(relax.PyExprMutator):
         w2 = w[kin][:, kout]
         n = static_shape(v)[0]
         self._record(v, "matmul", [w.shape[0], len(kin)], [w.shape[1], len(kout)], 2 * n * w.size, 2 * n * w2.size)
-        out = relax.op.matmul(new.args[0], relax.const(w2), out_dtype=_out_dtype(call.attrs))
+        out = relax.op.matmul(new.args[0], relax.const(w2), out_dtype=out_dtype(call.attrs))
         gone = np.setdiff1d(np.arange(w.shape[0]), kin)
         k = np.nan_to_num(self.an.value(x)[gone], nan=0.0)
         return self._with_bias(v, out, k @ w[gone][:, kout].astype(np.float64) if np.any(k) else None)
