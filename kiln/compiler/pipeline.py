@@ -78,6 +78,7 @@ CPU_PIPELINE: list[PassSpec] = [
     PassSpec("RemoveNoOps", lambda o: kp.RemoveNoOps(), 1),
     PassSpec("FoldBatchNorm", lambda o: kp.FoldBatchNorm(), 1),
     PassSpec("RemoveZeroChannels", lambda o: kp.RemoveZeroChannels(_channel_multiple(o)), 1),  # pruned channels out
+    PassSpec("DropDeadConvTaps", lambda o: kp.DropDeadConvTaps(), 1),  # taps that read only padding
     PassSpec("Quantize", lambda o: None, 1),  # the calibrated QuantizeGraph, given by the quantize flow
     PassSpec(
         "MixedPrecision",
@@ -131,6 +132,7 @@ GPU_ROWS = (
     "RemoveNoOps",
     "FoldBatchNorm",
     "RemoveZeroChannels",
+    "DropDeadConvTaps",
     "Quantize",
     "MixedPrecision",
     "DeadCode",

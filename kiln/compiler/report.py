@@ -26,6 +26,7 @@ def format_report(r: dict) -> str:
         ("no-ops removed", r["noops_removed"]),
         ("clips canonicalized", r.get("clips_canonicalized", 0)),
         ("conv1d as conv2d", r.get("conv1d_as_conv2d", 0)),
+        ("convs with dead taps cut", r.get("conv_taps_dropped", 0)),
         (
             "layout",
             f"{r['layout']} ({r['layout_transforms']} layout transforms; "

@@ -5,6 +5,7 @@ from .canonicalize_clip import CanonicalizeClip
 from .conv1d_as_conv2d import Conv1dAsConv2d
 from .convert_layout import ConvertLayout
 from .dead_code import DeadCode
+from .drop_dead_conv_taps import DropDeadConvTaps
 from .fold_batchnorm import FoldBatchNorm
 from .fold_constants import FoldConstants
 from .fuse_bf16_epilogue import FuseBF16Epilogue
@@ -26,6 +27,7 @@ __all__ = [
     "Conv1dAsConv2d",
     "ConvertLayout",
     "DeadCode",
+    "DropDeadConvTaps",
     "FoldBatchNorm",
     "FoldConstants",
     "FuseBF16Epilogue",

@@ -8,8 +8,12 @@ depthwise conv, bias and clip on an unblocked tensor. Rules, applied to a call w
 `unblock(x)` (a transform from NCHW{c}c to NCHW, for any block c: NarrowBlockLayout's 8c too):
   - elementwise unary op f (clip, relu, ...):        f(unblock(x))        -> unblock(f(x))
     (also quantize/dequantize with per-tensor scale and zero point: a QDQ model's float depthwise convs)
-  - add/multiply by a per-channel or scalar constant:  unblock(x) + b       -> unblock(x + block(b))
-  - add/multiply of two unblocked tensors:             unblock(x) + unblock(y) -> unblock(x + y)
+  - a binary elementwise op (add, multiply, subtract, divide, maximum, minimum) with a per-channel or
+    scalar constant on either side:                    unblock(x) / b       -> unblock(x / block(b))
+    (HardSwish is x * clip(x + 3, 0, 6) / 6: without the divide a MobileNetV3 block went back to NCHW)
+  - the same ops on two unblocked tensors of one block, also broadcast over N/H/W (the SE block's
+    [1, C, 1, 1] scale times its [1, C, H, W] input): unblock(x) * unblock(y) -> unblock(x * y)
+  - a mean over H and W that keeps them (GlobalAveragePool): mean(unblock(x)) -> unblock(mean_c(x))
   - depthwise conv2d (groups = channels, constant weight): conv(unblock(x), w) -> unblock(conv_c(x, block(w)))
   - spatial constant pad:                              pad(unblock(x))      -> unblock(pad_c(x))
   - a slice of whole blocks of channels (or of N/H/W): slice(unblock(x))   -> unblock(slice_c(x))
@@ -42,7 +46,7 @@ UNARY = (
     "relax.astype",
     "relax.round",
 )
-BINARY = ("relax.add", "relax.multiply")
+BINARY = ("relax.add", "relax.multiply", "relax.subtract", "relax.divide", "relax.maximum", "relax.minimum")
 QDQ = ("relax.quantize", "relax.dequantize")  # elementwise where scale and zero point are per-tensor scalars
 
 
@@ -98,22 +102,16 @@ class _Propagate(relax.PyExprMutator):
             return call
         if name == "relax.concat":
             return self._concat(call)
+        if name in BINARY and len(call.args) == 2:
+            return self._binary(call)
         x = self._unblocked_source(call.args[0])
         if x is None:
             return call
         channels, c = static_shape(call.args[0])[1], static_shape(x)[4]
         if name in UNARY or (name in QDQ and all(_scalar_const(a) for a in call.args[1:3])):
             return self._unblock(relax.Call(call.op, [x, *call.args[1:]], call.attrs))
-        if name in BINARY and len(call.args) == 2:
-            y = self._unblocked_source(call.args[1])
-            other = (
-                y
-                if y is not None and static_shape(y) == static_shape(x)
-                else self._blocked_const(call.args[1], channels, c)
-            )
-            if other is not None:
-                return self._unblock(relax.Call(call.op, [x, other], call.attrs))
-            return call
+        if name == "relax.mean":
+            return self._mean(call, x)
         if name == "relax.nn.conv2d":
             return self._depthwise(call, x, channels, c)
         if name == "relax.nn.pad":
@@ -121,6 +119,31 @@ class _Propagate(relax.PyExprMutator):
         if name == "relax.strided_slice":
             return self._slice(call, x, channels, c)
         return call
+
+    def _binary(self, call):
+        """op(unblock(x), b) / op(b, unblock(x)) with b a scalar or per-channel constant, or op(unblock(x),
+        unblock(y)) of one channel count and block whose other axes broadcast."""
+        xs = [self._unblocked_source(a) for a in call.args]
+        if xs[0] is not None and xs[1] is not None:
+            sx, sy = static_shape(xs[0]), static_shape(xs[1])
+            if sx[1] != sy[1] or sx[4] != sy[4] or any(a != b and 1 not in (a, b) for a, b in zip(sx, sy)):
+                return call
+            return self._unblock(relax.Call(call.op, xs, call.attrs))
+        i = 0 if xs[0] is not None else 1 if xs[1] is not None else None
+        if i is None:
+            return call
+        channels, c = static_shape(call.args[i])[1], static_shape(xs[i])[4]
+        other = self._blocked_const(call.args[1 - i], channels, c)
+        if other is None:
+            return call
+        return self._unblock(relax.Call(call.op, [xs[0], other] if i == 0 else [other, xs[1]], call.attrs))
+
+    def _mean(self, call, x):
+        """A mean over H and W with keepdims (GlobalAveragePool), in the blocked layout."""
+        axes = call.attrs.axis
+        if axes is None or not call.attrs.keepdims or sorted(int(a) % 4 for a in axes) != [2, 3]:
+            return call
+        return self._unblock(relax.op.mean(x, axis=[2, 3], keepdims=True))
 
     def _concat(self, call):
         """concat(unblock(x), unblock(y), ...) -> unblock(concat(x, y, ...)) when all share one block."""
