@@ -79,6 +79,7 @@ CPU_PIPELINE: list[PassSpec] = [
     PassSpec("FoldBatchNorm", lambda o: kp.FoldBatchNorm(), 1),
     PassSpec("RemoveZeroChannels", lambda o: kp.RemoveZeroChannels(_channel_multiple(o)), 1),  # pruned channels out
     PassSpec("DropDeadConvTaps", lambda o: kp.DropDeadConvTaps(), 1),  # taps that read only padding
+    PassSpec("ConvTransposeAsConv", lambda o: kp.ConvTransposeAsConv(), 1),  # after FoldBatchNorm folds into it
     PassSpec("Quantize", lambda o: None, 1),  # the calibrated QuantizeGraph, given by the quantize flow
     PassSpec(
         "MixedPrecision",
@@ -133,6 +134,7 @@ GPU_ROWS = (
     "FoldBatchNorm",
     "RemoveZeroChannels",
     "DropDeadConvTaps",
+    "ConvTransposeAsConv",
     "Quantize",
     "MixedPrecision",
     "DeadCode",

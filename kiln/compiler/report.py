@@ -26,7 +26,11 @@ def format_report(r: dict) -> str:
         ("no-ops removed", r["noops_removed"]),
         ("clips canonicalized", r.get("clips_canonicalized", 0)),
         ("conv1d as conv2d", r.get("conv1d_as_conv2d", 0)),
-        ("convs with dead taps cut", r.get("conv_taps_dropped", 0)),
+        (
+            "padding taps skipped",
+            f"{r.get('conv_taps_dropped', 0)} convs cut, {r.get('conv_band_split', 0)} split into border bands",
+        ),
+        ("conv_transpose as conv", r.get("conv_transpose_as_conv", 0)),
         (
             "layout",
             f"{r['layout']} ({r['layout_transforms']} layout transforms; "

@@ -15,8 +15,9 @@ from kiln.compiler.pipeline import CPU_PIPELINE
 # NCHWc-only passes are disabled in turn in tests/compiler/test_propagate_layout.py and test_winograd.py)
 QUANT_ROWS = ("LowerQDQ", "Quantize", "MixedPrecision", "BF16ConvKernel", "FuseBF16Epilogue")
 NCHWC_ROWS = ("NarrowBlockLayout", "PropagateBlockedLayout", "Winograd")
-# Conv1dAsConv2d has no conv1d to rewrite in these models: tests/compiler/test_conv1d_as_conv2d.py
-OTHER_ROWS = ("Conv1dAsConv2d",)
+# nothing to rewrite in these models: no conv1d (tests/compiler/test_conv1d_as_conv2d.py), no conv reading
+# mostly padding (test_drop_dead_conv_taps.py), no ConvTranspose (test_conv_transpose_as_conv.py)
+OTHER_ROWS = ("Conv1dAsConv2d", "DropDeadConvTaps", "ConvTransposeAsConv")
 OPTIONAL = list(
     dict.fromkeys(s.name for s in CPU_PIPELINE if not s.required and s.name not in QUANT_ROWS + NCHWC_ROWS + OTHER_ROWS)
 )

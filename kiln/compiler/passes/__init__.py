@@ -3,6 +3,7 @@
 from .bf16_conv_kernel import BF16ConvKernel
 from .canonicalize_clip import CanonicalizeClip
 from .conv1d_as_conv2d import Conv1dAsConv2d
+from .conv_transpose_as_conv import ConvTransposeAsConv
 from .convert_layout import ConvertLayout
 from .dead_code import DeadCode
 from .drop_dead_conv_taps import DropDeadConvTaps
@@ -25,6 +26,7 @@ __all__ = [
     "BF16ConvKernel",
     "CanonicalizeClip",
     "Conv1dAsConv2d",
+    "ConvTransposeAsConv",
     "ConvertLayout",
     "DeadCode",
     "DropDeadConvTaps",
