@@ -80,6 +80,7 @@ CPU_PIPELINE: list[PassSpec] = [
     PassSpec("RemoveZeroChannels", lambda o: kp.RemoveZeroChannels(_channel_multiple(o)), 1),  # pruned channels out
     PassSpec("DropDeadConvTaps", lambda o: kp.DropDeadConvTaps(), 1),  # taps that read only padding
     PassSpec("ConvTransposeAsConv", lambda o: kp.ConvTransposeAsConv(), 1),  # after FoldBatchNorm folds into it
+    PassSpec("ResizeAsMatmul", lambda o: kp.ResizeAsMatmul(), 1),
     PassSpec("Quantize", lambda o: None, 1),  # the calibrated QuantizeGraph, given by the quantize flow
     PassSpec(
         "MixedPrecision",
@@ -135,6 +136,7 @@ GPU_ROWS = (
     "RemoveZeroChannels",
     "DropDeadConvTaps",
     "ConvTransposeAsConv",
+    "ResizeAsMatmul",
     "Quantize",
     "MixedPrecision",
     "DeadCode",

@@ -31,6 +31,7 @@ def format_report(r: dict) -> str:
             f"{r.get('conv_taps_dropped', 0)} convs cut, {r.get('conv_band_split', 0)} split into border bands",
         ),
         ("conv_transpose as conv", r.get("conv_transpose_as_conv", 0)),
+        ("bilinear resize as matmul", r.get("resize_as_matmul", 0)),
         (
             "layout",
             f"{r['layout']} ({r['layout_transforms']} layout transforms; "

@@ -16,8 +16,9 @@ from kiln.compiler.pipeline import CPU_PIPELINE
 QUANT_ROWS = ("LowerQDQ", "Quantize", "MixedPrecision", "BF16ConvKernel", "FuseBF16Epilogue")
 NCHWC_ROWS = ("NarrowBlockLayout", "PropagateBlockedLayout", "Winograd")
 # nothing to rewrite in these models: no conv1d (tests/compiler/test_conv1d_as_conv2d.py), no conv reading
-# mostly padding (test_drop_dead_conv_taps.py), no ConvTranspose (test_conv_transpose_as_conv.py)
-OTHER_ROWS = ("Conv1dAsConv2d", "DropDeadConvTaps", "ConvTransposeAsConv")
+# mostly padding (test_drop_dead_conv_taps.py), no ConvTranspose (test_conv_transpose_as_conv.py), no Resize
+# (test_resize_as_matmul.py)
+OTHER_ROWS = ("Conv1dAsConv2d", "DropDeadConvTaps", "ConvTransposeAsConv", "ResizeAsMatmul")
 OPTIONAL = list(
     dict.fromkeys(s.name for s in CPU_PIPELINE if not s.required and s.name not in QUANT_ROWS + NCHWC_ROWS + OTHER_ROWS)
 )

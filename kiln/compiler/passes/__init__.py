@@ -20,6 +20,7 @@ from .pack_dense_weights import PackDenseWeights
 from .propagate_blocked_layout import PropagateBlockedLayout
 from .remove_noops import RemoveNoOps
 from .remove_zero_channels import RemoveZeroChannels
+from .resize_as_matmul import ResizeAsMatmul
 from .winograd import Winograd
 
 __all__ = [
@@ -43,5 +44,6 @@ __all__ = [
     "PropagateBlockedLayout",
     "RemoveNoOps",
     "RemoveZeroChannels",
+    "ResizeAsMatmul",
     "Winograd",
 ]
