@@ -72,6 +72,7 @@ def _channel_multiple(o) -> int:
 
 
 CPU_PIPELINE: list[PassSpec] = [
+    PassSpec("StaticDataflow", lambda o: kp.StaticDataflow(), 0, required=True),  # TVM's passes see dataflow only
     PassSpec("LowerQDQ", lambda o: kp.LowerQDQ(o.target.caps), 1),  # before FoldConstants folds the weights' DQ
     PassSpec("FoldConstants", lambda o: kp.FoldConstants(), 1),
     PassSpec("CanonicalizeClip", lambda o: kp.CanonicalizeClip(), 1),
@@ -101,7 +102,9 @@ CPU_PIPELINE: list[PassSpec] = [
     ),  # the bf16 convs Winograd did not take
     PassSpec("FuseBF16Epilogue", lambda o: kp.FuseBF16Epilogue() if _vdpbf16ps(o) else None, 2),
     PassSpec("FuseDepthwisePointwise", lambda o: kp.FuseDepthwisePointwise(), 2),
-    PassSpec("PackDenseWeights", lambda o: kp.PackDenseWeights(o.target.caps.f32_block), 2),
+    PassSpec(
+        "PackDenseWeights", lambda o: kp.PackDenseWeights(o.target.caps.f32_block, o.target.caps.vector_registers), 2
+    ),
     PassSpec("DeadCode", lambda o: kp.DeadCode(), 1),
     PassSpec("DecomposeOpsForInference", lambda o: relax.transform.DecomposeOpsForInference(), 0, required=True),
     PassSpec("FuseEpilogue", lambda o: kp.FuseEpilogue(), 2),
@@ -128,6 +131,7 @@ CPU_PIPELINE: list[PassSpec] = [
 # GPUs: the graph clean-up, TVM's lowering and fusion, then tuned records or dlight's GPU rules.
 # No NCHWc layout and no CPU epilogue/legalization tricks (they are CPU schedules' needs).
 GPU_ROWS = (
+    "StaticDataflow",
     "LowerQDQ",
     "FoldConstants",
     "CanonicalizeClip",

@@ -50,12 +50,12 @@ def first_rule_that_applies(func, family: str, lanes: int, registers: int = 16):
     return kind, None
 
 
-def _dynamic(func, lanes: int):
+def _dynamic(func, lanes: int, registers: int):
     """The run-time-sized kernel's schedule, or None when the rule does not fit it (block-less TOPI
     kernels such as NMS and sort, or loops it does not understand): it then keeps TVM's lowering."""
     sch = s_tir.Schedule(func)
     try:
-        dynamic(sch, lanes)
+        dynamic(sch, lanes, registers)
     except s_tir.ScheduleError:
         return None
     return sch
@@ -98,7 +98,7 @@ class ApplyDefaultSchedules:
                 if _static(func):
                     kind, sch = first_rule_that_applies(func, family, self.lanes, self.registers)
                 else:  # sized at run time (detection heads): the rules read static extents, this one does not
-                    kind, sch = "dynamic", _dynamic(func, self.lanes)
+                    kind, sch = "dynamic", _dynamic(func, self.lanes, self.registers)
             except Exception as e:  # a bug in a rule: this kernel stays unscheduled, named, not the whole model
                 if os.environ.get(STRICT_ENV) == "1":
                     raise

@@ -355,9 +355,9 @@ GUARDED = {  # name -> (tail, inits, conv layouts on TARGET): guarded ops, and s
 }
 
 PATTERNS = {  # name -> (model builder, conv layouts on TARGET after Kiln's graph passes)
-    "fpn_16": (lambda: fpn(16), {"NCHW1c": 1, "NCHW16c": 4}),
-    "fpn_24": (lambda: fpn(24), {"NCHW1c": 1, "NCHW16c": 3, "NCHW8c": 1}),
-    "fpn_40": (lambda: fpn(40), {"NCHW1c": 1, "NCHW16c": 3, "NCHW8c": 1}),
+    "fpn_16": (lambda: fpn(16), {"NCHW1c": 1, "NCHW16c": 5}),  # the ConvTranspose is a conv (ConvTransposeAsConv)
+    "fpn_24": (lambda: fpn(24), {"NCHW1c": 1, "NCHW16c": 3, "NCHW8c": 2}),
+    "fpn_40": (lambda: fpn(40), {"NCHW1c": 1, "NCHW16c": 3, "NCHW8c": 2}),
     "c2f_32": (lambda: c2f(32), {"NCHW16c": 4}),
     "c2f_48": (lambda: c2f(48), {"NCHW16c": 1, "NCHW8c": 3}),
     "c2f_80": (lambda: c2f(80), {"NCHW16c": 1, "NCHW8c": 3}),

@@ -118,7 +118,7 @@ def test_compile_report_and_inspect_passes(tmp_path, capsys):
 
 
 def test_pass_options_are_validated(small_conv_model, tmp_path):
-    with pytest.raises(kiln.OptionsError, match="passes are: LowerQDQ, FoldConstants, "):
+    with pytest.raises(kiln.OptionsError, match="passes are: StaticDataflow, LowerQDQ, FoldConstants, "):
         kiln.compile(small_conv_model, tmp_path / "m.kiln", input_shapes=["input:1x3x8x8"], disabled_passes=["FoldBN"])
     with pytest.raises(kiln.OptionsError, match="cannot be disabled"):
         kiln.compile(
@@ -132,12 +132,13 @@ def test_pass_options_are_validated(small_conv_model, tmp_path):
 
 def test_pipeline_is_a_list_per_target():
     names = [s.name for s in pipeline_for("llvm", 2)]
-    assert names[:5] == ["LowerQDQ", "FoldConstants", "CanonicalizeClip", "RemoveNoOps", "FoldBatchNorm"]
+    assert names[:5] == ["StaticDataflow", "LowerQDQ", "FoldConstants", "CanonicalizeClip", "RemoveNoOps"]
     assert [s.name for s in pipeline_for("llvm", 0)] == [
         n
         for n in names
         if n
         in (
+            "StaticDataflow",
             "DecomposeOpsForInference",
             "LegalizeOps",
             "AnnotateTIROpPattern",

@@ -12,6 +12,7 @@ from tvm import relax, tirx
 
 import kiln
 from kiln.schedules.apply import ApplyDefaultSchedules
+from kiln.schedules.dynamic import dynamic_tile
 
 TARGET = tvm.target.Target({"kind": "llvm", "mcpu": "haswell"})  # AVX2 code: runs on any x86-64 host
 
@@ -50,8 +51,8 @@ def test_a_run_time_sized_matmul_is_scheduled_and_correct_for_every_size():
         np.testing.assert_allclose(got, np.maximum(x @ w + b, 0), rtol=1e-4, atol=1e-4)
 
 
-@pytest.mark.parametrize("seed", [0, 1])
-def test_rows_picked_at_run_time_then_gemm_match_onnxruntime(tmp_path, seed):
+@pytest.mark.parametrize("seed,n", [(0, 64), (1, 64), (2, 91), (3, 1024)])  # 91: FasterRCNN's classes (padded)
+def test_rows_picked_at_run_time_then_gemm_match_onnxruntime(tmp_path, seed, n):
     r = np.random.default_rng(seed)
     nodes = [
         helper.make_node("ReduceMax", ["x"], ["m"], axes=[1], keepdims=0),
@@ -65,14 +66,34 @@ def test_rows_picked_at_run_time_then_gemm_match_onnxruntime(tmp_path, seed):
     inits = {
         "t": np.array(2.6, "float32"),  # the median max of 128 normals: about half the rows
         "ax0": np.array([0], "int64"),
-        "w": r.standard_normal((64, 128)).astype("float32"),
-        "b": r.standard_normal(64).astype("float32"),
+        "w": r.standard_normal((n, 128)).astype("float32"),
+        "b": r.standard_normal(n).astype("float32"),
     }
     x = r.standard_normal((50, 128)).astype("float32")
     m = make_model(nodes, {"x": x}, ["y"], inits)
     res = kiln.compile(m, tmp_path / "m.kiln")
     assert res.report["kernels_unscheduled"] <= 1  # at most NonZero's own; the Gemm on picked rows is scheduled
+    assert res.report["dense_packed_dynamic"] == 1  # weights packed by the register tile's columns
     got = kiln.load(tmp_path / "m.kiln").run({"x": x})["y"]
     want = ort_run(m, {"x": x})[0]
     assert got.shape == want.shape and 0 < want.shape[0] < 50
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+
+
+def test_register_tile_fits_the_register_file():
+    assert dynamic_tile(64, 32) == (6, 4)  # 1024 columns on AVX-512: 24 zmm accumulators
+    assert dynamic_tile(64, 16) == (6, 2)  # on AVX2: 12 ymm
+    assert dynamic_tile(23, 32) == (8, 1)  # a prime count of vectors: one wide (PackDenseWeights pads to 24)
+    for vectors in range(1, 70):
+        for regs in (16, 32):
+            r, v = dynamic_tile(vectors, regs)
+            assert vectors % v == 0 and r * v + v + 1 <= regs
+
+
+def test_packed_run_time_matmul_uses_the_wide_tile():
+    mod, w, b = _dynamic_matmul_module(128, 1024)
+    p = ApplyDefaultSchedules(tvm.target.Target({"kind": "llvm", "mcpu": "znver4"}), 16, 32)
+    scheduled = p(mod)
+    (kernel,) = [f for f in scheduled.functions.values() if isinstance(f, tirx.PrimFunc)]
+    text = kernel.script()
+    assert "T.unroll(T.int64(6))" in text and "T.unroll(T.int64(4))" in text and "T.vectorized(T.int64(16))" in text

@@ -21,6 +21,7 @@ from .propagate_blocked_layout import PropagateBlockedLayout
 from .remove_noops import RemoveNoOps
 from .remove_zero_channels import RemoveZeroChannels
 from .resize_as_matmul import ResizeAsMatmul
+from .static_dataflow import StaticDataflow
 from .winograd import Winograd
 
 __all__ = [
@@ -45,5 +46,6 @@ __all__ = [
     "RemoveNoOps",
     "RemoveZeroChannels",
     "ResizeAsMatmul",
+    "StaticDataflow",
     "Winograd",
 ]

@@ -1,14 +1,46 @@
 """FoldConstants: compute at compile time every op whose inputs are all constants (shape
 arithmetic, weight transposes, casts and reshapes of constants), with TVM's FoldConstant.
 `stats["constants_folded"]` counts the live op calls that became constants (TVM's FoldConstant
-also drops dead bindings; those are not counted as folded)."""
+also drops dead bindings; those are not counted as folded).
+
+TVM's FoldConstant half-legalizes a dynamic_strided_slice it cannot fold (a box head's slice to a
+run-time RoI count): it leaves a call_tir to a shape function it never adds to the module, and a
+later pass fails on the missing function. Those ops are legalized first, properly (LegalizeOps on
+them alone), and a fold that still leaves a call to an undefined function is not kept."""
 
 from __future__ import annotations
 
 import tvm
 from tvm import relax
 
+from ..ir import calls
 from .counting import count_calls
+
+MISFOLDED = ("relax.dynamic_strided_slice",)  # ops TVM's FoldConstant leaves half-legalized
+
+
+def _op_names(mod: tvm.IRModule) -> set[str]:
+    return {
+        c.op.name
+        for _, f in mod.functions.items()
+        if isinstance(f, relax.Function)
+        for c in calls(f)
+        if isinstance(c.op, tvm.ir.Op)
+    }
+
+
+def dangling_calls(mod: tvm.IRModule) -> list[str]:
+    """Names of the functions main's calls refer to that the module does not define."""
+    defined = {gv.name_hint for gv in mod.get_global_vars()}
+    out = []
+    for _, f in mod.functions.items():
+        if not isinstance(f, relax.Function):
+            continue
+        for c in calls(f):
+            for a in [c.op, *c.args]:
+                if isinstance(a, tvm.ir.GlobalVar) and a.name_hint not in defined:
+                    out.append(a.name_hint)
+    return out
 
 
 @tvm.transform.module_pass(opt_level=1, name="FoldConstants")
@@ -17,7 +49,12 @@ class FoldConstants:
         self.stats = {"constants_folded": 0}
 
     def transform_module(self, mod: tvm.IRModule, ctx) -> tvm.IRModule:
+        ops = _op_names(mod)
+        if ops & set(MISFOLDED):
+            mod = relax.transform.LegalizeOps(skip_ops=sorted(ops - set(MISFOLDED)))(mod)
         before = count_calls(relax.transform.DeadCodeElimination(["main"])(mod))
-        mod = relax.transform.FoldConstant()(mod)
-        self.stats["constants_folded"] += before - count_calls(mod)
-        return mod
+        folded = relax.transform.FoldConstant()(mod)
+        if dangling_calls(folded):  # a fold TVM left half-done: the module as it was is correct
+            return mod
+        self.stats["constants_folded"] += before - count_calls(folded)
+        return folded

@@ -18,6 +18,9 @@ reaches an op whose layout inference mishandles sub-indexed layouts (TVM 0.27, s
     padding value is a float32 0): "Buffer te_layout_transform has elements of type T.bool";
   - squeeze with a negative axis writes out of bounds even without any blocked tensor: std::bad_alloc
     (dynamo-exported Swin);
+  - stack gives its output a layout its consumers cannot read ("Invalid SLayout: can't find S in source
+    layout ABC", a box decoder's max over a stacked axis), with no blocked tensor anywhere near: it
+    becomes a concat of expand_dims;
   - grouped (not depthwise) convs whose per-group channels divide the block are converted to
     NCHW{c}c with groups > 1, a conv no legalization lowers ("Only call_tir ... in primitive function,
     but got: R.nn.conv2d", ShuffleNet's grouped 1x1 convs).
@@ -97,6 +100,16 @@ class _Guard(relax.PyExprMutator):
         ):
             self.count += 1
             return relax.op.squeeze(call.args[0], _axes(call.attrs.axis, int(call.args[0].ty.ndim)))
+        if name == "relax.stack":
+            # TVM infers a layout for stack's output that its consumers cannot read ("Invalid SLayout: can't
+            # find S in source layout ABC", "Index -1 out of bounds", FasterRCNN's box decoding): the same
+            # as a concat of expand_dims, whose layouts TVM infers right
+            t = call.args[0]
+            fields = t.fields if isinstance(t, relax.Tuple) else None
+            if fields:
+                self.count += 1
+                axis = int(call.attrs.axis)
+                return relax.op.concat([self.builder_.emit(relax.op.expand_dims(f, axis)) for f in fields], axis)
         if name is None or not call.args or not _is_4d(call.args[0]):
             return call
         x = call.args[0]

@@ -4,15 +4,22 @@ schedule takes a tile of columns at a time, and each tile reads a narrow strip o
 (160 of ResNet-50's 4000-byte rows), which memory delivers well below its bandwidth. Packed at
 compile time into [N/b, K, b], each tile reads contiguous streams, at the bandwidth the cores get.
 The same results bit for bit (same summation order); timings in benchmarks/history.md.
-FuseEpilogue fuses the bias after it like after a matmul. `stats["dense_packed"]` counts them."""
+FuseEpilogue fuses the bias after it like after a matmul. `stats["dense_packed"]` counts them.
+
+A matmul whose row count is known only at run time (a detector's box head over the RoIs it kept) is
+packed too, by the dynamic rule's column tile (v vectors: dynamic_tile), the columns padded to a whole
+tile and sliced off after: FasterRCNN's fc6 ([<=150, 12544] x [12544, 1024]) read each 16-float weight
+vector from a different 4 KB page, one TLB miss per step of the reduction (84 GFLOP/s), and its
+91-column classifier ran scalar (4.5 GFLOP/s). `stats["dense_packed_dynamic"]` counts those."""
 
 from __future__ import annotations
 
 import numpy as np
 import tvm
-from tvm import te
+from tvm import relax, te
 from tvm.ir.expr import GenericConst
 
+from ...schedules.dynamic import dynamic_tile
 from ...schedules.kinds import declare
 from ..ir import register_kernel
 from .convert_layout import widest_block
@@ -22,6 +29,7 @@ from .module_map import rewrite_calls
 PRIMFUNC = register_kernel("matmul_packed", "matmul_packed")  # the kernels' name hint (FuseEpilogue anchors on it)
 MAX_ROWS = 4  # more rows reuse each weight from cache: the plain matmul schedule is the better one
 MIN_BLOCK = 8  # narrower column tiles are not worth a packed layout
+MAX_PAD = 0.125  # run-time-row matmuls: the share of padded columns a wider tile may cost
 
 
 def matmul_packed(x, packed):
@@ -34,6 +42,24 @@ def matmul_packed(x, packed):
         name="matmul_packed",
         attrs=declare("matmul"),
     )
+
+
+def matmul_packed_rows(x, packed, n: int, rows: int):
+    """float32 [M, K] x [N'/b, K, b] -> [M, n] for a run-time M: the product is computed over M rounded up
+    to a whole number of `rows` (the register tile's rows, the dynamic rule's split), reading row M-1 for
+    the padding rows, so the tile needs no predicate and its accumulators stay in registers (with a
+    predicated tail they were a run-time-sized buffer in memory: a load and a store per FMA). A copy
+    takes the first M rows and n columns."""
+    nb, k, b = packed.shape
+    m = x.shape[0]
+    r = te.reduce_axis((0, k), name="k")
+    full = te.compute(
+        ((m + rows - 1) // rows * rows, nb * b),
+        lambda i, j: te.sum(x[te.min(i, m - 1), r] * packed[j // b, r, j % b], axis=[r]),
+        name="matmul_packed",
+        attrs=declare("matmul"),
+    )
+    return te.compute((m, n), lambda i, j: full[i, j], name="matmul_rows")
 
 
 def column_block(call, block: int) -> int | None:
@@ -57,25 +83,90 @@ def column_block(call, block: int) -> int | None:
     return b if b >= MIN_BLOCK else None
 
 
-def _to_packed(builder, call, block: int):
-    b = column_block(call, block)
-    if b is None:
+def dynamic_column_tile(call, lanes: int, registers: int) -> tuple[int, int, int] | None:
+    """(b, padded N, rows) for a float32 matmul by constant [K, N] weights whose rows are known only at run time:
+    the output width, at most MAX_PAD wider than N, whose register tile (dynamic_tile, which the dynamic
+    rule will pick for that width) does the most FMAs per load, and that tile's width b; else None."""
+    if not isinstance(call.op, tvm.ir.Op) or call.op.name != "relax.matmul":
         return None
+    w = call.args[1]
+    if (
+        not isinstance(w, GenericConst)
+        or len(w.value.shape) != 2
+        or static_shape(call.args[0]) is not None
+        or call.args[0].ty.ndim != 2
+        or str(call.args[0].ty.dtype) != "float32"
+        or str(w.value.dtype) != "float32"
+        or str(call.ty.dtype) != "float32"
+    ):
+        return None
+    n = int(w.value.shape[1])
+    best, best_key = None, 0.0
+    for vectors in range(-(-n // lanes), int(n * (1 + MAX_PAD)) // lanes + 1):
+        r, v = dynamic_tile(vectors, registers)
+        if r * v / (r + v) > best_key:
+            best, best_key = (v * lanes, vectors * lanes, r), r * v / (r + v)
+    return best
+
+
+def _to_packed(builder, call, block: int, registers: int):
+    b, rows = column_block(call, block), None
+    if b is not None:
+        padded = int(call.args[1].value.shape[1])
+    else:
+        tile = dynamic_column_tile(call, block, registers)
+        if tile is None:
+            return None
+        b, padded, rows = tile
     w = call.args[1].value.numpy()
     k, n = w.shape
-    packed = np.ascontiguousarray(w.reshape(k, n // b, b).transpose(1, 0, 2))
-    return builder.call_te(matmul_packed, call.args[0], tvm.relax.const(packed, "float32"), primfunc_name_hint=PRIMFUNC)
+    if padded != n:
+        w = np.concatenate([w, np.zeros((k, padded - n), w.dtype)], axis=1)
+    packed = tvm.relax.const(np.ascontiguousarray(w.reshape(k, padded // b, b).transpose(1, 0, 2)), "float32")
+    if rows is not None:  # rows known at run time
+        return builder.call_te(matmul_packed_rows, call.args[0], packed, n, rows, primfunc_name_hint=PRIMFUNC)
+    return builder.call_te(matmul_packed, call.args[0], packed, primfunc_name_hint=PRIMFUNC)
+
+
+def _folded_transpose(call, lookup):
+    """matmul(x, W^T) with W^T a transpose of a constant TVM's FoldConstant left (outside a dataflow
+    block: a box head after NonZero), as matmul(x, constant)."""
+    if not isinstance(call.op, tvm.ir.Op) or call.op.name != "relax.matmul" or not isinstance(call.args[1], relax.Var):
+        return call
+    v = lookup(call.args[1])
+    if not (isinstance(v, relax.Call) and isinstance(v.op, tvm.ir.Op) and v.op.name == "relax.permute_dims"):
+        return call
+    w = v.args[0]
+    axes = v.attrs.axes
+    if (
+        not isinstance(w, GenericConst)
+        or len(w.value.shape) != 2
+        or (axes is not None and [int(a) for a in axes] != [1, 0])
+    ):
+        return call
+    return relax.Call(call.op, [call.args[0], relax.const(np.ascontiguousarray(w.value.numpy().T))], call.attrs)
 
 
 @tvm.transform.module_pass(opt_level=2, name="PackDenseWeights")
 class PackDenseWeights:
-    def __init__(self, block: int):
-        self.block = block
-        self.stats = {"dense_packed": 0}
+    def __init__(self, block: int, registers: int = 16):
+        self.block, self.registers = block, registers
+        self.stats = {"dense_packed": 0, "dense_packed_dynamic": 0}
 
     def transform_module(self, mod: tvm.IRModule, ctx) -> tvm.IRModule:
-        out, count = rewrite_calls(mod, lambda builder, call: _to_packed(builder, call, self.block))
-        self.stats["dense_packed"] += count
+        dynamic = []
+
+        def pack(builder, call, lookup):
+            folded = _folded_transpose(call, lookup)
+            call = call if folded is call else builder.normalize(folded)
+            new = _to_packed(builder, call, self.block, self.registers)
+            if new is not None and static_shape(call.args[0]) is None:
+                dynamic.append(call)
+            return new
+
+        out, count = rewrite_calls(mod, pack, lookup=True)
+        self.stats["dense_packed"] += count - len(dynamic)
+        self.stats["dense_packed_dynamic"] += len(dynamic)
         return out
 
 

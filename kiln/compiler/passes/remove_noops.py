@@ -1,7 +1,8 @@
 """RemoveNoOps: drop ops that compute nothing. Casts to the same dtype, reshapes to the same
 shape, reshape chains (only the last counts), transposes that cancel (or compose into one),
-identity transposes, broadcasts to the same shape, expand_dims undone by squeeze, and inference
-Dropout. `stats["noops_removed"]` counts the ops removed."""
+identity transposes, broadcasts to the same shape, expand_dims undone by squeeze, inference
+Dropout, and a split into one piece (torchvision's detection exports; TVM's ConvertLayout fails on
+it: "Invalid Call"). `stats["noops_removed"]` counts the ops removed."""
 
 from __future__ import annotations
 
@@ -37,6 +38,9 @@ class _NoOpRemover(relax.PyExprMutator):
         same_shape = static_shape(x) is not None and static_shape(x) == static_shape(call)
         if name == "relax.astype" and isinstance(x.ty, relax.TensorType) and x.ty.dtype == call.attrs.dtype:
             return self._drop(x)
+        if name == "relax.split" and _one_piece(call.attrs) and isinstance(call.ty, relax.TensorType):
+            self.removed += 1  # TVM types split(x, []) as x itself, not a 1-tuple
+            return x
         if name in ("relax.reshape", "relax.broadcast_to") and same_shape:
             return self._drop(x)
         prod = self._producer(x)
@@ -76,11 +80,21 @@ class _NoOpRemover(relax.PyExprMutator):
         prod = self._producer(op.tuple_value)
         if op.index == 0 and prod is not None and prod.op.name == "relax.nn.dropout":
             return self._drop(prod.args[0])
+        if op.index == 0 and prod is not None and prod.op.name == "relax.split" and _one_piece(prod.attrs):
+            return self._drop(prod.args[0])
         return op
 
     def _drop(self, x):
         self.removed += 1
         return x
+
+
+def _one_piece(attrs) -> bool:
+    """A split into one section: no indices, or 1 section."""
+    ios = attrs.indices_or_sections
+    if isinstance(ios, (int, tvm.tirx.IntImm)):
+        return int(ios) == 1
+    return len(ios) == 0
 
 
 @tvm.transform.module_pass(opt_level=1, name="RemoveNoOps")
