@@ -23,7 +23,7 @@ from tvm.ir.expr import GenericConst
 
 from ..ir import op_name, out_dtype
 from .counting import static_shape
-from .module_map import rewrite_functions
+from .module_map import rewrite_calls
 
 
 def phase_weights(w: np.ndarray, s: tuple[int, int]) -> np.ndarray:
@@ -38,56 +38,44 @@ def phase_weights(w: np.ndarray, s: tuple[int, int]) -> np.ndarray:
     return np.ascontiguousarray(v.transpose(1, 3, 5, 0, 2, 4).reshape(co * sh * sw, ci, mh, mw))
 
 
-@relax.expr_functor.mutator
-class _Rewriter(relax.PyExprMutator):
-    def __init__(self, mod):
-        super().__init__(mod)
-        self.count = 0
-
-    def _rewrite(self, call):
-        a = call.attrs
-        x, w = call.args
-        xs, out = static_shape(x), static_shape(call)
-        if (
-            (a.data_layout, a.kernel_layout, a.out_layout) != ("NCHW", "IOHW", "NCHW")
-            or int(a.groups) != 1
-            or any(int(d) != 1 for d in a.dilation)
-            or not isinstance(w, GenericConst)
-            or xs is None
-            or out is None
-        ):
-            return None
-        wv = w.value.numpy()
-        s = tuple(int(v) for v in a.strides)
-        pads = [int(p) for p in a.padding]  # top, left, bottom, right
-        m = [-(-wv.shape[2 + i] // s[i]) for i in range(2)]
-        q = [xs[2 + i] + m[i] - 1 for i in range(2)]  # the phase conv's output rows / columns
-        if any(pads[i] + out[2 + i] > q[i] * s[i] for i in range(2)):
-            return None  # output padding past what any tap reaches (zeros + bias): left to TVM
-        co = wv.shape[1]
-        conv = relax.op.nn.conv2d(
-            x,
-            relax.const(phase_weights(wv, s)),
-            padding=[m[0] - 1, m[1] - 1, m[0] - 1, m[1] - 1],
-            out_dtype=out_dtype(a),
+def _rewrite(builder, call):
+    if op_name(call) != "relax.nn.conv2d_transpose":
+        return None
+    a = call.attrs
+    x, w = call.args
+    xs, out = static_shape(x), static_shape(call)
+    if (
+        (a.data_layout, a.kernel_layout, a.out_layout) != ("NCHW", "IOHW", "NCHW")
+        or int(a.groups) != 1
+        or any(int(d) != 1 for d in a.dilation)
+        or not isinstance(w, GenericConst)
+        or xs is None
+        or out is None
+    ):
+        return None
+    wv = w.value.numpy()
+    s = tuple(int(v) for v in a.strides)
+    pads = [int(p) for p in a.padding]  # top, left, bottom, right
+    m = [-(-wv.shape[2 + i] // s[i]) for i in range(2)]
+    q = [xs[2 + i] + m[i] - 1 for i in range(2)]  # the phase conv's output rows / columns
+    if any(pads[i] + out[2 + i] > q[i] * s[i] for i in range(2)):
+        return None  # output padding past what any tap reaches (zeros + bias): left to TVM
+    co = wv.shape[1]
+    conv = relax.op.nn.conv2d(
+        x,
+        relax.const(phase_weights(wv, s)),
+        padding=[m[0] - 1, m[1] - 1, m[0] - 1, m[1] - 1],
+        out_dtype=out_dtype(a),
+    )
+    y = builder.emit(conv)
+    y = builder.emit(relax.op.reshape(y, (xs[0], co, s[0], s[1], q[0], q[1])))
+    y = builder.emit(relax.op.permute_dims(y, [0, 1, 4, 2, 5, 3]))
+    y = relax.op.reshape(y, (xs[0], co, q[0] * s[0], q[1] * s[1]))
+    if (q[0] * s[0], q[1] * s[1]) != out[2:]:
+        y = relax.op.strided_slice(
+            builder.emit(y), axes=[2, 3], begin=pads[:2], end=[pads[i] + out[2 + i] for i in range(2)]
         )
-        y = self.builder_.emit(conv)
-        y = self.builder_.emit(relax.op.reshape(y, (xs[0], co, s[0], s[1], q[0], q[1])))
-        y = self.builder_.emit(relax.op.permute_dims(y, [0, 1, 4, 2, 5, 3]))
-        y = relax.op.reshape(y, (xs[0], co, q[0] * s[0], q[1] * s[1]))
-        if (q[0] * s[0], q[1] * s[1]) != out[2:]:
-            y = relax.op.strided_slice(
-                self.builder_.emit(y), axes=[2, 3], begin=pads[:2], end=[pads[i] + out[2 + i] for i in range(2)]
-            )
-        self.count += 1
-        return y
-
-    def visit_call_(self, call):
-        call = super().visit_call_(call)
-        if op_name(call) == "relax.nn.conv2d_transpose":
-            new = self._rewrite(call)
-            return call if new is None else new
-        return call
+    return y
 
 
 @tvm.transform.module_pass(opt_level=1, name="ConvTransposeAsConv")
@@ -96,10 +84,6 @@ class ConvTransposeAsConv:
         self.stats = {"conv_transpose_as_conv": 0}
 
     def transform_module(self, mod: tvm.IRModule, ctx) -> tvm.IRModule:
-        def rewrite(f):
-            rw = _Rewriter(mod)
-            out = rw.visit_expr(f)
-            self.stats["conv_transpose_as_conv"] += rw.count
-            return out
-
-        return rewrite_functions(mod, rewrite)
+        out, count = rewrite_calls(mod, _rewrite)
+        self.stats["conv_transpose_as_conv"] += count
+        return out

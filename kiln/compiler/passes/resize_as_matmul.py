@@ -20,7 +20,7 @@ from tvm import relax
 
 from ..ir import op_name
 from .counting import static_shape
-from .module_map import rewrite_functions
+from .module_map import rewrite_calls
 
 MAX_INPUT = 64  # rows/columns of the input: the matmuls do 2 x (input size) multiply-adds per output pixel
 MODES = ("half_pixel", "align_corners", "asymmetric", "pytorch_half_pixel")
@@ -52,45 +52,33 @@ def interpolation_matrix(size: int, out: int, mode: str) -> np.ndarray:
     return m.astype(np.float32)
 
 
-@relax.expr_functor.mutator
-class _Rewriter(relax.PyExprMutator):
-    def __init__(self, mod):
-        super().__init__(mod)
-        self.count = 0
-
-    def _rewrite(self, call):
-        a = call.attrs
-        x = call.args[0]
-        xs, out = static_shape(x), static_shape(call)
-        mode = str(a.coordinate_transformation_mode)
-        if (
-            str(a.method) != "linear"
-            or str(a.layout) != "NCHW"
-            or mode not in MODES
-            or xs is None
-            or out is None
-            or len(xs) != 4
-            or str(x.ty.dtype) != "float32"
-            or str(call.ty.dtype) != "float32"
-        ):
-            return None
-        (h, w), (oh, ow) = xs[2:], out[2:]
-        if not (2 <= h <= MAX_INPUT and 2 <= w <= MAX_INPUT) or oh < h or ow < w:
-            return None
-        rh = relax.const(interpolation_matrix(h, oh, mode))
-        rw_t = relax.const(np.ascontiguousarray(interpolation_matrix(w, ow, mode).T))
-        self.count += 1
-        # the cheaper order: columns first costs H*OW*W + OH*OW*H multiply-adds per channel, rows first OH*W*H + OH*OW*W
-        if h * ow * w + oh * ow * h <= oh * w * h + oh * ow * w:
-            return relax.op.matmul(rh, self.builder_.emit(relax.op.matmul(x, rw_t)))
-        return relax.op.matmul(self.builder_.emit(relax.op.matmul(rh, x)), rw_t)
-
-    def visit_call_(self, call):
-        call = super().visit_call_(call)
-        if op_name(call) == "relax.image.resize2d":
-            new = self._rewrite(call)
-            return call if new is None else new
-        return call
+def _rewrite(builder, call):
+    if op_name(call) != "relax.image.resize2d":
+        return None
+    a = call.attrs
+    x = call.args[0]
+    xs, out = static_shape(x), static_shape(call)
+    mode = str(a.coordinate_transformation_mode)
+    if (
+        str(a.method) != "linear"
+        or str(a.layout) != "NCHW"
+        or mode not in MODES
+        or xs is None
+        or out is None
+        or len(xs) != 4
+        or str(x.ty.dtype) != "float32"
+        or str(call.ty.dtype) != "float32"
+    ):
+        return None
+    (h, w), (oh, ow) = xs[2:], out[2:]
+    if not (2 <= h <= MAX_INPUT and 2 <= w <= MAX_INPUT) or oh < h or ow < w:
+        return None
+    rh = relax.const(interpolation_matrix(h, oh, mode))
+    rw_t = relax.const(np.ascontiguousarray(interpolation_matrix(w, ow, mode).T))
+    # the cheaper order: columns first costs H*OW*W + OH*OW*H multiply-adds per channel, rows first OH*W*H + OH*OW*W
+    if h * ow * w + oh * ow * h <= oh * w * h + oh * ow * w:
+        return relax.op.matmul(rh, builder.emit(relax.op.matmul(x, rw_t)))
+    return relax.op.matmul(builder.emit(relax.op.matmul(rh, x)), rw_t)
 
 
 @tvm.transform.module_pass(opt_level=1, name="ResizeAsMatmul")
@@ -99,10 +87,6 @@ class ResizeAsMatmul:
         self.stats = {"resize_as_matmul": 0}
 
     def transform_module(self, mod: tvm.IRModule, ctx) -> tvm.IRModule:
-        def rewrite(f):
-            rw = _Rewriter(mod)
-            out = rw.visit_expr(f)
-            self.stats["resize_as_matmul"] += rw.count
-            return out
-
-        return rewrite_functions(mod, rewrite)
+        out, count = rewrite_calls(mod, _rewrite)
+        self.stats["resize_as_matmul"] += count
+        return out
