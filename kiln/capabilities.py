@@ -278,6 +278,33 @@ _ARCH_ALIASES = {"arm64": "aarch64", "amd64": "x86_64", "i486": "i386", "i586": 
 
 
 @functools.cache
+def host_mattr(mcpu: str, triple: str) -> tuple[str, ...]:
+    """-mattr entries that make `mcpu` (LLVM's name for this host's CPU, guessed from its family and
+    model numbers) agree with what the host's /proc/cpuinfo reports, over ISA_FEATURES. Hypervisors
+    report models loosely: an Emerald Rapids under KVM reads as `rocketlake`, whose LLVM features
+    lack AMX, AVX512-BF16, AVX512-FP16 and AVX-VNNI that the host has; a host may also mask a feature
+    its model has, and code using it would die with SIGILL; AMX counts only where Linux grants the
+    tile state. Unknown host flags: none."""
+    import tvm
+    from tvm.target import codegen
+
+    from .runtime.hostinfo import LLVM_TO_CPUINFO, usable_cpu_flags
+
+    flags = usable_cpu_flags()
+    if not flags:
+        return ()
+    base = {str(f) for f in codegen.llvm_get_cpu_features(tvm.target.Target({"kind": "llvm", "mcpu": mcpu}))}
+    out = []
+    for f in ISA_FEATURES:
+        on_host = LLVM_TO_CPUINFO.get(f, f) in flags
+        if on_host and f not in base and llvm_is_feature(f, triple):
+            out.append(f"+{f}")
+        elif not on_host and f in base:
+            out.append(f"-{f}")
+    return tuple(out)
+
+
+@functools.cache
 def llvm_backends() -> tuple[str, ...]:
     """The architectures (triple first words) this LLVM build has a backend for."""
     from tvm.target import codegen

@@ -175,9 +175,11 @@ class Target:
     def host() -> Target:
         from tvm.target import codegen  # compiler-side only
 
+        from .capabilities import host_mattr
         from .runtime.hostinfo import physical_cores
 
-        return Target(mcpu=codegen.llvm_get_system_cpu(), num_cores=physical_cores())
+        mcpu = str(codegen.llvm_get_system_cpu())
+        return Target(mcpu=mcpu, mattr=host_mattr(mcpu, _host_triple()), num_cores=physical_cores())
 
     @property
     def arch(self) -> str:

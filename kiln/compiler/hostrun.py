@@ -30,7 +30,9 @@ def host_options(options):
     host = Target.host()
     return dataclasses.replace(
         options,
-        target=dataclasses.replace(options.target, mcpu=host.mcpu, mtriple=None, mattr=(), num_cores=host.num_cores),
+        target=dataclasses.replace(
+            options.target, mcpu=host.mcpu, mtriple=None, mattr=host.mattr, num_cores=host.num_cores
+        ),
         tuning_db=None,
     )
 

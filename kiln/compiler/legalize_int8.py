@@ -13,6 +13,7 @@ import tvm
 from tvm import te, topi
 
 from ..schedules.int8 import ANNOTATION, Int8Kernel
+from . import legalize_amx
 
 STEP = 4  # input channels per dot-product step (every int8 kernel's k)
 
@@ -135,6 +136,8 @@ def conv2d(bb, call, kernel: Int8Kernel | None):
     )
     if not fits:
         return None
+    if kernel.path == "amx-int8" and legalize_amx.fits(call):
+        return legalize_amx.conv2d(bb, call)
     packed = bb.emit_te(pack_int8_kernel, call.args[1], primfunc_name_hint="int8_kernel_pack")
     sums = bb.emit_te(int8_weight_sums, packed, primfunc_name_hint="int8_weight_sums") if kernel.signed_data else None
     return bb.call_te(

@@ -86,9 +86,43 @@ def cpu_model_name() -> str:
     return platform.processor() or "unknown CPU"
 
 
-def missing_cpu_features(required: list[str]) -> list[str]:
-    """Features (LLVM names) the artifact needs that this host lacks. Unknown host: assume none."""
+ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA, SYS_ARCH_PRCTL = 0x1023, 18, 158  # linux/arch/x86 uapi
+
+
+@functools.cache
+def enable_amx() -> str | None:
+    """Ask Linux for the AMX tile state (arch_prctl ARCH_REQ_XCOMP_PERM, once per process): until then
+    the first tile instruction dies with SIGILL. Returns None when granted, else why not."""
+    import ctypes
+    import ctypes.util
+
+    if host_arch() != "x86_64" or platform.system() != "Linux":
+        return f"AMX tiles need Linux on x86-64, this is {platform.system()} on {host_arch()}"
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or None, use_errno=True)
+        if libc.syscall(SYS_ARCH_PRCTL, ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA) == 0:
+            return None
+        return f"the kernel refused the AMX tile state ({os.strerror(ctypes.get_errno())}; Linux 5.16+ grants it)"
+    except OSError as e:
+        return f"could not ask the kernel for the AMX tile state: {e}"
+
+
+AMX_FLAGS = frozenset({"amx_tile", "amx_int8", "amx_bf16"})
+
+
+def usable_cpu_flags() -> frozenset[str]:
+    """host_cpu_flags less AMX where Linux will not grant the tile state; asks for it on the way
+    (enable_amx), so that code that passed a check against these flags may use the tiles."""
     flags = host_cpu_flags()
+    if "amx_tile" in flags and enable_amx() is not None:
+        return flags - AMX_FLAGS
+    return flags
+
+
+def missing_cpu_features(required: list[str]) -> list[str]:
+    """Features (LLVM names) the artifact needs that this host lacks (or, for AMX, may not use).
+    Unknown host: assume none."""
+    flags = usable_cpu_flags()
     if not flags:
         return []
     return [f for f in required if LLVM_TO_CPUINFO.get(f, f) not in flags]

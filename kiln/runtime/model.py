@@ -15,7 +15,7 @@ import numpy as np
 from ..errors import IncompatibleArtifactError, InputError, OptionsError
 from . import artifact as art
 from . import buckets as bk
-from .hostinfo import host_arch, missing_cpu_features, physical_cores, raise_thread_pool_cap
+from .hostinfo import enable_amx, host_arch, host_cpu_flags, missing_cpu_features, physical_cores, raise_thread_pool_cap
 
 pool_lock = threading.Lock()
 _pool_threads: int | None = None
@@ -114,6 +114,12 @@ class Model:
                 where=where,
                 fix="recompile for this host (kiln compile without --target), "
                 f"or run it on {_a(manifest['arch'])} machine",
+            )
+        if "amx-tile" in manifest["cpu_features"] and "amx_tile" in host_cpu_flags() and (why := enable_amx()):
+            raise IncompatibleArtifactError(
+                f"artifact uses AMX tiles and {why}",
+                where=where,
+                fix="run it on a newer kernel, or recompile with --target 'llvm -mcpu=... -mattr=-amx-tile'",
             )
         missing = missing_cpu_features(manifest["cpu_features"])
         if missing:

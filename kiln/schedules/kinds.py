@@ -33,6 +33,7 @@ KINDS = {  # kind -> what has it; registry.RULES maps each (but SCHEDULED) to a 
     "conv3d": "NCDHW conv3d with output channels blocked in the weights (compiler/legalize_conv3d)",
     "conv2d_int8": "uint8 x int8 NCHWc conv2d (legalize_int8.conv2d_nchwc_int8; topi's conv2d_NCHWc_int8)",
     "matmul_int8": "uint8 x int8 matmul by packed weights (legalize_int8.matmul_int8)",
+    "conv2d_amx": "uint8 x int8 conv2d as a GEMM per output row on AMX tiles (legalize_amx.conv2d_amx)",
     "matmul": "matmul / dense (topi; passes/pack_dense_weights.matmul_packed)",
     "pool": "pooling (topi's, annotated meta_schedule.pool_* / adaptive_pool_*)",
     "reduction": "any other single reduction (legalize's max/min with infinite identities, topi's sum, mean)",

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from . import int8, rules
+from . import amx, int8, rules
 from .conv3d import conv3d_oc_vectorized
 from .dwpw import depthwise_pointwise
 from .kinds import classify
@@ -20,6 +20,7 @@ RULES: dict[tuple[str, str], Callable] = {
     ("cpu", "conv2d_nchw_oc"): rules.conv_nchw_oc_vectorized,
     ("cpu", "depthwise_nchw"): rules.depthwise_nchw,
     ("cpu", "conv2d_int8"): int8.conv2d_int8,
+    ("cpu", "conv2d_amx"): amx.conv2d_amx,
     ("cpu", "matmul_int8"): int8.matmul_int8,
     ("cpu", "matmul"): matmul_tiled,
     ("cpu", "pool"): rules.reduction_tiled,
@@ -40,6 +41,7 @@ FALLBACK = {
     "conv2d_nchw": ("conv2d_nchw_oc", "conv2d"),
     "depthwise_nchw": ("reduction",),
     "conv2d_int8": ("conv2d",),
+    "conv2d_amx": ("reduction",),
     "matmul_int8": ("matmul", "reduction"),
     "matmul": ("reduction",),
     "layout_transform": ("injective",),

@@ -11,6 +11,10 @@
 #include <dlpack/dlpack.h>
 #include <sys/stat.h>
 #include <sys/utsname.h>
+#if defined(__x86_64__) && defined(__linux__)
+#include <sys/syscall.h>
+#include <unistd.h>
+#endif
 #include <tvm/ffi/any.h>
 #include <tvm/ffi/container/array.h>
 #include <tvm/ffi/container/map.h>
@@ -19,6 +23,7 @@
 #include <tvm/ffi/extra/module.h>
 #include <tvm/ffi/function.h>
 
+#include <cerrno>
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
@@ -182,6 +187,22 @@ static std::string host_arch() {
   return m == "arm64" ? "aarch64" : m;
 }
 
+// AMX tiles: Linux grants the tile state only on request (arch_prctl ARCH_REQ_XCOMP_PERM, Linux 5.16+),
+// before which the first tile instruction dies with SIGILL; Python's runtime does the same (hostinfo.enable_amx).
+static void request_amx_if_used(const ffi::Map<ffi::Any, ffi::Any>& manifest) {
+  bool amx = false;
+  for (const ffi::Any& f : manifest.at(ffi::String("cpu_features")).cast<ffi::Array<ffi::Any>>())
+    amx = amx || std::string(f.cast<ffi::String>()) == "amx-tile";
+  if (!amx) return;
+#if defined(__x86_64__) && defined(__linux__)
+  if (syscall(SYS_arch_prctl, 0x1023 /* ARCH_REQ_XCOMP_PERM */, 18 /* XFEATURE_XTILEDATA */) == 0) return;
+  throw KilnError(std::string("artifact uses AMX tiles and the kernel refused them (") + std::strerror(errno) +
+                  ") -> run it on Linux 5.16+, or recompile with -mattr=-amx-tile");
+#else
+  throw KilnError("artifact uses AMX tiles, which need Linux on x86-64 -> recompile with -mattr=-amx-tile");
+#endif
+}
+
 static int run(int argc, char** argv) {
   if (argc < 4) throw KilnError("usage: kiln_run MODEL_DIR -o OUT_DIR IN0.npy [IN1.npy ...]");
   std::string dir = argv[1], out_dir;
@@ -207,6 +228,7 @@ static int run(int argc, char** argv) {
   }
   std::string arch = str(manifest, "arch");
   if (arch != host_arch()) throw KilnError("artifact is built for " + arch + ", this machine is " + host_arch() + " -> compile with a matching --target");
+  request_amx_if_used(manifest);
   if (manifest.count(ffi::String("device")) && str(manifest, "device") != "cpu") throw KilnError("kiln_run runs CPU artifacts only -> compile without --target cuda");
   if (manifest.count(ffi::String("accelerator")) && manifest.at(ffi::String("accelerator")) != nullptr)
     throw KilnError("artifact offloads layers to an accelerator simulator, which needs Python -> use `kiln run`");

@@ -1,0 +1,100 @@
+"""Legalization of a blocked uint8 x int8 conv2d for AMX targets (schedules/amx.py): one output row
+at a time is a GEMM [pixels, K] x [K, O] on the tile unit.
+
+  amx_pad    the zero-padded input (as legalize_int8 pads it), when the conv pads
+  amx_patch  [N, OH, W', K']: each output pixel's receptive field as one row of K = KH*KW*C bytes,
+             ordered (ry, rx, channel); rows padded to W' (pixel_rows) and K to K' (a multiple of
+             64) by re-reading valid elements, never branching: padded columns meet zero weights and
+             padded rows are sliced away
+  amx_pack   the weights as AMX's B operand [O/16, K'/4, 16, 4], zero beyond K (constant-folded)
+  acc        int32 [N, O/16, OH, W', 16], the GEMM the schedule tensorizes per row
+  the conv's output [N, O/16, OH, OW, 16]: acc without the padded rows
+
+The int8 paths' requantization epilogues fuse after it as after any int8 conv."""
+
+from __future__ import annotations
+
+import tvm
+from tvm import te, topi
+
+from ..schedules.amx import CHANNELS, K_STEP, pixel_rows
+from ..schedules.int8 import ANNOTATION
+
+KIND = "conv2d_amx"
+
+
+def pack_amx_weights(kernel, k_padded: int):
+    """[O/16, I/c, KH, KW, c(i), 16(o)] -> [O/16, K'/4, 16, 4] with input (ry, rx, ci) = kk, zero past K."""
+    ob, ib, kh, kw, c, co = kernel.shape
+    k = ib * kh * kw * c
+
+    def at(o, k4, j, t):
+        kk = k4 * 4 + t
+        ci, rest = kk % (ib * c), kk // (ib * c)
+        rx, ry = rest % kw, tvm.te.min(rest // kw, kh - 1)
+        w = kernel[o, ci // c, ry, rx, ci % c, j]
+        return tvm.tirx.Select(kk < k, w, tvm.tirx.const(0, kernel.dtype))
+
+    return te.compute((ob, k_padded // 4, co, 4), at, name="amx_pack")
+
+
+def conv2d_amx(data, packed, strides, padding, dilation, kernel_hw, out_channels: int):
+    """uint8 data [N, C/c, H, W, c] x packed weights -> int32 [N, O/16, OH, OW, 16]."""
+    n, cb, h, w, c = (int(v) for v in data.shape)
+    kh, kw = kernel_hw
+    (sh, sw), (dh, dw) = strides, dilation
+    pt, pl, pb, pr = padding
+    oh = (h + pt + pb - dh * (kh - 1) - 1) // sh + 1
+    ow = (w + pl + pr - dw * (kw - 1) - 1) // sw + 1
+    width, _ = pixel_rows(ow)
+    k = kh * kw * cb * c
+    k_padded = int(packed.shape[1]) * 4
+    if any(padding):
+        zero = tvm.tirx.const(0, data.dtype)
+        data = topi.nn.pad(data, [0, 0, pt, pl, 0], [0, 0, pb, pr, 0], pad_value=zero, name="amx_pad")
+
+    def patch_at(b, y, p, kk):
+        if k_padded > k:  # clamped by 16-byte chunks where C allows, so that a chunk stays one vector
+            kk = tvm.te.min(kk // 16, k // 16 - 1) * 16 + kk % 16 if k % 16 == 0 else tvm.te.min(kk, k - 1)
+        ci, rest = kk % (cb * c), kk // (cb * c)
+        rx, ry = rest % kw, rest // kw
+        x = tvm.te.min(p, ow - 1)
+        return data[b, ci // c, y * sh + ry * dh, x * sw + rx * dw, ci % c]
+
+    patch = te.compute((n, oh, width, k_padded), patch_at, name="amx_patch")
+    k4, t = te.reduce_axis((0, k_padded // 4), name="k4"), te.reduce_axis((0, 4), name="t")
+    acc = te.compute(
+        (n, out_channels // CHANNELS, oh, width, CHANNELS),
+        lambda b, o, y, p, j: te.sum(
+            patch[b, y, p, k4 * 4 + t].astype("int32") * packed[o, k4, j, t].astype("int32"), axis=[k4, t]
+        ),
+        name="conv2d_amx",
+        attrs={ANNOTATION: "amx-int8", "kiln.kernel_kind": KIND},
+    )
+    return te.compute((n, out_channels // CHANNELS, oh, ow, CHANNELS), lambda *i: acc(*i), name="amx_rows")
+
+
+def fits(call) -> bool:
+    """A groups-1 NCHW{c}c conv with OIHW{c}i16o weights (the int8 layout for 16 int32 lanes)."""
+    w = call.args[1].ty
+    return int(call.attrs.groups) == 1 and len(w.shape) == 6 and int(w.shape[5]) == CHANNELS
+
+
+def conv2d(bb, call):
+    """The AMX computes of a blocked uint8 x int8 conv2d (legalize_int8.conv2d checked dtypes and layouts)."""
+    a, w = call.attrs, call.args[1].ty
+    ob, ib, kh, kw, c, co = (int(v) for v in w.shape)
+    k = ib * kh * kw * c
+    k_padded = -(-k // K_STEP) * K_STEP
+    packed = bb.emit_te(pack_amx_weights, call.args[1], k_padded, primfunc_name_hint="amx_pack")
+    return bb.call_te(
+        conv2d_amx,
+        call.args[0],
+        packed,
+        [int(v) for v in a.strides],
+        [int(v) for v in a.padding],
+        [int(v) for v in a.dilation],
+        (kh, kw),
+        ob * co,
+        primfunc_name_hint="conv2d_amx",
+    )

@@ -1,0 +1,185 @@
+"""AMX-INT8 (Intel Sapphire/Emerald/Granite Rapids): int8 conv2d as one small GEMM per output row
+on the tile unit, `tdpbusd` (u8 x s8 -> int32) on 1 KiB tile registers.
+
+The compute (legalize_int8.conv2d_amx) gathers each output row's input patches into a row-major
+[pixels, K] uint8 buffer (K = KH * KW * C padded to 64; an im2col of one row only, in L1/L2) and
+multiplies it by the weights packed as AMX's B operand ([O/16, K/4, 16, 4]: one 64-byte tile row
+per 4 inputs of 16 output channels). The rule below computes that row in place by one tensor
+intrinsic per row (`gemm_intrin`): a hand-written TIR kernel that configures the tiles
+(`ldtilecfg`), keeps up to 4 accumulator tiles of 16 pixels x 16 channels in tile registers over
+all of K, and stores them once; the requantization epilogue then runs on the row, still in cache.
+
+Why this shape and not tensorized `vpdpbusd`-style steps: a tile's A operand is 16 rows of 64
+contiguous bytes, and NCHW16c data has only 16 contiguous channels per pixel, so a direct conv
+would feed `tdpbusd` a quarter of its width; the row gather makes every A row a full 64 bytes.
+
+A process must ask Linux for the tile state before its first tile instruction (arch_prctl
+ARCH_REQ_XCOMP_PERM): kiln.runtime.hostinfo.enable_amx, called when an artifact that needs
+amx-tile loads."""
+
+from __future__ import annotations
+
+from tvm import s_tir, tirx
+from tvm.script import tirx as T
+from tvm.script.ir_builder import IRBuilder
+from tvm.tirx.script.builder import ir as B
+
+from .rules import extent, inline_all_but, vectorize_tails
+
+ROWS = 16  # tile rows: pixels of A and C, groups of 4 inputs of B
+ROW_BYTES = 64  # bytes per tile row: 64 u8 inputs (A), 16 int32 channels (C), 16 x 4 int8 (B)
+K_STEP = ROW_BYTES  # inputs per tdpbusd
+CHANNELS = ROW_BYTES // 4  # output channels per C tile: the int8 layout's lane block on AMX targets
+TILES = 8  # tmm0..tmm7
+# (pixel tiles, channel tiles) held at once: C tiles + A tiles + B tiles <= 8; most dot products per load first
+BLOCKINGS = ((2, 2), (1, 3), (3, 1), (1, 2), (2, 1), (1, 1))
+
+
+def pixel_rows(width: int) -> tuple[int, int]:
+    """(padded row width, rows per tile) for an output row of `width` pixels: rows of 16 pixels,
+    the last padded; a row of at most 16 pixels is one tile of exactly that many rows."""
+    if width <= ROWS:
+        return width, width
+    return -(-width // ROWS) * ROWS, ROWS
+
+
+def blocking(pixel_tiles: int, channel_tiles: int) -> tuple[int, int]:
+    """The register blocking (bm pixel tiles x bn channel tiles) of gemm_intrin: divisors only."""
+    for bm, bn in BLOCKINGS:
+        if pixel_tiles % bm == 0 and channel_tiles % bn == 0:
+            return bm, bn
+    return 1, 1
+
+
+def _call(name: str, *args):
+    return B.evaluate(tirx.call_llvm_intrin("void", f"llvm.x86.{name}", *args))
+
+
+def _i8(v: int):
+    return tirx.const(v, "int8")
+
+
+def _config(cfg, rows: int, first_b: int) -> None:
+    """The 64-byte tile configuration: palette 1; C and A tiles (below first_b) `rows` x 64 bytes, B
+    tiles 16 x 64; unused bytes zero (reserved)."""
+    with B.serial(0, 64) as i:
+        B.buffer_store(cfg, tirx.const(0, "uint8"), [i])
+    B.buffer_store(cfg, tirx.const(1, "uint8"), [0])
+    for t in range(TILES):
+        B.buffer_store(cfg, tirx.const(ROW_BYTES, "uint8"), [16 + 2 * t])
+        B.buffer_store(cfg, tirx.const(ROWS if t >= first_b else rows, "uint8"), [48 + t])
+
+
+def _desc(width: int, k: int, nb: int):
+    """C[1, nb, 1, width, 16] += A[1, 1, width, k] (u8) . B[nb, k/4, 16, 4] (s8), in int32."""
+
+    @T.prim_func(s_tir=True)
+    def desc(a: T.handle, b: T.handle, c: T.handle) -> None:
+        A = T.match_buffer(a, (1, 1, width, k), "uint8", offset_factor=1)
+        B = T.match_buffer(b, (nb, k // 4, CHANNELS, 4), "int8", offset_factor=1)
+        C = T.match_buffer(c, (1, nb, 1, width, CHANNELS), "int32", offset_factor=1)
+        with T.sblock("root"):
+            T.reads(C[0, 0:nb, 0, 0:width, 0:CHANNELS], A[0, 0, 0:width, 0:k], B[0:nb, 0 : k // 4, 0:CHANNELS, 0:4])
+            T.writes(C[0, 0:nb, 0, 0:width, 0:CHANNELS])
+            for o, p, j, k4, t in T.grid(nb, width, CHANNELS, k // 4, 4):
+                with T.sblock("update"):
+                    vo, vp, vj, vk, vt = T.axis.remap("SSSRR", [o, p, j, k4, t])
+                    C[0, vo, 0, vp, vj] = C[0, vo, 0, vp, vj] + T.cast(A[0, 0, vp, vk * 4 + vt], "int32") * T.cast(
+                        B[vo, vk, vj, vt], "int32"
+                    )
+
+    return desc
+
+
+def _impl(width: int, rows: int, k: int, nb: int):
+    """The tile kernel for one row: for each (bm x bn) block of Cb tiles, load them, accumulate over
+    K in 64-input steps (bm Ab tiles, bn Bb tiles, bm * bn tdpbusd), store them."""
+    mt, kc = width // rows, k // K_STEP
+    bm, bn = blocking(mt, nb)
+    svars = [tirx.Var(f"s{i}", "int32") for i in range(10)]
+    with IRBuilder() as ib:
+        with B.prim_func(s_tir=True):
+            B.func_name("impl")
+            a, b, c = B.arg("a", B.handle()), B.arg("b", B.handle()), B.arg("c", B.handle())
+            Ab = B.match_buffer(a, (1, 1, width, k), "uint8", strides=[*svars[0:3], 1], offset_factor=1)
+            Bb = B.match_buffer(b, (nb, k // 4, CHANNELS, 4), "int8", strides=[*svars[3:6], 1], offset_factor=1)
+            Cb = B.match_buffer(c, (1, nb, 1, width, CHANNELS), "int32", strides=[*svars[6:10], 1], offset_factor=1)
+            with B.sblock("root"):
+                B.reads(
+                    Cb[0, 0:nb, 0, 0:width, 0:CHANNELS], Ab[0, 0, 0:width, 0:k], Bb[0:nb, 0 : k // 4, 0:CHANNELS, 0:4]
+                )
+                B.writes(Cb[0, 0:nb, 0, 0:width, 0:CHANNELS])
+                cfg = B.alloc_buffer((64,), "uint8", scope="local")
+                _config(cfg, rows, bm * bn + bm)
+                _call("ldtilecfg", tirx.address_of(cfg[0]))
+                a_stride = tirx.Cast("int64", Ab.strides[2])
+                b_stride = tirx.Cast("int64", Bb.strides[1])
+                c_stride = tirx.Cast("int64", Cb.strides[3] * 4)
+                with B.serial(0, mt // bm) as mo:
+                    with B.serial(0, nb // bn) as no:
+                        tiles = [(i, j, i * bn + j) for i in range(bm) for j in range(bn)]
+                        for i, j, t in tiles:
+                            _call(
+                                "tileloadd64",
+                                _i8(t),
+                                tirx.address_of(Cb[0, no * bn + j, 0, (mo * bm + i) * rows, 0]),
+                                c_stride,
+                            )
+                        with B.serial(0, kc) as kk:
+                            for i in range(bm):
+                                a_at = tirx.address_of(Ab[0, 0, (mo * bm + i) * rows, kk * K_STEP])
+                                _call("tileloadd64", _i8(bm * bn + i), a_at, a_stride)
+                            for j in range(bn):
+                                b_at = tirx.address_of(Bb[no * bn + j, kk * ROWS, 0, 0])
+                                _call("tileloadd64", _i8(bm * bn + bm + j), b_at, b_stride)
+                            for i, j, t in tiles:
+                                _call("tdpbusd", _i8(t), _i8(bm * bn + i), _i8(bm * bn + bm + j))
+                        for i, j, t in tiles:
+                            _call(
+                                "tilestored64",
+                                _i8(t),
+                                tirx.address_of(Cb[0, no * bn + j, 0, (mo * bm + i) * rows, 0]),
+                                c_stride,
+                            )
+                _call("tilerelease")
+    return ib.get()
+
+
+def gemm_intrin(width: int, rows: int, k: int, nb: int) -> str:
+    """The tensor intrinsic computing one output row (`width` pixels, tiles of `rows`) of `nb` channel
+    blocks over K = k inputs; registered once per shape."""
+    name = f"kiln_amx_gemm_w{width}r{rows}k{k}n{nb}"
+    if s_tir.TensorIntrin.get(name, allow_missing=True) is None:
+        s_tir.TensorIntrin.register(name, _desc(width, k, nb), _impl(width, rows, k, nb))
+    return name
+
+
+def conv2d_amx(sch: s_tir.Schedule, anchor, lanes: int) -> None:
+    """int8 conv2d on AMX (legalize_int8.conv2d_amx): parallel over images, channel groups and output
+    rows; per row the patch gather (vectorized over 16 channels), the tile GEMM, then the epilogue."""
+    if len(sch.get_loops(anchor)) != 7:
+        raise s_tir.ScheduleError("not an AMX int8 conv")
+    prologue = list(sch.get_producers(anchor))
+    pads = [q for p in prologue for q in sch.get_producers(p) if sch.get(q).name_hint.startswith("amx_pad")]
+    inline_all_but(sch, [anchor, *prologue, *pads])
+    consumers = list(sch.get_consumers(anchor))
+    n, o, y, p, j, k4, t = sch.get_loops(anchor)
+    width, k = extent(sch, p), extent(sch, k4) * 4
+    rows = width if width <= ROWS else ROWS
+    blocks = extent(sch, o)
+    groups = 2 if extent(sch, n) * extent(sch, y) < 8 and blocks % 2 == 0 else 1
+    oo, oi = sch.split(o, [groups, blocks // groups])
+    sch.reorder(n, oo, y, oi, p, j, k4, t)
+    for c in consumers:
+        try:
+            sch.reverse_compute_at(c, y, preserve_unit_loops=True)
+        except s_tir.ScheduleError:
+            pass  # it stays at the root, reading the whole int32 result
+    for q in prologue:
+        sch.compute_at(q, y, preserve_unit_loops=True)
+    for q in pads:
+        sch.compute_at(q, y, preserve_unit_loops=True)
+    sch.parallel(sch.fuse(n, oo, y))
+    init = sch.decompose_reduction(anchor, oi)
+    sch.tensorize(oi, gemm_intrin(width, rows, k, blocks // groups))
+    vectorize_tails(sch, [init, *prologue, *pads, *consumers], CHANNELS, split=True)

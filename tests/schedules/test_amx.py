@@ -1,0 +1,80 @@
+"""AMX-INT8 convs (schedules/amx.py, compiler/legalize_amx.py): the tile instructions in the
+assembly of a Sapphire Rapids build (compiled, never run, on any host), the exact integer result
+on a host with AMX (skipped elsewhere, naming the feature), the register blocking, and the host
+target's features taken from the CPU itself rather than from LLVM's guess of its model."""
+
+from __future__ import annotations
+
+import re
+
+import numpy as np
+import pytest
+from helpers import compiled_asm
+from test_int8_isa import _qdq_conv
+
+import kiln
+from kiln.capabilities import host_mattr
+from kiln.runtime.hostinfo import enable_amx, missing_cpu_features
+from kiln.schedules.amx import blocking, pixel_rows
+from kiln.target import Target
+
+SPR = "llvm -mcpu=sapphirerapids -mtriple=x86_64-linux-gnu"
+AMX_MISSING = missing_cpu_features(["amx-tile", "amx-int8"])
+
+
+def test_sapphirerapids_conv_runs_on_tiles():
+    """The int8 conv kernel configures the tiles once per row task, accumulates with tdpbusd on tile
+    registers, and releases them; no vpdpbusd is left in it."""
+    asm, report = compiled_asm(_qdq_conv(64, 64, 3, 1, 1, 3, 64, 28)[0], SPR)
+    assert report["qdq_lowered"] == 1 and report["kernels_unscheduled"] == 0
+    assert re.search(r"tdpbusd\s+%tmm\d, %tmm\d, %tmm\d", asm)
+    assert "ldtilecfg" in asm and "tilerelease" in asm and "tilestored" in asm
+    assert "vpdpbusd" not in asm
+
+
+def test_blocking_and_rows():
+    """C + A + B tiles fit the 8 tile registers; divisors only; rows of 16 pixels, a short row whole."""
+    assert blocking(4, 4) == (2, 2) and blocking(1, 6) == (1, 3) and blocking(3, 1) == (3, 1)
+    assert blocking(1, 5) == (1, 1) and blocking(5, 2) == (1, 2)
+    for bm, bn in (blocking(m, n) for m in range(1, 9) for n in range(1, 9)):
+        assert bm * bn + bm + bn <= 8
+    assert pixel_rows(56) == (64, 16) and pixel_rows(14) == (14, 14) and pixel_rows(7) == (7, 7)
+
+
+@pytest.mark.skipif(bool(AMX_MISSING), reason=f"needs AMX (this host lacks {', '.join(AMX_MISSING)})")
+@pytest.mark.parametrize(
+    "cin,cout,k,stride,pad,zx,hw",
+    [
+        (64, 64, 3, 1, 1, 3, 56),  # 2 x 2 blocking, 64 pixels a row (56 + 8 padded)
+        (32, 48, 3, 1, 1, 0, 10),  # 3 channel tiles (1 x 3), K = 288 padded to 320, 10-pixel tiles
+        (16, 80, 1, 1, 0, 7, 20),  # 5 channel tiles (1 x 1), 20 pixels -> 32, K = 16 padded to 64
+        (32, 32, 3, 2, 1, 100, 15),  # stride 2, 8-pixel rows
+    ],
+)
+def test_amx_conv_is_exact_on_this_host(tmp_path, cin, cout, k, stride, pad, zx, hw):
+    model, x, ref = _qdq_conv(cin, cout, k, stride, pad, zx, wmax=127, hw=hw)
+    target = Target.parse("host")
+    assert target.caps.int8_path == "amx-int8"
+    r = kiln.compile(model, tmp_path / "m.kiln", target=target)
+    assert r.report["qdq_lowered"] == 1 and r.report["kernels_unscheduled"] == 0
+    got = kiln.load(tmp_path / "m.kiln").run({"input": x})["output"]
+    np.testing.assert_allclose(got, ref, rtol=2e-6, atol=1e-5)
+
+
+@pytest.mark.skipif(bool(AMX_MISSING), reason=f"needs AMX (this host lacks {', '.join(AMX_MISSING)})")
+def test_enable_amx_is_granted_here():
+    assert enable_amx() is None
+
+
+def test_host_target_follows_the_cpu_flags(monkeypatch):
+    """A KVM Emerald Rapids reports a model LLVM calls rocketlake: the host target adds what
+    /proc/cpuinfo lists and the model lacks, and drops what the model has and the host masks."""
+    import kiln.runtime.hostinfo as hi
+
+    base = "sse4_1 sse4_2 avx avx2 fma f16c avx512f avx512cd avx512bw avx512dq avx512vl avx512_vnni avx512vbmi"
+    monkeypatch.setattr(hi, "usable_cpu_flags", lambda: frozenset(f"{base} amx_tile amx_int8 amx_bf16".split()))
+    assert host_mattr.__wrapped__("rocketlake", "x86_64-linux-gnu") == ("+amx-tile", "+amx-int8", "+amx-bf16")
+    monkeypatch.setattr(hi, "usable_cpu_flags", lambda: frozenset(base.replace("avx512_vnni", "").split()))
+    assert host_mattr.__wrapped__("rocketlake", "x86_64-linux-gnu") == ("-avx512vnni",)
+    monkeypatch.setattr(hi, "usable_cpu_flags", lambda: frozenset())
+    assert host_mattr.__wrapped__("rocketlake", "x86_64-linux-gnu") == ()
