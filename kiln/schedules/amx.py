@@ -71,7 +71,10 @@ def _config(cfg, rows: int, first_b: int) -> None:
 
 
 def _desc(width: int, k: int, nb: int):
-    """C[1, nb, 1, width, 16] += A[1, 1, width, k] (u8) . B[nb, k/4, 16, 4] (s8), in int32."""
+    """C[1, nb, 1, width, 16] += A[1, 1, width, k] (u8) . B[nb, k/4, 16, 4] (s8), in int32. One channel
+    tile (nb 1) has no channel loop: blockize drops a unit loop from the block it tensorizes."""
+    if nb == 1:
+        return _desc_one(width, k)
 
     @T.prim_func(s_tir=True)
     def desc(a: T.handle, b: T.handle, c: T.handle) -> None:
@@ -86,6 +89,25 @@ def _desc(width: int, k: int, nb: int):
                     vo, vp, vj, vk, vt = T.axis.remap("SSSRR", [o, p, j, k4, t])
                     C[0, vo, 0, vp, vj] = C[0, vo, 0, vp, vj] + T.cast(A[0, 0, vp, vk * 4 + vt], "int32") * T.cast(
                         B[vo, vk, vj, vt], "int32"
+                    )
+
+    return desc
+
+
+def _desc_one(width: int, k: int):
+    @T.prim_func(s_tir=True)
+    def desc(a: T.handle, b: T.handle, c: T.handle) -> None:
+        A = T.match_buffer(a, (1, 1, width, k), "uint8", offset_factor=1)
+        B = T.match_buffer(b, (1, k // 4, CHANNELS, 4), "int8", offset_factor=1)
+        C = T.match_buffer(c, (1, 1, 1, width, CHANNELS), "int32", offset_factor=1)
+        with T.sblock("root"):
+            T.reads(C[0, 0, 0, 0:width, 0:CHANNELS], A[0, 0, 0:width, 0:k], B[0, 0 : k // 4, 0:CHANNELS, 0:4])
+            T.writes(C[0, 0, 0, 0:width, 0:CHANNELS])
+            for p, j, k4, t in T.grid(width, CHANNELS, k // 4, 4):
+                with T.sblock("update"):
+                    vp, vj, vk, vt = T.axis.remap("SSRR", [p, j, k4, t])
+                    C[0, 0, 0, vp, vj] = C[0, 0, 0, vp, vj] + T.cast(A[0, 0, vp, vk * 4 + vt], "int32") * T.cast(
+                        B[0, vk, vj, vt], "int32"
                     )
 
     return desc
@@ -167,7 +189,7 @@ def conv2d_amx(sch: s_tir.Schedule, anchor, lanes: int) -> None:
     width, k = extent(sch, p), extent(sch, k4) * 4
     rows = width if width <= ROWS else ROWS
     blocks = extent(sch, o)
-    groups = 2 if extent(sch, n) * extent(sch, y) < 8 and blocks % 2 == 0 else 1
+    groups = 2 if extent(sch, n) * extent(sch, y) < 8 and blocks % 2 == 0 and blocks >= 4 else 1
     oo, oi = sch.split(o, [groups, blocks // groups])
     sch.reorder(n, oo, y, oi, p, j, k4, t)
     for c in consumers:
@@ -181,5 +203,5 @@ def conv2d_amx(sch: s_tir.Schedule, anchor, lanes: int) -> None:
         sch.compute_at(q, y, preserve_unit_loops=True)
     sch.parallel(sch.fuse(n, oo, y))
     init = sch.decompose_reduction(anchor, oi)
-    sch.tensorize(oi, gemm_intrin(width, rows, k, blocks // groups))
+    sch.tensorize(oi if blocks // groups > 1 else p, gemm_intrin(width, rows, k, blocks // groups))
     vectorize_tails(sch, [init, *prologue, *pads, *consumers], CHANNELS, split=True)

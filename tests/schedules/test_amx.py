@@ -49,6 +49,7 @@ def test_blocking_and_rows():
         (32, 48, 3, 1, 1, 0, 10),  # 3 channel tiles (1 x 3), K = 288 padded to 320, 10-pixel tiles
         (16, 80, 1, 1, 0, 7, 20),  # 5 channel tiles (1 x 1), 20 pixels -> 32, K = 16 padded to 64
         (32, 32, 3, 2, 1, 100, 15),  # stride 2, 8-pixel rows
+        (32, 16, 3, 1, 1, 5, 9),  # one channel tile: no channel loop to tensorize
     ],
 )
 def test_amx_conv_is_exact_on_this_host(tmp_path, cin, cout, k, stride, pad, zx, hw):

@@ -40,6 +40,13 @@ def _int8_conv():
     return _te(conv2d_nchwc_int8, x, w, None, [1, 1], [1, 1, 1, 1], [1, 1], "avx512-vnni")
 
 
+def _amx_conv():
+    from kiln.compiler.legalize_amx import conv2d_amx
+
+    x, w = _typed("x", (1, 2, 6, 6, 16), "uint8"), _typed("w", (2, 80, 16, 4), "int8")  # K = 288 -> 320
+    return _te(conv2d_amx, x, w, [1, 1], [1, 1, 1, 1], [1, 1], (3, 3), 32)
+
+
 def _int8_matmul():
     from kiln.compiler.legalize_int8 import matmul_int8
 
@@ -124,6 +131,7 @@ WORKLOADS = {
     ),
     "conv3d": (_conv3d, "conv3d", True, "conv3d"),
     "int8_conv": (_int8_conv, "conv2d_int8", True, "conv2d_int8"),
+    "amx_conv": (_amx_conv, "conv2d_amx", True, "conv2d_amx"),
     "int8_matmul": (_int8_matmul, "matmul_int8", True, "matmul_int8"),
     "matmul": (lambda: _op(lambda v: relax.op.matmul(v, relax.const(rnd(48, 32))), (4, 48)), "matmul", False, "matmul"),
     "matmul_packed": (_matmul_packed, "matmul", True, "reduction"),  # one row: no 2-D tile, reduction_tiled's columns
