@@ -102,3 +102,40 @@ def mobilenet_block(stride=1, multiplier=1, c=32, batch=1):
         "hi": np.array(6, np.float32),
     }
     return make_model(nodes, {"x": rand(batch, 16, 14, 14)}, ["y"], inits)
+
+
+def bf16_block(c=32, hw=8):
+    """A bottleneck with a projection shortcut, on hw x hw (every conv on the vdpbf16ps kernel, none Winograd):
+    c1 (no bias) -> ReLU; c2 3x3 + bias; proj 1x1 + bias; add -> ReLU (read by c3 and by the last add);
+    c3 -> ReLU6 -> c4; add with the block's output -> the graph output (float32)."""
+    conv = lambda i, o, w, k=1, bias=True: helper.make_node(
+        "Conv",
+        [i, w, w + "_b"] if bias else [i, w],
+        [o],
+        kernel_shape=[k, k],
+        pads=[k // 2] * 4,
+    )
+    nodes = [
+        conv("x", "c1", "w1", bias=False),
+        helper.make_node("Relu", ["c1"], ["r1"]),
+        conv("r1", "c2", "w2", k=3),
+        conv("x", "p", "wp"),
+        helper.make_node("Add", ["c2", "p"], ["a"]),
+        helper.make_node("Relu", ["a"], ["r2"]),
+        conv("r2", "c3", "w3"),
+        helper.make_node("Clip", ["c3", "lo", "hi"], ["r3"]),
+        conv("r3", "c4", "w4"),
+        helper.make_node("Add", ["c4", "r2"], ["y"]),
+    ]
+    inits = {
+        "w1": rand(c, c, 1, 1, seed=1) * 0.2,
+        "w2": rand(c, c, 3, 3, seed=2) * 0.1,
+        "wp": rand(c, c, 1, 1, seed=3) * 0.2,
+        "w3": rand(c, c, 1, 1, seed=4) * 0.2,
+        "w4": rand(c, c, 1, 1, seed=5) * 0.2,
+    }
+    inits.update({f"{w}_b": rand(c, seed=10 + i) for i, w in enumerate(("w2", "wp", "w3", "w4"))})
+    inits.update(
+        lo=np.array(0.0, np.float32), hi=np.array(0.5, np.float32)
+    )  # a clip that cuts (ReLU6's bounds at this scale)
+    return make_model(nodes, {"x": rand(1, c, hw, hw)}, ["y"], inits)

@@ -300,13 +300,18 @@ class _WeightPool:
 
 def _c_kernels(mod) -> list[str]:
     """Object files of Kiln's C kernels the module calls (linked into its library)."""
-    from .passes.bf16_conv_kernel import EXTERN
+    from .passes.bf16_conv_kernel import C_KERNELS
 
-    if not any(EXTERN in gv.name_hint for gv in mod.functions):
+    sources = {
+        C_KERNELS[bool(int(f.attrs["kiln.bf16_conv"][8]))][1]
+        for f in mod.functions.values()
+        if f.attrs is not None and "kiln.bf16_conv" in f.attrs
+    }
+    if not sources:
         return []
     from ..schedules.kernels import build
 
-    return [build("bf16_conv")[0]]
+    return [build(s)[0] for s in sorted(sources)]
 
 
 def _export(exe, arch: str, where: str, objects: list[str] = ()) -> bytes:

@@ -66,6 +66,15 @@ def _conv_kernels(o) -> frozenset:
     return frozenset(on & {"BF16ConvKernel", "Winograd"})
 
 
+def _min_reduced_winograd_tile(o) -> int:
+    """The smallest Winograd F(m x m) a bf16/fp16 conv takes: 2 with no bf16 conv kernel; 4 on the vdpbf16ps
+    kernel (F(2x2) ran slower than it); none on AMX tiles (8: no such tile), where ResNet-50 bf16 ran 11.95 ms
+    all direct against 13.15 ms with its six F(4x4) convs (benchmarks/history.md)."""
+    if "BF16ConvKernel" not in _conv_kernels(o):
+        return 2
+    return 8 if o.target.caps.bf16 == "amx-bf16" else 4
+
+
 def _channel_multiple(o) -> int:
     """What RemoveZeroChannels keeps channel counts a multiple of: the NCHWc block, so pruned convs stay blocked."""
     return 1 if o.target.is_gpu or o.layout in ("NCHW", "NHWC") else o.target.caps.f32_block
@@ -96,9 +105,9 @@ CPU_PIPELINE: list[PassSpec] = [
     PassSpec("ConvertLayout", lambda o: kp.ConvertLayout(o.layout, o.target.caps.f32_block), 2),
     PassSpec("NarrowBlockLayout", lambda o: kp.NarrowBlockLayout(o.layout, o.target.caps.f32_block), 2),
     PassSpec("PropagateBlockedLayout", lambda o: kp.PropagateBlockedLayout(o.layout), 2),
-    PassSpec("Winograd", lambda o: kp.Winograd(min_reduced_tile=4 if "BF16ConvKernel" in _conv_kernels(o) else 2), 2),
+    PassSpec("Winograd", lambda o: kp.Winograd(min_reduced_tile=_min_reduced_winograd_tile(o)), 2),
     PassSpec(
-        "BF16ConvKernel", lambda o: kp.BF16ConvKernel() if _vdpbf16ps(o) else None, 2
+        "BF16ConvKernel", lambda o: kp.BF16ConvKernel(o.target.caps.bf16 == "amx-bf16") if _vdpbf16ps(o) else None, 2
     ),  # the bf16 convs Winograd did not take
     PassSpec("FuseBF16Epilogue", lambda o: kp.FuseBF16Epilogue() if _vdpbf16ps(o) else None, 2),
     PassSpec("FuseDepthwisePointwise", lambda o: kp.FuseDepthwisePointwise(), 2),

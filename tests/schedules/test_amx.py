@@ -1,7 +1,8 @@
-"""AMX-INT8 convs (schedules/amx.py, compiler/legalize_amx.py): the tile instructions in the
-assembly of a Sapphire Rapids build (compiled, never run, on any host), the exact integer result
-on a host with AMX (skipped elsewhere, naming the feature), the register blocking, and the host
-target's features taken from the CPU itself rather than from LLVM's guess of its model."""
+"""AMX convs: int8 (schedules/amx.py, compiler/legalize_amx.py) and bf16 (kernels/amx_bf16_conv.c):
+the tile instructions in the code of a Sapphire Rapids build (compiled, never run, on any host), the
+exact int8 result and the bf16 result against the AVX512-BF16 kernel on a host with AMX (skipped
+elsewhere, naming the feature), the register blocking and weight packing, and the host target's
+features taken from the CPU itself rather than from LLVM's guess of its model."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ import re
 
 import numpy as np
 import pytest
-from helpers import compiled_asm
+from helpers import bf16_block, compiled_asm, ort_run, rand
 from test_int8_isa import _qdq_conv
 
 import kiln
@@ -19,7 +20,9 @@ from kiln.schedules.amx import blocking, pixel_rows
 from kiln.target import Target
 
 SPR = "llvm -mcpu=sapphirerapids -mtriple=x86_64-linux-gnu"
+ZNVER4 = "llvm -mcpu=znver4 -mtriple=x86_64-linux-gnu"  # AVX512-BF16 and VNNI, no AMX
 AMX_MISSING = missing_cpu_features(["amx-tile", "amx-int8"])
+BF16_MISSING = missing_cpu_features(["amx-tile", "amx-bf16", "avx512bf16"])
 
 
 def test_sapphirerapids_conv_runs_on_tiles():
@@ -79,3 +82,52 @@ def test_host_target_follows_the_cpu_flags(monkeypatch):
     assert host_mattr.__wrapped__("rocketlake", "x86_64-linux-gnu") == ("-avx512vnni",)
     monkeypatch.setattr(hi, "usable_cpu_flags", lambda: frozenset())
     assert host_mattr.__wrapped__("rocketlake", "x86_64-linux-gnu") == ()
+
+
+def test_amx_bf16_weights_follow_the_gather_order():
+    """pack(amx=True): B tile row r holds inputs (2r, 2r + 1) of 16 outputs, inputs in (kh, kw, channel)
+    order as amx_bf16_conv.c gathers a receptive field, zero from K to K' (a multiple of 32)."""
+    from kiln.compiler.passes.bf16_conv_kernel import pack, packed_shape
+
+    w = np.random.default_rng(0).standard_normal((2, 3, 3, 3, 16, 16)).astype(np.float32)  # K = 432 -> 448
+    p = pack(w, amx=True)
+    assert p.shape == packed_shape(2, 3, 3, 3, True) == (2, 224, 16, 2)
+    flat = p.transpose(0, 1, 3, 2).reshape(2, 448, 16)
+    for ob, kh, kw, ib, c in [(0, 0, 0, 0, 0), (1, 2, 1, 2, 15), (1, 1, 2, 0, 7)]:
+        np.testing.assert_array_equal(flat[ob, ((kh * 3 + kw) * 3 + ib) * 16 + c], w[ob, ib, kh, kw, c])
+    assert not flat[:, 432:].any()
+
+
+def test_sapphirerapids_bf16_convs_call_the_tile_kernel():
+    """--precision bf16 for an AMX-BF16 target: every conv calls the AMX kernel, whose object (linked into
+    the artifact) holds tdpbf16ps; an AVX512-BF16 target keeps the vdpbf16ps kernel."""
+    import subprocess
+
+    from kiln.compiler.optimize import optimize
+    from kiln.compiler.options import CompileOptions
+    from kiln.frontends.importer import import_onnx
+    from kiln.schedules.kernels import build
+
+    for spec, symbol in ((SPR, "kiln_amx_bf16_conv2d_nchw16c"), (ZNVER4, "kiln_bf16_conv2d_nchw16c")):
+        opt = optimize(import_onnx(bf16_block(32, 8)).mod, CompileOptions.make(target=spec, precision="bf16"))
+        assert opt.report["bf16_kernel_convs"] == 5 and opt.report["bf16_epilogues_fused"] == 5
+        calls = re.findall(r'call_extern\("int32", "(\w+)"', opt.mod.script())
+        assert len(calls) == 5 and set(calls) == {symbol}
+    asm = subprocess.run(["objdump", "-d", build("amx_bf16_conv")[0]], capture_output=True, text=True).stdout
+    assert re.search(r"tdpbf16ps\s+%tmm\d,%tmm\d,%tmm\d", asm) and "ldtilecfg" in asm
+
+
+@pytest.mark.skipif(bool(BF16_MISSING), reason=f"needs AMX-BF16 (this host lacks {', '.join(BF16_MISSING)})")
+@pytest.mark.parametrize("c, hw", [(32, 8), (48, 20), (64, 7)])
+def test_amx_bf16_matches_the_vdpbf16ps_kernel_here(tmp_path, c, hw):
+    """The host build (AMX tiles) against the AVX512-BF16 build of the same graph, both run here, and
+    onnxruntime's float32: the same bf16 products, summed in another order."""
+    m, x = bf16_block(c, hw), rand(1, c, hw, hw, seed=9)
+    amx = kiln.compile(m, tmp_path / "amx.kiln", target="host", precision="bf16")
+    kiln.compile(m, tmp_path / "avx.kiln", target=ZNVER4, precision="bf16")
+    assert amx.report["bf16_kernel_convs"] == 5 and amx.report["winograd_convs"] == 0  # no bf16 Winograd on AMX
+    got = kiln.load(tmp_path / "amx.kiln").run({"x": x})["y"]
+    ref = ort_run(m, {"x": x})[0]
+    np.testing.assert_allclose(got, ref, rtol=4e-2, atol=4e-2 * np.abs(ref).max())
+    other = kiln.load(tmp_path / "avx.kiln").run({"x": x})["y"]
+    np.testing.assert_allclose(got, other, rtol=1e-2, atol=1e-2 * np.abs(ref).max())

@@ -206,7 +206,7 @@ def test_the_c_kernel_declares_a_kind_that_comes_scheduled():
     from kiln.compiler.kernel_info import schedule_kind
     from kiln.compiler.passes.bf16_conv_kernel import kernel_func
 
-    func, _ = kernel_func((1, 1, 8, 8, 16), (1, 1, 3, 3, 8, 16, 2), [1, 1], [1, 1, 1, 1])
+    func, _ = kernel_func((1, 1, 8, 8, 16), 1, (3, 3), [1, 1], [1, 1, 1, 1])
     assert kinds.kernel_kind(func) == "bf16_conv" and kinds.func_kind(func) in kinds.SCHEDULED
     assert schedule_kind(func) == "c-kernel"
 

@@ -1,5 +1,7 @@
 """BF16ConvKernel: run bf16 convolutions (after MixedPrecision, in NCHW16c) on Kiln's C micro-kernel
-that uses AVX512-BF16's vdpbf16ps (kiln/schedules/kernels/bf16_conv.c): TVM 0.27 cannot emit that
+that uses AVX512-BF16's vdpbf16ps (kiln/schedules/kernels/bf16_conv.c), or on AMX-BF16 targets the
+tile kernel (amx_bf16_conv.c: a row's receptive fields gathered, then tdpbf16ps; rows in parallel,
+each over every channel, weights packed as AMX's B operand [O/16, K'/2, 16, 2]): TVM 0.27 cannot emit that
 instruction (its LLVM code generator has no bfloat vector type and its TIR pipeline computes bf16 in
 fp32). Each conv2d becomes a call_tir to a PrimFunc that calls the kernel per output row, in parallel
 on TVM's thread pool over pairs of output-channel blocks (or over rows, where channels are few);
@@ -24,6 +26,8 @@ CHANNEL_TASKS = (
     16  # output-channel pairs that make enough tasks to parallelize over (else rows, unless there are fewer rows)
 )
 EXTERN = "kiln_bf16_conv"  # name of the PrimFuncs that call the C kernel (their library must link it)
+# the C function and source of each kernel (schedules/kernels.SOURCES); a PrimFunc's attribute says which it calls
+C_KERNELS = {False: ("kiln_bf16_conv2d_nchw16c", "bf16_conv"), True: ("kiln_amx_bf16_conv2d_nchw16c", "amx_bf16_conv")}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -43,18 +47,19 @@ class Epilogue:
         return self.bias | self.residual << 1 | (self.clamp is not None) << 2 | self.float32 << 3 | self.bf16 << 4
 
 
-def kernel_func(data_shape, packed_shape, strides, padding, epilogue: Epilogue = Epilogue()):
+def kernel_func(data_shape, out_blocks, kernel_hw, strides, padding, epilogue: Epilogue = Epilogue(), amx=False):
     """(PrimFunc calling the C kernel once per output row and task, output shape): tasks are pairs of output-
     channel blocks where there are enough of them, else rows. Its parameters: data, packed
     weights, then the epilogue's bias [1, O/16, 1, 1, 16] and residual (float32, the output's shape) where
     it has them, then its outputs (float32, bf16). The conv's geometry is kept in the `kiln.bf16_conv`
-    attribute so FuseBF16Epilogue can rebuild the function with an epilogue."""
+    attribute so FuseBF16Epilogue can rebuild the function with an epilogue. amx: the AMX-BF16 kernel,
+    whose tasks are rows (each row's gather serves every channel), and whose weights are packed for it."""
     _, ib, h, w, _ = data_shape
-    ob, _, kh, kw, _, _, _ = packed_shape
+    ob, (kh, kw) = out_blocks, kernel_hw
     (sh, sw), (pt, pl, pb, pr) = strides, padding
     oh, ow = (h + pt + pb - kh) // sh + 1, (w + pl + pr - kw) // sw + 1
     out_shape = (1, ob, oh, ow, 16)
-    params = [("data", tuple(data_shape), "bfloat16"), ("packed", tuple(packed_shape), "bfloat16")]
+    params = [("data", tuple(data_shape), "bfloat16"), ("packed", tuple(packed_shape(ob, ib, kh, kw, amx)), "bfloat16")]
     params += [("bias", (1, ob, 1, 1, 16), "float32")] * epilogue.bias + [
         ("res", out_shape, "float32")
     ] * epilogue.residual
@@ -63,13 +68,13 @@ def kernel_func(data_shape, packed_shape, strides, padding, epilogue: Epilogue =
     ptr = [
         f"{n}.data" if n in names else "data.data" for n in ("bias", "res", "out", "out16")
     ]  # absent: never read (flags)
-    geometry = [sh, sw, pt, pl, pb, pr]
+    geometry = [sh, sw, pt, pl, pb, pr, kh, kw, int(amx)]
     lo, hi = (float(v) for v in epilogue.clamp or (0.0, 0.0))
     bounds = f"T.float32({lo!r}), T.float32({hi!r})".replace(
         "inf", "'inf'"
     )  # TVMScript spells infinity T.float32('inf')
     pairs = -(-ob // 2)
-    if pairs >= min(
+    if not amx and pairs >= min(
         CHANNEL_TASKS, oh
     ):  # tasks: pairs of output-channel blocks, each over every row: each weight is read once
         # (rows in parallel re-read the weights for every row: slower with cold weights; benchmarks/history.md)
@@ -84,11 +89,28 @@ def func({", ".join(f'{n}: T.Buffer({s}, "{d}")' for n, s, d in params)}):
     T.func_attr({{"tirx.noalias": True, "tirx.is_scheduled": True, "op_pattern": 8, "kiln.kernel_kind": "bf16_conv",
                  "kiln.bf16_conv": {geometry}, "kiln.bf16_epilogue": {epilogue.flags}}})
     {loops}
-            T.evaluate(T.call_extern("int32", "kiln_bf16_conv2d_nchw16c", data.data, packed.data, {", ".join(ptr)},
+            T.evaluate(T.call_extern("int32", "{C_KERNELS[amx][0]}", data.data, packed.data, {", ".join(ptr)},
                                      {epilogue.flags}, {bounds},
                                      {ib}, {h}, {w}, {oh}, {ow}, {kh}, {kw}, {sh}, {sw}, {pt}, {pl}, {ob_range}, r))
 """  # 8: opaque, FuseOps leaves it alone
     return tvm.script.from_source(src), out_shape
+
+
+def packed_shape(ob: int, ib: int, kh: int, kw: int, amx: bool) -> tuple:
+    """vdpbf16ps: [O/16, I/16, KH, KW, 8, 16, 2]; AMX: [O/16, K'/2, 16, 2], K' = KH*KW*I rounded up to 32."""
+    return (ob, -(-kh * kw * ib * 16 // 32) * 16, 16, 2) if amx else (ob, ib, kh, kw, 8, 16, 2)
+
+
+def pack(w: np.ndarray, amx: bool) -> np.ndarray:
+    """[O/16, I/16, KH, KW, 16 i, 16 o] -> the kernel's layout (packed_shape); AMX's input order is
+    (kh, kw, input channel), as the kernel gathers a pixel's receptive field, zero past K."""
+    ob, ib, kh, kw = w.shape[:4]
+    if not amx:
+        return np.ascontiguousarray(w.reshape(ob, ib, kh, kw, 8, 2, 16).transpose(0, 1, 2, 3, 4, 6, 5))
+    shape = packed_shape(ob, ib, kh, kw, True)
+    k = np.zeros((ob, shape[1] * 2, 16), w.dtype)
+    k[:, : kh * kw * ib * 16] = w.transpose(0, 2, 3, 1, 4, 5).reshape(ob, -1, 16)
+    return np.ascontiguousarray(k.reshape(ob, shape[1], 2, 16).transpose(0, 1, 3, 2))
 
 
 def applies(call) -> bool:
@@ -116,22 +138,21 @@ def applies(call) -> bool:
     )
 
 
-def _to_kernel(builder, call):
+def _to_kernel(builder, call, amx: bool):
     if not applies(call):
         return None
     import ml_dtypes
 
     a = call.attrs
     w = call.args[1].value.numpy()  # [O/16, I/16, KH, KW, 16 i, 16 o]
-    ob, ib, kh, kw = w.shape[:4]
-    packed = np.ascontiguousarray(w.reshape(ob, ib, kh, kw, 8, 2, 16).transpose(0, 1, 2, 3, 4, 6, 5)).astype(
-        ml_dtypes.bfloat16
-    )
+    packed = pack(w, amx).astype(ml_dtypes.bfloat16)
     func, out_shape = kernel_func(
         tuple(int(v) for v in call.args[0].ty.shape.values),
-        packed.shape,
+        w.shape[0],
+        w.shape[2:4],
         [int(s) for s in a.strides],
         [int(p) for p in a.padding],
+        amx=amx,
     )
     gv = builder.add_func(func.without_attr("global_symbol"), EXTERN)  # TVMScript names it "func"
     return relax.call_tir(
@@ -141,15 +162,18 @@ def _to_kernel(builder, call):
 
 @tvm.transform.module_pass(opt_level=2, name="BF16ConvKernel")
 class BF16ConvKernel:
-    def __init__(self):
+    """amx: the target has AMX-BF16 (caps.bf16 == "amx-bf16"): the tile kernel instead of vdpbf16ps."""
+
+    def __init__(self, amx: bool = False):
+        self.amx = amx
         self.stats = {"bf16_kernel_convs": 0}
 
     def transform_module(self, mod: tvm.IRModule, ctx) -> tvm.IRModule:
-        out, count = rewrite_calls(mod, _to_kernel)
+        out, count = rewrite_calls(mod, lambda b, call: _to_kernel(b, call, self.amx))
         if not count:
             return mod
         from ...schedules.kernels import build
 
-        build("bf16_conv")  # compiled and loaded before anything references its symbol
+        build(C_KERNELS[self.amx][1])  # compiled and loaded before anything references its symbol
         self.stats["bf16_kernel_convs"] += count
         return relax.transform.DeadCodeElimination(["main"])(out)

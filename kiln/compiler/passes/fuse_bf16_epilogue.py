@@ -110,7 +110,10 @@ def _fuse_block(mod, builder, block, uses, stats):
         )
         data, packed = b.value.args[1].fields
         geometry = [int(v) for v in func.attrs["kiln.bf16_conv"]]
-        new, out_shape = kernel_func(static_shape(data), static_shape(packed), geometry[:2], geometry[2:], ep)
+        sh, sw, pt, pl, pb, pr, kh, kw, amx = geometry
+        out_blocks = static_shape(packed)[0]
+        pads = (pt, pl, pb, pr)
+        new, out_shape = kernel_func(static_shape(data), out_blocks, (kh, kw), (sh, sw), pads, ep, bool(amx))
         gv = builder.add_func(new.without_attr("global_symbol"), EXTERN)
         args = [data, packed] + [bias] * ep.bias + [residual] * ep.residual
         types = [relax.TensorType(list(out_shape), "float32")] * ep.float32 + [

@@ -16,7 +16,13 @@ from pathlib import Path
 
 from ...errors import CompileError
 
-SOURCES = {"bf16_conv": (Path(__file__).parent / "bf16_conv.c", ["-mavx512f", "-mavx512bf16"])}
+SOURCES = {
+    "bf16_conv": (Path(__file__).parent / "bf16_conv.c", ["-mavx512f", "-mavx512bf16"]),
+    "amx_bf16_conv": (
+        Path(__file__).parent / "amx_bf16_conv.c",
+        ["-mavx512f", "-mavx512bw", "-mavx512bf16", "-mamx-tile", "-mamx-bf16"],
+    ),
+}
 FLAGS = ["-O3", "-fPIC"]
 
 

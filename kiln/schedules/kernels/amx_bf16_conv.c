@@ -1,0 +1,153 @@
+/* Kiln's bf16 convolution on AMX tiles (AMX-BF16: tdpbf16ps, 16 pixels x 16 outputs x 32 inputs per
+ * instruction, fp32 accumulation): the same call as bf16_conv.c's kiln_bf16_conv2d_nchw16c (one output
+ * row, output-channel blocks [ob0, ob1), the same epilogue), with weights packed for AMX.
+ *
+ * data  [IB, H, W, 16]     bf16 bits (one image)
+ * w     [OB, KP/2, 16, 2]  bf16 bits: B tiles; input k = ((kh * KW + kw) * IB + ib) * 16 + c, zero from K up
+ *                          (K = KH * KW * IB * 16, KP = K rounded up to 32)
+ * out   [OB, OH, OW, 16]   fp32 (EP_F32) and/or out16 in bf16 bits (EP_BF16)
+ *
+ * A tile's A operand is 16 rows of 32 contiguous bf16, and NCHW16c data has 16 per pixel: the row's
+ * receptive fields are first gathered into [pixels, KP] (zeros for padding), one 32-byte copy per pixel,
+ * tap and input block, into a per-thread buffer. Then for each block of up to 2 x 2 accumulator tiles
+ * (pixel tiles x channel blocks; with their A and B tiles, the 8 tile registers) the kernel accumulates
+ * over all of K and stores each tile once to a 1 KiB fp32 buffer, from which the epilogue writes the
+ * output. A row of at most 16 pixels is one tile of that many rows; longer rows are padded to 16s.
+ * The process must hold the AMX tile state (arch_prctl; kiln.runtime.hostinfo.enable_amx). */
+#include <immintrin.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+enum { EP_BIAS = 1, EP_RES = 2, EP_CLAMP = 4, EP_F32 = 8, EP_BF16 = 16 }; /* bf16_conv.c, Epilogue */
+
+typedef struct {
+  uint8_t palette, start_row, reserved[14];
+  uint16_t colsb[16];
+  uint8_t rows[16];
+} tile_config;
+
+typedef struct {
+  const float *bias, *res;
+  float *out;
+  uint16_t *out16;
+  int flags;
+  float lo, hi;
+} epilogue;
+
+static __thread uint16_t *patch_buf;
+static __thread size_t patch_cap;
+
+static uint16_t *patch_rows(size_t n) {
+  if (n > patch_cap) {
+    free(patch_buf);
+    patch_buf = (uint16_t *)aligned_alloc(64, (n * 2 + 63) / 64 * 64);
+    patch_cap = patch_buf ? n : 0;
+  }
+  return patch_buf;
+}
+
+/* one stored 16 x 16 fp32 tile of pixels [ow0, ow0 + n) and channel block ob -> the output, with the epilogue */
+static void store_tile(const float *acc, const epilogue *ep, int OH, int OW, int ob, int oh, int ow0, int n) {
+  const int64_t o = (((int64_t)ob * OH + oh) * OW + ow0) * 16;
+  const int flags = ep->flags;
+  const __m512 bias = flags & EP_BIAS ? _mm512_loadu_ps(ep->bias + (int64_t)ob * 16) : _mm512_setzero_ps();
+  for (int t = 0; t < n; ++t) {
+    __m512 v = _mm512_add_ps(_mm512_loadu_ps(acc + t * 16), bias);
+    if (flags & EP_RES) v = _mm512_add_ps(v, _mm512_loadu_ps(ep->res + o + t * 16));
+    if (flags & EP_CLAMP) v = _mm512_min_ps(_mm512_max_ps(v, _mm512_set1_ps(ep->lo)), _mm512_set1_ps(ep->hi));
+    if (flags & EP_F32) _mm512_storeu_ps(ep->out + o + t * 16, v);
+    if (flags & EP_BF16) _mm256_storeu_si256((__m256i *)(ep->out16 + o + t * 16), (__m256i)_mm512_cvtneps_pbh(v));
+  }
+}
+
+/* BM pixel tiles x BN channel blocks: C tiles 0..3, A tiles 4..5, B tiles 6..7 (tile numbers are immediates) */
+#define DEFINE_BLOCK(BM, BN)                                                                                           \
+  static void block##BM##BN(const uint16_t *a, const uint16_t *w, const epilogue *ep, int64_t kp, int rows, int OH,  \
+                            int OW, int ob, int oh, int m0) {                                                          \
+    float acc[16 * 16] __attribute__((aligned(64)));                                                                   \
+    _tile_zero(0);                                                                                                     \
+    if (BN > 1) _tile_zero(1);                                                                                         \
+    if (BM > 1) _tile_zero(2);                                                                                         \
+    if (BM > 1 && BN > 1) _tile_zero(3);                                                                               \
+    const uint16_t *a0 = a + (int64_t)m0 * rows * kp, *a1 = a0 + (int64_t)rows * kp;                                   \
+    const uint16_t *w0 = w + (int64_t)ob * kp * 16, *w1 = w0 + kp * 16;                                                \
+    for (int64_t k = 0; k < kp; k += 32) {                                                                             \
+      _tile_loadd(4, a0 + k, kp * 2);                                                                                  \
+      _tile_loadd(6, w0 + k * 16, 64);                                                                                 \
+      _tile_dpbf16ps(0, 4, 6);                                                                                         \
+      if (BN > 1) {                                                                                                    \
+        _tile_loadd(7, w1 + k * 16, 64);                                                                               \
+        _tile_dpbf16ps(1, 4, 7);                                                                                       \
+      }                                                                                                                \
+      if (BM > 1) {                                                                                                    \
+        _tile_loadd(5, a1 + k, kp * 2);                                                                                \
+        _tile_dpbf16ps(2, 5, 6);                                                                                       \
+        if (BN > 1) _tile_dpbf16ps(3, 5, 7);                                                                           \
+      }                                                                                                                \
+    }                                                                                                                  \
+    for (int i = 0; i < BM; ++i) {                                                                                     \
+      int ow0 = (m0 + i) * rows, n = OW - ow0 < rows ? OW - ow0 : rows;                                                \
+      for (int j = 0; j < BN; ++j) {                                                                                   \
+        if (i == 0 && j == 0) _tile_stored(0, acc, 64);                                                                \
+        if (i == 0 && j == 1) _tile_stored(1, acc, 64);                                                                \
+        if (i == 1 && j == 0) _tile_stored(2, acc, 64);                                                                \
+        if (i == 1 && j == 1) _tile_stored(3, acc, 64);                                                                \
+        if (n > 0) store_tile(acc, ep, OH, OW, ob + j, oh, ow0, n);                                                    \
+      }                                                                                                                \
+    }                                                                                                                  \
+  }
+DEFINE_BLOCK(1, 1)
+DEFINE_BLOCK(1, 2)
+DEFINE_BLOCK(2, 1)
+DEFINE_BLOCK(2, 2)
+
+int kiln_amx_bf16_conv2d_nchw16c(const uint16_t *data, const uint16_t *w, const float *bias, const float *res,
+                                 float *out, uint16_t *out16, int flags, float lo, float hi, int IB, int H, int W,
+                                 int OH, int OW, int KH, int KW, int SH, int SW, int PT, int PL, int ob0, int ob1,
+                                 int oh) {
+  const epilogue ep = {bias, res, out, out16, flags, lo, hi};
+  const int64_t k = (int64_t)KH * KW * IB * 16, kp = (k + 31) / 32 * 32;
+  const int rows = OW < 16 ? OW : 16, tiles = (OW + rows - 1) / rows;
+  uint16_t *a = patch_rows((size_t)tiles * rows * kp);
+  if (!a) return -1;
+  for (int p = 0; p < tiles * rows; ++p) { /* the receptive field of pixel p, (kh, kw, ib, c) order */
+    uint16_t *dst = a + (int64_t)p * kp;
+    for (int kh = 0; kh < KH; ++kh) {
+      const int ih = oh * SH - PT + kh;
+      for (int kw = 0; kw < KW; ++kw) {
+        const int iw = p * SW - PL + kw;
+        const int inside = p < OW && ih >= 0 && ih < H && iw >= 0 && iw < W;
+        for (int ib = 0; ib < IB; ++ib, dst += 16) {
+          if (inside)
+            _mm256_storeu_si256((__m256i *)dst,
+                                _mm256_loadu_si256((const __m256i *)(data + (((int64_t)ib * H + ih) * W + iw) * 16)));
+          else
+            _mm256_storeu_si256((__m256i *)dst, _mm256_setzero_si256());
+        }
+      }
+    }
+    memset(dst, 0, (size_t)(kp - k) * 2);
+  }
+  tile_config cfg;
+  memset(&cfg, 0, sizeof cfg);
+  cfg.palette = 1;
+  for (int t = 0; t < 8; ++t) {
+    cfg.colsb[t] = 64;
+    cfg.rows[t] = t >= 6 ? 16 : rows; /* B tiles: 16 pairs of inputs */
+  }
+  _tile_loadconfig(&cfg);
+  int m = 0;
+  for (; m + 2 <= tiles; m += 2) {
+    int ob = ob0;
+    for (; ob + 2 <= ob1; ob += 2) block22(a, w, &ep, kp, rows, OH, OW, ob, oh, m);
+    if (ob < ob1) block21(a, w, &ep, kp, rows, OH, OW, ob, oh, m);
+  }
+  if (m < tiles) {
+    int ob = ob0;
+    for (; ob + 2 <= ob1; ob += 2) block12(a, w, &ep, kp, rows, OH, OW, ob, oh, m);
+    if (ob < ob1) block11(a, w, &ep, kp, rows, OH, OW, ob, oh, m);
+  }
+  _tile_release();
+  return 0;
+}
