@@ -93,7 +93,8 @@ BARS = (
 def render(d: dict) -> list[str]:
     """The markdown of one run's JSON (main writes both; --render re-makes the markdown alone)."""
     lines = [
-        f"# int8 and float32 per instruction set, on {d['cpu']} (`-mcpu={d['host_mcpu']}`, int8 path "
+        f"# int8 and float32 per instruction set, on {d['cpu']} (`{d.get('host_target', '-mcpu=' + d['host_mcpu'])}`, "
+        "int8 path "
         f"`{d['host_int8_path']}`)",
         "",
         f"Command: `{d['command'].strip()}`. Kiln {d['kiln_version']}, 2 threads, batch 1, "
@@ -110,7 +111,13 @@ def render(d: dict) -> list[str]:
         "",
         "onnxruntime runs its own kernels for this host's CPU (AVX-512 and VNNI where the host has them); the "
         "Kiln rows for other targets run that target's code on this host (x86 code for an older ISA runs on a newer "
-        "CPU). So the AVX2 (haswell) rows use no AVX-512 and no VNNI, while onnxruntime beside them does.",
+        "CPU). So the AVX2 (haswell) rows use no AVX-512 and no VNNI, while onnxruntime beside them does"
+        + (
+            " (and its int8 GEMMs may use AMX: MLAS has AMX u8s8 kernels). The host's own row uses AMX tiles for int8 "
+            "convs."
+            if d.get("host_int8_path") == "amx-int8"
+            else "."
+        ),
         "",
     ]
     if d["skipped"]:
