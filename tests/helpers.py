@@ -139,3 +139,17 @@ def bf16_block(c=32, hw=8):
         lo=np.array(0.0, np.float32), hi=np.array(0.5, np.float32)
     )  # a clip that cuts (ReLU6's bounds at this scale)
     return make_model(nodes, {"x": rand(1, c, hw, hw)}, ["y"], inits)
+
+
+def host_without_amx():
+    """This host's target with AMX switched off (the same target where the host has none): for tests of the
+    AVX-512 paths that AMX would take over on Sapphire/Emerald Rapids."""
+    import dataclasses
+
+    from kiln.target import Target
+
+    host = Target.host()
+    if not host.caps.amx:
+        return host
+    mattr = tuple(a for a in host.mattr if "amx" not in a) + ("-amx-tile", "-amx-int8", "-amx-bf16")
+    return dataclasses.replace(host, mattr=mattr)

@@ -10,12 +10,13 @@ at a time is a GEMM [pixels, K] x [K, O] on the tile unit.
   acc        int32 [N, O/16, OH, W', 16], the GEMM the schedule tensorizes per row
   the conv's output [N, O/16, OH, OW, 16]: acc without the padded rows
 
-The int8 paths' requantization epilogues fuse after it as after any int8 conv."""
+The int8 paths' requantization epilogues fuse after it as after any int8 conv. A matmul of 16 rows or
+more (matmul_amx) is the same computation with rows of the matmul for pixels."""
 
 from __future__ import annotations
 
 import tvm
-from tvm import te, topi
+from tvm import relax, te, topi
 
 from ..schedules.amx import CHANNELS, K_STEP, pixel_rows
 from ..schedules.int8 import ANNOTATION
@@ -98,3 +99,93 @@ def conv2d(bb, call):
         ob * co,
         primfunc_name_hint="conv2d_amx",
     )
+
+
+MIN_ROWS = 16  # fewer rows than a tile: the weights' loads dominate, and VNNI's matmul reads them as fast
+ROW_GROUP = 32  # rows per task when there are more than a tile (2 pixel tiles: the 2 x 2 blocking)
+
+
+def pack_amx_dense(w, k_padded: int):
+    """[K, N] -> [N/16, K'/4, 16, 4], zero past K."""
+    k, n = (int(v) for v in w.shape)
+
+    def at(o, k4, j, t):
+        kk = k4 * 4 + t
+        return tvm.tirx.Select(kk < k, w[tvm.te.min(kk, k - 1), o * CHANNELS + j], tvm.tirx.const(0, w.dtype))
+
+    return te.compute((n // CHANNELS, k_padded // 4, CHANNELS, 4), at, name="amx_pack")
+
+
+def matmul_amx(x, packed, group: int):
+    """uint8 [..., K] x packed weights -> int32 [..., N], as conv2d_amx with rows of the matmul for
+    pixels: [1, M'/group, group, K'] rows (clamped reads past M and K) x B -> [1, N/16, M'/group, group, 16]."""
+    *lead, k = (int(v) for v in x.shape)
+    m = 1
+    for d in lead:
+        m *= d
+    groups = -(-m // group)
+    k_padded = int(packed.shape[1]) * 4
+    n = int(packed.shape[0]) * CHANNELS
+
+    def row_at(r):  # flat row r -> the leading indices of x (unit dimensions: 0, no index arithmetic)
+        idx = []
+        for d in reversed(lead):
+            idx.append(r % d if d > 1 else 0)
+            r = r // d if d > 1 else r
+        return idx[::-1]
+
+    def patch_at(b, g, p, kk):
+        r = tvm.te.min(g * group + p, m - 1)
+        if k_padded > k:
+            kk = tvm.te.min(kk // 16, k // 16 - 1) * 16 + kk % 16 if k % 16 == 0 else tvm.te.min(kk, k - 1)
+        return x[(*row_at(r), kk)]
+
+    patch = te.compute((1, groups, group, k_padded), patch_at, name="amx_patch")
+    k4, t = te.reduce_axis((0, k_padded // 4), name="k4"), te.reduce_axis((0, 4), name="t")
+    acc = te.compute(
+        (1, n // CHANNELS, groups, group, CHANNELS),
+        lambda b, o, g, p, j: te.sum(
+            patch[b, g, p, k4 * 4 + t].astype("int32") * packed[o, k4, j, t].astype("int32"), axis=[k4, t]
+        ),
+        name="matmul_amx",
+        attrs={ANNOTATION: "amx-int8", "kiln.kernel_kind": KIND},
+    )
+
+    def out_at(*i):
+        r = 0
+        for d, v in zip(lead, i[:-1]):
+            r = r * d + v if d > 1 else r
+        return acc[0, i[-1] // CHANNELS, r // group, r % group, i[-1] % CHANNELS]
+
+    return te.compute((*lead, n), out_at, name="amx_rows")
+
+
+def matmul_fits(call) -> bool:
+    """A static uint8 [..., K] x int8 [K, N] matmul with N a multiple of 16 and at least a tile of rows."""
+    x, w = list(call.args[0].ty.shape.values), call.args[1].ty
+    if len(w.shape) != 2 or int(w.shape[1]) % CHANNELS or not all(isinstance(d, tvm.tirx.IntImm) for d in x):
+        return False
+    return _rows(x) >= MIN_ROWS
+
+
+def _rows(dims) -> int:
+    rows = 1
+    for d in dims[:-1]:
+        rows *= int(d)
+    return rows
+
+
+def matmul(bb, call):
+    """The AMX computes of a uint8 x int8 matmul (legalize_int8.matmul checked the dtypes)."""
+    w = call.args[1].ty
+    k = int(w.shape[0])
+    packed = bb.emit_te(pack_amx_dense, call.args[1], -(-k // K_STEP) * K_STEP, primfunc_name_hint="amx_pack")
+    dims = [int(d) for d in call.args[0].ty.shape.values]
+    rows = _rows(dims)
+    group = ROW_GROUP if rows >= 2 * ROW_GROUP else 16 if rows > 16 else rows
+    if sum(d > 1 for d in dims[:-1]) <= 1:  # one row index: the epilogue fuses and moves to each task's rows
+        return bb.call_te(matmul_amx, call.args[0], packed, group, primfunc_name_hint="matmul_amx")
+    # several (a batch of sequences): rows flattened by reshapes, which the epilogue cannot follow into the tiles
+    x = bb.emit(relax.op.reshape(call.args[0], [rows, k]))
+    out = bb.emit(bb.call_te(matmul_amx, x, packed, group, primfunc_name_hint="matmul_amx"))
+    return relax.op.reshape(out, [*dims[:-1], int(w.shape[1])])

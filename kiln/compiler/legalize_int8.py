@@ -160,6 +160,8 @@ def matmul(bb, call, kernel: Int8Kernel | None):
         return None
     if int(w.shape[1]) % kernel.lanes or int(w.shape[0]) % STEP:
         return None
+    if kernel.path == "amx-int8" and legalize_amx.matmul_fits(call):
+        return legalize_amx.matmul(bb, call)
     packed = bb.emit_te(pack_int8_dense, call.args[1], kernel.lanes, primfunc_name_hint="int8_dense_pack")
     sums = bb.emit_te(int8_weight_sums, packed, primfunc_name_hint="int8_weight_sums") if kernel.signed_data else None
     return bb.call_te(matmul_int8, call.args[0], packed, sums, kernel.path, primfunc_name_hint="matmul_int8")

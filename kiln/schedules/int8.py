@@ -38,7 +38,7 @@ KERNELS = {
     k.path: k
     for k in (
         Int8Kernel(
-            "amx-int8", ti.VNNI_16x4, 16, False, 127, 4.0, 16, "convs on AMX tiles (schedules/amx.py), matmuls VNNI"
+            "amx-int8", ti.VNNI_16x4, 16, False, 127, 4.0, 16, "AMX tiles (schedules/amx.py); small matmuls VNNI"
         ),
         Int8Kernel("avx512-vnni", ti.VNNI_16x4, 16, False, 127, 4.0, 16),
         Int8Kernel("avx-vnni", ti.AVXVNNI_8x4, 8, False, 127, 4.0, 10),

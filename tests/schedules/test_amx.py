@@ -35,6 +35,53 @@ def test_sapphirerapids_conv_runs_on_tiles():
     assert "vpdpbusd" not in asm
 
 
+def _qdq_matmul(xshape, n, zx=128, seed=3):
+    """QuantizeLinear -> DQ -> MatMul(DQ(int8 W)) with x of `xshape`, and the exact integer result, float64."""
+    from helpers import make_model
+    from onnx import helper
+
+    rng = np.random.default_rng(seed)
+    wq = rng.integers(-127, 128, (xshape[-1], n)).astype(np.int8)
+    sw, sx = np.float32(0.004), np.float32(0.03)
+    nodes = [
+        helper.make_node("QuantizeLinear", ["input", "sx", "zx"], ["xq"]),
+        helper.make_node("DequantizeLinear", ["xq", "sx", "zx"], ["xf"]),
+        helper.make_node("DequantizeLinear", ["wq", "sw"], ["wf"]),
+        helper.make_node("MatMul", ["xf", "wf"], ["output"]),
+    ]
+    x = rand(*xshape, seed=4)
+    model = make_model(nodes, {"input": x}, ["output"], {"sx": sx, "zx": np.uint8(zx), "wq": wq, "sw": sw})
+    xq = np.clip(np.round(x / sx) + zx, 0, 255).astype(np.int64) - zx
+    return model, x, (xq @ wq.astype(np.int64)) * np.float64(sx) * np.float64(sw)
+
+
+def test_sapphirerapids_matmul_runs_on_tiles():
+    """A matmul with a tile of rows or more runs on the tile unit too; a batch-1 row stays on VNNI."""
+    asm, report = compiled_asm(_qdq_matmul((1, 50, 64), 32)[0], SPR)
+    assert report["qdq_lowered"] == 1 and report["kernels_unscheduled"] == 0
+    assert re.search(r"tdpbusd\s+%tmm\d, %tmm\d, %tmm\d", asm) and "vpdpbusd" not in asm
+    asm, _ = compiled_asm(_qdq_matmul((4, 64), 32)[0], SPR)
+    assert "tdpbusd" not in asm and "vpdpbusd" in asm
+
+
+@pytest.mark.skipif(bool(AMX_MISSING), reason=f"needs AMX (this host lacks {', '.join(AMX_MISSING)})")
+@pytest.mark.parametrize(
+    "xshape,n",
+    [
+        ((1, 50, 64), 32),  # 50 rows in tiles of 16 (64, the last clamped), one row index: the epilogue fuses
+        ((2, 40, 96), 48),  # rows of 2 sequences flattened by reshapes; K = 96 padded to 128; 3 channel tiles
+        ((128, 256), 64),  # tasks of 32 rows: 2 x 2 blocking
+    ],
+)
+def test_amx_matmul_is_exact_on_this_host(tmp_path, xshape, n):
+    model, x, ref = _qdq_matmul(xshape, n)
+    r = kiln.compile(model, tmp_path / "m.kiln", target="host")
+    assert r.report["qdq_lowered"] == 1 and r.report["kernels_unscheduled"] == 0
+    assert any("matmul_amx" in k for k in r.manifest["buckets"][0]["kernel_info"])
+    got = kiln.load(tmp_path / "m.kiln").run({"input": x})["output"]
+    np.testing.assert_allclose(got, ref, rtol=2e-6, atol=1e-5)
+
+
 def test_blocking_and_rows():
     """C + A + B tiles fit the 8 tile registers; divisors only; rows of 16 pixels, a short row whole."""
     assert blocking(4, 4) == (2, 2) and blocking(1, 6) == (1, 3) and blocking(3, 1) == (3, 1)
