@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 from helpers import bf16_block, compiled_asm, ort_run, rand
 from test_int8_isa import _qdq_conv
+from test_int8_isa import _qdq_matmul as _qdq_int8_matmul
 
 import kiln
 from kiln.capabilities import host_mattr
@@ -35,24 +36,8 @@ def test_sapphirerapids_conv_runs_on_tiles():
     assert "vpdpbusd" not in asm
 
 
-def _qdq_matmul(xshape, n, zx=128, seed=3):
-    """QuantizeLinear -> DQ -> MatMul(DQ(int8 W)) with x of `xshape`, and the exact integer result, float64."""
-    from helpers import make_model
-    from onnx import helper
-
-    rng = np.random.default_rng(seed)
-    wq = rng.integers(-127, 128, (xshape[-1], n)).astype(np.int8)
-    sw, sx = np.float32(0.004), np.float32(0.03)
-    nodes = [
-        helper.make_node("QuantizeLinear", ["input", "sx", "zx"], ["xq"]),
-        helper.make_node("DequantizeLinear", ["xq", "sx", "zx"], ["xf"]),
-        helper.make_node("DequantizeLinear", ["wq", "sw"], ["wf"]),
-        helper.make_node("MatMul", ["xf", "wf"], ["output"]),
-    ]
-    x = rand(*xshape, seed=4)
-    model = make_model(nodes, {"input": x}, ["output"], {"sx": sx, "zx": np.uint8(zx), "wq": wq, "sw": sw})
-    xq = np.clip(np.round(x / sx) + zx, 0, 255).astype(np.int64) - zx
-    return model, x, (xq @ wq.astype(np.int64)) * np.float64(sx) * np.float64(sw)
+def _qdq_matmul(xshape, n):
+    return _qdq_int8_matmul(wmax=127, xshape=xshape, n=n)
 
 
 def test_sapphirerapids_matmul_runs_on_tiles():

@@ -82,9 +82,9 @@ def _qdq_conv(cin=32, cout=48, k=3, stride=1, pad=1, zx=0, wmax=64, hw=10, seed=
     return model, x, acc * (np.float64(sx) * sw.astype(np.float64)).reshape(1, -1, 1, 1)
 
 
-def _qdq_matmul(wmax=64, zx=128):
+def _qdq_matmul(wmax=64, zx=128, xshape=(4, 64), n=32):
     rng = np.random.default_rng(3)
-    wq = _weights(rng, (64, 32), wmax)
+    wq = _weights(rng, (xshape[-1], n), wmax)
     sw, sx = np.float32(0.004), np.float32(0.03)
     nodes = [
         helper.make_node("QuantizeLinear", ["input", "sx", "zx"], ["xq"]),
@@ -92,7 +92,7 @@ def _qdq_matmul(wmax=64, zx=128):
         helper.make_node("DequantizeLinear", ["wq", "sw"], ["wf"]),
         helper.make_node("MatMul", ["xf", "wf"], ["output"]),
     ]
-    x = rand(4, 64, seed=4)
+    x = rand(*xshape, seed=4)
     model = make_model(nodes, {"input": x}, ["output"], {"sx": sx, "zx": np.uint8(zx), "wq": wq, "sw": sw})
     xq = np.clip(np.round(x / sx) + zx, 0, 255).astype(np.int64) - zx
     return model, x, (xq @ wq.astype(np.int64)) * np.float64(sx) * np.float64(sw)
