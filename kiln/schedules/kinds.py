@@ -46,6 +46,9 @@ KINDS = {  # kind -> what has it; registry.RULES maps each (but SCHEDULED) to a 
     "bf16_conv": "passes/bf16_conv_kernel: the caller of the vdpbf16ps C kernel (comes scheduled)",
 }
 SCHEDULED = frozenset({"bf16_conv"})  # kinds whose kernels come scheduled: no rule
+# kinds whose default schedule is a hand-written tile kernel: MetaSchedule's search space (no AMX intrinsics)
+# holds nothing faster, so kiln tune spends no trials on them
+UNTUNED = frozenset({"conv2d_amx"})
 TVM_RULES = {  # every schedule_rule TVM 0.27's TOPI sets -> kind; None: it says nothing, the structure decides
     "None": None,
     "meta_schedule.pool_max": "pool",

@@ -39,6 +39,7 @@ from .apply import is_scheduled
 from .baseline import estimated_latency, faster_than_default, record_default_schedules, task_times, workload
 from .builder import WorkerBuilder
 from .database import open_database
+from .kinds import UNTUNED, kernel_kind
 
 
 def parse_duration(text: str) -> float:
@@ -155,8 +156,17 @@ def rpc_runner(opts: TuneOptions):
 
 def extract(mod: tvm.IRModule, target) -> list:
     """MetaSchedule's tasks for the kernels there is something to search: not the ones that come
-    scheduled (Kiln's vdpbf16ps C kernels), which have no blocks to schedule."""
-    return [t for t in ms.relax_integration.extract_tasks(mod, target) if not is_scheduled(t.mod["main"])]
+    scheduled (Kiln's vdpbf16ps C kernels), which have no blocks to schedule, nor the kinds.UNTUNED
+    ones (AMX tile kernels), whose search space holds nothing as fast as their default."""
+    tasks = ms.relax_integration.extract_tasks(mod, target)
+    return [t for t in tasks if not is_scheduled(t.mod["main"]) and _kind(t.mod["main"]) not in UNTUNED]
+
+
+def _kind(func) -> str | None:
+    try:
+        return kernel_kind(func)
+    except Exception:  # an unclassifiable kernel is tuned as before
+        return None
 
 
 def _strategy(opts: TuneOptions):

@@ -163,3 +163,20 @@ def test_amx_bf16_matches_the_vdpbf16ps_kernel_here(tmp_path, c, hw):
     np.testing.assert_allclose(got, ref, rtol=4e-2, atol=4e-2 * np.abs(ref).max())
     other = kiln.load(tmp_path / "avx.kiln").run({"x": x})["y"]
     np.testing.assert_allclose(got, other, rtol=1e-2, atol=1e-2 * np.abs(ref).max())
+
+
+def test_kiln_tune_spends_no_trials_on_tile_kernels():
+    """The AMX conv's default is a hand-written tile kernel that MetaSchedule's search space cannot match:
+    it is no tuning task on a Sapphire Rapids target; the same model for Zen 4 tunes its VNNI conv."""
+    from kiln.compiler import CompileOptions
+    from kiln.compiler.tune import prepare
+    from kiln.schedules.kinds import kernel_kind
+    from kiln.schedules.tuning import extract
+
+    model = _qdq_conv(64, 64, 3, 1, 1, 3, 64, 14)[0]
+    kinds = {}
+    for spec in (SPR, ZNVER4):
+        mod, target, _ = prepare(model, CompileOptions.make(target=spec))
+        kinds[spec] = sorted(kernel_kind(t.mod["main"]) for t in extract(mod, target))
+    assert "conv2d_amx" not in kinds[SPR] and "conv2d_int8" in kinds[ZNVER4]
+    assert len(kinds[ZNVER4]) == len(kinds[SPR]) + 1
