@@ -119,6 +119,36 @@ def _fast_math(compute, attrs=lambda call: ()):
     return legalize
 
 
+def _to_one_value(x, reducer, kind: str, keepdims: bool):
+    """A static reduction of every element in two stages, or None: v partial results (v the widest
+    power-of-two vector up to 16 dividing the last axis), each over every v-th element, then one over
+    those; the first is a spatial + reduction block the reduction rule vectorizes. (TVM's rfactor would
+    split it in the schedule, but it knows no reducer with an infinite identity.) A dynamic quantizer's
+    min and max over a [32, 128] tensor ran one scalar op per element, 16 of them 0.15 of gpt2_qdynamic's
+    0.49 ms."""
+    if not all(isinstance(d, (int, tvm.tirx.IntImm)) for d in x.shape) or not x.shape:
+        return None
+    dims = [int(d) for d in x.shape]
+    v = next((w for w in (16, 8, 4) if dims[-1] % w == 0), 0)
+    total = math.prod(dims)
+    if not v or total < 8 * v:
+        return None
+
+    def at(flat):
+        idx, stride = [], total
+        for d in dims:
+            stride //= d
+            idx.append(flat // stride % d)
+        return x(*idx)
+
+    o = te.reduce_axis((0, total // v), name="o")
+    partial = te.compute(
+        (v,), lambda i: reducer(at(o * v + i), axis=o), name=f"T_{kind}_partial", attrs=declare("reduction")
+    )
+    i = te.reduce_axis((0, v), name="i")
+    return te.compute([1] * len(dims) if keepdims else [], lambda *_: reducer(partial[i], axis=i), name=f"T_{kind}")
+
+
 def _inf_identity_reduce(kind: str):
     """float max/min reductions whose identity is -inf/+inf, as ONNX's ReduceMax/ReduceMin are (topi's use
     the lowest/highest finite value, so the max of a row of -inf was -3.4e38 and the attention test
@@ -130,6 +160,8 @@ def _inf_identity_reduce(kind: str):
     def compute(x, axes, keepdims: bool):
         rank = len(x.shape)
         axes = sorted({a % rank for a in axes}) if axes is not None else list(range(rank))
+        if len(axes) == rank and (whole := _to_one_value(x, reducer, kind, keepdims)) is not None:
+            return whole
         rs = {a: te.reduce_axis((0, x.shape[a]), name=f"k{a}") for a in axes}
         out_shape = [1 if a in rs else d for a, d in enumerate(x.shape) if keepdims or a not in rs]
 

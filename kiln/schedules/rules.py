@@ -226,6 +226,8 @@ def reduction_tiled(sch: s_tir.Schedule, anchor, lanes: int) -> None:
         raise s_tir.ScheduleError("anchor loops and iterators do not match")
     spatial = [lp for lp, t in zip(loops, types) if t == DATA_PAR]
     reduce = [lp for lp, t in zip(loops, types) if t == COMM_REDUCE]
+    if reduce and not spatial:
+        return full_reduction(sch, anchor, reduce, lanes)
     if not spatial or not reduce:
         raise s_tir.ScheduleError("not a spatial + reduction block")
     vec_loop = spatial[-1]
@@ -266,6 +268,21 @@ def reduction_tiled(sch: s_tir.Schedule, anchor, lanes: int) -> None:
         par = sch.fuse(*outer) if len(outer) > 1 else outer[0]
         sch.parallel(par)
     sch.decompose_reduction(anchor, reduce[0])
+
+
+def full_reduction(sch: s_tir.Schedule, anchor, reduce: list, lanes: int) -> None:
+    """A reduction to one value (a dynamic quantizer's min and max over a tensor, a global sum): the
+    reduction loops fused and split into vector-wide partial results (rfactor), which run as one vector
+    op per step, then one reduction of those. Left unscheduled, gpt2_qdynamic's 16 such kernels took 0.15
+    of its 0.49 ms, one scalar max or min per element."""
+    fused = sch.fuse(*reduce) if len(reduce) > 1 else reduce[0]
+    v = vector_width(extent(sch, fused), lanes)
+    if v < 4:
+        raise s_tir.ScheduleError("too few elements, or no vector width divides them")
+    outer, inner = sch.split(fused, [None, v])
+    partial = sch.rfactor(inner, 0)  # a ScheduleError for reducers TVM does not know (infinite identities)
+    sch.vectorize(sch.get_loops(partial)[-1])
+    sch.decompose_reduction(partial, sch.get_loops(partial)[0])
 
 
 def rowwise(sch: s_tir.Schedule, anchor, lanes: int) -> None:
