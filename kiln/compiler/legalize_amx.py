@@ -22,25 +22,28 @@ from ..schedules.amx import CHANNELS, K_STEP, pixel_rows
 from ..schedules.int8 import ANNOTATION
 
 KIND = "conv2d_amx"
+CHUNK_ATTR = "kiln.amx_chunk"  # the patch's contiguous run (the data's channel block): the rule vectorizes by it
 
 
 def pack_amx_weights(kernel, k_padded: int):
-    """[O/16, I/c, KH, KW, c(i), 16(o)] -> [O/16, K'/4, 16, 4] with input (ry, rx, ci) = kk, zero past K."""
-    ob, ib, kh, kw, c, co = kernel.shape
-    k = ib * kh * kw * c
+    """[O/b, I/c, KH, KW, c(i), b(o)] -> [O'/16, K'/4, 16, 4] with input (ry, rx, ci) = kk and output
+    channel o * 16 + j, zero past K and past O (O' = O rounded up to 16)."""
+    ob, ib, kh, kw, c, b = (int(v) for v in kernel.shape)
+    k, o_total = ib * kh * kw * c, ob * b
 
     def at(o, k4, j, t):
-        kk = k4 * 4 + t
+        kk, oc = k4 * 4 + t, o * CHANNELS + j
         ci, rest = kk % (ib * c), kk // (ib * c)
         rx, ry = rest % kw, tvm.te.min(rest // kw, kh - 1)
-        w = kernel[o, ci // c, ry, rx, ci % c, j]
-        return tvm.tirx.Select(kk < k, w, tvm.tirx.const(0, kernel.dtype))
+        oc_in = tvm.te.min(oc, o_total - 1)
+        w = kernel[oc_in // b, ci // c, ry, rx, ci % c, oc_in % b]
+        return tvm.tirx.Select(tvm.tirx.all(kk < k, oc < o_total), w, tvm.tirx.const(0, kernel.dtype))
 
-    return te.compute((ob, k_padded // 4, co, 4), at, name="amx_pack")
+    return te.compute((-(-o_total // CHANNELS), k_padded // 4, CHANNELS, 4), at, name="amx_pack")
 
 
-def conv2d_amx(data, packed, strides, padding, dilation, kernel_hw, out_channels: int):
-    """uint8 data [N, C/c, H, W, c] x packed weights -> int32 [N, O/16, OH, OW, 16]."""
+def conv2d_amx(data, packed, strides, padding, dilation, kernel_hw, out_channels: int, out_block: int = CHANNELS):
+    """uint8 data [N, C/c, H, W, c] x packed weights -> int32 [N, O/b, OH, OW, b], b = out_block."""
     n, cb, h, w, c = (int(v) for v in data.shape)
     kh, kw = kernel_hw
     (sh, sw), (dh, dw) = strides, dilation
@@ -55,30 +58,36 @@ def conv2d_amx(data, packed, strides, padding, dilation, kernel_hw, out_channels
         data = topi.nn.pad(data, [0, 0, pt, pl, 0], [0, 0, pb, pr, 0], pad_value=zero, name="amx_pad")
 
     def patch_at(b, y, p, kk):
-        if k_padded > k:  # clamped by 16-byte chunks where C allows, so that a chunk stays one vector
-            kk = tvm.te.min(kk // 16, k // 16 - 1) * 16 + kk % 16 if k % 16 == 0 else tvm.te.min(kk, k - 1)
+        if k_padded > k:  # clamped by chunks of c (one pixel's channel block), so that a chunk stays one vector
+            kk = tvm.te.min(kk // c, k // c - 1) * c + kk % c
         ci, rest = kk % (cb * c), kk // (cb * c)
         rx, ry = rest % kw, rest // kw
         x = tvm.te.min(p, ow - 1)
         return data[b, ci // c, y * sh + ry * dh, x * sw + rx * dw, ci % c]
 
-    patch = te.compute((n, oh, width, k_padded), patch_at, name="amx_patch")
+    patch = te.compute((n, oh, width, k_padded), patch_at, name="amx_patch", attrs={CHUNK_ATTR: c})
     k4, t = te.reduce_axis((0, k_padded // 4), name="k4"), te.reduce_axis((0, 4), name="t")
     acc = te.compute(
-        (n, out_channels // CHANNELS, oh, width, CHANNELS),
+        (n, int(packed.shape[0]), oh, width, CHANNELS),
         lambda b, o, y, p, j: te.sum(
             patch[b, y, p, k4 * 4 + t].astype("int32") * packed[o, k4, j, t].astype("int32"), axis=[k4, t]
         ),
         name="conv2d_amx",
         attrs={ANNOTATION: "amx-int8", "kiln.kernel_kind": KIND},
     )
-    return te.compute((n, out_channels // CHANNELS, oh, ow, CHANNELS), lambda *i: acc(*i), name="amx_rows")
+    ob = out_block
+    return te.compute(
+        (n, out_channels // ob, oh, ow, ob),
+        lambda i, o, y, x, j: acc[i, (o * ob + j) // CHANNELS, y, x, (o * ob + j) % CHANNELS],
+        name="amx_rows",
+    )
 
 
 def fits(call) -> bool:
-    """A groups-1 NCHW{c}c conv with OIHW{c}i16o weights (the int8 layout for 16 int32 lanes)."""
+    """A groups-1 NCHW{c}c conv with OIHW{c}i{b}o weights, b dividing 16: the int8 layout for 16 int32 lanes,
+    or the 8-channel blocks of convs whose channels 16 does not divide (MobileNetV2's 24, 40, ...)."""
     w = call.args[1].ty
-    return int(call.attrs.groups) == 1 and len(w.shape) == 6 and int(w.shape[5]) == CHANNELS
+    return int(call.attrs.groups) == 1 and len(w.shape) == 6 and CHANNELS % int(w.shape[5]) == 0
 
 
 def conv2d(bb, call):
@@ -97,6 +106,7 @@ def conv2d(bb, call):
         [int(v) for v in a.dilation],
         (kh, kw),
         ob * co,
+        co,
         primfunc_name_hint="conv2d_amx",
     )
 

@@ -123,21 +123,20 @@ def conv2d(bb, call, kernel: Int8Kernel | None):
     with c a multiple of 4, OIHW{c}i{L}o weights), or None (legalized as any other conv)."""
     a = call.attrs
     x, w = call.args[0].ty, call.args[1].ty
-    fits = (
+    blocked = (
         kernel is not None
         and _u8s8(call)
         and int(a.groups) == 1
         and len(x.shape) == 5
-        and int(x.shape[4]) % STEP == 0
         and len(w.shape) == 6
-        and int(w.shape[5]) == kernel.lanes
         and str(a.kernel_layout).startswith("OIHW")
-        and str(a.out_layout) == str(a.data_layout)
+        and str(a.out_layout).startswith("NCHW")
     )
-    if not fits:
-        return None
-    if kernel.path == "amx-int8" and legalize_amx.fits(call):
+    if blocked and kernel.path == "amx-int8" and legalize_amx.fits(call):  # any channel blocks, in and out
         return legalize_amx.conv2d(bb, call)
+    same = str(a.out_layout) == str(a.data_layout)
+    if not (blocked and same and int(x.shape[4]) % STEP == 0 and int(w.shape[5]) == kernel.lanes):
+        return None
     packed = bb.emit_te(pack_int8_kernel, call.args[1], primfunc_name_hint="int8_kernel_pack")
     sums = bb.emit_te(int8_weight_sums, packed, primfunc_name_hint="int8_weight_sums") if kernel.signed_data else None
     return bb.call_te(

@@ -103,7 +103,11 @@ CPU_PIPELINE: list[PassSpec] = [
         2,
     ),
     PassSpec("ConvertLayout", lambda o: kp.ConvertLayout(o.layout, o.target.caps.f32_block), 2),
-    PassSpec("NarrowBlockLayout", lambda o: kp.NarrowBlockLayout(o.layout, o.target.caps.f32_block), 2),
+    PassSpec(
+        "NarrowBlockLayout",
+        lambda o: kp.NarrowBlockLayout(o.layout, o.target.caps.f32_block, o.target.caps.int8_path == "amx-int8"),
+        2,
+    ),
     PassSpec("PropagateBlockedLayout", lambda o: kp.PropagateBlockedLayout(o.layout), 2),
     PassSpec("Winograd", lambda o: kp.Winograd(min_reduced_tile=_min_reduced_winograd_tile(o)), 2),
     PassSpec(

@@ -24,7 +24,7 @@ from tvm.script import tirx as T
 from tvm.script.ir_builder import IRBuilder
 from tvm.tirx.script.builder import ir as B
 
-from .rules import extent, inline_all_but, vectorize_tails
+from .rules import extent, inline_all_but, parallel_vectorize, vectorize_tails
 
 ROWS = 16  # tile rows: pixels of A and C, groups of 4 inputs of B
 ROW_BYTES = 64  # bytes per tile row: 64 u8 inputs (A), 16 int32 channels (C), 16 x 4 int8 (B)
@@ -192,11 +192,12 @@ def conv2d_amx(sch: s_tir.Schedule, anchor, lanes: int) -> None:
     groups = 2 if extent(sch, n) * extent(sch, y) < 8 and blocks % 2 == 0 and blocks >= 4 else 1
     oo, oi = sch.split(o, [groups, blocks // groups])
     sch.reorder(n, oo, y, oi, p, j, k4, t)
+    at_root = []
     for c in consumers:
         try:
             sch.reverse_compute_at(c, y, preserve_unit_loops=True)
-        except s_tir.ScheduleError:
-            pass  # it stays at the root, reading the whole int32 result
+        except (s_tir.ScheduleError, ValueError):  # TVM raises ValueError where an 8-channel output's index
+            at_root.append(c)  # mixes two of its loops: it stays at the root, reading the whole int32 result
     for q in prologue:
         sch.compute_at(q, y, preserve_unit_loops=True)
     for q in pads:
@@ -204,4 +205,14 @@ def conv2d_amx(sch: s_tir.Schedule, anchor, lanes: int) -> None:
     sch.parallel(sch.fuse(n, oo, y))
     init = sch.decompose_reduction(anchor, oi)
     sch.tensorize(oi if blocks // groups > 1 else p, gemm_intrin(width, rows, k, blocks // groups))
-    vectorize_tails(sch, [init, *prologue, *pads, *consumers], CHANNELS, split=True)
+    vectorize_tails(sch, [init, *pads], CHANNELS, split=True)
+    for q in prologue:  # the patch by its contiguous run (legalize_amx.CHUNK_ATTR: the data's channel block)
+        chunk = int(sch.get(q).annotations.get("kiln.amx_chunk", CHANNELS))
+        if chunk in (4, 8, 16, 32, 64):
+            vectorize_tails(sch, [q], chunk, split=True)
+    for c in consumers:  # the epilogue by the output's channel block (16, or 8 where 16 does not divide)
+        inner = extent(sch, sch.get_loops(c)[-1])
+        if c in at_root:
+            parallel_vectorize(sch, c, inner if inner in (4, 8, 16) else CHANNELS)
+        else:
+            vectorize_tails(sch, [c], inner if inner in (4, 8, 16) else CHANNELS, split=True)

@@ -36,6 +36,17 @@ def test_sapphirerapids_conv_runs_on_tiles():
     assert "vpdpbusd" not in asm
 
 
+def test_sapphirerapids_blocks_int8_convs_by_8_for_the_tiles():
+    """24 channels (MobileNetV2's narrow stage): on AMX the int8 conv is blocked by 8 (NarrowBlockLayout) and
+    runs on tiles; on Zen 4 (VNNI takes 16-channel blocks only) it stays an NCHW conv."""
+    model = _qdq_conv(96, 24, 1, 1, 0, 3, 64, 14)[0]
+    asm, report = compiled_asm(model, SPR)
+    assert report["convs_blocked"] == 1 and report["kernels_unscheduled"] == 0
+    assert re.search(r"tdpbusd\s+%tmm\d, %tmm\d, %tmm\d", asm)
+    asm, report = compiled_asm(model, ZNVER4)
+    assert report["convs_blocked"] == 0 and "tdpbusd" not in asm
+
+
 def _qdq_matmul(xshape, n):
     return _qdq_int8_matmul(wmax=127, xshape=xshape, n=n)
 
@@ -85,6 +96,8 @@ def test_blocking_and_rows():
         (16, 80, 1, 1, 0, 7, 20),  # 5 channel tiles (1 x 1), 20 pixels -> 32, K = 16 padded to 64
         (32, 32, 3, 2, 1, 100, 15),  # stride 2, 8-pixel rows
         (32, 16, 3, 1, 1, 5, 9),  # one channel tile: no channel loop to tensorize
+        (96, 24, 1, 1, 0, 3, 14),  # 16-channel blocks in, 8 out (NarrowBlockLayout): 24 outputs in 2 tiles
+        (24, 40, 3, 1, 1, 5, 12),  # 8-channel blocks in and out, K = 216 in chunks of 8
     ],
 )
 def test_amx_conv_is_exact_on_this_host(tmp_path, cin, cout, k, stride, pad, zx, hw):
@@ -93,6 +106,7 @@ def test_amx_conv_is_exact_on_this_host(tmp_path, cin, cout, k, stride, pad, zx,
     assert target.caps.int8_path == "amx-int8"
     r = kiln.compile(model, tmp_path / "m.kiln", target=target)
     assert r.report["qdq_lowered"] == 1 and r.report["kernels_unscheduled"] == 0
+    assert [k for k in r.manifest["buckets"][0]["kernel_info"] if "conv2d" in k and "amx" not in k] == []
     got = kiln.load(tmp_path / "m.kiln").run({"input": x})["output"]
     np.testing.assert_allclose(got, ref, rtol=2e-6, atol=1e-5)
 

@@ -14,7 +14,9 @@ blocks are at least MIN_BLOCK lanes, except a stem: a conv with too few input ch
 convs after it (MobileNetV2's first depthwise conv, which then fuses with its 1x1 conv) run blocked.
 That made MobileNetV2 (and its 3x3 stem) faster; ResNet-50's 7x7 stem blocked this way made the model
 slower (benchmarks/history.md), so larger kernels keep NCHW and their own schedule (conv_nchw_oc_vectorized).
-`stats["convs_blocked"]` counts them."""
+With int8_any_block (a target whose int8 conv takes any channel block: AMX, legalize_amx) uint8 x int8 convs
+are blocked the same way (not a stem: its gather would be one byte at a time), instead of running TVM's
+generic int8 NCHW conv. `stats["convs_blocked"]` counts them."""
 
 from __future__ import annotations
 
@@ -44,9 +46,9 @@ def unblock_map(b: int):
 
 @relax.expr_functor.mutator
 class _Narrow(relax.PyExprMutator):
-    def __init__(self, mod, block: int):
+    def __init__(self, mod, block: int, int8: bool = False):
         super().__init__(mod)
-        self.block = block
+        self.block, self.int8 = block, int8
         self.blocked = 0
 
     def visit_call_(self, call):
@@ -64,21 +66,20 @@ class _Narrow(relax.PyExprMutator):
             or not isinstance(w, GenericConst)
             or shape is None
             or len(shape) != 4
-            or str(x.ty.dtype) != "float32"
-            or str(w.value.dtype) != "float32"
+            or (str(x.ty.dtype), str(w.value.dtype)) not in self.dtypes
         ):
             return call
         wa = w.value.numpy()
         o, i, kh, kw = wa.shape
         bi, bo = widest_block(i, self.block), widest_block(o, self.block)
-        if bo < MIN_BLOCK or (bi < MIN_BLOCK and kh * kw > MAX_STEM_KERNEL):
+        if bo < MIN_BLOCK or (bi < MIN_BLOCK and (kh * kw > MAX_STEM_KERNEL or str(x.ty.dtype) != "float32")):
             return call
         w_b = wa.reshape(o // bo, bo, i // bi, bi, kh, kw).transpose(0, 2, 4, 5, 3, 1)
         x_b = self.builder_.emit(relax.op.layout_transform(x, index_map=block_map(bi)))
         odt = out_dtype(a)
         conv = relax.op.nn.conv2d(
             x_b,
-            relax.const(np.ascontiguousarray(w_b), "float32"),
+            relax.const(np.ascontiguousarray(w_b), str(w.value.dtype)),
             strides=[int(s) for s in a.strides],
             padding=[int(p) for p in a.padding],
             dilation=[int(d) for d in a.dilation],
@@ -90,17 +91,21 @@ class _Narrow(relax.PyExprMutator):
         self.blocked += 1
         return relax.op.layout_transform(self.builder_.emit(conv), index_map=unblock_map(bo))
 
+    @property
+    def dtypes(self) -> set:
+        return {("float32", "float32"), ("uint8", "int8")} if self.int8 else {("float32", "float32")}
+
 
 @tvm.transform.module_pass(opt_level=2, name="NarrowBlockLayout")
 class NarrowBlockLayout:
-    def __init__(self, layout: str, block: int):
-        self.layout, self.block = layout, block
+    def __init__(self, layout: str, block: int, int8_any_block: bool = False):
+        self.layout, self.block, self.int8 = layout, block, int8_any_block
         self.stats = {"convs_blocked": 0}
 
     def transform_module(self, mod: tvm.IRModule, ctx) -> tvm.IRModule:
         if self.layout != "NCHWc":
             return mod
-        m = _Narrow(mod, self.block)
+        m = _Narrow(mod, self.block, self.int8)
         mod = rewrite_functions(mod, m.visit_expr)
         self.stats["convs_blocked"] = m.blocked
         return mod
