@@ -140,13 +140,9 @@ def _impl(width: int, rows: int, k: int, nb: int):
                 with B.serial(0, mt // bm) as mo:
                     with B.serial(0, nb // bn) as no:
                         tiles = [(i, j, i * bn + j) for i in range(bm) for j in range(bn)]
-                        for i, j, t in tiles:
-                            _call(
-                                "tileloadd64",
-                                _i8(t),
-                                tirx.address_of(Cb[0, no * bn + j, 0, (mo * bm + i) * rows, 0]),
-                                c_stride,
-                            )
+                        c_at = [tirx.address_of(Cb[0, no * bn + j, 0, (mo * bm + i) * rows, 0]) for i, j, _ in tiles]
+                        for (_, _, t), at in zip(tiles, c_at):
+                            _call("tileloadd64", _i8(t), at, c_stride)
                         with B.serial(0, kc) as kk:
                             for i in range(bm):
                                 a_at = tirx.address_of(Ab[0, 0, (mo * bm + i) * rows, kk * K_STEP])
@@ -156,13 +152,8 @@ def _impl(width: int, rows: int, k: int, nb: int):
                                 _call("tileloadd64", _i8(bm * bn + bm + j), b_at, b_stride)
                             for i, j, t in tiles:
                                 _call("tdpbusd", _i8(t), _i8(bm * bn + i), _i8(bm * bn + bm + j))
-                        for i, j, t in tiles:
-                            _call(
-                                "tilestored64",
-                                _i8(t),
-                                tirx.address_of(Cb[0, no * bn + j, 0, (mo * bm + i) * rows, 0]),
-                                c_stride,
-                            )
+                        for (_, _, t), at in zip(tiles, c_at):
+                            _call("tilestored64", _i8(t), at, c_stride)
                 _call("tilerelease")
     return ib.get()
 
