@@ -153,3 +153,29 @@ def host_without_amx():
         return host
     mattr = tuple(a for a in host.mattr if "amx" not in a) + ("-amx-tile", "-amx-int8", "-amx-bf16")
     return dataclasses.replace(host, mattr=mattr)
+
+
+def qdq_conv(cin=32, cout=48, k=3, stride=1, pad=1, zx=0, wmax=64, hw=10, seed=0):
+    """QuantizeLinear -> DQ -> Conv(DQ(int8 W, per-channel)): and the exact integer result, float64."""
+    rng = np.random.default_rng(seed)
+    wq = rng.integers(-wmax, wmax + 1, (cout, cin, k, k)).astype(np.int8)
+    sw = rng.uniform(0.001, 0.01, cout).astype(np.float32)
+    sx = np.float32(0.05)
+    nodes = [
+        helper.make_node("QuantizeLinear", ["input", "sx", "zx"], ["xq"]),
+        helper.make_node("DequantizeLinear", ["xq", "sx", "zx"], ["xf"]),
+        helper.make_node("DequantizeLinear", ["wq", "sw", "zw"], ["wf"], axis=0),
+        helper.make_node("Conv", ["xf", "wf"], ["output"], strides=[stride, stride], pads=[pad] * 4),
+    ]
+    x = rand(1, cin, hw, hw, seed=seed + 1)
+    inits = {"sx": sx, "zx": np.uint8(zx), "wq": wq, "sw": sw, "zw": np.zeros(cout, np.int8)}
+    model = make_model(nodes, {"input": x}, ["output"], inits)
+    xq = np.clip(np.round(x / sx) + zx, 0, 255).astype(np.int64) - zx
+    xp = np.pad(xq, ((0, 0), (0, 0), (pad, pad), (pad, pad)))
+    oh = (hw + 2 * pad - k) // stride + 1
+    acc = np.zeros((1, cout, oh, oh), np.int64)
+    for a in range(k):
+        for b in range(k):
+            patch = xp[:, :, a : a + stride * oh : stride, b : b + stride * oh : stride]
+            acc += np.einsum("nchw,oc->nohw", patch, wq[:, :, a, b].astype(np.int64))
+    return model, x, acc * (np.float64(sx) * sw.astype(np.float64)).reshape(1, -1, 1, 1)

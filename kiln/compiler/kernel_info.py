@@ -117,10 +117,32 @@ def kernel_info(mod: tvm.IRModule, onnx_model=None, tuning_db: str | None = None
     tuned = tuned_hashes(tuning_db, frozenset(v["flops"] for v in info.values())) if tuning_db else frozenset()
     for name, v in info.items():
         v["schedule"] = schedule_kind(mod[name], tuned)
+        if _integer(mod[name]):
+            v["int8"] = True
     if onnx_model is not None:
         for name, ops in source_ops(order, onnx_model).items():
             info[name]["ops"] = ops
     return info
+
+
+INT8_KINDS = frozenset({"conv2d_int8", "conv2d_amx", "matmul_int8"})
+
+
+def _integer(f) -> bool:
+    """Whether the kernel's main computation is an int8 dot product (a block declares an int8 kind): its
+    operations per second are not comparable with the float32 FMA peak the profile shows."""
+    from tvm import s_tir
+
+    if not isinstance(f.body, s_tir.SBlockRealize):  # no blocks (a C kernel's caller)
+        return False
+    sch = s_tir.Schedule(f)
+
+    def declares(block) -> bool:
+        if str(sch.get(block).annotations.get("kiln.kernel_kind", "")) in INT8_KINDS:
+            return True
+        return any(declares(c) for c in sch.get_child_blocks(block))
+
+    return declares(sch.get_sblock("root"))
 
 
 def schedule_kind(f, tuned: frozenset = frozenset()) -> str:

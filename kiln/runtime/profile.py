@@ -144,7 +144,9 @@ def summarize(
                 "share": ms / total if total else 0.0,
                 "flops": flops,
                 "gflops": gflops,
-                "peak_share": gflops / peak["gflops"] if gflops and peak["gflops"] else None,
+                # int8 kernels: no measured int8 peak, and the float32 FMA peak is no ceiling for them
+                "peak_share": gflops / peak["gflops"] if gflops and peak["gflops"] and not facts.get("int8") else None,
+                "int8": bool(facts.get("int8")),
                 "bytes": moved,
                 "gbs": moved / ms / 1e6 if moved and ms > 0 else None,
                 "schedule": facts.get("schedule", "unknown"),
@@ -213,7 +215,11 @@ def format_profile(p: dict) -> str:
         f"{p['kernels_share_of_latency'] * 100:.0f}%"
         + (
             f"; {p['gflops_total']:.3f} GFLOP per run, {p['gflops_per_s']:.1f} GFLOP/s end to end "
-            f"({p['gflops_per_s'] / p['peak_gflops'] * 100:.1f}% of peak)"
+            + (
+                "(int8 kernels: no share of the float32 peak)"
+                if any(r.get("int8") for r in p["kernels"])
+                else f"({p['gflops_per_s'] / p['peak_gflops'] * 100:.1f}% of peak)"
+            )
             if p["gflops_total"]
             else ""
         )

@@ -166,6 +166,32 @@ def test_summarize_without_static_facts():
     assert "no kernel_info" in format_profile(p)
 
 
+def test_int8_kernels_have_no_share_of_the_float32_peak(tmp_path):
+    """An int8 kernel is marked in kernel_info (its block declares an int8 kind) and the profile shows no
+    share of the float32 FMA peak for it (an AMX conv read 318% of it), nor end to end."""
+    from helpers import qdq_conv
+
+    from kiln.runtime.artifact import read_manifest
+
+    kiln.compile(qdq_conv(32, 32, 3, 1, 1, 0)[0], tmp_path / "q.kiln", tuning_db="none")
+    info = read_manifest(tmp_path / "q.kiln")["buckets"][0]["kernel_info"]
+    marked = [k for k, v in info.items() if v.get("int8")]
+    assert len(marked) == 1 and "conv2d" in marked[0]
+    runs = [{"q": 0.002, "f": 0.001}] * 3
+    facts = {"q": {"flops": 2e6, "int8": True}, "f": {"flops": 1e6}}
+    p = summarize(
+        runs,
+        {"q": 1, "f": 1},
+        [3.0] * 3,
+        facts,
+        {"gflops": 100.0, "method": "x"},
+        10.0,
+        {"artifact": "a.kiln", "target": "llvm", "threads": 1, "runs": 3},
+    )
+    assert p["kernels"][0]["peak_share"] is None and p["kernels"][1]["peak_share"] == pytest.approx(0.01)
+    assert "int8 kernels: no share of the float32 peak" in format_profile(p)
+
+
 def test_source_ops_matching():
     """Compute kernels take the compute nodes in order (a depthwise+pointwise kernel two), with the
     element-wise nodes their names show fused; layout transforms take none."""

@@ -11,7 +11,7 @@ import re
 import numpy as np
 import pytest
 from helpers import bf16_block, compiled_asm, ort_run, rand
-from test_int8_isa import _qdq_conv
+from helpers import qdq_conv as _qdq_conv
 from test_int8_isa import _qdq_matmul as _qdq_int8_matmul
 
 import kiln
