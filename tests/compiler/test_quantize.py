@@ -9,26 +9,13 @@ import json
 import numpy as np
 import onnx
 import pytest
-from helpers import make_model, mobilenet_block, ort_run, rand
+from helpers import make_model, mobilenet_block, ort_run, qdq_conv, rand
 from onnx import helper
 
 import kiln
 from kiln.errors import OptionsError
 
-U8, I8 = np.uint8, np.int8
-
-
-def _conv_ref(xq, zx, wq, stride, pad):
-    """int64 conv of (xq - zx) by wq, NCHW/OIHW: the exact integer result."""
-    x = np.pad(xq.astype(np.int64) - zx, ((0, 0), (0, 0), (pad, pad), (pad, pad)))
-    o, _, k, _ = wq.shape
-    oh, ow = (x.shape[2] - k) // stride + 1, (x.shape[3] - k) // stride + 1
-    out = np.zeros((x.shape[0], o, oh, ow), np.int64)
-    for a in range(k):
-        for b in range(k):
-            patch = x[:, :, a : a + stride * oh : stride, b : b + stride * ow : stride]
-            out += np.einsum("nchw,oc->nohw", patch, wq[:, :, a, b].astype(np.int64))
-    return out
+I8 = np.int8
 
 
 def _lowered_or_kept_float(report: dict, n: int) -> int:
@@ -43,30 +30,6 @@ def _lowered_or_kept_float(report: dict, n: int) -> int:
     return kept
 
 
-def _qdq_conv_model(cin, cout, k, stride, pad, zx, hw=10, seed=0):
-    """Float input -> QuantizeLinear(sx, zx) -> DQ -> Conv(DQ(int8 W, per-channel sw)) -> output:
-    the convolution TVM would otherwise run in float."""
-    rng = np.random.default_rng(seed)
-    wq = rng.integers(-127, 128, (cout, cin, k, k)).astype(I8)
-    sw = rng.uniform(0.001, 0.01, cout).astype(np.float32)
-    sx = np.float32(0.05)
-    nodes = [
-        helper.make_node("QuantizeLinear", ["input", "sx", "zx"], ["xq"]),
-        helper.make_node("DequantizeLinear", ["xq", "sx", "zx"], ["xf"]),
-        helper.make_node("DequantizeLinear", ["wq", "sw", "zw"], ["wf"], axis=0),
-        helper.make_node("Conv", ["xf", "wf"], ["output"], strides=[stride, stride], pads=[pad] * 4),
-    ]
-    x = rand(1, cin, hw, hw, seed=seed + 1)
-    m = make_model(
-        nodes, {"input": x}, ["output"], {"sx": sx, "zx": np.uint8(zx), "wq": wq, "sw": sw, "zw": np.zeros(cout, I8)}
-    )
-    xq = np.clip(np.round(x / sx) + zx, 0, 255).astype(U8)  # QuantizeLinear rounds half to even, as np.round
-    ref = _conv_ref(xq, zx, wq, stride, pad).astype(np.float64) * (np.float64(sx) * sw.astype(np.float64)).reshape(
-        1, -1, 1, 1
-    )
-    return m, x, ref
-
-
 @pytest.mark.parametrize(
     "cin,cout,k,stride,pad,zx",
     [
@@ -77,7 +40,7 @@ def _qdq_conv_model(cin, cout, k, stride, pad, zx, hw=10, seed=0):
     ],
 )
 def test_integer_conv_matches_numpy(tmp_path, cin, cout, k, stride, pad, zx):
-    model, x, ref = _qdq_conv_model(cin, cout, k, stride, pad, zx)
+    model, x, ref = qdq_conv(cin, cout, k, stride, pad, zx, wmax=127)
     r = kiln.compile(model, tmp_path / "m.kiln", report_path=tmp_path / "r.json")
     if not _lowered_or_kept_float(r.report, 1):
         assert r.report["ops_after"].get("dequantize", 0) == 0  # no fake quantization left
@@ -128,7 +91,7 @@ def test_int8_kernels_use_vnni(tmp_path, op):
     opts = CompileOptions.make()
     if "avx512vnni" not in opts.target.required_features():
         pytest.skip("this CPU has no AVX-512 VNNI")
-    model = _qdq_conv_model(32, 48, 3, 1, 1, 0)[0] if op == "conv2d" else _qdq_matmul_model()[0]
+    model = qdq_conv(32, 48, 3, 1, 1, 0, wmax=127)[0] if op == "conv2d" else _qdq_matmul_model()[0]
     opt = optimize(import_onnx(model).mod, opts)
     assert opt.report["kernels_unscheduled"] == 0
     asm = "".join(m.inspect_source("asm") for m in build_executable(opt.mod, opts, "test").mod.imports)

@@ -37,7 +37,8 @@ def build(name: str) -> tuple[str, str]:
             where="bf16",
             fix="install gcc, or compile with --precision fp32",
         )
-    digest = hashlib.sha256(src.read_bytes() + " ".join(FLAGS + arch).encode()).hexdigest()[:16]
+    headers = b"".join(h.read_bytes() for h in sorted(src.parent.glob("*.h")))  # what the sources include
+    digest = hashlib.sha256(src.read_bytes() + headers + " ".join(FLAGS + arch).encode()).hexdigest()[:16]
     root = Path(os.environ.get("KILN_CACHE", Path(tempfile.gettempdir()) / f"kiln-kernels-{os.getuid()}"))
     root.mkdir(parents=True, exist_ok=True)
     obj, so = root / f"{name}-{digest}.o", root / f"{name}-{digest}.so"

@@ -19,21 +19,13 @@
 #include <stdlib.h>
 #include <string.h>
 
-enum { EP_BIAS = 1, EP_RES = 2, EP_CLAMP = 4, EP_F32 = 8, EP_BF16 = 16 }; /* bf16_conv.c, Epilogue */
+#include "bf16_epilogue.h"
 
 typedef struct {
   uint8_t palette, start_row, reserved[14];
   uint16_t colsb[16];
   uint8_t rows[16];
 } tile_config;
-
-typedef struct {
-  const float *bias, *res;
-  float *out;
-  uint16_t *out16;
-  int flags;
-  float lo, hi;
-} epilogue;
 
 static __thread uint16_t *patch_buf;
 static __thread size_t patch_cap;
@@ -52,13 +44,7 @@ static void store_tile(const float *acc, const epilogue *ep, int OH, int OW, int
   const int64_t o = (((int64_t)ob * OH + oh) * OW + ow0) * 16;
   const int flags = ep->flags;
   const __m512 bias = flags & EP_BIAS ? _mm512_loadu_ps(ep->bias + (int64_t)ob * 16) : _mm512_setzero_ps();
-  for (int t = 0; t < n; ++t) {
-    __m512 v = _mm512_add_ps(_mm512_loadu_ps(acc + t * 16), bias);
-    if (flags & EP_RES) v = _mm512_add_ps(v, _mm512_loadu_ps(ep->res + o + t * 16));
-    if (flags & EP_CLAMP) v = _mm512_min_ps(_mm512_max_ps(v, _mm512_set1_ps(ep->lo)), _mm512_set1_ps(ep->hi));
-    if (flags & EP_F32) _mm512_storeu_ps(ep->out + o + t * 16, v);
-    if (flags & EP_BF16) _mm256_storeu_si256((__m256i *)(ep->out16 + o + t * 16), (__m256i)_mm512_cvtneps_pbh(v));
-  }
+  for (int t = 0; t < n; ++t) epilogue_store(ep, _mm512_add_ps(_mm512_loadu_ps(acc + t * 16), bias), o + t * 16);
 }
 
 /* BM pixel tiles x BN channel blocks: C tiles 0..3, A tiles 4..5, B tiles 6..7 (tile numbers are immediates) */

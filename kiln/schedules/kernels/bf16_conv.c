@@ -21,15 +21,7 @@
 
 #define TILE 8
 
-enum { EP_BIAS = 1, EP_RES = 2, EP_CLAMP = 4, EP_F32 = 8, EP_BF16 = 16 };  /* kiln/compiler/passes/bf16_conv_kernel.py: Epilogue */
-
-typedef struct {
-  const float *bias, *res;
-  float *out;
-  uint16_t *out16;
-  int flags;
-  float lo, hi;
-} epilogue;
+#include "bf16_epilogue.h"
 
 static const uint16_t ZEROS[16] __attribute__((aligned(64))) = {0};
 
@@ -67,13 +59,7 @@ static const uint16_t ZEROS[16] __attribute__((aligned(64))) = {0};
     for (int b = 0; b < NB; ++b) {                                                                                             \
       const int64_t o = (((int64_t)(ob + b) * OH + oh) * OW + ow0) * 16;                                                       \
       const __m512 bias = flags & EP_BIAS ? _mm512_loadu_ps(ep->bias + (int64_t)(ob + b) * 16) : _mm512_setzero_ps();          \
-      for (int t = 0; t < T; ++t) {                                                                                            \
-        __m512 v = _mm512_add_ps(acc[b][t], bias);                                                                             \
-        if (flags & EP_RES) v = _mm512_add_ps(v, _mm512_loadu_ps(ep->res + o + t * 16));                                       \
-        if (flags & EP_CLAMP) v = _mm512_min_ps(_mm512_max_ps(v, _mm512_set1_ps(ep->lo)), _mm512_set1_ps(ep->hi));            \
-        if (flags & EP_F32) _mm512_storeu_ps(ep->out + o + t * 16, v);                                                         \
-        if (flags & EP_BF16) _mm256_storeu_si256((__m256i *)(ep->out16 + o + t * 16), (__m256i)_mm512_cvtneps_pbh(v));          \
-      }                                                                                                                        \
+      for (int t = 0; t < T; ++t) epilogue_store(ep, _mm512_add_ps(acc[b][t], bias), o + t * 16);                             \
     }                                                                                                                          \
   }
 
