@@ -15,6 +15,7 @@ from tvm import relax
 
 import kiln
 from kiln.compiler.passes import RemoveZeroChannels
+from kiln.target import Target
 
 TARGET = tvm.target.Target({"kind": "llvm"})
 
@@ -192,7 +193,10 @@ def test_pruned_model_matches_onnxruntime_through_the_default_pipeline(tmp_path)
     m = _pruned_onnx()
     x = rnd(1, 3, 8, 8, seed=20)
     res = kiln.compile(m, tmp_path / "m.kiln")
-    assert res.report["zero_channels_removed"] == 6 and res.report["zero_channel_flops_removed"] > 0
+    # channel counts the host's NCHWc block divides stay multiples of it: with 8 or 4 lanes (AVX2, NEON) the
+    # 8-channel stem keeps its two dead channels (8 -> 6 would unblock it); the 6-channel residual loses one
+    removed = 2 if 8 % Target.host().caps.f32_block == 0 else 6
+    assert res.report["zero_channels_removed"] == removed and res.report["zero_channel_flops_removed"] > 0
     assert not res.report["passes_skipped"]
     ours = kiln.load(tmp_path / "m.kiln").run({"x": x})["y"]
     np.testing.assert_allclose(ours, ort_run(m, {"x": x})[0], rtol=1e-4, atol=1e-4)

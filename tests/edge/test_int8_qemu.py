@@ -22,7 +22,11 @@ def test_rpi5_int8_resnet18_under_qemu(tmp_path, aarch64_runner):  # noqa: F811
     q = r.report["quantization"]
     assert r.manifest["arch"] == "aarch64" and q["speed"]["int8_kernel"] == "dotprod" and len(q["int8_layers"]) >= 16
     host = kiln.compile(model, tmp_path / "host.kiln", **kw)
-    assert host.report["quantization"]["int8_layers"] == q["int8_layers"]
+    # the same int8 graph only where the host's int8 kernel is a dot product with 8-bit weights, as sdot is:
+    # on AVX2 (vpmaddubsw) the quantizer uses 7-bit weights and keeps more layers float (int8 gains 2x there)
+    same = host.report["quantization"]["speed"]["int8_kernel"] in ("avx512-vnni", "avx-vnni", "amx-int8")
+    if same:
+        assert host.report["quantization"]["int8_layers"] == q["int8_layers"]
 
     x = rng.standard_normal((1, 3, 64, 64)).astype(np.float32)
     np.save(tmp_path / "x.npy", x)
@@ -37,8 +41,10 @@ def test_rpi5_int8_resnet18_under_qemu(tmp_path, aarch64_runner):  # noqa: F811
     run = _run(qemu, _unpack(tmp_path / "arm.kiln", tmp_path / "arm"), tmp_path / "out", tmp_path / "x.npy")
     assert run.returncode == 0, run.stderr[-2000:]
     got = np.load(tmp_path / "out" / "output.npy")
-    same_graph = kiln.load(tmp_path / "host.kiln").run({"input": x})["output"]
-    np.testing.assert_allclose(got, same_graph, rtol=1e-3, atol=1e-3 * np.abs(same_graph).max())
+    host_out = kiln.load(tmp_path / "host.kiln").run({"input": x})["output"]
+    if same:
+        np.testing.assert_allclose(got, host_out, rtol=1e-3, atol=1e-3 * np.abs(host_out).max())
     ref = ort_run(model, {"input": x})[0]
-    cos = float(np.sum(got * ref) / (np.linalg.norm(got) * np.linalg.norm(ref)))
-    assert cos > 0.99
+    for out in (got, host_out):
+        cos = float(np.sum(out * ref) / (np.linalg.norm(out) * np.linalg.norm(ref)))
+        assert cos > 0.99
