@@ -15,6 +15,9 @@ DATA_PAR, COMM_REDUCE = 0, 2
 MAX_STACK_FLOATS = 16384  # 64 KiB: a per-thread padded input tile on the stack
 MIN_PARALLEL_TASKS = 8  # fewer outer iterations than this leave cores idle: parallelize the tile loop too
 TILE_ACCUMULATORS = 8  # register tile of a blocked conv whose width gives no tile: output blocks x pixels
+NARROW_REGISTERS = 16  # AVX2's ymm registers: blocked convs take conv_register_tile at or below this
+NARROW_ACCUMULATORS = 8  # its conv tile's accumulators (with up to 4 weight vectors and a broadcast)
+NARROW_WEIGHT_VECTORS = 4
 
 
 def iter_types(sch: s_tir.Schedule, block) -> list[int]:
@@ -174,20 +177,44 @@ def strided_lanes(sch: s_tir.Schedule, block) -> bool:
     return False
 
 
-def _blocked_channels_first(sch: s_tir.Schedule, anchor, reduce: list) -> list:
+def _blocked_channels_first(sch: s_tir.Schedule, anchor, reduce: list, narrow: bool = False) -> list:
     """A blocked conv's reduction (input channel ic, then kh, kw) as (ic / c, kh, kw, ic % c), c the
     weights' input-channel block, so its weights [O/c', I/c, KH, KW, c, c'] are read in memory order.
     Read as (ic, kh, kw), every input channel touches KH x KW lines 1 KB apart: fine while the weights
     are cached, but in a model each weight is read once, from memory, and the prefetchers cannot follow
-    (timings: benchmarks/history.md, "How far float32 can go")."""
+    (timings: benchmarks/history.md, "How far float32 can go"). 1x1 convs are split too on `narrow`
+    (16-register) targets, where the caller unrolls ic % c (see conv_register_tile)."""
     b = sch.get(anchor)
     if not b.name_hint.startswith("conv2d_NCHWc") or len(reduce) != 3 or len(b.reads) < 2:
         return reduce
     weights = [int(v) for v in b.reads[1].source.shape]
-    if len(weights) != 6 or extent(sch, reduce[0]) != weights[1] * weights[4] or weights[2] * weights[3] == 1:
+    if len(weights) != 6 or extent(sch, reduce[0]) != weights[1] * weights[4]:
+        return reduce
+    if weights[2] * weights[3] == 1 and not narrow:
         return reduce
     ico, ici = sch.split(reduce[0], [None, weights[4]])
     return [ico, reduce[1], reduce[2], ici]
+
+
+def conv_register_tile(width: int, blocks: int, registers: int) -> tuple[int, int] | None:
+    """(pixels, output-channel blocks) of a blocked conv's register tile on a target with 16 vector
+    registers (AVX2): t | width pixels x b | blocks channel blocks, at most NARROW_ACCUMULATORS
+    accumulators and 4 weight vectors, the most FMAs per load (t broadcasts + b weight vectors for
+    t x b FMAs), then more channel blocks. None on 32-register targets (AVX-512, NEON): they keep the
+    row tile of up to 8 pixels measured there. On Zen 3 (one core, benchmarks/history.md "AVX2") the
+    8-pixel tile ran ResNet-50's 1x1 convs at 35-55% of peak; 2 pixels x 4 blocks (7 x 1 on 7-wide
+    maps) at 70-80%. 12 accumulators (6 x 2, 3 x 4, 12 x 1) measured no faster than 8."""
+    if registers > NARROW_REGISTERS:
+        return None
+    best, best_key = (1, 1), (0.0, 0)
+    for b in range(1, min(blocks, NARROW_WEIGHT_VECTORS) + 1):
+        if blocks % b:
+            continue
+        t = divisor_at_most(width, NARROW_ACCUMULATORS // b)
+        key = (t * b / (t + b), b)
+        if key > best_key:
+            best, best_key = (t, b), key
+    return best
 
 
 def _output_blocks_in_tile(sch: s_tir.Schedule, anchor, spatial: list, t: int) -> list:
@@ -205,9 +232,10 @@ def _output_blocks_in_tile(sch: s_tir.Schedule, anchor, spatial: list, t: int) -
     return [bi]
 
 
-def reduction_tiled(sch: s_tir.Schedule, anchor, lanes: int) -> None:
+def reduction_tiled(sch: s_tir.Schedule, anchor, lanes: int, registers: int = 32) -> None:
     """conv2d (any layout), matmul/dense, pooling: spatial loops outside, reductions inside a
-    register tile of (tile x lanes) accumulators, the epilogue computed per tile."""
+    register tile of (tile x lanes) accumulators, the epilogue computed per tile. `registers`: the
+    target's vector registers; blocked convs on 16-register targets take conv_register_tile."""
     if COMM_REDUCE not in iter_types(sch, anchor):  # TOPI's avg pool annotates its division, not its sum
         sums = [p for p in sch.get_producers(anchor) if COMM_REDUCE in iter_types(sch, p)]
         anchor = sums[0] if len(sums) == 1 else anchor
@@ -239,14 +267,25 @@ def reduction_tiled(sch: s_tir.Schedule, anchor, lanes: int) -> None:
     else:
         spatial = spatial[:-1]
     tile_inner = []
+    blocked = sch.get(anchor).name_hint.startswith("conv2d_NCHWc") and len(spatial) == 4
+    narrow = conv_register_tile(extent(sch, spatial[-1]), extent(sch, spatial[1]), registers) if blocked else None
     if spatial:
-        t_ext = extent(sch, spatial[-1])
-        t = divisor_at_most(t_ext, 8)
+        t = narrow[0] if narrow else divisor_at_most(extent(sch, spatial[-1]), 8)
         if t > 1:
             to, ti = sch.split(spatial[-1], [None, t])
             spatial, tile_inner = spatial[:-1] + [to], [ti]
-        tile_inner = _output_blocks_in_tile(sch, anchor, spatial, t) + tile_inner
-    reduce = _blocked_channels_first(sch, anchor, reduce)
+        if narrow and narrow[1] > 1:
+            spatial[1], bi = sch.split(spatial[1], [None, narrow[1]])
+            tile_inner = [bi] + tile_inner
+        elif not narrow:
+            tile_inner = _output_blocks_in_tile(sch, anchor, spatial, t) + tile_inner
+    split = _blocked_channels_first(sch, anchor, reduce, narrow=narrow is not None)
+    # a 1x1 conv's input channels within a block unrolled: constant offsets instead of per-channel (ic / c, ic % c)
+    # index arithmetic (Zen 3: 48 instructions for 14 FMAs). Not with kh x kw taps, whose padded reads it
+    # slowed 4x (Zen 3, 3x3 at 28x28)
+    unroll_channels = narrow is not None and len(split) == 4 and len(reduce) == 3 and extent(sch, reduce[1]) == 1
+    unroll_channels = unroll_channels and extent(sch, reduce[2]) == 1
+    reduce = split
     order = spatial + reduce + tile_inner + ([vec_loop] if vec > 1 else [])
     sch.reorder(*order)
     if spatial:
@@ -261,6 +300,8 @@ def reduction_tiled(sch: s_tir.Schedule, anchor, lanes: int) -> None:
         vectorize_tails(sch, [cache, *consumers], vec, split=True)
     for ti in tile_inner:
         sch.unroll(ti)
+    if unroll_channels:
+        sch.unroll(reduce[-1])
     outer = spatial[:-1] if len(spatial) > 1 else spatial
     if outer and math.prod(extent(sch, lp) for lp in outer) < MIN_PARALLEL_TASKS:
         outer = spatial  # e.g. a classifier's [1, 1000]: parallel over its tiles, not its one row
