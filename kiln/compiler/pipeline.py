@@ -137,7 +137,14 @@ CPU_PIPELINE: list[PassSpec] = [
         "DeadCodeElimination", lambda o: relax.transform.DeadCodeElimination(["main"]), 0, required=True, graph=False
     ),
     # kernels: tuned records where the database has them, else Kiln's default schedules
-    PassSpec("ApplyTuningDatabase", lambda o: ApplyTuningDatabase(o.tuning_db), 0, graph=False),
+    PassSpec(
+        "ApplyTuningDatabase",
+        lambda o: ApplyTuningDatabase(
+            o.tuning_db, o.target.tvm(), o.target.caps.f32_block, o.target.caps.vector_registers
+        ),
+        0,
+        graph=False,
+    ),
     PassSpec("DefaultSchedules", _default_schedules, 2, graph=False),
 ]
 

@@ -131,14 +131,32 @@ class ApplyTuningDatabase:
     """Use the best record of every kernel the database has one for (the rest get DefaultSchedules).
     The database holds each workload's default schedule, measured (kiln tune's baseline), so a
     kernel's best record may be its default: stats tell them apart by the database's ledger of
-    measured defaults. tuned_kernels: call sites scheduled from the database; tuned_faster_kernels:
+    measured defaults, and such a kernel gets today's default rule rather than the recorded trace.
+    A record that beat a default other than today's (stale_records: the rule improved since) is not
+    applied either. tuned_kernels: call sites scheduled from the database; tuned_faster_kernels:
     those whose record beat the default; tuned_default_kernels: those whose best record is the
-    default; tuned_coverage: the share of the model's FLOPs (a stand-in for its latency) on kernels
-    whose record beat the default (a database without a ledger counts every record as faster)."""
+    default (or stale); tuned_coverage: the share of the model's FLOPs (a stand-in for its latency)
+    on kernels whose record beat the default (a database without a ledger counts every record as
+    faster)."""
 
-    def __init__(self, db_dir: str | None):
+    def __init__(self, db_dir: str | None, target=None, lanes: int = 16, registers: int = 16):
         self.db_dir = db_dir
+        self.rule = (target_family(target), lanes, registers) if target is not None else None
         self.stats = {"tuned_kernels": 0, "tuned_faster_kernels": 0, "tuned_default_kernels": 0, "tuned_coverage": 0.0}
+        self.stats["stale_records"] = 0
+
+    def _stale(self, func, bare) -> bool:
+        """A record that beat a default the database measured, where today's default rule gives another
+        schedule, never measured against it (the rule improved since the records were tuned): today's rule
+        wins, as records are applied only where they beat the default. A database with no ledger: False."""
+        if self.rule is None:
+            return False
+        from .database import default_was_measured, measured_defaults
+
+        if not measured_defaults(self.db_dir):
+            return False
+        _, sch = first_rule_that_applies(func, *self.rule)
+        return sch is not None and not default_was_measured(self.db_dir, bare, sch.trace)
 
     def transform_module(self, mod: tvm.IRModule, ctx) -> tvm.IRModule:
         if not self.db_dir:
@@ -155,19 +173,26 @@ class ApplyTuningDatabase:
         default = best_is_default(db, self.db_dir, bare)
         with db:
             mod = relax.transform.MetaScheduleApplyDatabase(enable_warning=False)(_replaced(mod, bare))
-        mod = _replaced(mod, {n: f for n, f in todo.items() if not is_scheduled(mod[n])})  # no record: kinds kept
+        # no record, or the best record is a default schedule: today's rule (DefaultSchedules), not the recorded
+        # trace, which is the rule of the Kiln that tuned it (stale once a rule improves: the shipped AVX2 records
+        # replayed the 8-pixel conv tile that conv_register_tile replaced)
+        stale = {n for n, d in default.items() if d is False and self._stale(todo[n], bare[n])}
+        self.stats["stale_records"] = len(stale)
+        mod = _replaced(
+            mod, {n: f for n, f in todo.items() if not is_scheduled(mod[n]) or default.get(n) or n in stale}
+        )
         total = tuned = 0.0
         for name in kernels(mod):
             f = mod[name]
             flops = estimated_flops(f)
             total += flops
-            if is_scheduled(f) and name in default:  # scheduled here, from the database
+            if default.get(name) or name in stale:
                 self.stats["tuned_kernels"] += 1
-                if default[name]:
-                    self.stats["tuned_default_kernels"] += 1
-                else:
-                    tuned += flops
-                    self.stats["tuned_faster_kernels"] += 1
+                self.stats["tuned_default_kernels"] += 1
+            elif is_scheduled(f) and name in default:  # scheduled here, from a record that beat the default
+                self.stats["tuned_kernels"] += 1
+                tuned += flops
+                self.stats["tuned_faster_kernels"] += 1
         self.stats["tuned_coverage"] = round(tuned / total, 4) if total else 0.0
         return mod
 

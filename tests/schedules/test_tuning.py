@@ -108,6 +108,25 @@ def test_corrupt_line_is_skipped_with_a_warning(tmp_path, tuned_twice):
         assert len(open_database(db).get_all_tuning_records()) == n
 
 
+def test_records_measured_against_an_older_default_rule_are_not_applied(tmp_path, tiny, tuned_twice):
+    """A database whose ledger of measured defaults holds none of today's default schedules (the rules
+    improved since it was tuned: the shipped AVX2 records replayed the 8-pixel conv tile, ResNet-50 1.55x
+    slower on Zen 3): neither its default records nor the records that beat them are applied, the kernels
+    take today's rules, and the report counts them as stale."""
+    import json
+
+    from kiln.schedules.database import DEFAULTS
+
+    co = CompileOptions.make()
+    _copy_db(tuned_twice, tmp_path)
+    db = tmp_path / target_key(co.target)
+    ledger = json.loads((db / DEFAULTS).read_text())
+    (db / DEFAULTS).write_text(json.dumps({k: ["0" * 16] for k in ledger}))
+    fresh = kiln.compile(tiny, tmp_path / "t.kiln", tuning_db=str(tmp_path)).report
+    assert fresh["tuned_faster_kernels"] == 0 and fresh["tuned_coverage"] == 0.0
+    assert fresh["stale_records"] >= 1 and fresh["tuned_default_kernels"] == fresh["tuned_kernels"] >= 1
+
+
 def test_a_record_tvm_cannot_read_back_is_dropped_not_the_database(tmp_path, tiny, tuned_twice):
     """A well-formed line whose trace TVM refuses (a ResNet-50 bf16 run wrote 9 such, and every later
     open of the database failed): it is dropped with a warning, the other records load and compile."""
