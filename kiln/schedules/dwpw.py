@@ -12,6 +12,7 @@ from tvm import s_tir
 from .rules import (
     MIN_PARALLEL_TASKS,
     block_named,
+    conv_register_tile,
     divisor_at_most,
     extent,
     inline_all_but,
@@ -23,7 +24,7 @@ MAX_TILE = 8  # pixels per register tile
 MAX_ROW_FLOATS = 16384  # 64 KiB: the depthwise row buffer on each thread's stack
 
 
-def depthwise_pointwise(sch: s_tir.Schedule, anchor, lanes: int) -> None:
+def depthwise_pointwise(sch: s_tir.Schedule, anchor, lanes: int, registers: int = 32) -> None:
     dw, act = block_named(sch, "dwpw_depthwise"), block_named(sch, "dwpw_act")
     inline_all_but(
         sch, [dw, act, anchor]
@@ -42,12 +43,23 @@ def depthwise_pointwise(sch: s_tir.Schedule, anchor, lanes: int) -> None:
     if halves:
         oh_, o = sch.split(o, [2, None])
         outer = [oh_]
-    t = divisor_at_most(ow, MAX_TILE)
+    # 16 registers (AVX2): conv_register_tile's pixels x output blocks, the channels of a buffer block unrolled
+    # (constant offsets, as in reduction_tiled's 1x1 convs)
+    narrow = conv_register_tile(ow, extent(sch, o), registers)
+    t = narrow[0] if narrow else divisor_at_most(ow, MAX_TILE)
     xo, xi = sch.split(x, [None, t])
-    sch.reorder(n, y, *outer, o, xo, r, xi, j)
+    tile = [xi]
+    if narrow and narrow[1] > 1:
+        o, oi = sch.split(o, [None, narrow[1]])
+        tile = [oi, xi]
+    reduce = [r]
+    if narrow and extent(sch, r) % c == 0:
+        reduce = list(sch.split(r, [None, c]))
+    sch.reorder(n, y, *outer, o, xo, *reduce, *tile, j)
     acc = tile_accumulator(sch, anchor, xo, consumers)
     sch.vectorize(j)
-    sch.unroll(xi)
+    for lp in tile + reduce[1:]:
+        sch.unroll(lp)
     vectorize_tails(sch, [acc, *consumers], extent(sch, j))
     row = sch.fuse(n, y, *outer)
 
@@ -66,4 +78,4 @@ def depthwise_pointwise(sch: s_tir.Schedule, anchor, lanes: int) -> None:
         sch.vectorize(sch.get_loops(b)[-1])
     sch.parallel(row)
     sch.decompose_reduction(dw, rh)
-    sch.decompose_reduction(anchor, r)
+    sch.decompose_reduction(anchor, reduce[0])

@@ -4,10 +4,12 @@ build's numerics, run on any x86-64 host with AVX2 and FMA (AVX2 code runs on AV
 
 import re
 
+import numpy as np
 import pytest
-from helpers import check_against_ort, compiled_asm, make_model, rand
+from helpers import check_against_ort, compiled_asm, make_model, mobilenet_block, ort_run, rand
 from onnx import helper
 
+import kiln
 from kiln.compiler.hostrun import missing_on_host
 from kiln.schedules.rules import conv_register_tile
 from kiln.target import Target
@@ -52,3 +54,17 @@ def test_avx2_conv_tiles_match_onnxruntime(tmp_path, cin, cout, hw, k, stride):
         pytest.skip(f"this host cannot run {HASWELL} code (lacks {', '.join(missing)})")
     model = _conv(cin, cout, hw, k, stride)
     check_against_ort(model, {"x": rand(1, cin, hw, hw, seed=3)}, tmp_path, target=HASWELL, layout="NCHWc")
+
+
+@pytest.mark.parametrize("stride", [1, 2])
+def test_avx2_fused_depthwise_pointwise_matches_onnxruntime(tmp_path, stride):
+    """The haswell build of an inverted residual: the fused depthwise + 1x1 kernel with the 16-register
+    tile (2 pixels x 2 blocks here) and the buffer's channel blocks unrolled, run here."""
+    missing = missing_on_host(Target.parse(HASWELL))
+    if missing:
+        pytest.skip(f"this host cannot run {HASWELL} code (lacks {', '.join(missing)})")
+    model, x = mobilenet_block(stride), rand(1, 16, 14, 14, seed=4)
+    res = kiln.compile(model, tmp_path / "m.kiln", target=HASWELL)
+    assert res.report["depthwise_fused"] == 1
+    got = kiln.load(tmp_path / "m.kiln").run({"x": x})["y"]
+    np.testing.assert_allclose(got, ort_run(model, {"x": x})[0], rtol=1e-4, atol=1e-4)
