@@ -35,6 +35,15 @@ def _default_schedules(o):
     return ApplyDefaultSchedules(o.target.tvm(), caps.f32_block, caps.vector_registers)
 
 
+def _apply_tuning_database(o):
+    """CPU targets give it their default rules' arguments, to tell records tuned against today's default
+    from stale ones; GPU targets (dlight defaults, no ledger of CPU rules) apply their records as they are."""
+    if o.target.is_gpu:
+        return ApplyTuningDatabase(o.tuning_db)
+    caps = o.target.caps
+    return ApplyTuningDatabase(o.tuning_db, o.target.tvm(), caps.f32_block, caps.vector_registers)
+
+
 def _vdpbf16ps(o) -> bool:
     """bf16 convs can run on Kiln's vdpbf16ps kernel (BF16ConvKernel): bf16 on a CPU with AVX512-BF16."""
     return o.precision == "bf16" and o.target.caps.has_vdpbf16ps
@@ -137,14 +146,7 @@ CPU_PIPELINE: list[PassSpec] = [
         "DeadCodeElimination", lambda o: relax.transform.DeadCodeElimination(["main"]), 0, required=True, graph=False
     ),
     # kernels: tuned records where the database has them, else Kiln's default schedules
-    PassSpec(
-        "ApplyTuningDatabase",
-        lambda o: ApplyTuningDatabase(
-            o.tuning_db, o.target.tvm(), o.target.caps.f32_block, o.target.caps.vector_registers
-        ),
-        0,
-        graph=False,
-    ),
+    PassSpec("ApplyTuningDatabase", lambda o: _apply_tuning_database(o), 0, graph=False),
     PassSpec("DefaultSchedules", _default_schedules, 2, graph=False),
 ]
 
