@@ -9,7 +9,7 @@ import time
 from collections.abc import Callable
 
 from ..schedules.database import db_dir_for
-from ..schedules.tuning import TuneOptions, tune_module
+from ..schedules.tuning import TuneOptions, Workers, tune_module
 
 
 def prepare(model, compile_options):
@@ -53,8 +53,20 @@ def tune(model, compile_options, opts: TuneOptions, progress: Callable[[str], No
             "measure on devices of the target's kind with --rpc-tracker HOST:PORT --rpc-key KEY, "
             "or tune on such a machine",
         )
-    mod, target, caps = prepare(model, compile_options)
-    db_dir = db_dir_for(opts.db_root, compile_options.target)
-    return tune_module(
-        mod, target, db_dir, opts, progress, lanes=caps.f32_block, registers=caps.vector_registers, start=start
-    )
+    workers = Workers.start(opts)  # they import TVM while the model is imported and optimized
+    try:
+        mod, target, caps = prepare(model, compile_options)
+        db_dir = db_dir_for(opts.db_root, compile_options.target)
+        return tune_module(
+            mod,
+            target,
+            db_dir,
+            opts,
+            progress,
+            lanes=caps.f32_block,
+            registers=caps.vector_registers,
+            start=start,
+            workers=workers,
+        )
+    finally:
+        workers.close()  # idempotent: tune_module stops them too, but not when it fails before measuring

@@ -12,43 +12,18 @@ the artifact's folder when it is done)."""
 from __future__ import annotations
 
 import multiprocessing as mp
-import os
-import tempfile
-import uuid
 
 import tvm
 from tvm.ir.utils import derived_object
 from tvm.s_tir.meta_schedule.builder import BuilderResult, PyBuilder
 
 from ..errors import ResourceError
+from .build_worker import compile_candidate, serve
+
+__all__ = ["WorkerBuilder", "compile_candidate"]
 
 BUILD_TIMEOUT_S = 30.0  # a candidate normally compiles in well under a second (MetaSchedule: 30 s too)
 START_TIMEOUT_S = 120.0  # the worker's start-up (importing TVM) is not a candidate's fault
-
-
-def compile_candidate(mod_json: str, target: dict, out_dir: str) -> str:
-    """In the worker: TVM JSON -> shared library in its own folder under out_dir; returns its path."""
-    from tvm.s_tir.transform import RemoveWeightLayoutRewriteBlock
-
-    mod = RemoveWeightLayoutRewriteBlock(skip_tensor_rewrite=True)(tvm.ir.load_json(mod_json))
-    lib = tvm.compile(mod, target=tvm.target.Target(target))
-    path = os.path.join(tempfile.mkdtemp(dir=out_dir), f"{uuid.uuid4().hex}.so")
-    lib.export_library(path)
-    return path
-
-
-def _serve(conn, build) -> None:
-    """The worker's loop: (mod_json, target, out_dir) in, ("ok", path) or ("error", text) out."""
-    conn.send(("ready", None))
-    while True:
-        try:
-            job = conn.recv()
-        except EOFError:
-            return
-        try:
-            conn.send(("ok", build(*job)))
-        except Exception as e:  # an invalid candidate: reported, the worker lives on
-            conn.send(("error", f"{type(e).__name__}: {e}"))
 
 
 @derived_object
@@ -57,21 +32,32 @@ class WorkerBuilder(PyBuilder):
         super().__init__()
         self.out_dir, self.timeout_s, self.build_fn = out_dir, timeout_s, build
         self._proc = self._conn = None
+        self._ready = False
         self.timeouts = 0
 
-    def start(self) -> None:
-        """Start the worker (if it is not running); ResourceError when it does not come up."""
+    def launch(self) -> None:
+        """Spawn the worker (if it is not running) without waiting for it: its start-up (importing
+        TVM, seconds) then overlaps whatever the caller does next; start() waits for it."""
         if self._proc is not None and self._proc.is_alive():
             return
         ctx = mp.get_context("spawn")  # never fork a process that holds TVM's thread pool
         self._conn, child = ctx.Pipe()
-        self._proc = ctx.Process(target=_serve, args=(child, self.build_fn), daemon=True)
+        self._proc = ctx.Process(target=serve, args=(child, self.build_fn), daemon=True)
         self._proc.start()
+        self._ready = False
         child.close()
+
+    def start(self) -> None:
+        """Start the worker (if it is not running) and wait until it is ready; ResourceError when it
+        does not come up."""
+        if self._ready and self._proc is not None and self._proc.is_alive():
+            return
+        self.launch()
         try:
             if not self._conn.poll(START_TIMEOUT_S):
                 raise EOFError(f"no answer within {START_TIMEOUT_S:.0f} s")
             self._conn.recv()
+            self._ready = True
         except (EOFError, OSError) as e:
             self.close()
             raise ResourceError(
@@ -86,6 +72,7 @@ class WorkerBuilder(PyBuilder):
             self._proc.kill()
             self._proc.join()
         self._proc = self._conn = None
+        self._ready = False
 
     def _build_one(self, bi) -> BuilderResult:
         try:
