@@ -25,6 +25,7 @@ from tvm.script.ir_builder import IRBuilder
 from tvm.tirx.script.builder import ir as B
 
 from .rules import extent, inline_all_but, parallel_vectorize, vectorize_tails
+from .tvmscript import cheap_stack
 
 ROWS = 16  # tile rows: pixels of A and C, groups of 4 inputs of B
 ROW_BYTES = 64  # bytes per tile row: 64 u8 inputs (A), 16 int32 channels (C), 16 x 4 int8 (B)
@@ -163,7 +164,8 @@ def gemm_intrin(width: int, rows: int, k: int, nb: int) -> str:
     blocks over K = k inputs; registered once per shape."""
     name = f"kiln_amx_gemm_w{width}r{rows}k{k}n{nb}"
     if s_tir.TensorIntrin.get(name, allow_missing=True) is None:
-        s_tir.TensorIntrin.register(name, _desc(width, k, nb), _impl(width, rows, k, nb))
+        with cheap_stack():  # TVMScript's per-frame module lookups otherwise (tvmscript.py)
+            s_tir.TensorIntrin.register(name, _desc(width, k, nb), _impl(width, rows, k, nb))
     return name
 
 

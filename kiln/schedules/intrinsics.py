@@ -21,6 +21,8 @@ from __future__ import annotations
 from tvm.s_tir import TensorIntrin
 from tvm.script import tirx as T
 
+from .tvmscript import cheap_stack
+
 VNNI_16x4 = "kiln_dot_16x4_vnni"
 AVXVNNI_8x4 = "kiln_dot_8x4_avxvnni"
 PMADDUBSW_16x4 = "kiln_dot_16x4_pmaddubsw"
@@ -115,11 +117,12 @@ INTRINSICS = {
 
 
 def register() -> None:
-    for name, (lanes, a_dtype, impl) in INTRINSICS.items():
-        try:
-            TensorIntrin.get(name)
-        except Exception:  # not registered yet (TensorIntrin.get raises on unknown names)
-            TensorIntrin.register(name, _desc(lanes, a_dtype), impl())
+    with cheap_stack():  # TVMScript's inspect.stack() scans sys.modules per frame otherwise: seconds
+        for name, (lanes, a_dtype, impl) in INTRINSICS.items():
+            try:
+                TensorIntrin.get(name)
+            except Exception:  # not registered yet (TensorIntrin.get raises on unknown names)
+                TensorIntrin.register(name, _desc(lanes, a_dtype), impl())
 
 
 register()

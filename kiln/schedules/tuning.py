@@ -41,6 +41,7 @@ from .baseline import estimated_latency, faster_than_default, record_default_sch
 from .builder import WorkerBuilder
 from .database import open_database
 from .kinds import UNTUNED, kernel_kind
+from .tvmscript import cheap_stack
 
 
 def parse_duration(text: str) -> float:
@@ -293,37 +294,17 @@ def round_size(opts: TuneOptions, done_trials: int, elapsed: float, per_trial_s:
     return max(0, min(opts.round_trials, fit))
 
 
-def _cheap_stack(context: int = 1) -> list:
-    """inspect.stack() without its per-frame module lookup (inspect.getmodule scans sys.modules for
-    every frame): the same frames, file names, line numbers and one line of context each."""
-    import inspect
-    import linecache
-    import sys
-
-    out, f = [], sys._getframe(1)
-    while f is not None:
-        name, line = f.f_code.co_filename, f.f_lineno
-        text = linecache.getline(name, line)
-        out.append(inspect.FrameInfo(f, name, line, f.f_code.co_name, [text] if text else None, 0 if text else None))
-        f = f.f_back
-    return out
-
-
 def import_tensor_intrinsics() -> None:
     """Import TVM's tensor intrinsics, which MetaSchedule's first TuneContext imports: hundreds of
     TVMScript functions, each parsed with inspect.stack(), whose module lookups dominate the import
     in a process that has loaded Kiln (see benchmarks/tail.md for the numbers). inspect.stack is
     swapped for an equivalent without them for the import only."""
-    import inspect
     import sys
 
     if "tvm.s_tir.tensor_intrin" in sys.modules:
         return
-    stack, inspect.stack = inspect.stack, _cheap_stack
-    try:
+    with cheap_stack():
         import tvm.s_tir.tensor_intrin  # noqa: F401
-    finally:
-        inspect.stack = stack
 
 
 def tune_module(
