@@ -162,3 +162,24 @@ def test_every_bad_input_exits_2(tmp_path, small_onnx_path, small_artifact, caps
     if case == "unsupported":
         assert "2 unsupported op type(s)" in err and "StringNormalizer" in err and "first node 'd0'" in err
     assert not any(p.name.startswith("o") for p in tmp_path.iterdir())  # nothing half-written
+
+
+def test_artifact_commands_do_not_import_torch(tmp_path, small_artifact, small_input):
+    """`kiln run` (an artifact-only command, cli.ARTIFACT_ONLY) runs without PyTorch, which importing
+    TVM would otherwise load (1.4 s of a 3.6 s `kiln run`); -X importtime lists every module imported."""
+    np.savez(tmp_path / "in.npz", **small_input)
+    cmd = [
+        "-m",
+        "kiln",
+        "run",
+        str(small_artifact),
+        "--inputs",
+        str(tmp_path / "in.npz"),
+        "-o",
+        str(tmp_path / "o.npz"),
+    ]
+    r = subprocess.run([sys.executable, "-X", "importtime", *cmd], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    imported = {line.split("|")[-1].strip() for line in r.stderr.splitlines() if line.startswith("import time:")}
+    assert "tvm" in imported and not {"torch._C", "torch.nn"} & imported  # ("torch" itself: the refused tries)
+    assert np.load(tmp_path / "o.npz")["output"].shape == (1, 4, 8, 8)

@@ -2,7 +2,7 @@
 
 import sys
 
-from . import main
+from . import entry
 
 if __name__ == "__main__":  # not when a spawned worker process imports it
-    sys.exit(main())
+    sys.exit(entry())
