@@ -3,7 +3,7 @@ PY ?= $(shell command -v python3.11 || command -v python3)
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
-TEST_WORKERS ?= 2  # pytest-xdist workers: the suite is mostly single-threaded compiles
+TEST_WORKERS ?= 2  # pytest-xdist workers: the suite is mostly single-threaded compiles; worksteal evens their ends
 
 .PHONY: demo test lint test-all edge-deps edge-test clean corpus conformance
 
@@ -21,7 +21,7 @@ demo: $(STAMP)
 # tests/edge skips and -rs prints why
 test: $(STAMP)
 	@$(MAKE) -s edge-deps || echo "make test: could not install the edge tools (cross toolchain, qemu-user, aarch64 TVM runtime): tests/edge will skip"
-	$(BIN)/python -m pytest -q -rs -n $(TEST_WORKERS) --durations=15
+	$(BIN)/python -m pytest -q -rs -n $(TEST_WORKERS) --dist worksteal --durations=15
 
 # ruff at 120 columns (pyproject's [tool.ruff]): lint, then formatting; .ci/run calls it before make test
 LINTED := kiln tests benchmarks fuzz

@@ -11,6 +11,7 @@ from tvm import relax
 from tvm.ir.expr import GenericConst
 
 from ...errors import OptionsError
+from . import numpy_fold
 from .layout_guards import guard, unguard
 
 LAYOUTS = ("NCHW", "NHWC", "NCHWc")
@@ -92,7 +93,7 @@ class ConvertLayout:
         if desired and has_conv2d(mod):  # TVM's ConvertLayout breaks on some ops (stack) it has no reason to touch
             mod, guarded = guard(mod, blocked=self.layout == "NCHWc")  # the ops TVM mis-converts read NCHW
             mod = relax.transform.ConvertLayout(desired)(mod)
-            mod = relax.transform.FoldConstant()(mod)  # weights re-laid out now, not at run time
+            mod = relax.transform.FoldConstant()(numpy_fold.fold(mod))  # weights re-laid out now, not at run time
             mod, ungrouped = unguard(mod)
             self.guarded = guarded + ungrouped
         self.stats["layout_transforms"] = count_layout_transforms(mod) - before

@@ -1,5 +1,6 @@
 """FoldConstants: compute at compile time every op whose inputs are all constants (shape
-arithmetic, weight transposes, casts and reshapes of constants), with TVM's FoldConstant.
+arithmetic, weight transposes, casts and reshapes of constants): in NumPy where it computes what
+TVM's kernel would (numpy_fold.py: one LLVM build per op otherwise), then with TVM's FoldConstant.
 `stats["constants_folded"]` counts the live op calls that became constants (TVM's FoldConstant
 also drops dead bindings; those are not counted as folded).
 
@@ -14,6 +15,7 @@ import tvm
 from tvm import relax
 
 from ..ir import calls
+from . import numpy_fold
 from .counting import count_calls
 
 MISFOLDED = ("relax.dynamic_strided_slice",)  # ops TVM's FoldConstant leaves half-legalized
@@ -53,7 +55,7 @@ class FoldConstants:
         if ops & set(MISFOLDED):
             mod = relax.transform.LegalizeOps(skip_ops=sorted(ops - set(MISFOLDED)))(mod)
         before = count_calls(relax.transform.DeadCodeElimination(["main"])(mod))
-        folded = relax.transform.FoldConstant()(mod)
+        folded = relax.transform.FoldConstant()(numpy_fold.fold(mod))
         if dangling_calls(folded):  # a fold TVM left half-done: the module as it was is correct
             return mod
         self.stats["constants_folded"] += before - count_calls(folded)
