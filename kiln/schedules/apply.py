@@ -145,18 +145,16 @@ class ApplyTuningDatabase:
         self.stats = {"tuned_kernels": 0, "tuned_faster_kernels": 0, "tuned_default_kernels": 0, "tuned_coverage": 0.0}
         self.stats["stale_records"] = 0
 
-    def _stale(self, func, bare) -> bool:
+    def _stale(self, func, bare, ledger: dict) -> bool:
         """A record that beat a default the database measured, where today's default rule gives another
         schedule, never measured against it (the rule improved since the records were tuned): today's rule
         wins, as records are applied only where they beat the default. A database with no ledger: False."""
-        if self.rule is None:
-            return False
-        from .database import default_was_measured, measured_defaults
+        from .database import default_was_measured
 
-        if not measured_defaults(self.db_dir):
+        if self.rule is None or not ledger:
             return False
         _, sch = first_rule_that_applies(func, *self.rule)
-        return sch is not None and not default_was_measured(self.db_dir, bare, sch.trace)
+        return sch is not None and not default_was_measured(self.db_dir, bare, sch.trace, ledger)
 
     def transform_module(self, mod: tvm.IRModule, ctx) -> tvm.IRModule:
         if not self.db_dir:
@@ -164,7 +162,7 @@ class ApplyTuningDatabase:
         from tvm import relax
 
         from ..compiler.ir import kernels
-        from .database import best_is_default, database_for_compile
+        from .database import best_is_default, database_for_compile, measured_defaults
 
         db = database_for_compile(self.db_dir)
         todo = {gv.name_hint: f for gv, f in mod.functions.items() if isinstance(f, tirx.PrimFunc)}
@@ -176,7 +174,8 @@ class ApplyTuningDatabase:
         # no record, or the best record is a default schedule: today's rule (DefaultSchedules), not the recorded
         # trace, which is the rule of the Kiln that tuned it (stale once a rule improves: the shipped AVX2 records
         # replayed the 8-pixel conv tile that conv_register_tile replaced)
-        stale = {n for n, d in default.items() if d is False and self._stale(todo[n], bare[n])}
+        ledger = measured_defaults(self.db_dir) if self.rule is not None else {}  # read once, not per kernel
+        stale = {n for n, d in default.items() if d is False and self._stale(todo[n], bare[n], ledger)}
         self.stats["stale_records"] = len(stale)
         mod = _replaced(
             mod, {n: f for n, f in todo.items() if not is_scheduled(mod[n]) or default.get(n) or n in stale}

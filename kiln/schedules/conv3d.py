@@ -12,7 +12,6 @@ from tvm import s_tir
 from .rules import (
     COMM_REDUCE,
     DATA_PAR,
-    divisor_at_most,
     extent,
     inline_all_but,
     iter_types,
@@ -21,6 +20,7 @@ from .rules import (
     tile_consumers,
     vectorize_tails,
 )
+from .tiles import divisor_at_most
 
 SPARE_REGISTERS = 4  # the tile's weight vectors and a broadcast input
 

@@ -90,14 +90,16 @@ def best_is_default(db, db_dir: str | Path, funcs: dict) -> dict[str, bool | Non
     return out
 
 
-def default_was_measured(db_dir: str | Path, func, default_trace) -> bool:
+def default_was_measured(db_dir: str | Path, func, default_trace, ledger: dict | None = None) -> bool:
     """Whether the ledger holds this default schedule (its trace) for the kernel's workload: a record
-    that beat the default only beat *this* default if so (a rule that improved since is not in it)."""
+    that beat the default only beat *this* default if so (a rule that improved since is not in it).
+    `ledger`: measured_defaults(db_dir), read once by a caller asking for many kernels."""
     import tvm_ffi
     from tvm.s_tir.meta_schedule.tune_context import _normalize_mod
 
     key = str(tvm_ffi.structural_hash(_normalize_mod(func)))
-    return trace_digest(default_trace) in measured_defaults(db_dir).get(key, ())
+    ledger = measured_defaults(db_dir) if ledger is None else ledger
+    return trace_digest(default_trace) in ledger.get(key, ())
 
 
 def save_measured_defaults(db_dir: str | Path, ledger: dict[str, list[str]]) -> None:

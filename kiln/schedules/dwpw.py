@@ -9,16 +9,8 @@ from __future__ import annotations
 
 from tvm import s_tir
 
-from .rules import (
-    MIN_PARALLEL_TASKS,
-    block_named,
-    conv_register_tile,
-    divisor_at_most,
-    extent,
-    inline_all_but,
-    tile_accumulator,
-    vectorize_tails,
-)
+from .rules import MIN_PARALLEL_TASKS, block_named, extent, inline_all_but, tile_accumulator, vectorize_tails
+from .tiles import conv_register_tile, divisor_at_most
 
 MAX_TILE = 8  # pixels per register tile
 MAX_ROW_FLOATS = 16384  # 64 KiB: the depthwise row buffer on each thread's stack

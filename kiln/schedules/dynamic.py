@@ -10,7 +10,8 @@ from __future__ import annotations
 
 from tvm import s_tir, tirx
 
-from .rules import COMM_REDUCE, DATA_PAR, blocks, inline_all_but, iter_types, vector_width
+from .rules import COMM_REDUCE, DATA_PAR, blocks, inline_all_but, iter_types
+from .tiles import vector_width
 
 MIN_PARALLEL_TILES = 8  # column tiles enough to share among the cores; fewer: the row tiles are shared
 MAX_ROWS = 8  # rows of the run-time axis per register tile (its tail is predicated: more rows, more waste)

@@ -15,7 +15,8 @@ import dataclasses
 from tvm import s_tir
 
 from . import intrinsics as ti
-from .rules import divisor_at_most, extent, inline_all_but, parallel_vectorize, tile_consumers, vectorize_tails
+from .rules import extent, inline_all_but, parallel_vectorize, tile_consumers, vectorize_tails
+from .tiles import divisor_at_most
 
 ANNOTATION = "kiln.int8_kernel"  # block annotation of the int8 computes: the Int8Kernel's path
 

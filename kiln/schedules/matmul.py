@@ -15,16 +15,15 @@ from tvm import s_tir
 from .rules import (
     COMM_REDUCE,
     DATA_PAR,
-    divisor_at_most,
     extent,
     inline_all_but,
     iter_types,
     strided_lanes,
     tile_accumulator,
     tile_consumers,
-    vector_width,
     vectorize_tails,
 )
+from .tiles import divisor_at_most, vector_width
 
 MIN_ROWS = 2  # a matmul of fewer rows keeps reduction_tiled's column tile (a classifier's [1, K] x [K, N])
 

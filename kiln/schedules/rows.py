@@ -10,7 +10,8 @@ from __future__ import annotations
 
 from tvm import s_tir
 
-from .rules import COMM_REDUCE, DATA_PAR, blocks, extent, inline_all_but, iter_types, rowwise, vector_width
+from .rules import COMM_REDUCE, DATA_PAR, blocks, extent, inline_all_but, iter_types, rowwise
+from .tiles import vector_width
 
 
 def lane_partials(sch: s_tir.Schedule, block, lanes: int):

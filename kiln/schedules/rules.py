@@ -11,13 +11,12 @@ import tvm
 import tvm.sym
 from tvm import s_tir
 
+from .tiles import conv_register_tile, divisor_at_most, vector_width
+
 DATA_PAR, COMM_REDUCE = 0, 2
 MAX_STACK_FLOATS = 16384  # 64 KiB: a per-thread padded input tile on the stack
 MIN_PARALLEL_TASKS = 8  # fewer outer iterations than this leave cores idle: parallelize the tile loop too
 TILE_ACCUMULATORS = 8  # register tile of a blocked conv whose width gives no tile: output blocks x pixels
-NARROW_REGISTERS = 16  # AVX2's ymm registers: blocked convs take conv_register_tile at or below this
-NARROW_ACCUMULATORS = 8  # its conv tile's accumulators (with up to 4 weight vectors and a broadcast)
-NARROW_WEIGHT_VECTORS = 4
 
 
 def iter_types(sch: s_tir.Schedule, block) -> list[int]:
@@ -85,21 +84,6 @@ def inline_all_but(sch: s_tir.Schedule, keep: list) -> None:
                 changed = True
             except s_tir.ScheduleError:
                 pass
-
-
-def divisor_at_most(n: int, cap: int) -> int:
-    return max(d for d in range(1, min(n, cap) + 1) if n % d == 0)
-
-
-def vector_width(n: int, lanes: int) -> int:
-    """The widest power-of-two width up to `lanes` that divides n (whole SIMD registers: 1000
-    outputs vectorize by 8, not by 10), else the largest divisor up to `lanes`."""
-    p = lanes
-    while p >= 4:
-        if n % p == 0:
-            return p
-        p //= 2
-    return divisor_at_most(n, lanes)
 
 
 def parallel_vectorize(sch: s_tir.Schedule, block, lanes: int, max_parallel_extent: int = 1 << 30) -> None:
@@ -194,27 +178,6 @@ def _blocked_channels_first(sch: s_tir.Schedule, anchor, reduce: list, narrow: b
         return reduce
     ico, ici = sch.split(reduce[0], [None, weights[4]])
     return [ico, reduce[1], reduce[2], ici]
-
-
-def conv_register_tile(width: int, blocks: int, registers: int) -> tuple[int, int] | None:
-    """(pixels, output-channel blocks) of a blocked conv's register tile on a target with 16 vector
-    registers (AVX2): t | width pixels x b | blocks channel blocks, at most NARROW_ACCUMULATORS
-    accumulators and 4 weight vectors, the most FMAs per load (t broadcasts + b weight vectors for
-    t x b FMAs), then more channel blocks. None on 32-register targets (AVX-512, NEON): they keep the
-    row tile of up to 8 pixels measured there. On Zen 3 (one core, benchmarks/history.md "AVX2") the
-    8-pixel tile ran ResNet-50's 1x1 convs at 35-55% of peak; 2 pixels x 4 blocks (7 x 1 on 7-wide
-    maps) at 70-80%. 12 accumulators (6 x 2, 3 x 4, 12 x 1) measured no faster than 8."""
-    if registers > NARROW_REGISTERS:
-        return None
-    best, best_key = (1, 1), (0.0, 0)
-    for b in range(1, min(blocks, NARROW_WEIGHT_VECTORS) + 1):
-        if blocks % b:
-            continue
-        t = divisor_at_most(width, NARROW_ACCUMULATORS // b)
-        key = (t * b / (t + b), b)
-        if key > best_key:
-            best, best_key = (t, b), key
-    return best
 
 
 def _output_blocks_in_tile(sch: s_tir.Schedule, anchor, spatial: list, t: int) -> list:

@@ -7,7 +7,8 @@ from __future__ import annotations
 
 from tvm import s_tir
 
-from .rules import block_named, blocks, conv_register_tile, divisor_at_most, extent, inline_all_but
+from .rules import block_named, blocks, extent, inline_all_but
+from .tiles import conv_register_tile, divisor_at_most
 
 MAX_TILE_ROWS = 8  # tiles per register tile
 MAX_ACCUMULATORS = 16  # vector accumulators per register tile

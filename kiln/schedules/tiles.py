@@ -1,0 +1,46 @@
+"""Register-tile arithmetic of the default schedules: which divisors, vector widths and conv tiles a
+kernel's loops take on a target, given its vector lanes and registers. Plain integers, no TVM: the
+rules (rules.py, winograd.py, dwpw.py) apply what these choose."""
+
+from __future__ import annotations
+
+NARROW_REGISTERS = 16  # AVX2's ymm registers: blocked convs take conv_register_tile at or below this
+NARROW_ACCUMULATORS = 8  # its conv tile's accumulators (with up to 4 weight vectors and a broadcast)
+NARROW_WEIGHT_VECTORS = 4
+
+
+def divisor_at_most(n: int, cap: int) -> int:
+    return max(d for d in range(1, min(n, cap) + 1) if n % d == 0)
+
+
+def vector_width(n: int, lanes: int) -> int:
+    """The widest power-of-two width up to `lanes` that divides n (whole SIMD registers: 1000
+    outputs vectorize by 8, not by 10), else the largest divisor up to `lanes`."""
+    p = lanes
+    while p >= 4:
+        if n % p == 0:
+            return p
+        p //= 2
+    return divisor_at_most(n, lanes)
+
+
+def conv_register_tile(width: int, blocks: int, registers: int) -> tuple[int, int] | None:
+    """(pixels, output-channel blocks) of a blocked conv's register tile on a target with 16 vector
+    registers (AVX2): t | width pixels x b | blocks channel blocks, at most NARROW_ACCUMULATORS
+    accumulators and 4 weight vectors, the most FMAs per load (t broadcasts + b weight vectors for
+    t x b FMAs), then more channel blocks. None on 32-register targets (AVX-512, NEON): they keep the
+    row tile of up to 8 pixels, which beat this tile and a 16-accumulator one on Zen 4. On Zen 3 (one
+    core) the row tile ran ResNet-50's 1x1 convs at 35-55% of peak; 2 pixels x 4 blocks (7 x 1 on
+    7-wide maps) at 70-80%. 12 accumulators measured no faster than 8 (benchmarks/history.md, "AVX2"
+    and "AVX-512")."""
+    if registers > NARROW_REGISTERS:
+        return None
+    best, best_key = (1, 1), (0.0, 0)
+    for b in range(1, min(blocks, NARROW_WEIGHT_VECTORS) + 1):
+        if blocks % b:
+            continue
+        t = divisor_at_most(width, NARROW_ACCUMULATORS // b)
+        key = (t * b / (t + b), b)
+        if key > best_key:
+            best, best_key = (t, b), key
+    return best
