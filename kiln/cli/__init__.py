@@ -92,6 +92,9 @@ def _print_kiln_warnings(cmd: str) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
+    import time
+
+    started = time.perf_counter()  # before parsing, which may import TVM: `kiln tune --budget` counts from here
     argv = list(sys.argv[1:] if argv is None else argv)
     words = [t for t in argv if not t.startswith("-")]
     cmd = words[0] if words else None  # the top-level options take no values
@@ -99,7 +102,7 @@ def main(argv: list[str] | None = None) -> int:
     debug = "--debug" in (argv[: argv.index("--")] if "--" in argv else argv)
     try:
         args = build_parser(cmd or "").parse_args(argv)  # inside: a flag's type may raise an OptionsError
-        args.argv = argv
+        args.argv, args.started = argv, started
         _print_kiln_warnings(args.cmd)
         code = args.fn(args)
         sys.stdout.flush()  # a closed pipe fails here, not at exit

@@ -44,7 +44,7 @@ def _tune(a) -> int:
 
     opts = TuneOptions(**given(TuneOptions, a))
     co = compile_options(a)
-    r = tune(a.model, co, opts, progress=lambda line: print(line, flush=True))
+    r = tune(a.model, co, opts, progress=lambda line: print(line, flush=True), start=a.started)
     if co.target.accel:  # the accelerator's records (kiln/accel/vta/tune.py)
         from ..accel.vta.records import compact
         from ..accel.vta.tune import format_summary

@@ -35,14 +35,17 @@ def prepare(model, compile_options):
     return mod, target.tvm(), co.target.caps
 
 
-def tune(model, compile_options, opts: TuneOptions, progress: Callable[[str], None] = print) -> dict:
+def tune(
+    model, compile_options, opts: TuneOptions, progress: Callable[[str], None] = print, start: float | None = None
+) -> dict:
     """Import and optimize the model as `kiln compile` would, then tune its kernels (under --budget,
-    the import and optimization count against it: the budget is the command's wall time)."""
+    the import and optimization count against it: the budget is the command's wall time, from `start`,
+    a perf_counter the CLI takes before it imports TVM)."""
     if compile_options.target.accel:  # the accelerator's layers, measured by its simulator's cycle count
         from ..accel.vta.tune import tune as tune_accelerator
 
         return tune_accelerator(model, compile_options, opts, progress)
-    start = time.perf_counter()
+    start = time.perf_counter() if start is None else start
     if not opts.rpc_tracker:
         from .hostrun import require_host_runs
 

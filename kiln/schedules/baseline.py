@@ -9,6 +9,7 @@ keys on the computation); its default schedule is the registry's rule for the an
 from __future__ import annotations
 
 import statistics
+import time
 from pathlib import Path
 
 import tvm
@@ -24,13 +25,22 @@ def workload(task) -> tvm.IRModule:
 
 
 def record_default_schedules(
-    tasks, target, db, builder, runner, lanes: int, db_dir: Path | None = None, registers: int = 16
+    tasks,
+    target,
+    db,
+    builder,
+    runner,
+    lanes: int,
+    db_dir: Path | None = None,
+    registers: int = 16,
+    deadline: float | None = None,
 ) -> int:
     """Measure the default schedule of every task whose database has no record of it yet (a new
     workload, or a default rule that changed since the last run) and commit it (trace + run time)
     like a MetaSchedule candidate; returns how many it recorded. With `db_dir`, the database's ledger
     of measured defaults (database.DEFAULTS) also counts as a record: a compacted database keeps only
-    each workload's best record, which beat the default when both were measured."""
+    each workload's best record, which beat the default when both were measured. `deadline`
+    (perf_counter): no measurement starts after it (--budget); the rest are measured by the next run."""
     from tvm.s_tir.meta_schedule.arg_info import ArgInfo
     from tvm.s_tir.meta_schedule.builder import BuilderInput
     from tvm.s_tir.meta_schedule.runner import RunnerInput
@@ -42,6 +52,8 @@ def record_default_schedules(
     ledger = measured_defaults(db_dir) if db_dir is not None else {}
     done = noted = 0
     for t in tasks:
+        if deadline is not None and time.perf_counter() >= deadline:
+            break
         _, sch = first_rule_that_applies(t.dispatched[0]["main"], target_family(target), lanes, registers)
         if sch is None:
             continue

@@ -356,8 +356,18 @@ def tune_module(
         builder.start()  # here, so a worker that cannot start is a ResourceError, not an error inside MetaSchedule
         runner = runner or workers.local_runner()
         t = time.perf_counter()
-        seeded = record_default_schedules(tasks, target, db, builder, runner, lanes, db_path, registers)
+        # under --budget the biggest kernels' defaults first, and none started past the builds' deadline
+        order = sorted(range(len(tasks)), key=lambda i: -shares[i]) if opts.budget_s is not None else range(len(tasks))
+        deadline = start + opts.budget_s - BUDGET_RESERVE_S if opts.budget_s is not None else None
+        seeded = record_default_schedules(
+            [tasks[i] for i in order], target, db, builder, runner, lanes, db_path, registers, deadline
+        )
         phases["defaults"] = time.perf_counter() - t
+        if deadline is not None and time.perf_counter() >= deadline:
+            progress(
+                f"the --budget ran out measuring the default schedules ({seeded} measured): the next run measures "
+                "the rest before it searches"
+            )
         if seeded:
             # one build + one measurement each, like a trial, which also runs the search and the cost model
             per_trial = max(per_trial, FIRST_ROUND_FACTOR * phases["defaults"] / seeded)
