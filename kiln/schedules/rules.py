@@ -16,6 +16,8 @@ from .tiles import conv_register_tile, divisor_at_most, vector_width
 DATA_PAR, COMM_REDUCE = 0, 2
 MAX_STACK_FLOATS = 16384  # 64 KiB: a per-thread padded input tile on the stack
 MIN_PARALLEL_TASKS = 8  # fewer outer iterations than this leave cores idle: parallelize the tile loop too
+GROUP_ACCUMULATORS = 8  # a grouped NCHW conv's register tile: output channels x vectors of a row
+MAX_GROUP_WIDTH = 64  # input channels per group that depthwise_nchw takes (RegNet's grouped convs: 8)
 TILE_ACCUMULATORS = 8  # register tile of a blocked conv whose width gives no tile: output blocks x pixels
 
 
@@ -411,8 +413,8 @@ def depthwise_nchw(sch: s_tir.Schedule, anchor, lanes: int) -> None:
     de-interleaved ([.., w % 2, w // 2]) so the strided reads become contiguous vector loads.
     Several times faster than reduction_tiled on MobileNetV2's NCHW depthwise kernels (benchmarks/history.md)."""
     loops = sch.get_loops(anchor)
-    if iter_types(sch, anchor) != [DATA_PAR] * 4 + [COMM_REDUCE] * 3 or extent(sch, loops[4]) != 1:
-        raise s_tir.ScheduleError("not a depthwise NCHW conv (one input channel per group)")
+    if iter_types(sch, anchor) != [DATA_PAR] * 4 + [COMM_REDUCE] * 3 or extent(sch, loops[4]) > MAX_GROUP_WIDTH:
+        raise s_tir.ScheduleError("not a depthwise or narrow grouped NCHW conv")
     pad = pad_producer(sch, anchor)
     inline_all_but(sch, [anchor] + ([pad] if pad is not None else []))
     consumers = tile_consumers(sch, anchor)
@@ -425,16 +427,34 @@ def depthwise_nchw(sch: s_tir.Schedule, anchor, lanes: int) -> None:
     ow_o, ow_i = sch.split(ow, [None, vec])
     k = divisor_at_most(extent(sch, ow_o), 8)
     ow_oo, ow_k = sch.split(ow_o, [None, k])
-    sch.reorder(n, c, oh, ow_oo, rc, ry, rx, ow_k, ow_i)
+    channels = _group_channel_tile(sch, anchor, c, rc, k)
+    if channels:
+        c, channels = channels[0], channels[1:]
+    sch.reorder(n, c, oh, ow_oo, rc, ry, rx, *channels, ow_k, ow_i)
     cache = tile_accumulator(sch, anchor, ow_oo, consumers)
     sch.vectorize(ow_i)
     sch.unroll(ow_k)
+    for ci in channels:
+        sch.unroll(ci)
     vectorize_tails(sch, [cache, *consumers], vec, split=True)
     par = sch.fuse(n, c)
     sch.parallel(par)
     if pad is not None:
         sch.compute_at(pad, par, preserve_unit_loops=True)
     sch.decompose_reduction(anchor, rc)
+
+
+def _group_channel_tile(sch: s_tir.Schedule, anchor, c, rc, k: int) -> list:
+    """A grouped conv (rc: its input channels per group) takes several output channels of one group
+    into the register tile, each input vector loaded once for all of them: a row of a 14- or 7-wide
+    map is one vector, so one output channel alone is one FMA chain. [outer, inner] loops of c, or []."""
+    width = extent(sch, rc)
+    if width == 1:
+        return []
+    groups = int(sch.get(anchor).reads[0].source.shape[1]) // width
+    per_group = extent(sch, c) // max(groups, 1)
+    t = divisor_at_most(per_group, max(1, GROUP_ACCUMULATORS // k)) if per_group * groups == extent(sch, c) else 1
+    return list(sch.split(c, [None, t])) if t > 1 else []
 
 
 def layout_transform_tiled(sch: s_tir.Schedule, anchor, lanes: int) -> None:
