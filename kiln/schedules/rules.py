@@ -16,6 +16,9 @@ from .tiles import conv_register_tile, divisor_at_most, vector_width
 DATA_PAR, COMM_REDUCE = 0, 2
 MAX_STACK_FLOATS = 16384  # 64 KiB: a per-thread padded input tile on the stack
 MIN_PARALLEL_TASKS = 8  # fewer outer iterations than this leave cores idle: parallelize the tile loop too
+# a 1x1 conv whose width has no divisor in 4..8 (13: SqueezeNet's classifier, YOLO's 416-input grids) takes a
+# row of up to 16 pixels as its tile on 32 registers: 1 pixel x 5 blocks re-read every weight per pixel
+WIDE_ROW_REGISTERS, WIDE_ROW_PIXELS = 32, 16
 GROUP_ACCUMULATORS = 8  # a grouped NCHW conv's register tile: output channels x vectors of a row
 MAX_GROUP_WIDTH = 64  # input channels per group that depthwise_nchw takes (RegNet's grouped convs: 8)
 TILE_ACCUMULATORS = 8  # register tile of a blocked conv whose width gives no tile: output blocks x pixels
@@ -182,6 +185,11 @@ def _blocked_channels_first(sch: s_tir.Schedule, anchor, reduce: list, narrow: b
     return [ico, reduce[1], reduce[2], ici]
 
 
+def _one_tap(sch: s_tir.Schedule, reduce: list) -> bool:
+    """The conv's reduction is over input channels alone (a 1x1 kernel)."""
+    return len(reduce) == 3 and extent(sch, reduce[1]) == 1 and extent(sch, reduce[2]) == 1
+
+
 def _output_blocks_in_tile(sch: s_tir.Schedule, anchor, spatial: list, t: int) -> list:
     """A blocked conv whose output width has no divisor in 4..8 (13, 26: YOLO's 416-input grids) gets a
     register tile of t pixels, 1 at worst: one accumulator, a weight load per FMA, 12% of peak measured
@@ -236,6 +244,8 @@ def reduction_tiled(sch: s_tir.Schedule, anchor, lanes: int, registers: int = 32
     narrow = conv_register_tile(extent(sch, spatial[-1]), extent(sch, spatial[1]), registers) if blocked else None
     if spatial:
         t = narrow[0] if narrow else divisor_at_most(extent(sch, spatial[-1]), 8)
+        if blocked and not narrow and t < 4 and registers >= WIDE_ROW_REGISTERS and _one_tap(sch, reduce):
+            t = max(t, divisor_at_most(extent(sch, spatial[-1]), WIDE_ROW_PIXELS))
         if t > 1:
             to, ti = sch.split(spatial[-1], [None, t])
             spatial, tile_inner = spatial[:-1] + [to], [ti]
