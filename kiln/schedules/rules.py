@@ -20,7 +20,7 @@ MIN_PARALLEL_TASKS = 8  # fewer outer iterations than this leave cores idle: par
 # row of up to 16 pixels as its tile on 32 registers: 1 pixel x 5 blocks re-read every weight per pixel
 WIDE_ROW_REGISTERS, WIDE_ROW_PIXELS = 32, 16
 GROUP_ACCUMULATORS = 8  # a grouped NCHW conv's register tile: output channels x vectors of a row
-MAX_GROUP_WIDTH = 64  # input channels per group that depthwise_nchw takes (RegNet's grouped convs: 8)
+MAX_GROUP_WIDTH = 16  # input channels per group depthwise_nchw takes (RegNet: 8, measured); wider: reduction_tiled
 TILE_ACCUMULATORS = 8  # register tile of a blocked conv whose width gives no tile: output blocks x pixels
 
 
