@@ -20,8 +20,6 @@ from tvm.s_tir.meta_schedule.builder import BuilderResult, PyBuilder
 from ..errors import ResourceError
 from .build_worker import compile_candidate, serve
 
-__all__ = ["WorkerBuilder", "compile_candidate"]
-
 BUILD_TIMEOUT_S = 30.0  # a candidate normally compiles in well under a second (MetaSchedule: 30 s too)
 START_TIMEOUT_S = 120.0  # the worker's start-up (importing TVM) is not a candidate's fault
 

@@ -7,6 +7,7 @@ from collections.abc import Callable
 
 from . import amx, int8, rules
 from .conv3d import conv3d_oc_vectorized
+from .depthwise import depthwise_nchw
 from .dwpw import depthwise_pointwise
 from .kinds import classify
 from .matmul import matmul_tiled
@@ -18,7 +19,7 @@ RULES: dict[tuple[str, str], Callable] = {
     ("cpu", "conv2d_nchw"): rules.conv_nchw_pointwise,
     ("cpu", "conv3d"): conv3d_oc_vectorized,
     ("cpu", "conv2d_nchw_oc"): rules.conv_nchw_oc_vectorized,
-    ("cpu", "depthwise_nchw"): rules.depthwise_nchw,
+    ("cpu", "depthwise_nchw"): depthwise_nchw,
     ("cpu", "conv2d_int8"): int8.conv2d_int8,
     ("cpu", "conv2d_amx"): amx.conv2d_amx,
     ("cpu", "matmul_int8"): int8.matmul_int8,

@@ -322,7 +322,7 @@ def test_grouped_conv_takes_the_depthwise_rule_with_a_channel_tile(channels, gro
 
 def test_a_wide_grouped_conv_is_left_to_the_reduction_rule():
     """More input channels per group than MAX_GROUP_WIDTH: the depthwise rule refuses it."""
-    from kiln.schedules.rules import MAX_GROUP_WIDTH
+    from kiln.schedules.depthwise import MAX_GROUP_WIDTH
 
     c = 2 * (MAX_GROUP_WIDTH + 8)
     vx, vw = _var("x", (1, c, 5, 5)), _var("w", (c, c // 2, 3, 3))
