@@ -185,7 +185,14 @@ def compile_model(
 def _import(model: onnx.ModelProto, shapes, options: CompileOptions, where: str, output):
     """import_onnx; TVM's importer failing on a model ONNX accepts is Kiln's bug (reproducer)."""
     try:
-        return import_onnx(model, shapes, where, checked=True, frozen=options.freeze_inputs)
+        return import_onnx(
+            model,
+            shapes,
+            where,
+            checked=True,
+            frozen=options.freeze_inputs,
+            recurrence_kernel=not options.target.is_gpu,
+        )
     except PassError as e:
 
         def reproduce(err, budget_s, write):

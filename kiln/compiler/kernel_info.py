@@ -35,6 +35,7 @@ ANCHORS = (
     ("avg_pool", "avgpool", 1),
     ("mean", "avgpool", 1),
     ("softmax", "softmax", 1),
+    ("recurrence", "recurrence", 1),
 )
 GROUPS = {
     "Conv": "conv",
@@ -51,6 +52,7 @@ GROUPS = {
     "GlobalAveragePool": "avgpool",
     "ReduceMean": "avgpool",
     "Softmax": "softmax",
+    "KilnRecurrence": "recurrence",  # an LSTM/GRU/RNN layer as one kernel (frontends/tvm_recurrence.py)
     "LogSoftmax": "softmax",
 }
 # ONNX op -> the words its lowering leaves in a fused kernel's name (default: the op's name in lower case)

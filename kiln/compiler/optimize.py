@@ -26,6 +26,7 @@ COUNTERS = (
     "dead_removed",
     "kernels_scheduled",
     "kernels_unscheduled",
+    "recurrence_kernels",
     "tuned_kernels",
     "tuned_coverage",
     "qdq_lowered",

@@ -24,7 +24,7 @@ def prepare(model, compile_options):
     co = dataclasses.replace(
         compile_options, tuning_db=None, disabled_passes=tuple(dict.fromkeys(compile_options.disabled_passes + (row,)))
     )
-    imported = import_onnx(model, co.shapes, frozen=co.freeze_inputs)
+    imported = import_onnx(model, co.shapes, frozen=co.freeze_inputs, recurrence_kernel=not co.target.is_gpu)
     layout = co.layout if co.layout != "auto" else "NCHWc"
     mod = optimize(imported.mod, co, layout=layout).mod
     target = co.target

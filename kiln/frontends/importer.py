@@ -15,6 +15,7 @@ from . import preflight
 from . import simplify as simplify_mod
 from .constant_inputs import check_constant_inputs
 from .decompose import decompose, rewrite_for
+from .decompose.rnn import ONE_KERNEL
 from .freeze import freeze_inputs, parse_frozen_inputs
 from .onnx_load import check_onnx, load_onnx, to_array
 from .shape_values import cast_shape_values, clamp_slice_bounds
@@ -57,15 +58,21 @@ def import_onnx(
     where: str | None = None,
     checked: bool = False,
     frozen=(),
+    recurrence_kernel: bool = True,
 ) -> ImportedModel:
     """checked=True: the caller already ran ONNX's checker on this proto (compile_model does, once
-    for all its buckets). frozen: inputs that become constants (--freeze-input)."""
+    for all its buckets). frozen: inputs that become constants (--freeze-input). recurrence_kernel: LSTM/GRU/RNN
+    layers as one CPU kernel each (decompose/rnn.py), else unrolled into per-step ops (GPU targets)."""
     where = where or ("<model>" if isinstance(model, onnx.ModelProto) else str(model))
     if not isinstance(model, onnx.ModelProto):
         model = load_onnx(model)  # checks it
     elif not checked:
         check_onnx(model, where)
-    simple, stats = prepare_onnx(model, input_shapes, where, frozen)
+    token = ONE_KERNEL.set(recurrence_kernel)
+    try:
+        simple, stats = prepare_onnx(model, input_shapes, where, frozen)
+    finally:
+        ONE_KERNEL.reset(token)
     inputs = [
         TensorSpec(
             vi.name,

@@ -39,7 +39,8 @@ class Source:
         if self.format == "onnx":
             from .importer import import_onnx
 
-            return import_onnx(self.program, shapes, self.where, checked=True, frozen=frozen)
+            cpu = options is None or not options.target.is_gpu
+            return import_onnx(self.program, shapes, self.where, checked=True, frozen=frozen, recurrence_kernel=cpu)
         if frozen:
             raise OptionsError(
                 f"--freeze-input works on ONNX models only, not on {FORMATS[self.format]}",

@@ -25,6 +25,8 @@ import contextlib
 
 import numpy as np
 
+from .tvm_recurrence import OP_TYPE as RECURRENCE
+from .tvm_recurrence import recurrence_converter
 from .tvm_slice import slice_converter
 
 
@@ -236,6 +238,7 @@ OVERRIDES = {
     "Cast": _cast,
     "NonMaxSuppression": _nms,
     "Slice": slice_converter,
+    RECURRENCE: recurrence_converter,  # Kiln's own node: an LSTM/GRU/RNN layer as one kernel (tvm_recurrence.py)
 }
 
 

@@ -17,6 +17,7 @@ from tvm import s_tir, tirx
 from ..errors import KilnWarning
 from .dynamic import dynamic
 from .kinds import strip
+from .recurrence import specialize
 from .registry import FALLBACK, REGISTER_TILED, RULES, classify, target_family
 
 # the test suite sets it: a rule bug then fails the compile instead of leaving one kernel unscheduled
@@ -84,14 +85,22 @@ FLOPS_ATTR = "kiln.flops"
 class ApplyDefaultSchedules:
     def __init__(self, target, lanes: int, registers: int = 16):
         self.target, self.lanes, self.registers = target, lanes, registers
-        self.stats = {"kernels_scheduled": 0, "kernels_unscheduled": 0}
+        self.stats = {"kernels_scheduled": 0, "kernels_unscheduled": 0, "recurrence_kernels": 0}
         self.by_kind: dict[str, int] = {}
 
     def transform_module(self, mod: tvm.IRModule, ctx) -> tvm.IRModule:
         family = target_family(self.target)
         out = tvm.IRModule(dict(mod.functions), attrs=mod.attrs)
         for gv, func in mod.functions.items():
-            if not isinstance(func, tirx.PrimFunc) or is_scheduled(func):
+            if not isinstance(func, tirx.PrimFunc):
+                continue
+            rec = specialize(func, self.lanes, self.registers)  # written scheduled, for the frontend's lanes
+            if rec is not None:
+                out[gv] = rec
+                self.stats["kernels_scheduled"] += 1
+                self.stats["recurrence_kernels"] += 1
+                continue
+            if is_scheduled(func):
                 continue
             if _empty(func):  # a zero-size output (a kernel-1 causal conv's empty state): nothing to schedule
                 out[gv] = func.with_attr("tirx.is_scheduled", True)

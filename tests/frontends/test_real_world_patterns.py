@@ -91,7 +91,7 @@ def test_wrong_declared_output_shape_is_ignored(tmp_path):
 
 def _rnn_model(op, T, B, I, H, direction, seed, layout=0, with_states=True, **attrs):
     nd = 2 if direction == "bidirectional" else 1
-    g = 4 if op == "LSTM" else 3
+    g = {"LSTM": 4, "GRU": 3, "RNN": 1}[op]
     r = np.random.default_rng(seed)
     w = lambda *s: (r.standard_normal(s) * 0.4).astype(np.float32)
     inits = {"W": w(nd, g * H, I), "R": w(nd, g * H, H), "B": w(nd, 2 * g * H)}
@@ -160,3 +160,41 @@ def test_rnn_with_variable_sequence_lens_masks_the_padding(tmp_path):
     m.graph.initializer.append(helper.make_tensor("lens", TensorProto.INT32, [2], [5, 3]))
     m.graph.node[0].input[4] = "lens"
     check_against_ort(m, feeds, tmp_path, rtol=1e-4, atol=1e-5)
+
+
+def _recurrence_kernels(model) -> tuple[int, int]:
+    """(one-kernel recurrences, all kernels) in the compile report."""
+    from kiln.compiler.build import analyze_model
+
+    report = analyze_model(model)
+    return report["recurrence_kernels"], report["kernels"]
+
+
+@pytest.mark.parametrize("op,direction", [("LSTM", "bidirectional"), ("GRU", "forward"), ("RNN", "reverse")])
+def test_recurrence_is_one_kernel(tmp_path, op, direction):
+    # 20 steps unrolled were 4-6 kernels a step; the layer is one kernel, its input projection one more
+    # (and the state's and outputs' transposes where a direction needs them)
+    m, feeds = _rnn_model(op, T=20, B=1, I=6, H=16, direction=direction, seed=5)
+    one, total = _recurrence_kernels(m)
+    assert one == 1 and total <= 6, (one, total)
+    check_against_ort(m, feeds, tmp_path, rtol=1e-4, atol=1e-5)
+
+
+def test_recurrence_with_clip_is_unrolled_and_right(tmp_path):
+    # the kernel has the default activations and no clip: such a layer keeps the per-step ops
+    m, feeds = _rnn_model("GRU", T=4, B=2, I=5, H=6, direction="forward", seed=6, clip=0.5)
+    assert _recurrence_kernels(m)[0] == 0
+    check_against_ort(m, feeds, tmp_path, rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("op", ["GRU", "RNN"])
+def test_batch_first_recurrence_in_one_kernel(tmp_path, op):
+    from onnx.reference import ReferenceEvaluator
+
+    m, feeds = _rnn_model(op, T=4, B=3, I=5, H=6, direction="bidirectional", seed=7, layout=1)
+    assert _recurrence_kernels(m)[0] == 1
+    refs = ReferenceEvaluator(m).run(None, feeds)
+    ours = compile_and_run(m, feeds, tmp_path)
+    assert ours["Y"].shape == (3, 4, 2, 6) and ours["Y_h"].shape == (3, 2, 6)
+    for (name, got), ref in zip(ours.items(), refs):
+        np.testing.assert_allclose(got, ref, rtol=1e-4, atol=1e-5, err_msg=name)

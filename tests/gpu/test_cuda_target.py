@@ -58,3 +58,25 @@ def test_gpu_kernels_are_tunable_tasks():
     mod = optimize(import_onnx(zoo.resnet18(size=32, classes=10), co.shapes).mod, co).mod
     tasks = extract(mod, co.target.tvm())
     assert len(tasks) >= 10 and all(t.target.kind.name == "cuda" for t in tasks)
+
+
+def test_recurrences_stay_unrolled_for_cuda(tmp_path):
+    # the one-kernel LSTM/GRU/RNN (schedules/recurrence.py) is a CPU kernel with no thread binding: a GPU
+    # target keeps the per-step ops, each bound by the GPU schedules
+    import numpy as np
+    from onnx import TensorProto, helper
+
+    r = np.random.default_rng(0)
+    w = {"W": r.standard_normal((1, 24, 4)), "R": r.standard_normal((1, 24, 8))}
+    g = helper.make_graph(
+        [helper.make_node("GRU", ["x", "W", "R"], ["y"], hidden_size=8)],
+        "gru",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [3, 1, 4])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [3, 1, 1, 8])],
+        [helper.make_tensor(k, TensorProto.FLOAT, v.shape, v.astype(np.float32).ravel()) for k, v in w.items()],
+    )
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    cpu = kiln.compile(m, tmp_path / "c.kiln", target="llvm -mcpu=haswell").report
+    gpu = kiln.compile(m, tmp_path / "g.kiln", target="cuda -arch=sm_90").report
+    assert cpu["recurrence_kernels"] == 1
+    assert gpu["recurrence_kernels"] == 0 and gpu["kernels"] > 3 and gpu["kernels_unscheduled"] == 0

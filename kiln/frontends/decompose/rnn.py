@@ -7,13 +7,21 @@ the same slicing and transposes as ONNX ops. A sequence_lens that is not all T m
 
 from __future__ import annotations
 
+import contextvars
+
 import numpy as np
 import onnx
 
 from ...errors import UnsupportedModelError
-from .emitter import Emitter
+from ..tvm_recurrence import DOMAIN, OP_TYPE
+from .emitter import CURRENT_MODEL, Emitter
+from .llm_common import elem_type
 
 ACTIVATIONS = {"Sigmoid": "Sigmoid", "Tanh": "Tanh", "Relu": "Relu"}
+DEFAULT_ACTS = {"LSTM": ["Sigmoid", "Tanh", "Tanh"], "GRU": ["Sigmoid", "Tanh"], "RNN": ["Tanh"]}
+CELLS = {"LSTM": "lstm", "GRU": "gru", "RNN": "rnn"}
+# the importer's choice: False for GPU targets (the one-kernel recurrence is a CPU kernel), which keep the steps
+ONE_KERNEL: contextvars.ContextVar = contextvars.ContextVar("kiln_one_kernel_recurrence", default=True)
 
 
 def _attrs(node) -> dict:
@@ -142,7 +150,81 @@ def _project(em: Emitter, w: _Weights, x: str, ins, d: int, G: int, H: int, bias
     return em.op("Add", [xw, bias]) if bias else xw
 
 
+def _one_kernel(node, em: Emitter, shapes, consts) -> bool:
+    """The layer as one KilnRecurrence node (tvm_recurrence.py: every step in one kernel) where it has
+    float32 data, constant weights, the default activations and none of clip, peepholes, input_forget or
+    a sequence_lens shorter than T; False (the caller unrolls it) otherwise."""
+    a = _attrs(node)
+    ins = list(node.input) + [""] * (8 - len(node.input))
+    direction = a.get("direction", b"forward")
+    direction = direction.decode() if isinstance(direction, bytes) else direction
+    ndir = 2 if direction == "bidirectional" else 1
+    acts = [x.decode() if isinstance(x, bytes) else x for x in a.get("activations", DEFAULT_ACTS[node.op_type] * ndir)]
+    x, layout = ins[0], a.get("layout", 0)
+    plain = acts == DEFAULT_ACTS[node.op_type] * ndir and not {"clip", "activation_alpha", "activation_beta"} & set(a)
+    plain = plain and not a.get("input_forget", 0) and not ins[7] and x in shapes and len(shapes[x]) == 3
+    plain = plain and all(ins[i] in consts for i in (1, 2)) and (not ins[3] or ins[3] in consts)
+    if not plain or not ONE_KERNEL.get() or elem_type(x) != onnx.TensorProto.FLOAT or CURRENT_MODEL.get() is None:
+        return False
+    T, B = (shapes[x][1], shapes[x][0]) if layout == 1 else (shapes[x][0], shapes[x][1])
+    if ins[4] and not (ins[4] in consts and np.all(consts[ins[4]] == T)):
+        return False
+    cell, H = CELLS[node.op_type], a["hidden_size"]
+    G = {"lstm": 4, "gru": 3, "rnn": 1}[cell]
+    W, R = consts[ins[1]].astype(np.float32), consts[ins[2]].astype(np.float32)
+    Bb = consts[ins[3]].astype(np.float32) if ins[3] else np.zeros((ndir, 2 * G * H), np.float32)
+    if cell == "gru":  # z and r take both biases in the projection; h's recurrent bias stays in the kernel
+        bias = [
+            Bb[d][: G * H] + np.concatenate([Bb[d][G * H : G * H + 2 * H], np.zeros(H, np.float32)])
+            for d in range(ndir)
+        ]
+    else:
+        bias = [Bb[d][: G * H] + Bb[d][G * H :] for d in range(ndir)]
+    if layout == 1:
+        x = em.op("Transpose", [x], perm=[1, 0, 2])
+    wt = np.ascontiguousarray(np.concatenate([W[d].T for d in range(ndir)], axis=1))
+    xw = em.op("Add", [em.op("MatMul", [x, em.const(wt, "Wt")]), em.const(np.concatenate(bias), "b")])
+    inputs = [xw, em.const(np.ascontiguousarray(np.stack([R[d].T for d in range(ndir)])), "Rt")]
+    if cell == "gru":
+        inputs.append(em.const(np.ascontiguousarray(Bb[:, G * H + 2 * H : G * H + 3 * H]), "rbh"))
+    for idx in (5, 6) if cell == "lstm" else (5,):
+        if not ins[idx]:
+            inputs.append(em.const(np.zeros((ndir, B, H), np.float32), "zeros"))
+        else:
+            inputs.append(em.op("Transpose", [ins[idx]], perm=[1, 0, 2]) if layout == 1 else ins[idx])
+    outs = list(node.output) + [""] * 3
+    n_out = 3 if cell == "lstm" else 2
+    names = [em.name(f"y{i}") if layout == 1 or not outs[i] else outs[i] for i in range(n_out)]
+    reverse = [int(direction == "reverse" or d == 1) for d in range(ndir)]
+    em.nodes.append(
+        onnx.helper.make_node(
+            OP_TYPE,
+            inputs,
+            names,
+            name=em.name(OP_TYPE),
+            domain=DOMAIN,
+            cell=cell,
+            reverse=reverse,
+            linear_before_reset=int(a.get("linear_before_reset", 0)),
+        )
+    )
+    model = CURRENT_MODEL.get()
+    if not any(o.domain == DOMAIN for o in model.opset_import):
+        model.opset_import.append(onnx.helper.make_opsetid(DOMAIN, 1))
+    dims = [[T, ndir, B, H], [ndir, B, H], [ndir, B, H]]
+    model.graph.value_info.extend(
+        onnx.helper.make_tensor_value_info(n, onnx.TensorProto.FLOAT, dims[i]) for i, n in enumerate(names)
+    )  # ONNX's shape inference knows nothing of the node: later rounds read its outputs' shapes here
+    if layout == 1:
+        for i, perm in enumerate(([2, 0, 1, 3], [1, 0, 2], [1, 0, 2])[:n_out]):
+            if outs[i]:
+                em.op("Transpose", [names[i]], out=outs[i], perm=perm)
+    return True
+
+
 def decompose_lstm(node, em: Emitter, shapes, consts, where) -> None:
+    if _one_kernel(node, em, shapes, consts):
+        return
     a, ins, x, ndir, direction, acts, T, B, H, w, mask = _setup(
         node, em, shapes, consts, where, 4, ["Sigmoid", "Tanh", "Tanh"]
     )
@@ -175,6 +257,8 @@ def decompose_lstm(node, em: Emitter, shapes, consts, where) -> None:
 
 
 def decompose_gru(node, em: Emitter, shapes, consts, where) -> None:
+    if _one_kernel(node, em, shapes, consts):
+        return
     a, ins, x, ndir, direction, acts, T, B, H, w, mask = _setup(node, em, shapes, consts, where, 3, ["Sigmoid", "Tanh"])
     clip, lbr = a.get("clip"), a.get("linear_before_reset", 0)
     per_dir = []
@@ -206,6 +290,8 @@ def decompose_gru(node, em: Emitter, shapes, consts, where) -> None:
 
 def decompose_rnn(node, em: Emitter, shapes, consts, where) -> None:
     """The plain RNN: H_t = f(X_t W^T + H_{t-1} R^T + Wb + Rb), f Tanh by default."""
+    if _one_kernel(node, em, shapes, consts):
+        return
     a, ins, x, ndir, direction, acts, T, B, H, w, mask = _setup(node, em, shapes, consts, where, 1, ["Tanh"])
     clip = a.get("clip")
     per_dir = []
