@@ -1,6 +1,8 @@
 """Each default-schedule rule on an example workload: the registry picks the expected rule, the
 rule applies, and the scheduled kernel matches numpy."""
 
+import re
+
 import numpy as np
 import pytest
 import tvm
@@ -588,3 +590,24 @@ def test_a_1x1_conv_on_a_width_without_a_small_divisor_matches_onnxruntime(tmp_p
     ]
     model = make_model(nodes, {"input": x}, ["output"], {"w": rand(48, 64, 1, 1, seed=1) * 0.2, "b": rand(48, seed=2)})
     assert check_against_ort(model, {"input": x}, tmp_path)["output"].shape == (1, 48, width, width)
+
+
+@pytest.mark.parametrize("cols", [129, 37])
+def test_matmul_with_no_vector_width_is_padded(cols):
+    """129 or 37 columns have no vector width of 4 or more: the columns are padded to whole vectors (the
+    weights' padded copy and the epilogue over the real columns are blocks of their own), not left to
+    reduction_tiled's scalar columns (enh_conv_bilstm's output layer, 9x slower)."""
+    from kiln.schedules.matmul import matmul_tiled
+
+    a, m, b = rnd(1, 20, 48, seed=1), rnd(48, cols, seed=2), rnd(cols, seed=3)
+    va, vm, vb = _var("a", (1, 20, 48)), _var("m", (48, cols)), _var("b", (cols,))
+    func = _kernel(
+        lambda bb: relax.op.sigmoid(bb.emit(relax.op.add(bb.emit(relax.op.matmul(va, vm)), vb))), [va, vm, vb]
+    )
+    sch = s_tir.Schedule(func)
+    _, anchor = classify(sch)
+    matmul_tiled(sch, anchor, 8, registers=16)
+    text = sch.mod["main"].script()
+    assert "_pad" in text and len(re.findall(r"T\.vectorized\((T\.int64\()?8\)", text)) >= 2
+    want = 1 / (1 + np.exp(-(a.astype(np.float64) @ m + b)))
+    np.testing.assert_allclose(_run(sch.mod["main"], [a, m, b]), want, rtol=1e-4, atol=1e-5)
