@@ -133,7 +133,10 @@ def dynamic_quantize_matmul(node, em, shapes, consts, where):
 class _QuantLSTMEmitter(Emitter):
     """Runs rnn.decompose_lstm, replacing its MatMuls with the (dequantized) float weights Wt/Rt by
     dynamically quantized ones. Relies on rnn.py's const hints "Wt"/"Rt" (one each per direction, in
-    order); dynamic_quantize_lstm checks that every one was replaced."""
+    order); dynamic_quantize_lstm checks that every one was replaced. The steps stay unrolled (`unrolled`):
+    the one-kernel recurrence has no int8 recurrent product."""
+
+    unrolled = True
 
     def __init__(self, prefix, consts, quant):
         super().__init__(prefix, consts)

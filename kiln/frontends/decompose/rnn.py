@@ -164,6 +164,8 @@ def _one_kernel(node, em: Emitter, shapes, consts) -> bool:
     plain = acts == DEFAULT_ACTS[node.op_type] * ndir and not {"clip", "activation_alpha", "activation_beta"} & set(a)
     plain = plain and not a.get("input_forget", 0) and not ins[7] and x in shapes and len(shapes[x]) == 3
     plain = plain and all(ins[i] in consts for i in (1, 2)) and (not ins[3] or ins[3] in consts)
+    if getattr(em, "unrolled", False):  # an emitter that rewrites the per-step MatMuls (contrib_quant.py)
+        return False
     if not plain or not ONE_KERNEL.get() or elem_type(x) != onnx.TensorProto.FLOAT or CURRENT_MODEL.get() is None:
         return False
     T, B = (shapes[x][1], shapes[x][0]) if layout == 1 else (shapes[x][0], shapes[x][1])
