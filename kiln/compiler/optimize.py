@@ -36,6 +36,7 @@ COUNTERS = (
     "bf16_epilogues_fused",
     "winograd_convs",
     "dense_packed",
+    "dense_padded",
     "depthwise_fused",
     "zero_channels_removed",
     "zero_channel_flops_removed",

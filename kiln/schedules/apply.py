@@ -85,7 +85,7 @@ FLOPS_ATTR = "kiln.flops"
 class ApplyDefaultSchedules:
     def __init__(self, target, lanes: int, registers: int = 16):
         self.target, self.lanes, self.registers = target, lanes, registers
-        self.stats = {"kernels_scheduled": 0, "kernels_unscheduled": 0, "recurrence_kernels": 0}
+        self.stats = {"kernels_scheduled": 0, "kernels_unscheduled": 0}
         self.by_kind: dict[str, int] = {}
 
     def transform_module(self, mod: tvm.IRModule, ctx) -> tvm.IRModule:
@@ -98,7 +98,7 @@ class ApplyDefaultSchedules:
             if rec is not None:
                 out[gv] = rec
                 self.stats["kernels_scheduled"] += 1
-                self.stats["recurrence_kernels"] += 1
+                self.stats["recurrence_kernels"] = self.stats.get("recurrence_kernels", 0) + 1
                 continue
             if is_scheduled(func):
                 continue

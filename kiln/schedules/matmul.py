@@ -9,10 +9,13 @@ given to the rule by ApplyDefaultSchedules): accumulators leave room for the v w
 a broadcast.
 
 A column count with no vector width of 4 or more (an output layer of 129 frequency bins or 37 classes)
-is padded to a whole number of vectors (`_pad_columns`): the weights are copied into a zero-padded buffer
-each call and the epilogue runs over the real columns after the tile. enh_conv_bilstm's [100, 192] x
-[192, 129] + sigmoid: 0.47 -> 0.05 ms (benchmarks/history.md); the unpadded kernel fell back to
-reduction_tiled's scalar columns."""
+is padded to a whole number of vectors. Constant weights are padded at compile time (PackDenseWeights);
+others, up to PAD_LIMIT, here (`_pad_columns`): copied into a zero-padded buffer each call, the epilogue
+over the real columns after the tile. enh_conv_bilstm's [100, 192] x [192, 129] + sigmoid: 0.47 -> 0.05 ms
+(benchmarks/history.md); the unpadded kernel fell back to reduction_tiled's scalar columns.
+
+With more columns than rows the column panels are the outer loop, so the weights stream from memory once
+(ddddocr's [40, 1024] x [1024, 8208] classifier: 7.8 -> 4.3 ms); else the row blocks are."""
 
 from __future__ import annotations
 
@@ -34,6 +37,7 @@ from .rules import (
 from .tiles import divisor_at_most, vector_width
 
 MIN_ROWS = 2  # a matmul of fewer rows keeps reduction_tiled's column tile (a classifier's [1, K] x [K, N])
+PAD_LIMIT = 1 << 18  # the most weights (K x N) padded each call; constant weights are padded at compile time
 
 
 def tile_shape(rows: int, vectors: int, registers: int) -> tuple[int, int]:
@@ -64,7 +68,8 @@ def matmul_tiled(sch: s_tir.Schedule, anchor, lanes: int, registers: int = 16) -
     rows, cols = spatial[-2], spatial[-1]
     vec = vector_width(extent(sch, cols), lanes)
     outside = []  # epilogue blocks over the unpadded columns: scheduled on their own after the tile
-    if vec < 4 and extent(sch, cols) > lanes and extent(sch, rows) >= MIN_ROWS:
+    small = extent(sch, cols) * extent(sch, loops[-1]) <= PAD_LIMIT
+    if vec < 4 and extent(sch, cols) > lanes and extent(sch, rows) >= MIN_ROWS and small:
         outside = _pad_columns(sch, anchor, lanes)
         loops = sch.get_loops(anchor)
         spatial, (k,) = loops[:-1], loops[-1:]
@@ -75,22 +80,34 @@ def matmul_tiled(sch: s_tir.Schedule, anchor, lanes: int, registers: int = 16) -
     if strided_lanes(sch, anchor):
         raise s_tir.ScheduleError("the columns are read with a stride (a transposed operand)")
     consumers = tile_consumers(sch, anchor)
+    names = {sch.get(c).name_hint for c in consumers}
+    outside += [
+        n for n in (sch.get(c).name_hint for c in sch.get_consumers(anchor)) if n not in names and n not in outside
+    ]
+    cols_outer = extent(sch, cols) > extent(sch, rows)
     jo, ji = sch.split(cols, [None, vec])
     r, v = tile_shape(extent(sch, rows), extent(sch, jo), registers)
     io, ii = sch.split(rows, [None, r])
     joo, joi = sch.split(jo, [None, v])
     lead = list(spatial[:-2])
-    sch.reorder(*lead, io, joo, k, ii, joi, ji)
-    cache = tile_accumulator(sch, anchor, joo, consumers, keep_misfits=True)
+    # the bigger operand is read once: with more columns than rows (a classifier over 8210 characters, 40
+    # steps), each panel of columns is swept over every row before the next; else each row block over every
+    # column (the panel or the row block stays in cache while the other operand streams past)
+    outer, inner = (joo, io) if cols_outer else (io, joo)
+    sch.reorder(*lead, outer, inner, k, ii, joi, ji)
+    cache = tile_accumulator(sch, anchor, inner, consumers, keep_misfits=True)
     sch.vectorize(ji)
     vectorize_tails(sch, [cache, *consumers], vec, split=True)
     sch.unroll(ii)
     sch.unroll(joi)
-    par = [*[lp for lp in lead if extent(sch, lp) > 1], io, joo]
+    par = [*[lp for lp in lead if extent(sch, lp) > 1], outer, inner]
     sch.parallel(sch.fuse(*par) if len(par) > 1 else par[0])
     sch.decompose_reduction(anchor, k)
-    for name in outside:
-        parallel_vectorize(sch, sch.get_sblock(name), lanes)
+    for name in outside:  # consumers writing fewer elements than the tile (the real columns, a slice)
+        try:
+            parallel_vectorize(sch, sch.get_sblock(name), lanes)
+        except s_tir.ScheduleError:  # it keeps its loops as they are: correct, serial
+            pass
 
 
 def _pad_columns(sch: s_tir.Schedule, anchor, lanes: int) -> list[str]:

@@ -58,3 +58,17 @@ def test_matmul_of_any_rank_packed(tmp_path, shape):
     out = kiln.load(tmp_path / "m.kiln").run({"input": x})["output"]
     assert out.shape == shape[:-1] + (40,)
     np.testing.assert_allclose(out, ort_run(m, {"input": x})[0], rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("n", [129, 37, 8210])
+def test_columns_with_no_vector_width_are_padded_once(tmp_path, n):
+    # 40 rows (too many to pack) by 129/37/8210 columns (no vector width of 4 or more): the constant weights
+    # are padded with zero columns at compile time and the real columns sliced after, in the same kernel;
+    # the matmul schedule would otherwise copy the weights into a padded buffer on every call
+    m = _classifier(40, n)
+    r = kiln.compile(m, tmp_path / "m.kiln")
+    assert r.report["dense_padded"] == 1 and r.report["dense_packed"] == 0 and r.report["kernels"] == 1
+    x = rand(40, 64, seed=3)
+    np.testing.assert_allclose(
+        kiln.load(tmp_path / "m.kiln").run({"input": x})["output"], ort_run(m, {"input": x})[0], rtol=1e-5, atol=1e-5
+    )

@@ -10,7 +10,12 @@ A matmul whose row count is known only at run time (a detector's box head over t
 packed too, by the dynamic rule's column tile (v vectors: dynamic_tile), the columns padded to a whole
 tile and sliced off after: FasterRCNN's fc6 ([<=150, 12544] x [12544, 1024]) read each 16-float weight
 vector from a different 4 KB page, one TLB miss per step of the reduction (84 GFLOP/s), and its
-91-column classifier ran scalar (4.5 GFLOP/s). `stats["dense_packed_dynamic"]` counts those."""
+91-column classifier ran scalar (4.5 GFLOP/s). `stats["dense_packed_dynamic"]` counts those.
+
+A matmul of more rows whose column count has no vector width of 4 or more (ddddocr's 8210-character
+classifier, an enhancer's 129 frequency bins) gets its constant weights padded with zero columns to a whole
+number of vectors here, once, and a slice of the real columns after it; the matmul schedule would otherwise
+pad them each call (33.6 MB for ddddocr's). `stats["dense_padded"]` counts them."""
 
 from __future__ import annotations
 
@@ -109,6 +114,36 @@ def dynamic_column_tile(call, lanes: int, registers: int) -> tuple[int, int, int
     return best
 
 
+def padded_columns(call, block: int) -> int | None:
+    """N rounded up to the vector block for a float32 matmul of more than MAX_ROWS static rows by constant
+    [K, N] weights whose N has no vector width of 4 or more; else None."""
+    if not isinstance(call.op, tvm.ir.Op) or call.op.name != "relax.matmul":
+        return None
+    w, x_shape = call.args[1], static_shape(call.args[0])
+    if (
+        not isinstance(w, GenericConst)
+        or x_shape is None
+        or len(w.value.shape) != 2
+        or str(call.args[0].ty.dtype) != "float32"
+        or str(w.value.dtype) != "float32"
+        or int(np.prod(x_shape[:-1])) <= MAX_ROWS
+    ):
+        return None
+    n = int(w.value.shape[1])
+    return -(-n // block) * block if n > block and widest_block(n, block) < 4 else None
+
+
+def _padded(builder, call, block: int):
+    padded = padded_columns(call, block)
+    if padded is None:
+        return None
+    w = call.args[1].value.numpy()
+    k, n = w.shape
+    wide = relax.const(np.concatenate([w, np.zeros((k, padded - n), w.dtype)], axis=1))
+    y = builder.emit(relax.op.matmul(call.args[0], wide))
+    return relax.op.strided_slice(y, axes=[call.ty.ndim - 1], begin=[0], end=[n])
+
+
 def _to_packed(builder, call, block: int, registers: int):
     b, rows = column_block(call, block), None
     if b is not None:
@@ -151,10 +186,10 @@ def _folded_transpose(call, lookup):
 class PackDenseWeights:
     def __init__(self, block: int, registers: int = 16):
         self.block, self.registers = block, registers
-        self.stats = {"dense_packed": 0, "dense_packed_dynamic": 0}
+        self.stats = {"dense_packed": 0, "dense_packed_dynamic": 0, "dense_padded": 0}
 
     def transform_module(self, mod: tvm.IRModule, ctx) -> tvm.IRModule:
-        dynamic = []
+        dynamic, padded = [], []
 
         def pack(builder, call, lookup):
             folded = _folded_transpose(call, lookup)
@@ -162,10 +197,14 @@ class PackDenseWeights:
             new = _to_packed(builder, call, self.block, self.registers)
             if new is not None and static_shape(call.args[0]) is None:
                 dynamic.append(call)
+            if new is None:
+                new = _padded(builder, call, self.block)
+                padded.append(new) if new is not None else None
             return new
 
         out, count = rewrite_calls(mod, pack, lookup=True)
-        self.stats["dense_packed"] += count - len(dynamic)
+        self.stats["dense_packed"] += count - len(dynamic) - len(padded)
+        self.stats["dense_padded"] += len(padded)
         self.stats["dense_packed_dynamic"] += len(dynamic)
         return out
 

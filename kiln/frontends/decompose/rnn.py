@@ -185,7 +185,9 @@ def _one_kernel(node, em: Emitter, shapes, consts) -> bool:
     if layout == 1:
         x = em.op("Transpose", [x], perm=[1, 0, 2])
     wt = np.ascontiguousarray(np.concatenate([W[d].T for d in range(ndir)], axis=1))
-    xw = em.op("Add", [em.op("MatMul", [x, em.const(wt, "Wt")]), em.const(np.concatenate(bias), "b")])
+    rows = em.reshape(x, [T * B, shapes[ins[0]][-1]])  # [T*B, I]: a 2-D matmul takes the rows register tile
+    xw = em.op("Add", [em.op("MatMul", [rows, em.const(wt, "Wt")]), em.const(np.concatenate(bias), "b")])
+    xw = em.reshape(xw, [T, B, wt.shape[1]])
     inputs = [xw, em.const(np.ascontiguousarray(np.stack([R[d].T for d in range(ndir)])), "Rt")]
     if cell == "gru":
         inputs.append(em.const(np.ascontiguousarray(Bb[:, G * H + 2 * H : G * H + 3 * H]), "rbh"))
