@@ -19,6 +19,7 @@ from .dynamic import dynamic
 from .kinds import strip
 from .recurrence import specialize
 from .registry import FALLBACK, REGISTER_TILED, RULES, classify, target_family
+from .rules import vectorize_leftovers
 
 # the test suite sets it: a rule bug then fails the compile instead of leaving one kernel unscheduled
 STRICT_ENV = "KILN_STRICT_RULES"
@@ -45,6 +46,7 @@ def first_rule_that_applies(func, family: str, lanes: int, registers: int = 16):
                 rule(sch, anchor, lanes, registers=registers)
             else:
                 rule(sch, anchor, lanes)
+            vectorize_leftovers(sch, lanes)
             return kind, sch
         except s_tir.ScheduleError:  # the rule does not fit this kernel: try the next, else leave it unscheduled
             continue  # anything else is a bug in the rule, and propagates
