@@ -66,8 +66,28 @@ def test_pass_counts_and_keeps_other_convs():
     stft, _ = _conv1d_model(1, 258, 64, 16, strides=[8])  # silero's STFT: neither channel count blocks
     p = Conv1dAsConv2d()
     p(import_onnx(stft).mod)
-    # only the 258 -> 16 conv after it: 16 output channels vectorize (258 = 2 x 129 blocks by 2 at most)
-    assert p.stats["conv1d_as_conv2d"] == 1
+    # only the 258 -> 16 conv after it: 16 output channels vectorize (258 = 2 x 129 blocks by 2 at most);
+    # the STFT itself, 7 frames of 16 samples, is a matmul of the gathered frames
+    assert p.stats["conv1d_as_conv2d"] == 1 and p.stats["conv1d_as_matmul"] == 1
+
+
+@pytest.mark.parametrize(
+    "c_in,c_out,width,k,attrs",
+    [
+        (1, 258, 640, 256, {"strides": [128]}),  # silero's STFT: 4 frames
+        (1, 130, 320, 128, {"strides": [64]}),  # its 8 kHz STFT
+        (65, 20, 4, 3, {"pads": [1, 1]}),  # 65 bins (silero 8 kHz) to 20 channels: neither blocks
+        (3, 10, 30, 5, {"strides": [3], "pads": [2, 1], "dilations": [2]}),
+    ],
+)
+def test_unblockable_conv1d_over_few_positions_is_a_matmul(tmp_path, c_in, c_out, width, k, attrs):
+    from kiln.frontends.importer import import_onnx
+
+    model, x = _conv1d_model(c_in, c_out, width, k, **attrs)
+    p = Conv1dAsConv2d()
+    p(import_onnx(model).mod)
+    assert p.stats["conv1d_as_matmul"] == 1
+    check_against_ort(model, {"input": x}, tmp_path)
 
 
 def test_a_chain_of_conv1d_stays_blocked_between_convs(tmp_path):

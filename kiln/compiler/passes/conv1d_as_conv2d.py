@@ -13,10 +13,17 @@ both take a block of 4 or more lanes, or whose output channels are a multiple of
 (they stay NCHW, output channels vectorized: conv_nchw_oc_vectorized, e.g. wav2vec2's 1 -> 512 stem).
 Others would be an NCHW conv2d on the generic rule, slower than TVM's conv1d (silero's STFT conv,
 1 -> 258 channels: 0.99 ms, against 0.2 ms for the whole model with conv1d).
-`stats["conv1d_as_conv2d"]` counts the convs."""
+`stats["conv1d_as_conv2d"]` counts the convs.
+
+Such an unblockable conv over few output positions (an STFT as a conv: silero's 1 -> 258 channels, kernel
+256, stride 128, 4 frames; its 129-bin encoder conv) is a matmul instead: the frames gathered into
+[positions, C*K] (im2col, at most IM2COL_MAX elements) times the weights as [C*K, O], which the matmul
+schedules tile (TVM's conv1d ran them at 14-17 GFLOP/s, 50 of silero_vad's ~120 us).
+`stats["conv1d_as_matmul"]` counts them."""
 
 from __future__ import annotations
 
+import numpy as np
 import tvm
 from tvm import relax
 from tvm.ir.expr import GenericConst
@@ -26,6 +33,7 @@ from .convert_layout import widest_block
 from .module_map import rewrite_functions
 from .propagate_blocked_layout import UNARY
 
+IM2COL_MAX = 1 << 15  # elements of the gathered frames: longer sequences stay convs
 BINARY = ("relax.add", "relax.multiply", "relax.subtract", "relax.divide", "relax.maximum", "relax.minimum")
 
 
@@ -37,7 +45,7 @@ def _ints(a) -> list[int]:
 class _Rewriter(relax.PyExprMutator):
     def __init__(self, mod, block: int):
         super().__init__(mod)
-        self.block, self.count = block, 0
+        self.block, self.count, self.matmuls = block, 0, 0
 
     def _height1(self, e):
         """y when e is bound to squeeze(y, [2]) of a 4-D y (a rewritten conv's output, or an op after it)."""
@@ -74,7 +82,7 @@ class _Rewriter(relax.PyExprMutator):
         o, i = int(w.ty.shape[0]), int(w.ty.shape[1])
         blocks = widest_block(o, self.block) >= 4 and widest_block(i * int(a.groups), self.block) >= 4
         if not blocks and (o % self.block or int(a.groups) != 1):  # else NCHW, output channels vectorized
-            return None
+            return self._as_matmul(call)
         w4 = relax.const(w.value.numpy()[:, :, None, :]) if isinstance(w, GenericConst) else relax.op.expand_dims(w, 2)
         x4 = self._height1(x)
         (pl, pr), (s,), (d,) = _ints(a.padding), _ints(a.strides), _ints(a.dilation)
@@ -90,6 +98,34 @@ class _Rewriter(relax.PyExprMutator):
                 out_dtype=out_dtype(a),
             )
         )
+
+    def _as_matmul(self, call):
+        """conv1d(x, w) of one sample and groups 1 as im2col(x) @ w^T, or None when the frames are too many."""
+        a = call.attrs
+        x, w = call.args
+        shape = x.ty.shape
+        if (
+            int(a.groups) != 1
+            or not isinstance(w, GenericConst)
+            or shape is None
+            or any(not isinstance(v, (int, tvm.tirx.IntImm)) for v in shape)
+        ):
+            return None
+        n, c, length = _ints(shape)
+        o, i, k = w.value.shape
+        (pl, pr), (s,), (d,) = _ints(a.padding), _ints(a.strides), _ints(a.dilation)
+        positions = (length + pl + pr - d * (k - 1) - 1) // s + 1
+        if n != 1 or i != c or positions < 1 or positions * c * k > IM2COL_MAX:
+            return None
+        bb = self.builder_
+        xp = bb.emit(relax.op.nn.pad(x, [0, 0, 0, 0, pl, pr])) if pl or pr else x
+        idx = np.array([[p * s + j * d for j in range(k)] for p in range(positions)], np.int64)
+        frames = bb.emit(relax.op.take(xp, relax.const(idx), axis=2))  # [1, C, positions, K]
+        frames = bb.emit(relax.op.reshape(relax.op.permute_dims(frames, [0, 2, 1, 3]), [positions, c * k]))
+        wt = relax.const(np.ascontiguousarray(w.value.numpy().reshape(o, c * k).T))
+        y = bb.emit(relax.op.matmul(frames, wt))  # [positions, O]
+        self.matmuls += 1
+        return relax.op.reshape(relax.op.permute_dims(y, [1, 0]), [1, o, positions])
 
     def visit_call_(self, call):
         call = super().visit_call_(call)
@@ -120,13 +156,14 @@ class _Rewriter(relax.PyExprMutator):
 class Conv1dAsConv2d:
     def __init__(self, block: int = 16):
         self.block = block
-        self.stats = {"conv1d_as_conv2d": 0}
+        self.stats = {"conv1d_as_conv2d": 0, "conv1d_as_matmul": 0}
 
     def transform_module(self, mod: tvm.IRModule, ctx) -> tvm.IRModule:
         def rewrite(f):
             rw = _Rewriter(mod, self.block)
             out = rw.visit_expr(f)
             self.stats["conv1d_as_conv2d"] += rw.count
+            self.stats["conv1d_as_matmul"] += rw.matmuls
             return out
 
         mod = rewrite_functions(mod, rewrite)

@@ -12,7 +12,7 @@ tile and sliced off after: FasterRCNN's fc6 ([<=150, 12544] x [12544, 1024]) rea
 vector from a different 4 KB page, one TLB miss per step of the reduction (84 GFLOP/s), and its
 91-column classifier ran scalar (4.5 GFLOP/s). `stats["dense_packed_dynamic"]` counts those.
 
-A matmul of more rows whose column count has no vector width of 4 or more (ddddocr's 8210-character
+A matmul of two or more rows, not packed, whose column count has no vector width of 4 or more (ddddocr's 8210-character
 classifier, an enhancer's 129 frequency bins) gets its constant weights padded with zero columns to a whole
 number of vectors here, once, and a slice of the real columns after it; the matmul schedule would otherwise
 pad them each call (33.6 MB for ddddocr's). `stats["dense_padded"]` counts them."""
@@ -115,8 +115,8 @@ def dynamic_column_tile(call, lanes: int, registers: int) -> tuple[int, int, int
 
 
 def padded_columns(call, block: int) -> int | None:
-    """N rounded up to the vector block for a float32 matmul of more than MAX_ROWS static rows by constant
-    [K, N] weights whose N has no vector width of 4 or more; else None."""
+    """N rounded up to the vector block for a float32 matmul of two or more static rows by constant [K, N]
+    weights whose N has no vector width of 4 or more (and that _to_packed did not take); else None."""
     if not isinstance(call.op, tvm.ir.Op) or call.op.name != "relax.matmul":
         return None
     w, x_shape = call.args[1], static_shape(call.args[0])
@@ -126,7 +126,7 @@ def padded_columns(call, block: int) -> int | None:
         or len(w.value.shape) != 2
         or str(call.args[0].ty.dtype) != "float32"
         or str(w.value.dtype) != "float32"
-        or int(np.prod(x_shape[:-1])) <= MAX_ROWS
+        or int(np.prod(x_shape[:-1])) < 2
     ):
         return None
     n = int(w.value.shape[1])
