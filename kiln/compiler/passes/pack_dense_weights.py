@@ -67,23 +67,27 @@ def matmul_packed_rows(x, packed, n: int, rows: int):
     return te.compute((m, n), lambda i, j: full[i, j], name="matmul_rows")
 
 
+def _float_matmul_by_constant(call) -> bool:
+    """A float32 relax.matmul whose second operand is a constant [K, N] matrix: what each rewrite here takes."""
+    if not isinstance(call.op, tvm.ir.Op) or call.op.name != "relax.matmul":
+        return False
+    w = call.args[1]
+    return (
+        isinstance(w, GenericConst)
+        and len(w.value.shape) == 2
+        and str(call.args[0].ty.dtype) == "float32"
+        and str(w.value.dtype) == "float32"
+        and str(call.ty.dtype) == "float32"
+    )
+
+
 def column_block(call, block: int) -> int | None:
     """The column tile width b for this call (the widest power of two up to the vector block that
     divides N: the width the matmul schedule vectorizes by), or None when it is not a packable matmul."""
-    if not isinstance(call.op, tvm.ir.Op) or call.op.name != "relax.matmul":
+    x_shape = static_shape(call.args[0]) if _float_matmul_by_constant(call) else None
+    if x_shape is None or int(np.prod(x_shape[:-1])) > MAX_ROWS:
         return None
     w = call.args[1]
-    x_shape = static_shape(call.args[0])
-    if (
-        not isinstance(w, GenericConst)
-        or x_shape is None
-        or len(w.value.shape) != 2
-        or str(call.args[0].ty.dtype) != "float32"
-        or str(w.value.dtype) != "float32"
-        or str(call.ty.dtype) != "float32"
-        or int(np.prod(x_shape[:-1])) > MAX_ROWS
-    ):
-        return None
     b = widest_block(int(w.value.shape[1]), block)
     return b if b >= MIN_BLOCK else None
 
@@ -92,20 +96,9 @@ def dynamic_column_tile(call, lanes: int, registers: int) -> tuple[int, int, int
     """(b, padded N, rows) for a float32 matmul by constant [K, N] weights whose rows are known only at run time:
     the output width, at most MAX_PAD wider than N, whose register tile (dynamic_tile, which the dynamic
     rule will pick for that width) does the most FMAs per load, and that tile's width b; else None."""
-    if not isinstance(call.op, tvm.ir.Op) or call.op.name != "relax.matmul":
+    if not _float_matmul_by_constant(call) or static_shape(call.args[0]) is not None or call.args[0].ty.ndim != 2:
         return None
-    w = call.args[1]
-    if (
-        not isinstance(w, GenericConst)
-        or len(w.value.shape) != 2
-        or static_shape(call.args[0]) is not None
-        or call.args[0].ty.ndim != 2
-        or str(call.args[0].ty.dtype) != "float32"
-        or str(w.value.dtype) != "float32"
-        or str(call.ty.dtype) != "float32"
-    ):
-        return None
-    n = int(w.value.shape[1])
+    n = int(call.args[1].value.shape[1])
     best, best_key = None, 0.0
     for vectors in range(-(-n // lanes), int(n * (1 + MAX_PAD)) // lanes + 1):
         r, v = dynamic_tile(vectors, registers)
@@ -117,19 +110,10 @@ def dynamic_column_tile(call, lanes: int, registers: int) -> tuple[int, int, int
 def padded_columns(call, block: int) -> int | None:
     """N rounded up to the vector block for a float32 matmul of two or more static rows by constant [K, N]
     weights whose N has no vector width of 4 or more (and that _to_packed did not take); else None."""
-    if not isinstance(call.op, tvm.ir.Op) or call.op.name != "relax.matmul":
+    x_shape = static_shape(call.args[0]) if _float_matmul_by_constant(call) else None
+    if x_shape is None or int(np.prod(x_shape[:-1])) < 2:
         return None
-    w, x_shape = call.args[1], static_shape(call.args[0])
-    if (
-        not isinstance(w, GenericConst)
-        or x_shape is None
-        or len(w.value.shape) != 2
-        or str(call.args[0].ty.dtype) != "float32"
-        or str(w.value.dtype) != "float32"
-        or int(np.prod(x_shape[:-1])) < 2
-    ):
-        return None
-    n = int(w.value.shape[1])
+    n = int(call.args[1].value.shape[1])
     return -(-n // block) * block if n > block and widest_block(n, block) < 4 else None
 
 
@@ -199,7 +183,8 @@ class PackDenseWeights:
                 dynamic.append(call)
             if new is None:
                 new = _padded(builder, call, self.block)
-                padded.append(new) if new is not None else None
+                if new is not None:
+                    padded.append(call)
             return new
 
         out, count = rewrite_calls(mod, pack, lookup=True)

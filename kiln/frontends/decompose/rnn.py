@@ -13,6 +13,7 @@ import numpy as np
 import onnx
 
 from ...errors import UnsupportedModelError
+from ...schedules.recurrence import GATES
 from ..tvm_recurrence import DOMAIN, OP_TYPE
 from .emitter import CURRENT_MODEL, Emitter
 from .llm_common import elem_type
@@ -172,7 +173,7 @@ def _one_kernel(node, em: Emitter, shapes, consts) -> bool:
     if ins[4] and not (ins[4] in consts and np.all(consts[ins[4]] == T)):
         return False
     cell, H = CELLS[node.op_type], a["hidden_size"]
-    G = {"lstm": 4, "gru": 3, "rnn": 1}[cell]
+    G = GATES[cell]
     W, R = consts[ins[1]].astype(np.float32), consts[ins[2]].astype(np.float32)
     Bb = consts[ins[3]].astype(np.float32) if ins[3] else np.zeros((ndir, 2 * G * H), np.float32)
     if cell == "gru":  # z and r take both biases in the projection; h's recurrent bias stays in the kernel
