@@ -234,10 +234,12 @@ def block_ratios(times: dict, blocks: dict) -> dict:
     milliseconds, so drift hits both): the spread of these says how far to trust ratio_p50."""
 
     def medians(p):
-        starts = blocks[p] + [len(times[p])]
-        return [float(np.median(times[p][a:b])) for a, b in zip(starts, starts[1:]) if b > a]
+        n = len(times[p])  # onnxruntime's runs are cut to Kiln's count: a block may start past the end
+        starts = [min(s, n) for s in blocks[p]] + [n]
+        return [float(np.median(times[p][a:b])) if b > a else None for a, b in zip(starts, starts[1:])]
 
-    ratios = [k / o for k, o in zip(medians(""), medians("ort_"))]
+    # an empty block (time ran out at its start, or cut off) drops its pair, not the pairing of the rest
+    ratios = [k / o for k, o in zip(medians(""), medians("ort_")) if k is not None and o is not None]
     if not ratios:
         return {}
     q25, q50, q75 = (float(v) for v in np.percentile(ratios, [25, 50, 75]))

@@ -118,14 +118,17 @@ def register_tile(pixels: int, blocks: int, accumulators: int) -> tuple[int, int
     return best
 
 
-def _tensorize(sch: s_tir.Schedule, kernel: Int8Kernel, anchor, reduce_loop, tile_loops, lanes_loop, epilogue) -> None:
+def _tensorize(
+    sch: s_tir.Schedule, kernel: Int8Kernel, anchor, reduce_loop, tile_loops, lanes_loop, epilogue, split=False
+) -> None:
     """Shared tail of the int8 rules: zero-init outside the reduction, the register tile unrolled,
-    the (lanes x 4) inner loops replaced by the kernel's intrinsic, init and epilogue vectorized."""
+    the (lanes x 4) inner loops replaced by the kernel's intrinsic, init and epilogue vectorized
+    (split: epilogues whose innermost loop spans several blocks of lanes, split into vectors)."""
     init = sch.decompose_reduction(anchor, reduce_loop)
     for loop in tile_loops:
         sch.unroll(loop)
     sch.tensorize(lanes_loop, kernel.intrin)
-    vectorize_tails(sch, [init, *epilogue], kernel.lanes)
+    vectorize_tails(sch, [init, *epilogue], kernel.lanes, split=split)
 
 
 def conv2d_int8(sch: s_tir.Schedule, anchor, lanes: int) -> None:
@@ -169,17 +172,18 @@ def matmul_int8(sch: s_tir.Schedule, anchor, lanes: int) -> None:
     inline_all_but(sch, [anchor, *sch.get_producers(anchor)])
     prologue = sch.get_producers(anchor)
     consumers = tile_consumers(sch, anchor)
-    *lead, n, ko, ki = sch.get_loops(anchor)
-    m = sch.fuse(*lead) if len(lead) > 1 else lead[0]
+    # the row tile comes from the last row axis; the leading ones ([batch, seq, K] inputs) stay outer
+    # loops: fused with it, their div/mod bindings would not blockize for tensorize
+    *outer, m, n, ko, ki = sch.get_loops(anchor)
     t, b = register_tile(extent(sch, m), extent(sch, n) // kernel.lanes, kernel.accumulators)
     mo, mi = sch.split(m, [None, t])
     nbo, nbi, nj = sch.split(n, [None, b, kernel.lanes])
-    sch.reorder(mo, nbo, ko, mi, nbi, nj, ki)
+    sch.reorder(*outer, mo, nbo, ko, mi, nbi, nj, ki)
     cache = sch.cache_write(anchor, 0, "global")
     sch.reverse_compute_at(cache, nbo, preserve_unit_loops=True)
     for c in consumers:
         sch.reverse_compute_at(c, nbo, preserve_unit_loops=True)
-    sch.parallel(sch.fuse(mo, nbo))
-    _tensorize(sch, kernel, anchor, ko, [mi, nbi], nj, [cache, *consumers])
+    sch.parallel(sch.fuse(*outer, mo, nbo))
+    _tensorize(sch, kernel, anchor, ko, [mi, nbi], nj, [cache, *consumers], split=True)
     for p in prologue:  # the sdot shift: once over the whole input, ahead of the tiles (a few rows)
         parallel_vectorize(sch, p, 16)

@@ -79,6 +79,26 @@ def test_dynamic_quantize_matmul(tmp_path, per_channel):
     check_against_ort(q, {"x": rand(2, 8, 16, seed=7)}, tmp_path, rtol=1e-5, atol=1e-5)
 
 
+def test_dynamic_quantize_linear_matmul_integer_runs_int8(tmp_path):
+    """quantize_dynamic's own output (DynamicQuantizeLinear -> MatMulInteger, the zero point computed at
+    run time) on the int8 kernel where it is exact: the activation's zero-point correction is a run-time
+    term, and 24 columns (no multiple of 16 lanes) are padded. On the host: equal to onnxruntime."""
+    from tests.helpers import compiled_asm
+
+    m = make_model(
+        [helper.make_node("MatMul", ["x", "w"], ["y"]), helper.make_node("Add", ["y", "b"], ["z"])],
+        {"x": rand(2, 8, 16)},
+        ["z"],
+        {"w": rand(16, 24, seed=1), "b": rand(24, seed=2)},
+    )
+    q = quantize_dynamic(m, tmp_path)
+    assert ops(q)["DynamicQuantizeLinear"] == 1 and ops(q)["MatMulInteger"] == 1
+    asm, report = compiled_asm(q, "llvm -mcpu=znver4")  # AVX-512 VNNI: exact for 8-bit weights
+    assert report["qdq_lowered"] == 1 and "vpdpbusd" in asm
+    x = rand(2, 8, 16, seed=7) + 0.5  # a nonzero zero point
+    check_against_ort(q, {"x": x}, tmp_path, rtol=1e-5, atol=1e-5)
+
+
 def test_matmul_integer_to_float(tmp_path):
     """One-node model: onnxruntime writes it only when fusing a DQL-fed MatMulInteger with mixed scales."""
     g = np.random.default_rng(1)

@@ -6,7 +6,9 @@ with constant, symmetric (zero point 0) int8 weights into uint8 x int8 -> int32 
 epilogue:  y = float(acc) * sx*sw - zx*sx*sw*sum(Wq)  (the same form as Kiln's own quantizer, so
 the same int8 kernels run; a target whose int8 kernel would not be faster or exact keeps the layer
 float). int8 activations are shifted to uint8 (+128, zero point +128); a
-convolution over an input with a nonzero zero point pads with it explicitly."""
+convolution over an input with a nonzero zero point pads with it explicitly. A matmul's uint8
+activation zero point may be a run-time scalar (MatMulInteger after DynamicQuantizeLinear, from
+onnxruntime's quantize_dynamic): its correction -zx*sw*sum(Wq) is then computed at run time."""
 
 from __future__ import annotations
 
@@ -22,6 +24,16 @@ from .module_map import rewrite_functions
 
 def _const(e) -> np.ndarray | None:
     return e.value.numpy() if isinstance(e, GenericConst) else None
+
+
+def _runtime_scalar(e) -> bool:
+    """A one-element uint8 value that is not a constant (DynamicQuantizeLinear's zero point)."""
+    ty = getattr(e, "ty", None)
+    shape = getattr(ty, "shape", None)
+    if _const(e) is not None or shape is None or str(getattr(ty, "dtype", "")) != "uint8":
+        return False
+    dims = [getattr(d, "value", None) for d in shape]
+    return all(d == 1 for d in dims)
 
 
 @relax.expr_functor.mutator
@@ -52,16 +64,18 @@ class _Lower(relax.PyExprMutator):
             _const(dw.args[2]),
         )
         xdt = str(dx.args[0].ty.dtype)
+        conv = call.op.name == "relax.nn.conv2d"
+        if zx is None and not conv and xdt == "uint8" and _runtime_scalar(dx.args[2]):
+            zx = dx.args[2]  # onnxruntime's dynamic quantization: the zero point is computed at run time
         if (
             any(a is None for a in (sx, zx, wq, sw, zw))
             or sx.size != 1
-            or zx.size != 1
+            or (not isinstance(zx, relax.Expr) and zx.size != 1)
             or wq.dtype != np.int8
             or np.any(zw != 0)
             or xdt not in ("uint8", "int8")
         ):
             return call
-        conv = call.op.name == "relax.nn.conv2d"
         if conv and (
             int(call.attrs.groups) != 1 or call.attrs.data_layout != "NCHW" or call.attrs.kernel_layout != "OIHW"
         ):
@@ -74,7 +88,8 @@ class _Lower(relax.PyExprMutator):
         if qdq_float_reason(self.caps, wq, 1 if conv else 0) is not None:
             self.kept_float += 1  # the fake-quantized float layer: as exact, and faster on this target
             return call
-        xq, zp = dx.args[0], int(zx.reshape(-1)[0])
+        xq = dx.args[0]
+        zp = zx if isinstance(zx, relax.Expr) else int(zx.reshape(-1)[0])
         if xdt == "int8":  # VNNI takes unsigned activations: shift by 128
             op = relax.op
             xq = self.builder_.emit(op.astype(op.add(op.astype(xq, "int32"), relax.const(np.int32(128))), "uint8"))

@@ -53,10 +53,16 @@ def quantize_act(x, q: QParams):
     return op.astype(op.clip(r, 0.0, 255.0), "uint8")
 
 
-def integer_layer(bb, call, xq, zp: int, sx, wq: np.ndarray, sw: np.ndarray):
+COLUMN_BLOCK = 16  # matmul columns are padded to this: every int8 kernel's lanes (4, 8, 16) divide it
+
+
+def integer_layer(bb, call, xq, zp, sx, wq: np.ndarray, sw: np.ndarray):
     """The integer form of a float conv2d (NCHW/OIHW) or matmul `call`, given its input as uint8
     codes `xq` (zero point zp, scale sx) and int8 weights wq with per-output-channel scales sw:
       acc = op(pad(xq, zp), wq) in int32;  y = float(acc) * sx*sw - zp * sx*sw * sum(wq)
+    zp is an int, or for a matmul a uint8 scalar relax value computed at run time (onnxruntime's
+    dynamic quantization). A matmul's weight columns are padded with zeros to a multiple of
+    COLUMN_BLOCK and the result sliced back, so the int8 kernel (N % lanes == 0) takes any width.
     Emits the intermediate bindings into bb and returns y (float32), the value `call` had."""
     op = relax.op
     m = (np.float32(sx) * sw).astype(np.float32)
@@ -82,10 +88,18 @@ def integer_layer(bb, call, xq, zp: int, sx, wq: np.ndarray, sw: np.ndarray):
         )
         shape, wsum = (1, -1, 1, 1), wq.astype(np.int64).sum(axis=(1, 2, 3))
     else:
-        acc = op.matmul(xq, relax.const(wq), "int32")
+        n = wq.shape[1]
+        pad = -n % COLUMN_BLOCK
+        acc = op.matmul(xq, relax.const(np.pad(wq, ((0, 0), (0, pad))) if pad else wq), "int32")
+        if pad:
+            rank = len(call.ty.shape)
+            acc = op.strided_slice(bb.emit(acc), [rank - 1], [0], [n])
         shape, wsum = (-1,), wq.astype(np.int64).sum(axis=0)
     y = op.multiply(op.astype(bb.emit(acc), "float32"), relax.const(m.reshape(shape)))
-    if zp:
+    if isinstance(zp, relax.Expr):
+        corr = op.multiply(op.astype(zp, "float32"), relax.const((-m * wsum).astype(np.float32).reshape(shape)))
+        y = op.add(bb.emit(y), bb.emit(corr))
+    elif zp:
         y = op.add(bb.emit(y), relax.const((-zp * m * wsum).astype(np.float32).reshape(shape)))
     return y
 
