@@ -2,10 +2,12 @@
 
 benchmarks/tail.md found every slow run preempted. This measures the mechanism directly: the same
 artifact, 2 threads, with and without one competing busy process (a Python loop at the same
-priority, one core's worth), under TVM's default pool (workers spin between kernels) and with
-TVM_THREAD_POOL_SPIN_COUNT=0 (workers sleep at once and are woken per kernel), onnxruntime in the
-same `kiln bench --onnx` process as the yardstick. Each cell is its own process (TVM reads the
-variable when its pool starts); cells take turns over --rounds so the machine's drift hits them alike.
+priority, one core's worth), under Kiln's pool (kiln/runtime/pool.c: a descheduled worker's chunks
+are taken by the caller), TVM's default pool (KILN_THREAD_POOL=tvm: one fixed share per thread, workers
+spin between kernels) and TVM's with TVM_THREAD_POOL_SPIN_COUNT=0 (workers sleep at once and are
+woken per kernel), onnxruntime in the same `kiln bench --onnx` process as the yardstick. Each cell
+is its own process (TVM reads the variable when its pool starts); cells take turns over --rounds so
+the machine's drift hits them alike.
 
     .venv/bin/python benchmarks/contention.py [--models bert,mobilenet_v2] [--seconds 4] [--rounds 2]
 """
@@ -24,7 +26,11 @@ from pathlib import Path
 from kiln.runtime.hostinfo import cpu_model_name
 
 ROOT = Path(__file__).resolve().parents[1]
-POLICIES = {"spin (TVM default)": {}, "no spin (SPIN_COUNT=0)": {"TVM_THREAD_POOL_SPIN_COUNT": "0"}}
+POLICIES = {
+    "Kiln pool (default)": {},
+    "TVM pool, spin (TVM default)": {"KILN_THREAD_POOL": "tvm"},
+    "TVM pool, no spin (SPIN_COUNT=0)": {"KILN_THREAD_POOL": "tvm", "TVM_THREAD_POOL_SPIN_COUNT": "0"},
+}
 BUSY = "import time\nt = time.time()\nwhile time.time() - t < 600: pass\n"
 
 

@@ -35,6 +35,7 @@ from .pipeline import precision_note
 from .reproduce import DISABLE_ENV, compile_flags, reduce_failure, write_reproducer
 
 CROSS_COMPILERS = {"aarch64": "aarch64-linux-gnu-g++"}
+POOL_SOURCE = str(Path(art.__file__).with_name("pool.c"))  # the runtime's thread pool, linked into CPU libraries
 
 
 @dataclasses.dataclass
@@ -120,7 +121,7 @@ def compile_model(
         if skipped:
             report["layout"] = skipped[0]["layout"]
         with tvm_errors("Exporting the library", where):
-            library = _export(exe, options.target.arch, where, _c_kernels(opt.mod))
+            library = _export(exe, options.target.arch, where, _c_kernels(opt.mod), pool=not options.target.is_gpu)
         report["pass_seconds"] = {
             "import": round(import_s, 4),
             **report["pass_seconds"],
@@ -321,16 +322,14 @@ def _c_kernels(mod) -> list[str]:
     return [build(s)[0] for s in sorted(sources)]
 
 
-def _export(exe, arch: str, where: str, objects: list[str] = ()) -> bytes:
+def _export(exe, arch: str, where: str, objects: list[str] = (), pool: bool = True) -> bytes:
+    """The executable as a shared library, linked with Kiln's C kernels (`objects`) and, for CPU
+    targets (`pool`), the runtime's thread pool (kiln/runtime/pool.c, compiled for the target's arch)."""
+    from tvm.support import cc as tvm_cc
+
+    extra = [*objects, *([POOL_SOURCE] if pool else [])]
+    flags = ["-O2", "-pthread"]
     kwargs = {}
-    if objects:
-        from tvm.support import cc as tvm_cc
-
-        def fcompile(output, files, options=None, **kw):
-            return tvm_cc.create_shared(output, list(files) + list(objects), options=options, **kw)
-
-        fcompile.output_format = "so"
-        kwargs["fcompile"] = fcompile
     if arch != host_arch():
         cc = CROSS_COMPILERS.get(arch)
         if cc is None or shutil.which(cc) is None:
@@ -339,9 +338,14 @@ def _export(exe, arch: str, where: str, objects: list[str] = ()) -> bytes:
                 where=where,
                 fix="apt-get install g++-aarch64-linux-gnu (or compile on the target machine)",
             )
-        from tvm.support import cc as tvm_cc
+        kwargs["fcompile"] = tvm_cc.cross_compiler(cc, options=flags, add_files=[POOL_SOURCE] if pool else None)
+    elif extra:
 
-        kwargs["fcompile"] = tvm_cc.cross_compiler(cc)
+        def fcompile(output, files, options=None, **kw):
+            return tvm_cc.create_shared(output, list(files) + extra, options=[*(options or []), *flags], **kw)
+
+        fcompile.output_format = "so"
+        kwargs["fcompile"] = fcompile
     with tempfile.TemporaryDirectory(prefix="kiln-build-") as tmp:
         lib = Path(tmp) / art.LIBRARY
         exe.export_library(str(lib), **kwargs)

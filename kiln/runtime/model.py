@@ -15,6 +15,7 @@ import numpy as np
 from ..errors import IncompatibleArtifactError, InputError, OptionsError
 from . import artifact as art
 from . import buckets as bk
+from . import pool
 from .hostinfo import enable_amx, host_arch, host_cpu_flags, missing_cpu_features, physical_cores, raise_thread_pool_cap
 
 pool_lock = threading.Lock()
@@ -44,6 +45,7 @@ def configure_threads(tvm, n: int) -> None:
     global _pool_threads
     if _pool_threads != n:
         tvm.get_global_func("runtime.config_threadpool")(1, n)
+        pool.configure(n)  # Kiln's pool (pool.py), which the artifact's parallel loops run on
         _pool_threads = n
 
 
@@ -150,6 +152,8 @@ class Model:
                 lib_path = Path(tmp) / b["library"]
                 lib_path.write_bytes(members[b["library"]])
                 lib = tvm.runtime.load_module(str(lib_path))  # dlopen'd: the file may go away after
+                if self._dev.dlpack_device_type() == 1:  # CPU code: its parallel loops on Kiln's pool
+                    pool.install(lib_path)
                 self.buckets.append(
                     bk.Bucket(
                         b["name"],
