@@ -2,13 +2,16 @@
 
 The corpus (export.py) is what Kiln's users bring: ONNX files from real exporters. This is the yardstick: for
 each model, in a fresh subprocess of Kiln's venv (one model cannot take the next one down, and a hang is cut
-by a timeout), `kiln.compile` with default options (input_shapes only for inputs with symbolic dims, pinned
-to the recorded input), `kiln.load(out).run(feed)` on the fixed input export.py saved, onnxruntime on the same
+by a timeout), `kiln.compile` with default options (input_shapes only for inputs with symbolic dims, pinned to
+the recorded input), `kiln.load(out).run(feed)` on the fixed input export.py saved, onnxruntime on the same
 input. Pass: every output within |kiln - ort| <= 1e-4 * max(1, max|ort|) + 1e-3 * |ort| (integer outputs
-exactly, shapes equal); otherwise mismatch; a raised exception is an error (KilnError class and the first line
-of its message, or the exception). An error or mismatch is compiled again with layout="NCHW", to learn whether
-the default layout passes cause it. Timing: Kiln and onnxruntime (2 threads each) alternate in blocks of runs
-with a pause between blocks (both thread pools spin after a run; see kiln.runtime.bench), medians.
+exactly, shapes equal); a model that quantizes activations at run time (DynamicQuantizeLinear) also passes
+within twice onnxruntime's own output change under float32-rounding input noise (within_sensitivity: one
+rounding flip there moves every later layer); otherwise mismatch; a raised exception is an error (KilnError
+class and the first line of its message, or the exception). An error or mismatch is compiled again with
+layout="NCHW", to learn whether the default layout passes cause it. Timing: Kiln and onnxruntime (2 threads
+each) alternate in blocks of runs with a pause between blocks (both thread pools spin after a run; see
+kiln.runtime.bench), medians.
 
     .venv/bin/python benchmarks/corpus/run.py [--corpus build/corpus] [--only a,b] [--out benchmarks/corpus]
     .venv/bin/python benchmarks/corpus/run.py --one NAME [--layout NCHW]   # one model, in this process
@@ -99,6 +102,45 @@ def compare(ours: list[np.ndarray], ref: list[np.ndarray], steps: list[float] | 
                     f"{ratio:.3g}x the tolerance"
                 )
     return {"ok": worst <= 1.0, "max_abs_diff": max_abs, "worst_over_tol": worst, "why": why}
+
+
+DYNAMIC_QUANT = {"DynamicQuantizeLinear", "DynamicQuantizeMatMul", "DynamicQuantizeLSTM"}
+SENSITIVITY_EPS = 1e-7  # relative input noise: float32 rounding's size
+SENSITIVITY_FACTOR = 2.0
+
+
+def runtime_quantized(path: Path) -> bool:
+    """Whether the model quantizes activations at run time (onnxruntime's quantize_dynamic): a float
+    rounding difference before one of those ops can move a value across a rounding boundary, and the
+    one-step change then propagates through every later layer."""
+    import onnx
+
+    m = onnx.load(str(path), load_external_data=False)
+    return any(n.op_type in DYNAMIC_QUANT for n in m.graph.node)
+
+
+def within_sensitivity(check: dict, sess, feed: dict, seeds: int = 3) -> dict:
+    """For a run-time-quantized model that missed the tolerance: onnxruntime's own output change when its
+    inputs move by float32 rounding (relative noise SENSITIVITY_EPS, `seeds` draws). Kiln passes when its
+    difference is at most SENSITIVITY_FACTOR times that: the model cannot be matched closer by any engine
+    that rounds one float differently. The check still fails a difference far beyond the model's own."""
+    base = sess.run(None, feed)
+    sens = 0.0
+    for seed in range(seeds):
+        rng = np.random.default_rng(seed)
+        noisy = {
+            k: (v * (1 + SENSITIVITY_EPS * rng.standard_normal(v.shape))).astype(v.dtype) if v.dtype.kind == "f" else v
+            for k, v in feed.items()
+        }
+        for a, b in zip(sess.run(None, noisy), base):
+            if np.asarray(b).dtype.kind == "f" and np.asarray(b).size:
+                sens = max(sens, float(np.abs(np.asarray(a, np.float64) - b).max()))
+    ok = check["max_abs_diff"] <= SENSITIVITY_FACTOR * sens
+    why = (
+        f"{check['why']}; onnxruntime's own output moves {sens:.3g} when its input moves by float32 rounding "
+        f"({SENSITIVITY_EPS:g} relative): {'within' if ok else 'beyond'} {SENSITIVITY_FACTOR:g}x that"
+    )
+    return {**check, "ok": ok, "why": why, "ort_sensitivity": sens}
 
 
 def time_both(kiln_fn, ort_fn) -> tuple[float, float, int]:
@@ -195,6 +237,8 @@ def one(corpus: Path, name: str, layout: str | None, record: Path) -> None:
         return
     ours = [outs[n] for n in ort_names] if set(ort_names) <= set(outs) else list(outs.values())
     check = compare(ours, ref, quant_steps(path))
+    if not check["ok"] and runtime_quantized(path):
+        check = within_sensitivity(check, sess, feed)
     save(phase="time", status="pass" if check["ok"] else "mismatch", check=check)
     kiln_ms, ort_ms, runs = time_both(lambda: model.run(feed), lambda: sess.run(None, feed))
     save(
@@ -337,7 +381,9 @@ def write_report(out: Path, records: list[dict], manifest: dict, command: str, s
         + (f", {counts['ort-error']} onnxruntime error" if counts["ort-error"] else "")
         + (f", {counts['export-error']} export error" if counts["export-error"] else "")
         + f" (of {n}). Pass: every output within |kiln - ort| <= {ATOL:g} * max(1, max|ort|) + {RTOL:g} * |ort|, "
-        "integer outputs exact. Errors and mismatches were compiled again with layout=NCHW (in brackets). "
+        "integer outputs exact; run-time-quantized models (DynamicQuantizeLinear) also within 2x onnxruntime's "
+        "own output change under 1e-7 relative input noise (the why column says which). "
+        "Errors and mismatches were compiled again with layout=NCHW (in brackets). "
         "Kiln default options (layout NCHWc, the shipped tuning records); input_shapes only for symbolic dims. "
         "p50: medians of alternating blocks, 2 threads each; ratio = kiln / ort.",
         "",
