@@ -85,6 +85,43 @@ def test_x86_runner_matches_kiln_run(tmp_path, x86_runner):
     )
 
 
+def test_x86_runner_takes_shared_weights_on_either_thread_pool(tmp_path, x86_runner):
+    """Identical weights are stored once and the bucket lists indices into them: kiln_run passed every
+    stored weight in order (43 parameters expected, 28 given, on a real ResNet-18). Its output equals
+    kiln.load's on Kiln's thread pool and with KILN_THREAD_POOL=tvm."""
+    import os
+
+    from helpers import make_model, rand
+    from onnx import helper
+
+    w = rand(8, 8, 3, 3, seed=1)
+    nodes = [
+        helper.make_node("Conv", ["input", "w1"], ["a"], pads=[1, 1, 1, 1]),
+        helper.make_node("Relu", ["a"], ["r"]),
+        helper.make_node("Conv", ["r", "w2"], ["output"], pads=[1, 1, 1, 1]),
+    ]
+    model = make_model(nodes, {"input": rand(1, 8, 16, 16)}, ["output"], {"w1": w, "w2": w.copy()})
+    r = kiln.compile(model, tmp_path / "m.kiln")
+    bucket = r.manifest["buckets"][0]["weights"]
+    assert len(set(bucket)) < len(bucket)  # the two convs' weights are one stored array
+    x = rand(1, 8, 16, 16, seed=3)
+    np.save(tmp_path / "x.npy", x)
+    d = _unpack(tmp_path / "m.kiln", tmp_path / "m")
+    want = kiln.load(tmp_path / "m.kiln").run({"input": x})["output"]
+    for pool in ("kiln", "tvm"):
+        env = {**os.environ, "KILN_THREAD_POOL": pool}
+        out = tmp_path / f"out-{pool}"
+        r = subprocess.run(
+            [str(x86_runner), str(d), "-o", str(out), str(tmp_path / "x.npy")],
+            capture_output=True,
+            text=True,
+            timeout=600,
+            env=env,
+        )
+        assert r.returncode == 0, r.stderr
+        np.testing.assert_array_equal(np.load(out / "output.npy"), want)
+
+
 def test_x86_runner_refuses_bad_members_and_inputs(tmp_path, x86_runner, small_conv_model):
     kiln.compile(small_conv_model, tmp_path / "m.kiln", input_shapes=["input:1x3x8x8"])
     d = _unpack(tmp_path / "m.kiln", tmp_path / "m")

@@ -8,6 +8,7 @@
 // TVM's Relax VM, builds the weights from weights.bin, runs `main` on the .npy inputs (in the
 // manifest's input order, shapes and dtypes checked) and writes OUT_DIR/<output name>.npy.
 // Exit codes: 0 ok, 2 bad input/artifact (message on stderr says what, where and what to do).
+#include <dlfcn.h>
 #include <dlpack/dlpack.h>
 #include <sys/stat.h>
 #include <sys/utsname.h>
@@ -26,8 +27,10 @@
 #include <cerrno>
 #include <cstdint>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <fstream>
+#include <thread>
 #include <iostream>
 #include <map>
 #include <sstream>
@@ -203,6 +206,29 @@ static void request_amx_if_used(const ffi::Map<ffi::Any, ffi::Any>& manifest) {
 #endif
 }
 
+// The artifact's parallel loops on Kiln's thread pool (kiln/runtime/pool.c, linked into the library;
+// kiln/runtime/pool.py does the same for Python), with as many threads as TVM's pool would use.
+// Libraries built before the pool, or with TVM's parallel barrier, keep TVM's; so does
+// KILN_THREAD_POOL=tvm.
+static void use_kiln_pool(const std::string& so) {
+  const char* env = std::getenv("KILN_THREAD_POOL");
+  if (env && std::string(env) == "tvm") return;
+  void* h = dlopen(so.c_str(), RTLD_NOLOAD | RTLD_LAZY);  // the copy TVM loaded
+  if (!h) return;
+  void* launch = dlsym(h, "kiln_pool_launch");
+  void* configure = dlsym(h, "kiln_pool_configure");
+  void** slot = reinterpret_cast<void**>(dlsym(h, "__TVMBackendParallelLaunch"));
+  if (launch && configure && slot && !dlsym(h, "__TVMBackendParallelBarrier")) {
+    int threads = 0;
+    if (auto f = ffi::Function::GetGlobal("runtime.NumThreads")) threads = (*f)().cast<int>();
+    if (threads < 1) threads = static_cast<int>(std::thread::hardware_concurrency());
+    reinterpret_cast<void (*)(int, long)>(configure)(threads < 1 ? 1 : threads, -1);
+    *slot = launch;
+  }
+  // h stays open: the pool's workers run code of this library until the process ends, and TVM's
+  // module closes its own handle at exit (a worker spinning in unmapped code crashed kiln_run)
+}
+
 static int run(int argc, char** argv) {
   if (argc < 4) throw KilnError("usage: kiln_run MODEL_DIR -o OUT_DIR IN0.npy [IN1.npy ...]");
   std::string dir = argv[1], out_dir;
@@ -256,10 +282,23 @@ static int run(int argc, char** argv) {
     if (n.data.size() != size_t(numel(shape)) * (dt.dl.bits / 8)) throw KilnError(inputs[i] + ": truncated .npy data -> save it again");
     args.push_back(host_tensor(shape, dt.dl, n.data.data(), n.data.size()));
   }
-  for (auto& w : weights) args.push_back(w);
+  // the first bucket's (model.so's) parameters: indices into the deduplicated weights (identical
+  // arrays are stored once); a manifest without them takes every weight in order
+  auto buckets = manifest.count(ffi::String("buckets")) ? manifest.at(ffi::String("buckets")).cast<ffi::Array<ffi::Any>>()
+                                                        : ffi::Array<ffi::Any>();
+  auto bucket0 = buckets.size() ? buckets[0].cast<ffi::Map<ffi::Any, ffi::Any>>() : ffi::Map<ffi::Any, ffi::Any>();
+  if (bucket0.count(ffi::String("weights"))) {
+    for (int64_t i : ints(bucket0.at(ffi::String("weights")))) {
+      if (i < 0 || size_t(i) >= weights.size()) throw KilnError("the manifest's bucket names a weight it does not have -> recompile the model");
+      args.push_back(weights[size_t(i)]);
+    }
+  } else {
+    for (auto& w : weights) args.push_back(w);
+  }
   // the library: Relax VM on the CPU (pooled allocator, as the Python runtime)
   std::string so = dir + "/" + "model.so";
   ffi::Module lib = ffi::Module::LoadFromFile(so);
+  use_kiln_pool(so);
   ffi::Module vm = lib->GetFunction("vm_load_executable").value()().cast<ffi::Module>();
   vm->GetFunction("vm_initialization").value()(int(kDLCPU), 0, 2);
   std::string entry = manifest.count(ffi::String("entry")) ? str(manifest, "entry") : "main";
