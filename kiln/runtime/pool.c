@@ -114,7 +114,6 @@ static void pin(int index) {
 static void* worker_main(void* arg) {
   int index = (int)(intptr_t)arg; /* workers past the configured count sit the loops out */
   pin(index);
-  pthread_setname_np(pthread_self(), "kiln-pool"); /* what top -H and /proc/<pid>/task/<tid>/comm show */
   unsigned seen = __atomic_load_n(&seq, __ATOMIC_ACQUIRE);
   for (;;) {
     unsigned s;
@@ -151,12 +150,28 @@ static void* worker_main(void* arg) {
   return 0;
 }
 
+/* A forked child has none of the parent's workers: it starts its own (until then the caller runs
+   every chunk), with fresh locks in case a parent thread held one at the fork. */
+static void after_fork_in_child(void) {
+  n_started = 0;
+  sleepers = 0;
+  pthread_mutex_init(&launch_mu, 0);
+  pthread_mutex_init(&sleep_mu, 0);
+  pthread_cond_init(&sleep_cv, 0);
+}
+
 static void start_workers(void) {
+  static int fork_handler = 0;
+  if (!fork_handler) {
+    pthread_atfork(0, 0, after_fork_in_child);
+    fork_handler = 1;
+  }
   while (n_started < n_threads - 1) {
     if (pthread_create(&workers[n_started], 0, worker_main, (void*)(intptr_t)n_started) != 0) {
       n_threads = n_started + 1; /* run with the threads we could start */
       return;
     }
+    pthread_setname_np(workers[n_started], "kiln-pool"); /* what top -H and /proc/<pid>/task/<tid>/comm show */
     n_started++;
   }
 }

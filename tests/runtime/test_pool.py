@@ -42,3 +42,19 @@ def test_parallel_loops_run_on_kilns_pool(tmp_path, monkeypatch):
     for _ in range(3):
         np.testing.assert_array_equal(model.run(x)["y"], ref)  # any chunking: the same arithmetic
     assert _pool_threads() >= 1  # the caller runs chunks too: one worker for 2 threads
+
+
+def test_a_forked_child_runs_on_its_own_pool(tmp_path):
+    """The child of a fork has none of the parent's workers: it starts its own and gets the same result."""
+    import os
+
+    kiln.compile(_conv_model(), tmp_path / "m.kiln")
+    model = kiln.load(tmp_path / "m.kiln", num_threads=2)
+    x = {"x": rand(1, 16, 32, 32, seed=6)}
+    ref = model.run(x)["y"]  # the parent's workers exist now
+    pid = os.fork()
+    if pid == 0:  # the child: any failure is its exit code
+        ok = all(np.array_equal(model.run(x)["y"], ref) for _ in range(5)) and _pool_threads() >= 1
+        os._exit(0 if ok else 1)
+    _, status = os.waitpid(pid, 0)
+    assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0
