@@ -343,7 +343,7 @@ def write_report(out: Path, records: list[dict], manifest: dict, command: str, s
         if r["status"] in ("error", "ort-error", "export-error"):
             msg = re.sub(r"^\S+\.(onnx|kiln): ", "", r.get("error") or "")  # the file is in the model column
             err = f"{r.get('error_class', '')}: {msg[:220]}"
-        elif r["status"] == "mismatch":
+        elif r["status"] == "mismatch" or "ort_sensitivity" in r.get("check", {}):  # or passed by sensitivity
             err = r.get("check", {}).get("why", "")
         if r.get("timing"):
             err += ("; " if err else "") + r["timing"]
@@ -385,7 +385,7 @@ def write_report(out: Path, records: list[dict], manifest: dict, command: str, s
         + (f", {counts['export-error']} export error" if counts["export-error"] else "")
         + f" (of {n}). Pass: every output within |kiln - ort| <= {ATOL:g} * max(1, max|ort|) + {RTOL:g} * |ort|, "
         "integer outputs exact; run-time-quantized models (DynamicQuantizeLinear) also within 2x onnxruntime's "
-        "own output change under 1e-6 relative input noise (the why column says which). "
+        "own output change under 1e-6 relative input noise (the notes column says which). "
         "Errors and mismatches were compiled again with layout=NCHW (in brackets). "
         "Kiln default options (layout NCHWc, the shipped tuning records); input_shapes only for symbolic dims. "
         "p50: medians of alternating blocks, 2 threads each; ratio = kiln / ort.",
@@ -394,7 +394,7 @@ def write_report(out: Path, records: list[dict], manifest: dict, command: str, s
         "One model: `.venv/bin/python benchmarks/corpus/run.py --one NAME [--layout NCHW]` (the artifact and a "
         "failing compile's repro.onnx land in build/corpus/kiln/); at the revision this table measured, with "
         "--kiln-rev: prefix `PYTHONPATH=build/corpus/kiln-src/SHA`. Latencies here come from a long run, on a "
-        "machine that may have been shared (a shared core stalls TVM's thread pool far more than onnxruntime's: "
+        "machine that may have been shared (both engines slow down when another process takes a core; "
         "benchmarks/contention.md); the quiet-machine ratios are in benchmarks/corpus_speed.md "
         "(benchmarks/corpus/speed.py).",
         "",
