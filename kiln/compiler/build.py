@@ -136,7 +136,7 @@ def compile_model(
                 "library": name,
                 "weights": weights.add_all(opt.weights),
                 "kernels": report["kernels"],
-                "kernel_info": for_manifest(opt.mod, imported.onnx_model, options.tuning_db),
+                "kernel_info": for_manifest(opt.mod, imported.onnx_model),
                 "_blob": library,
             }
         )

@@ -17,7 +17,6 @@ from __future__ import annotations
 import re
 
 import tvm
-import tvm_ffi
 from tvm import relax
 
 from .ir import nbytes
@@ -87,19 +86,18 @@ TOKENS = {
 FOLDED = {"BatchNormalization", "Identity", "Dropout"}  # folded into the op before them: no kernel of their own
 
 
-def for_manifest(mod: tvm.IRModule, onnx_model=None, tuning_db: str | None = None) -> dict:
+def for_manifest(mod: tvm.IRModule, onnx_model=None) -> dict:
     """kernel_info for the artifact's manifest; {} (no profile facts, never a failed compile) when
     the module is not one it can read (e.g. an accelerator flow's)."""
     try:
-        return kernel_info(mod, onnx_model, tuning_db)
+        return kernel_info(mod, onnx_model)
     except Exception:
         return {}
 
 
-def kernel_info(mod: tvm.IRModule, onnx_model=None, tuning_db: str | None = None, func: str = "main") -> dict:
+def kernel_info(mod: tvm.IRModule, onnx_model=None, func: str = "main") -> dict:
     """name -> {ops, calls, flops, bytes_read, bytes_written, schedule} for every PrimFunc `func`
-    calls; flops and bytes are per call. onnx_model: the (simplified) model that was imported;
-    tuning_db: the database folder the compile applied (tells tuned kernels from default ones)."""
+    calls; flops and bytes are per call. onnx_model: the (simplified) model that was imported."""
     from ..schedules.apply import estimated_flops
 
     info: dict = {}
@@ -116,9 +114,8 @@ def kernel_info(mod: tvm.IRModule, onnx_model=None, tuning_db: str | None = None
             "bytes_read": sum(nbytes(a) for a in args),
             "bytes_written": nbytes(out),
         }
-    tuned = tuned_hashes(tuning_db, frozenset(v["flops"] for v in info.values())) if tuning_db else frozenset()
     for name, v in info.items():
-        v["schedule"] = schedule_kind(mod[name], tuned)
+        v["schedule"] = schedule_kind(mod[name])
         if _integer(mod[name]):
             v["int8"] = True
     if onnx_model is not None:
@@ -147,45 +144,17 @@ def _integer(f) -> bool:
     return declares(sch.get_sblock("root"))
 
 
-def schedule_kind(f, tuned: frozenset = frozenset()) -> str:
-    """c-kernel (Kiln's hand-written C: its kind comes scheduled), tuned (a database record), default
-    (Kiln's rule), none (TVM's plain lowering). A tuned kernel carries no mark of its own (the same
-    attributes as a default one), so it is told by its TIR: the same as one the database's records produce."""
-    from ..schedules.apply import is_scheduled
+def schedule_kind(f) -> str:
+    """c-kernel (Kiln's hand-written C: its kind comes scheduled), tuned (a database record that beat
+    the default schedule: ApplyTuningDatabase marks it), default (Kiln's rule), none (TVM's plain lowering)."""
+    from ..schedules.apply import TUNED_ATTR, is_scheduled
     from ..schedules.kinds import SCHEDULED, func_kind
 
     if func_kind(f) in SCHEDULED:
         return "c-kernel"
     if not is_scheduled(f):
         return "none"
-    return "tuned" if tuned and _bare_hash(f) in tuned else "default"
-
-
-def tuned_hashes(db_dir: str, flops: frozenset | None = None) -> frozenset:
-    """Structural hashes (attributes dropped) of the kernel each workload's best record in the
-    database produces: what ApplyTuningDatabase put in the module. Applying a record costs ~0.1 s,
-    so only workloads whose FLOP estimate is one of `flops` (the module's kernels': a schedule
-    does not change it) are applied."""
-    from ..schedules.apply import estimated_flops
-    from ..schedules.database import database_for_compile
-
-    db = database_for_compile(db_dir)
-    seen: dict = {}
-    for r in db.get_all_tuning_records():
-        key = tvm_ffi.structural_hash(r.workload.mod)
-        if key in seen:
-            continue
-        seen[key] = None
-        if flops is None or int(estimated_flops(r.workload.mod["main"])) in flops:
-            sch = db.query_schedule(r.workload.mod, r.target, workload_name="main")
-            seen[key] = _bare_hash(sch.mod["main"]) if sch is not None else None
-    return frozenset(h for h in seen.values() if h is not None)
-
-
-def _bare_hash(f) -> int:
-    for k in list(f.attrs.keys()) if f.attrs else []:
-        f = f.without_attr(k)
-    return tvm_ffi.structural_hash(f)
+    return "tuned" if f.attrs is not None and TUNED_ATTR in f.attrs else "default"
 
 
 def _call_sites(mod, func: str):

@@ -359,10 +359,10 @@ def _db_digest(path) -> str | None:
     import hashlib
 
     from ..accel.vta.records import FILE as VTA_FILE
-    from ..schedules.database import FILES
+    from ..schedules.database import CHECKED, DEFAULTS, FILES
 
     h = hashlib.sha256()
-    for name in (*FILES, VTA_FILE):
+    for name in (*FILES, DEFAULTS, CHECKED, VTA_FILE):  # the ledgers decide which records apply
         f = Path(path) / name
         if f.exists():
             h.update(f.read_bytes())

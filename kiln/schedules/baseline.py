@@ -88,11 +88,12 @@ def record_default_schedules(
 
 
 def task_times(tasks, db, db_dir: Path) -> list[tuple[float | None, float | None]]:
-    """(default schedule's measured seconds, best record's seconds) of each task, None where
-    unknown (a default record compacted away, or no record)."""
-    from .database import measured_defaults, trace_digest
+    """(default schedule's measured seconds, seconds of the record a compile applies) of each task, None
+    where unknown (a default record compacted away, or no record). The record applied is the best one,
+    unless it lost to the default when both were measured again (confirm_records): then the default."""
+    from .database import checked_records, measured_defaults, trace_digest
 
-    ledger = measured_defaults(db_dir)
+    ledger, checked = measured_defaults(db_dir), checked_records(db_dir)
     out = []
     for t in tasks:
         mod = workload(t)
@@ -100,14 +101,82 @@ def task_times(tasks, db, db_dir: Path) -> list[tuple[float | None, float | None
             out.append((None, None))
             continue
         recs = db.get_top_k(db.commit_workload(mod), 1 << 20)
-        digests = set(ledger.get(str(tvm_ffi.structural_hash(mod)), ()))
-
-        def secs(r):
-            return statistics.fmean(float(x) for x in r.run_secs)
-
-        default = next((secs(r) for r in recs if trace_digest(r.trace) in digests), None)
-        out.append((default, secs(recs[0]) if recs else None))
+        key = str(tvm_ffi.structural_hash(mod))
+        digests = set(ledger.get(key, ()))
+        default = next((_secs(r) for r in recs if trace_digest(r.trace) in digests), None)
+        lost = bool(recs) and checked.get(key, {}).get(trace_digest(recs[0].trace)) == "slower"
+        out.append((default, default if lost else (_secs(recs[0]) if recs else None)))
     return out
+
+
+def _secs(record) -> float:
+    return statistics.fmean(float(x) for x in record.run_secs)
+
+
+def confirm_records(
+    tasks,
+    target,
+    db,
+    db_dir: Path,
+    builder,
+    runner,
+    lanes: int,
+    registers: int = 16,
+    deadline: float | None = None,
+    pairs: int = 2,
+) -> tuple[int, int]:
+    """Measure each task's best record again, alternately with its default schedule (`pairs` runs of
+    each, the fastest of each kept), where the best is not a default and was not checked before: a
+    default measured once, at a moment the machine was busy (another process, a neighbour on a shared
+    host), let a 3x slower Winograd schedule count as faster and ship in the artifact. The default's new
+    time is committed as a record (the ledger already names its trace); the verdict goes to the
+    database's CHECKED ledger, and a record that lost is never applied. Returns (confirmed, rejected)."""
+    from tvm.s_tir.meta_schedule.arg_info import ArgInfo
+    from tvm.s_tir.meta_schedule.builder import BuilderInput
+    from tvm.s_tir.meta_schedule.runner import RunnerInput
+
+    from .apply import first_rule_that_applies
+    from .database import checked_records, measured_defaults, save_checked_records, trace_digest
+    from .registry import target_family
+
+    ledger, checked = measured_defaults(db_dir), checked_records(db_dir)
+    device = "cpu" if target.kind.name == "llvm" else target.kind.name
+    confirmed = rejected = 0
+    for t in tasks:
+        if deadline is not None and time.perf_counter() >= deadline:
+            break
+        mod = workload(t)
+        if not db.has_workload(mod):
+            continue
+        wl = db.commit_workload(mod)
+        key = str(tvm_ffi.structural_hash(mod))
+        (best,) = db.get_top_k(wl, 1) or (None,)
+        verdicts = checked.setdefault(key, {})
+        if best is None or trace_digest(best.trace) in ledger.get(key, ()) or trace_digest(best.trace) in verdicts:
+            continue
+        _, default = first_rule_that_applies(t.dispatched[0]["main"], target_family(target), lanes, registers)
+        if default is None or trace_digest(default.trace) not in ledger.get(key, ()):
+            continue  # no measured default to compare with
+        candidate = tvm.s_tir.Schedule(mod)
+        best.trace.apply_to_schedule(candidate, remove_postproc=False)
+        built = builder.build([BuilderInput(default.mod, target), BuilderInput(candidate.mod, target)])
+        if any(b.error_msg for b in built):
+            continue
+        args = ArgInfo.from_entry_func(default.mod)
+        inputs = [RunnerInput(built[i % 2].artifact_path, device, args) for i in range(2 * pairs)]
+        results = [f.result() for f in runner.run(inputs)]
+        if any(r.error_msg or not r.run_secs for r in results):
+            continue
+        times = [statistics.fmean(float(x) for x in r.run_secs) for r in results]
+        d, b = min(times[0::2]), min(times[1::2])
+        arg_info = ArgInfo.from_prim_func(mod["main"])
+        for sch, secs in ((default, d), (candidate, b)):  # both as measured now, side by side
+            db.commit_tuning_record(ms.database.TuningRecord(sch.trace, wl, [secs], target, arg_info))
+        verdicts[trace_digest(best.trace)] = "faster" if b < d else "slower"
+        confirmed, rejected = confirmed + (b < d), rejected + (b >= d)
+    if confirmed + rejected:
+        save_checked_records(db_dir, {k: v for k, v in checked.items() if v})
+    return confirmed, rejected
 
 
 def faster_than_default(times) -> int:
@@ -115,11 +184,15 @@ def faster_than_default(times) -> int:
     return sum(1 for d, b in times if d is not None and b is not None and b < d)
 
 
-def estimated_latency(tasks, times) -> tuple[float | None, float | None]:
+def estimated_latency(tasks, times) -> tuple[float | None, float | None, list[str]]:
     """The model's latency as the sum of its kernels' measured times (each times how often it
-    runs), with default schedules and with the best records, in ms; None when a kernel's default
-    time is unknown (then the two are not comparable)."""
-    if not times or any(d is None or b is None for d, b in times):
-        return None, None
-    w = [float(t.weight) for t in tasks]
-    return (sum(wi * d for wi, (d, _) in zip(w, times)) * 1e3, sum(wi * b for wi, (_, b) in zip(w, times)) * 1e3)
+    runs), with default schedules and with the best records, in ms, and the names of the kernels
+    left out of both: those with no record at all (every measurement failed), which keep their
+    default schedule either way. (None, None, ...) when a kernel has a record but its default's time
+    is unknown: then the two sums are not comparable."""
+    kept = [(t, d, b) for t, (d, b) in zip(tasks, times) if not (d is None and b is None)]
+    left_out = [str(t.task_name) for t, (d, b) in zip(tasks, times) if d is None and b is None]
+    if not kept or any(d is None or b is None for _, d, b in kept):
+        return None, None, left_out
+    default = sum(float(t.weight) * d for t, d, _ in kept) * 1e3
+    return default, sum(float(t.weight) * b for t, _, b in kept) * 1e3, left_out

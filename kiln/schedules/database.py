@@ -18,6 +18,9 @@ FILES = ("database_workload.json", "database_tuning_record.json")
 # {workload structural hash: [digests of the default-schedule traces measured for it]}: compaction drops
 # a default record that a tuned one beat, and without this ledger the next run measured it again
 DEFAULTS = "defaults_measured.json"
+# {workload structural hash: {record trace digest: "faster" | "slower"}}: each best record measured again
+# alternately with its default schedule (baseline.confirm_records); a "slower" one is never applied
+CHECKED = "records_checked.json"
 
 
 def target_key(target) -> str:
@@ -55,6 +58,7 @@ def repair(db_dir: Path) -> int:
         warnings.warn(f"{db_dir}: records without their workloads; starting the database afresh", stacklevel=2)
         (db_dir / FILES[1]).unlink()
         (db_dir / DEFAULTS).unlink(missing_ok=True)
+        (db_dir / CHECKED).unlink(missing_ok=True)
     return dropped
 
 
@@ -69,6 +73,21 @@ def measured_defaults(db_dir: str | Path) -> dict[str, list[str]]:
     return {str(k): [str(x) for x in v] for k, v in d.items() if isinstance(v, list)} if isinstance(d, dict) else {}
 
 
+def checked_records(db_dir: str | Path) -> dict[str, dict[str, str]]:
+    """The ledger of records re-measured against their default ({} if none or unreadable)."""
+    p = Path(db_dir) / CHECKED
+    try:
+        d = json.loads(p.read_text()) if p.exists() else {}
+    except (OSError, json.JSONDecodeError):
+        warnings.warn(f"{p}: unreadable; tuned records are applied unchecked", stacklevel=2)
+        return {}
+    return {str(k): {str(a): str(b) for a, b in v.items()} for k, v in d.items() if isinstance(v, dict)}
+
+
+def save_checked_records(db_dir: str | Path, ledger: dict[str, dict[str, str]]) -> None:
+    atomic_write_text(Path(db_dir) / CHECKED, json.dumps(ledger, sort_keys=True, indent=1) + "\n")
+
+
 def trace_digest(trace) -> str:
     """The ledger's name for a schedule: a digest of its trace's JSON."""
     return hashlib.sha256(str(trace.as_json()).encode()).hexdigest()[:16]
@@ -76,17 +95,23 @@ def trace_digest(trace) -> str:
 
 def best_is_default(db, db_dir: str | Path, funcs: dict) -> dict[str, bool | None]:
     """For each {name: PrimFunc}: True when the database's best record of its workload is a default
-    schedule the ledger says was measured, False when it is another (it beat the default, which was
-    measured first), None when the database has no record of it (or this lookup does not find one)."""
+    schedule the ledger says was measured, or a record that lost to the default when both were
+    measured again (CHECKED), False when it is another (it beat the default, which was measured
+    first), None when the database has no record of it (or this lookup does not find one)."""
     import tvm_ffi
     from tvm.s_tir.meta_schedule.tune_context import _normalize_mod
 
-    ledger = measured_defaults(db_dir)
+    ledger, checked = measured_defaults(db_dir), checked_records(db_dir)
     out: dict[str, bool | None] = {}
     for name, func in funcs.items():
         wl = _normalize_mod(func)
         top = db.get_top_k(db.commit_workload(wl), 1) if db.has_workload(wl) else []
-        out[name] = trace_digest(top[0].trace) in ledger.get(str(tvm_ffi.structural_hash(wl)), ()) if top else None
+        if not top:
+            out[name] = None
+            continue
+        key, digest = str(tvm_ffi.structural_hash(wl)), trace_digest(top[0].trace)
+        # a record that lost to its default when both were measured again is not applied: the default is
+        out[name] = digest in ledger.get(key, ()) or checked.get(key, {}).get(digest) == "slower"
     return out
 
 

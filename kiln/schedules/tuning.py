@@ -37,10 +37,18 @@ from tvm.s_tir.meta_schedule.builder import BuilderResult
 from ..errors import OptionsError
 from ..optfield import option
 from .apply import is_scheduled
-from .baseline import estimated_latency, faster_than_default, record_default_schedules, task_times, workload
+from .baseline import (
+    confirm_records,
+    estimated_latency,
+    faster_than_default,
+    record_default_schedules,
+    task_times,
+    workload,
+)
 from .builder import WorkerBuilder
 from .database import open_database
 from .kinds import UNTUNED, kernel_kind
+from .measure_args import alloc_measure_args
 from .tvmscript import cheap_stack
 
 
@@ -261,7 +269,8 @@ class Workers:
         if opts.rpc_tracker:  # measured on remote devices: no local runner
             return cls(builder, None)
         pool = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="kiln-runner-start")
-        return cls(builder, pool.submit(ms.runner.LocalRunner, timeout_sec=30), pool)
+        runner = pool.submit(ms.runner.LocalRunner, timeout_sec=30, f_alloc_argument=alloc_measure_args)
+        return cls(builder, runner, pool)
 
     def local_runner(self):
         return self._runner.result()
@@ -347,6 +356,7 @@ def tune_module(
     import_tensor_intrinsics()  # before the budget sizes any round, not inside the first one
     phases = {"setup": t - start, "tvm_import": time.perf_counter() - t}
     search_s, per_trial = 0.0, FIRST_TRIAL_GUESS_S
+    checks = [0, 0]  # best records confirmed / rejected when measured again beside their default
     with (
         tempfile.TemporaryDirectory(prefix="kiln-tune-", ignore_cleanup_errors=True) as tmp,
         contextlib.closing(workers),
@@ -413,7 +423,12 @@ def tune_module(
                 cost_model="xgb",
             )
             now = len(db.get_all_tuning_records())
-            measured, have = now - have, now
+            measured = now - have
+            ok, lost = confirm_records(
+                [tasks[i] for i in chosen], target, db, db_path, builder, runner, lanes, registers, builder.deadline
+            )
+            checks[0], checks[1] = checks[0] + ok, checks[1] + lost
+            have = len(db.get_all_tuning_records())
             rounds += 1
             done_trials += max(measured, 1)  # a round that finds nothing new still counts, so we terminate
             search_s += time.perf_counter() - t
@@ -435,7 +450,7 @@ def tune_module(
                 break
     phases["search"] = search_s
     times = task_times(tasks, db, db_path)
-    default_ms, tuned_ms = estimated_latency(tasks, times)
+    default_ms, tuned_ms, unmeasured = estimated_latency(tasks, times)
     seconds = time.perf_counter() - start
     phases["other"] = max(0.0, seconds - sum(phases.values()))  # worker start, runner check, database reads
     return {
@@ -443,12 +458,15 @@ def tune_module(
         "tasks_searched": sum(1 for c in per_task if c),
         "tasks_faster": faster_than_default(times),
         "trials": done_trials,
+        "records_confirmed": checks[0],
+        "records_rejected": checks[1],
         "rounds": rounds,
         "defaults_measured": seeded,
         "new_records": have - before,
         "records": have,
         "default_latency_ms": default_ms,
         "tuned_latency_ms": tuned_ms,
+        "unmeasured_tasks": unmeasured,
         "seconds": round(seconds, 1),
         "seconds_per_trial": round(seconds / max(done_trials, 1), 2),
         "phase_seconds": {k: round(v, 1) for k, v in phases.items()},
@@ -476,8 +494,21 @@ def format_summary(r: dict) -> str:
             f"\nestimated latency (sum of the kernels' measured times): {d:.3f} ms with default schedules "
             f"-> {t:.3f} ms with the best records ({d / t:.2f}x)"
         )
+        if r.get("unmeasured_tasks"):
+            line += (
+                f"; {len(r['unmeasured_tasks'])} kernel(s) could not be measured and are left out of both "
+                f"(they keep their default schedule): {', '.join(r['unmeasured_tasks'])}"
+            )
     else:
-        line += "\nestimated latency: unknown (some kernel's default schedule has no measured record in this database)"
+        line += (
+            "\nestimated latency: unknown (a kernel's default schedule has no measured record in this database, "
+            "though a tuned one has: the database was compacted without its ledger of measured defaults)"
+        )
+    if r.get("records_confirmed") or r.get("records_rejected"):
+        line += (
+            f"\nmeasured again beside their default schedule: {r['records_confirmed']} best record(s) confirmed "
+            f"faster, {r['records_rejected']} slower (not applied)"
+        )
     ph = r.get("phase_seconds") or {}
     if ph:
         line += "\ntime: " + ", ".join(f"{k} {v} s" for k, v in ph.items())

@@ -5,6 +5,7 @@ import contextlib
 import re
 import time
 
+import numpy as np
 import pytest
 import tvm
 from helpers import make_model, rand
@@ -15,9 +16,10 @@ from tvm.s_tir.meta_schedule.arg_info import ArgInfo
 import kiln
 from kiln.compiler import CompileOptions
 from kiln.compiler.tune import prepare, tune
-from kiln.schedules.baseline import workload
+from kiln.schedules.baseline import confirm_records, task_times, workload
 from kiln.schedules.builder import WorkerBuilder
 from kiln.schedules.database import open_database, target_key
+from kiln.schedules.measure_args import alloc_measure_args
 from kiln.schedules.tuning import (
     TuneOptions,
     estimated_latency,
@@ -69,9 +71,13 @@ def _measuring_defaults(tmp_path, tiny):
     db = open_database(path)
     builder = WorkerBuilder(str(tmp_path))
     try:
-        runner = ms.runner.LocalRunner(timeout_sec=30)
+        runner = ms.runner.LocalRunner(timeout_sec=30, f_alloc_argument=alloc_measure_args)
         args = (tasks, target, db, builder, runner, caps.f32_block, path, caps.vector_registers)
-        yield tasks, target, db, lambda **kw: record_default_schedules(*args, **kw)
+        measure = lambda **kw: record_default_schedules(*args, **kw)
+        measure.confirm = lambda: confirm_records(
+            tasks, target, db, path, builder, runner, caps.f32_block, caps.vector_registers
+        )
+        yield tasks, target, db, measure
     finally:
         builder.close()
 
@@ -109,6 +115,41 @@ def test_a_kernel_whose_best_record_is_its_default_is_not_tuned(tmp_path, tiny):
     assert r["tuned_coverage"] == 1.0
 
 
+def _naive_record(db, target, task, secs):
+    """A record of the workload's plain loop nest (a trace that schedules nothing: far slower than the
+    default schedule) that claims `secs`."""
+    mod = workload(task)
+    sch = tvm.s_tir.Schedule(mod)
+    sch.get_child_blocks(sch.get_sblock("root"))  # (MetaSchedule ignores records with an empty trace)
+    db.commit_tuning_record(
+        ms.database.TuningRecord(
+            sch.trace, db.commit_workload(mod), [secs], target, ArgInfo.from_prim_func(mod["main"])
+        )
+    )
+
+
+def test_a_record_slower_than_its_default_when_measured_again_is_not_applied(tmp_path):
+    """A default measured once while the machine was busy let a 3x slower Winograd schedule count as
+    faster (a detector's tuned build ran 1.2x slower than its default build): kiln tune measures each
+    best record again beside its default, and one that loses is never applied."""
+    nodes = [helper.make_node("Conv", ["input", "w"], ["output"], pads=[1, 1, 1, 1])]
+    # big enough that its plain loop nest is far slower than the default even on a loaded host
+    model = make_model(nodes, {"input": rand(1, 64, 56, 56)}, ["output"], {"w": rand(64, 64, 3, 3, seed=1) * 0.2})
+    with _measuring_defaults(tmp_path, model) as (tasks, target, db, measure):
+        assert measure() == len(tasks)
+        (conv,) = [t for t in tasks if "conv2d" in t.task_name]  # (a plain loop nest can win a tiny copy kernel)
+        _naive_record(db, target, conv, 1e-7)  # "faster" than the default, as a noisy default once made it look
+        path = tmp_path / target_key(CompileOptions.make().target)
+        ((d, b),) = task_times([conv], db, path)
+        assert b == 1e-7 < d
+        assert measure.confirm() == (0, 1)
+        assert measure.confirm() == (0, 0)  # the verdict is kept: not measured twice
+        ((d, b),) = task_times([conv], db, path)
+        assert d == b > 1e-7  # the record applied is the default
+    r = kiln.compile(model, tmp_path / "c.kiln", tuning_db=str(tmp_path)).report
+    assert r["tuned_faster_kernels"] == 0 and r["tuned_default_kernels"] == r["tuned_kernels"] == len(tasks)
+
+
 def test_progress_summary_and_compile_report_agree(tmp_path, tiny):
     lines = []
     r = tune(tiny, CompileOptions.make(), TuneOptions(db_root=str(tmp_path), trials=8), progress=lines.append)
@@ -131,8 +172,37 @@ def test_estimated_latency_needs_every_default():
     class T:
         weight = 2
 
-    assert estimated_latency([T(), T()], [(1e-3, 5e-4), (2e-3, 2e-3)]) == pytest.approx((6.0, 5.0))
-    assert estimated_latency([T()], [(None, 1e-3)]) == (None, None)
+        def __init__(self, name="k"):
+            self.task_name = name
+
+    d, t, out = estimated_latency([T(), T()], [(1e-3, 5e-4), (2e-3, 2e-3)])
+    assert (d, t, out) == (pytest.approx(6.0), pytest.approx(5.0), [])
+    assert estimated_latency([T()], [(None, 1e-3)]) == (None, None, [])
+    # a kernel no measurement succeeded for keeps its default schedule: left out of both sums, and named
+    d, t, out = estimated_latency([T("a"), T("take")], [(1e-3, 5e-4), (None, None)])
+    assert (d, t, out) == (pytest.approx(2.0), pytest.approx(1.0), ["take"])
+
+
+def test_an_embedding_lookup_is_measured_and_the_latency_estimated(tmp_path):
+    """MetaSchedule's random integers sent a gather's indices out of its table, every measurement of
+    the kernel failed, and a transformer's `kiln tune` ended with "estimated latency: unknown"."""
+    nodes = [
+        helper.make_node("Gather", ["table", "ids"], ["e"]),
+        helper.make_node("Add", ["e", "pos"], ["output"]),
+    ]
+    ids = np.arange(16, dtype=np.int64).reshape(1, 16)
+    model = make_model(nodes, {"ids": ids}, ["output"], {"table": rand(4096, 64), "pos": rand(16, 64, seed=1)})
+    r = tune(model, CompileOptions.make(), TuneOptions(db_root=str(tmp_path), trials=8), progress=lambda _: None)
+    assert r["tasks"] >= 1 and r["defaults_measured"] == r["tasks"]
+    assert r["unmeasured_tasks"] == [] and r["default_latency_ms"] > 0, r
+    assert "ms with default schedules ->" in format_summary(r)
+
+
+def test_measured_integers_are_valid_indices():
+    dev = tvm.cpu()
+    (args,) = alloc_measure_args(dev, [("TENSOR", "int64", [64]), ("TENSOR", "float32", [64])], 1)
+    assert not args[0].numpy().any()  # zero: an index into any table
+    assert np.count_nonzero(args[1].numpy()) > 32  # floats keep MetaSchedule's random fill
 
 
 def test_no_build_starts_past_the_deadline(tmp_path):
