@@ -34,7 +34,7 @@ RULES: dict[tuple[str, str], Callable] = {
     ("cpu", "depthwise_pointwise"): depthwise_pointwise,
 }
 # kinds whose rule sizes its register tile by the target's vector registers (a `registers=` keyword)
-REGISTER_TILED = frozenset({"matmul", "conv3d", "conv2d", "winograd", "depthwise_pointwise"})
+REGISTER_TILED = frozenset({"matmul", "conv3d", "conv2d", "conv2d_nchw", "winograd", "depthwise_pointwise"})
 # when a kind's rule does not apply (e.g. output channels not divisible by the lanes), try these
 FALLBACK = {
     "softmax": ("multi_reduction",),

@@ -354,6 +354,30 @@ def test_pointwise_rule_keeps_the_output_layout_without_an_epilogue(tmp_path):
     )
 
 
+@pytest.mark.parametrize("c", [58, 116])
+def test_pointwise_rule_on_shufflenet_channels(c):
+    """ShuffleNet v2's 1x1 convs: 58 and 116 channels, which no block of 8 divides, ran on the generic NCHW
+    rule (conv2d_nchw_oc) at ~50 GFLOP/s. On 32 registers they take a 29-channel register tile (4 on 16
+    registers), and the kernel matches numpy."""
+    x, w, b = rnd(1, c, 28, 28), rnd(c, c, 1, 1, seed=1), rnd(1, c, 1, 1, seed=2)
+    vx, vw, vb = _var("x", x.shape), _var("w", w.shape), _var("b", b.shape)
+    func = _kernel(
+        lambda bb: relax.op.nn.relu(bb.emit(relax.op.add(bb.emit(relax.op.nn.conv2d(vx, vw)), vb))), [vx, vw, vb]
+    )
+    assert rules.pointwise_rows(c, 32) == 29 and rules.pointwise_rows(c, 16) == (4 if c == 116 else 0)
+    for registers in (32, 16):
+        sch = s_tir.Schedule(func)
+        kind, anchor = classify(sch)
+        assert kind == "conv2d_nchw"
+        if not rules.pointwise_rows(c, registers):
+            with pytest.raises(s_tir.ScheduleError, match="register tile"):
+                RULES[("cpu", kind)](sch, anchor, 16, registers=registers)
+            continue
+        RULES[("cpu", kind)](sch, anchor, 16, registers=registers)
+        ref = np.maximum(_conv_nchw_ref(x, w, 0) + b, 0)
+        np.testing.assert_allclose(_run(sch.mod["main"], [x, w, b]), ref, rtol=1e-4, atol=1e-4)
+
+
 @pytest.mark.parametrize(
     "hw, n",
     [((16, 20), 1), ((18, 22), 1), ((7, 10), 1), ((7, 10), 3)],
