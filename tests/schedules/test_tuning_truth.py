@@ -22,6 +22,7 @@ from kiln.schedules.database import open_database, target_key
 from kiln.schedules.measure_args import alloc_measure_args
 from kiln.schedules.tuning import (
     TuneOptions,
+    Workers,
     estimated_latency,
     extract,
     format_summary,
@@ -192,10 +193,16 @@ def test_an_embedding_lookup_is_measured_and_the_latency_estimated(tmp_path):
     ]
     ids = np.arange(16, dtype=np.int64).reshape(1, 16)
     model = make_model(nodes, {"ids": ids}, ["output"], {"table": rand(4096, 64), "pos": rand(16, 64, seed=1)})
-    r = tune(model, CompileOptions.make(), TuneOptions(db_root=str(tmp_path), trials=8), progress=lambda _: None)
-    assert r["tasks"] >= 1 and r["defaults_measured"] == r["tasks"]
-    assert r["unmeasured_tasks"] == [] and r["default_latency_ms"] > 0, r
-    assert "ms with default schedules ->" in format_summary(r)
+    with _measuring_defaults(tmp_path, model) as (tasks, _, db, measure):
+        assert measure() == len(tasks) >= 1
+        path = tmp_path / target_key(CompileOptions.make().target)
+        d, t, unmeasured = estimated_latency(tasks, task_times(tasks, db, path))
+        assert d > 0 and t > 0 and unmeasured == []
+    workers = Workers.start(TuneOptions(db_root=str(tmp_path), trials=8))
+    try:  # kiln tune's own runner allocates the arguments the same way
+        assert workers.local_runner().f_alloc_argument is alloc_measure_args
+    finally:
+        workers.close()
 
 
 def test_measured_integers_are_valid_indices():
