@@ -62,30 +62,40 @@ def repair(db_dir: Path) -> int:
     return dropped
 
 
-def measured_defaults(db_dir: str | Path) -> dict[str, list[str]]:
-    """The ledger of default schedules already measured into this database ({} if none or unreadable)."""
-    p = Path(db_dir) / DEFAULTS
+def _read_ledger(p: Path, unreadable: str) -> dict:
+    """A JSON object kept beside the records ({} if none; {} and a warning saying `unreadable` if broken)."""
     try:
         d = json.loads(p.read_text()) if p.exists() else {}
     except (OSError, json.JSONDecodeError):
-        warnings.warn(f"{p}: unreadable; the default schedules will be measured again", stacklevel=2)
+        d = None
+    if not isinstance(d, dict):
+        warnings.warn(f"{p}: unreadable; {unreadable}", stacklevel=3)
         return {}
-    return {str(k): [str(x) for x in v] for k, v in d.items() if isinstance(v, list)} if isinstance(d, dict) else {}
+    return d
+
+
+def _write_ledger(p: Path, ledger: dict) -> None:
+    atomic_write_text(p, json.dumps(ledger, sort_keys=True, indent=1) + "\n")
+
+
+def measured_defaults(db_dir: str | Path) -> dict[str, list[str]]:
+    """The ledger of default schedules already measured into this database ({} if none or unreadable)."""
+    d = _read_ledger(Path(db_dir) / DEFAULTS, "the default schedules will be measured again")
+    return {str(k): [str(x) for x in v] for k, v in d.items() if isinstance(v, list)}
+
+
+def save_measured_defaults(db_dir: str | Path, ledger: dict[str, list[str]]) -> None:
+    _write_ledger(Path(db_dir) / DEFAULTS, ledger)
 
 
 def checked_records(db_dir: str | Path) -> dict[str, dict[str, str]]:
     """The ledger of records re-measured against their default ({} if none or unreadable)."""
-    p = Path(db_dir) / CHECKED
-    try:
-        d = json.loads(p.read_text()) if p.exists() else {}
-    except (OSError, json.JSONDecodeError):
-        warnings.warn(f"{p}: unreadable; tuned records are applied unchecked", stacklevel=2)
-        return {}
+    d = _read_ledger(Path(db_dir) / CHECKED, "tuned records are applied unchecked")
     return {str(k): {str(a): str(b) for a, b in v.items()} for k, v in d.items() if isinstance(v, dict)}
 
 
 def save_checked_records(db_dir: str | Path, ledger: dict[str, dict[str, str]]) -> None:
-    atomic_write_text(Path(db_dir) / CHECKED, json.dumps(ledger, sort_keys=True, indent=1) + "\n")
+    _write_ledger(Path(db_dir) / CHECKED, ledger)
 
 
 def trace_digest(trace) -> str:
@@ -125,10 +135,6 @@ def default_was_measured(db_dir: str | Path, func, default_trace, ledger: dict |
     key = str(tvm_ffi.structural_hash(_normalize_mod(func)))
     ledger = measured_defaults(db_dir) if ledger is None else ledger
     return trace_digest(default_trace) in ledger.get(key, ())
-
-
-def save_measured_defaults(db_dir: str | Path, ledger: dict[str, list[str]]) -> None:
-    atomic_write_text(Path(db_dir) / DEFAULTS, json.dumps(ledger, sort_keys=True, indent=1) + "\n")
 
 
 def drop_unloadable_records(db_dir: Path) -> int:
