@@ -32,7 +32,8 @@ KEYS = {
 
 @pytest.fixture(scope="module")
 def resnet50_report():
-    return analyze_model(zoo.resnet50(), input_shapes=["input:1x3x224x224"])
+    # structural: pinned to an AVX-512 CPU (16 fp32 lanes) so the layout counts hold on any host; nothing runs
+    return analyze_model(zoo.resnet50(), input_shapes=["input:1x3x224x224"], target="llvm -mcpu=znver4")
 
 
 def test_resnet50_claims(resnet50_report):
@@ -54,7 +55,7 @@ def test_resnet50_claims(resnet50_report):
     assert sum(g["calls"] for g in convs if "add_relax_add_relax_nn_relu" in g["name"]) == 16  # one residual per block
     # NCHWc (the default): the 3-channel stem stays NCHW, so its output and the global pool's input
     # each take one layout transform (the counts are of the graph after all graph passes)
-    assert r["conv_layouts"] == {"NCHW": 1, "NCHW16c": 52} or r["conv_layouts"].get("NCHW8c") == 52
+    assert r["conv_layouts"] == {"NCHW": 1, "NCHW16c": 52}
     assert r["layout_transforms"] == 2 and r["kernels"] == 57 + 2
     assert r["kernels_scheduled"] > 0 and r["kernels_unscheduled"] == 0
     assert r["activation_bytes_planned"] <= r["activation_bytes_naive"] / 4
