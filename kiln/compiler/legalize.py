@@ -12,7 +12,7 @@ from __future__ import annotations
 import math
 
 import tvm
-from tvm import te, topi
+from tvm import relax, te, topi
 from tvm.ir.expr import GenericConst
 
 from ..schedules.int8 import Int8Kernel, int8_kernel
@@ -265,7 +265,19 @@ def _repeated_product(x, n: int):
     return te.compute(x.shape, body, name="T_power")
 
 
+def _layout_transform(bb, call):
+    """A bool tensor's layout_transform through uint8 (TVM's lowering pads with float 0.0 whatever the
+    dtype, and its schedule refuses that for bool); any other dtype as TVM lowers it."""
+    if str(call.args[0].ty.dtype) != "bool":
+        return tvm_legalize(bb, call)
+    wide = bb.emit_te(topi.cast, call.args[0], "uint8")
+    a = call.attrs
+    inner = bb.normalize(relax.op.layout_transform(wide, a.index_map, None if a.pad_value is None else 0))
+    return bb.call_te(topi.cast, bb.emit(tvm_legalize(bb, inner)), "bool")
+
+
 LEGALIZE = {
+    "relax.layout_transform": _layout_transform,
     "relax.round": _round,
     "relax.power": _power,
     "relax.nn.gelu": _fast_math(gelu_fast_erf),

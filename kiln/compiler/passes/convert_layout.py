@@ -13,6 +13,7 @@ from tvm.ir.expr import GenericConst
 from ...errors import OptionsError
 from . import numpy_fold
 from .layout_guards import guard, unguard
+from .module_map import rewrite_calls
 
 LAYOUTS = ("NCHW", "NHWC", "NCHWc")
 
@@ -76,6 +77,24 @@ def has_conv2d(mod: tvm.IRModule) -> bool:
     return bool(found)
 
 
+def _bool_transform_as_uint8(builder, call):
+    """layout_transform of a bool tensor (a mask of a Cast's finiteness test, say) as one of uint8: TVM's
+    lowering fills padding with float 0.0 whatever the dtype, and its schedule refuses that for bool
+    ("fills padding with float32"); FoldConstant lowers every call it meets, so the whole pass failed and
+    ddddocr's dynamically quantized OCR model ran without any layout (3.2x onnxruntime). Casts around it
+    fuse into the neighbouring elementwise kernels."""
+    if not (isinstance(call.op, tvm.ir.Op) and call.op.name == "relax.layout_transform"):
+        return None
+    if str(call.args[0].ty.dtype) != "bool":
+        return None
+    a = call.attrs
+    wide = builder.normalize(relax.op.astype(call.args[0], "uint8"))
+    if getattr(a, "axis_separators", None) or getattr(a, "input_axis_separators", None):
+        return None
+    moved = builder.normalize(relax.op.layout_transform(wide, a.index_map, None if a.pad_value is None else 0))
+    return relax.op.astype(moved, "bool")
+
+
 @tvm.transform.module_pass(opt_level=2, name="ConvertLayout")
 class ConvertLayout:
     def __init__(self, layout: str = "NCHW", block: int = 16):
@@ -93,6 +112,7 @@ class ConvertLayout:
         if desired and has_conv2d(mod):  # TVM's ConvertLayout breaks on some ops (stack) it has no reason to touch
             mod, guarded = guard(mod, blocked=self.layout == "NCHWc")  # the ops TVM mis-converts read NCHW
             mod = relax.transform.ConvertLayout(desired)(mod)
+            mod, _ = rewrite_calls(mod, _bool_transform_as_uint8)
             mod = relax.transform.FoldConstant()(numpy_fold.fold(mod))  # weights re-laid out now, not at run time
             mod, ungrouped = unguard(mod)
             self.guarded = guarded + ungrouped
