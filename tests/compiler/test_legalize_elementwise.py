@@ -8,7 +8,7 @@ tests/schedules/test_rules.py::test_blocked_quantize_is_vectorized_without_gathe
 import re
 
 import numpy as np
-from helpers import check_against_ort, compiled_asm, make_model
+from helpers import check_against_ort, compile_and_run, compiled_asm, make_model
 from onnx import helper
 
 
@@ -77,3 +77,38 @@ def test_gelu_and_integer_powers_call_no_libm():
     called = set(re.findall(r"callq?\s+(\w+)", asm))
     assert "powf" in called  # x ** 0.3 keeps TVM's lowering: the check sees libm calls
     assert not {"erff", "tanhf", "expf"} & called
+
+
+def _finite_model(x):
+    nodes = [
+        helper.make_node("IsInf", ["x"], ["inf"]),
+        helper.make_node("IsInf", ["x"], ["pos"], detect_negative=0),
+        helper.make_node("IsNaN", ["x"], ["nan"]),
+        helper.make_node("Mul", ["x", "k"], ["y"]),
+        helper.make_node("Cast", ["y"], ["i"], to=6),  # float -> int32: where(!isfinite(y), 0, y) first
+    ]
+    return make_model(nodes, {"x": x}, ["inf", "pos", "nan", "i"], {"k": np.float32(3.0)}, opset=13)
+
+
+def test_isinf_isnan_and_float_to_int_cast_match_onnxruntime_on_specials(tmp_path):
+    """onnxruntime on finite values (its Cast of inf/NaN to int is undefined behaviour), numpy on the specials."""
+    finite_x = np.linspace(-1000, 1000, 64, dtype=np.float32).reshape(1, -1)
+    check_against_ort(_finite_model(finite_x), {"x": finite_x}, tmp_path, rtol=0, atol=0)
+    x = np.array([[0.0, -0.0, 1.5, -2.5, np.inf, -np.inf, np.nan, 3e38, -3e38, 1e-45] * 4], np.float32)
+    got = compile_and_run(_finite_model(x), {"x": x}, tmp_path)
+    finite = np.isfinite(x)
+    np.testing.assert_array_equal(got["inf"], np.isinf(x))
+    np.testing.assert_array_equal(got["pos"], np.isposinf(x))
+    np.testing.assert_array_equal(got["nan"], np.isnan(x))
+    assert (got["i"][~np.isfinite(x * 3)] == 0).all()  # Kiln's choice where ONNX leaves it undefined
+    small = finite & (np.abs(x) < 1e9)
+    np.testing.assert_array_equal(got["i"][small], (x * 3)[small].astype(np.int32))
+
+
+def test_float_to_int_cast_is_vectorized():
+    """Structural (znver4, not run): TVM's isfinite lowers to fabs, which its vectorizer leaves scalar, and with
+    it every op fused into the Cast's kernel (ddddocr's dequantize + sigmoid epilogues at 0.5 GB/s)."""
+    x = np.zeros((1, 64, 32), np.float32)
+    asm, _ = compiled_asm(_finite_model(x), "llvm -mcpu=znver4")
+    scalar = len(re.findall(r"\tv(?:cvttss2si|minss|maxss|mulss)\b", asm))
+    assert "zmm" in asm and scalar == 0, scalar
