@@ -2,7 +2,8 @@
 int8 computes of the target's int8 kernel (legalize_int8, via legalize_map(caps)); conv2d in a
 blocked NCHW{n}c layout lowers to topi's conv2d_NCHWc (TVM's default legalization skips blocked
 layouts and the build fails), and depthwise conv2d in NCHW{n}c (PropagateBlockedLayout makes them)
-to Kiln's own compute; ONNX NonMaxSuppression to a vectorized kernel (legalize_nms). Elementwise ops
+to Kiln's own compute; ONNX NonMaxSuppression to a vectorized kernel (legalize_nms), RoiAlign channels-last
+(legalize_roi_align). Elementwise ops
 whose TVM lowering does not vectorize (exp, erf, tanh, sigmoid, SiLU: one libm call per element;
 round: te.nearbyint) get vectorizing computes.
 Everything else falls through to TVM's registered legalizer."""
@@ -17,7 +18,7 @@ from tvm.ir.expr import GenericConst
 
 from ..schedules.int8 import Int8Kernel, int8_kernel
 from ..schedules.kinds import declare
-from . import ir, legalize_int8, legalize_nms
+from . import ir, legalize_int8, legalize_nms, legalize_roi_align
 from .legalize_conv3d import conv3d
 
 
@@ -325,11 +326,13 @@ def legalize_map(caps) -> dict:
     conv = lambda bb, call: _conv2d(bb, call, kernel)
     mm = lambda bb, call: _matmul(bb, call, kernel)
     c3 = lambda bb, call: conv3d(bb, call, caps.f32_block, tvm_legalize)
-    nms = legalize_nms.legalize(max(caps.vector_bits // 32, 4), tvm_legalize)
+    lanes = max(caps.vector_bits // 32, 4)
+    nms = legalize_nms.legalize(lanes, tvm_legalize)
     return {
         **LEGALIZE,
         "relax.nn.conv2d": conv,
         "relax.matmul": mm,
         "relax.nn.conv3d": c3,
         "relax.vision.all_class_non_max_suppression": nms,
+        "relax.vision.roi_align": legalize_roi_align.legalize(lanes, tvm_legalize),
     }

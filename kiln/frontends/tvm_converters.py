@@ -232,6 +232,41 @@ def _nms_limit(c, scores):
     return relax.const(np.array([limit], np.int64), "int64")
 
 
+def _roi_align():
+    from tvm import relax
+    from tvm.relax.frontend.onnx import onnx_frontend as f
+
+    class RoiAlign(f.RoiAlign):
+        """half_pixel shifts the scaled RoI by half a pixel (onnxruntime: roi * scale - 0.5); TVM's converter
+        shifted the RoI before scaling (roi - 0.5, then * scale), off by 0.5 * (1 - scale) input pixels
+        wherever spatial_scale is not 1 (every FPN level). The same op, with the shift right."""
+
+        @classmethod
+        def _impl(cls, bb, inputs, attr, params, default_coordinate_transformation_mode):
+            mode = attr.get("coordinate_transformation_mode", default_coordinate_transformation_mode)
+            mode = mode.decode("ascii") if isinstance(mode, bytes) else mode
+            if mode != "half_pixel" or len(inputs) != 3:
+                return super()._impl(bb, inputs, attr, params, default_coordinate_transformation_mode)
+            data, rois, batch = inputs[0], inputs[1], inputs[2]
+            scale = float(attr.get("spatial_scale", 1.0))
+            dtype = rois.ty.dtype
+            shifted = relax.op.subtract(rois, relax.const(0.5 / scale, dtype))
+            batch = relax.op.astype(relax.op.expand_dims(batch, axis=1), dtype)
+            op_mode = attr.get("mode", b"avg")
+            return relax.op.vision.roi_align(
+                data,
+                relax.op.concat([batch, shifted], axis=1),
+                pooled_size=(attr.get("output_height", 1), attr.get("output_width", 1)),
+                spatial_scale=scale,
+                sample_ratio=attr.get("sampling_ratio", 0),
+                aligned=True,
+                layout="NCHW",
+                mode=op_mode.decode("ascii") if isinstance(op_mode, bytes) else op_mode,
+            )
+
+    return RoiAlign
+
+
 def _nonzero():
     from tvm.relax.frontend.onnx import onnx_frontend as f
 
@@ -258,6 +293,7 @@ OVERRIDES = {
     "ConstantOfShape": _constant_of_shape,
     "Cast": _cast,
     "NonMaxSuppression": _nms,
+    "RoiAlign": _roi_align,
     "Slice": slice_converter,
     RECURRENCE: recurrence_converter,  # Kiln's own node: an LSTM/GRU/RNN layer as one kernel (tvm_recurrence.py)
 }
