@@ -537,6 +537,23 @@ def test_matmul_tile_numerics_per_register_file(registers):
     np.testing.assert_allclose(_run(sch.mod["main"], [a, m]), a.astype(np.float64) @ m, rtol=1e-4, atol=1e-4)
 
 
+def test_matmul_over_steps_of_batch_one_tiles_the_steps():
+    """[T, 1, K] x [K, N] (a recurrence's input projection, T steps of batch 1): the steps are the tile's rows.
+    With the unit row axis alone the rule refused it and the fallback read every weight vector once per step
+    (ddddocr's LSTM projections, [20, 1, 512] x [512, 2048]: 0.70 -> 0.31 ms on Zen 4)."""
+    from kiln.schedules.matmul import matmul_tiled
+
+    a, m = rnd(20, 1, 48, seed=1), rnd(48, 64, seed=2)
+    va, vm = _var("a", (20, 1, 48)), _var("m", (48, 64))
+    func = _kernel(lambda bb: relax.op.matmul(va, vm), [va, vm])
+    sch = s_tir.Schedule(func)
+    _, anchor = classify(sch)
+    matmul_tiled(sch, anchor, 16, registers=32)
+    text = sch.mod["main"].script()
+    assert re.search(r"T\.unroll\(T\.int64\((4|5|10)\)\)", text), text  # several steps per register tile
+    np.testing.assert_allclose(_run(sch.mod["main"], [a, m]), a.astype(np.float64) @ m, rtol=1e-4, atol=1e-4)
+
+
 def test_row_reductions_are_vectorized():
     """Layer norm's two reductions each become a lane-wide partial sum (an rfactor block whose lane loop
     is vectorized) under one parallel loop over rows."""
