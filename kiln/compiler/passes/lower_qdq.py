@@ -2,7 +2,8 @@
 
 TVM imports ONNX QDQ models as float ops between quantize/dequantize (fake quantization). This
 pass rewrites conv2d(dequantize(xq), dequantize(Wq)) and matmul(dequantize(xq), dequantize(Wq))
-with constant, symmetric (zero point 0) int8 weights into uint8 x int8 -> int32 ops and a float
+with constant, symmetric (zero point 0) int8 weights (or, for matmuls, uint8 weights with any zero
+point, as w - 128 and a per-row correction) into uint8 x int8 -> int32 ops and a float
 epilogue:  y = float(acc) * sx*sw - zx*sx*sw*sum(Wq)  (the same form as Kiln's own quantizer, so
 the same int8 kernels run; a target whose int8 kernel would not be faster or exact keeps the layer
 float). int8 activations are shifted to uint8 (+128, zero point +128); a
@@ -67,6 +68,10 @@ class _Lower(relax.PyExprMutator):
         conv = call.op.name == "relax.nn.conv2d"
         if zx is None and not conv and xdt == "uint8" and _runtime_scalar(dx.args[2]):
             zx = dx.args[2]  # onnxruntime's dynamic quantization: the zero point is computed at run time
+        shift = None  # uint8 matmul weights: w - zw = (w - 128) + (128 - zw), the second a multiple of sum(x - zx)
+        if not conv and wq is not None and wq.dtype == np.uint8 and zw is not None and wq.ndim == 2:
+            shift = (128 - np.broadcast_to(zw.reshape(-1).astype(np.int64), (wq.shape[1],))).astype(np.float32)
+            wq, zw = (wq.astype(np.int16) - 128).astype(np.int8), np.zeros(1, np.int8)
         if (
             any(a is None for a in (sx, zx, wq, sw, zw))
             or sx.size != 1
@@ -96,8 +101,23 @@ class _Lower(relax.PyExprMutator):
             zp += 128
         sw = np.broadcast_to(sw.reshape(-1).astype(np.float32), (wq.shape[axis],))
         y = integer_layer(self.builder_, call, xq, zp, np.float32(sx.reshape(-1)[0]), wq, sw)
+        if shift is not None and np.any(shift):
+            y = _add_weight_zero_point(self.builder_, y, xq, zp, np.float32(sx.reshape(-1)[0]) * sw * shift)
         self.lowered += 1
         return y
+
+
+def _add_weight_zero_point(bb, y, xq, zp, m: np.ndarray):
+    """y + m * sum_k(xq - zp) per row: the (128 - zw) part of a uint8 weight's zero point (m = sx * sw * (128 - zw)
+    per column), after the int8 kernel took w - 128 (onnxruntime's older quantize_dynamic writes uint8 weights)."""
+    op = relax.op
+    k = int(xq.ty.shape[-1])
+    rows = bb.emit(op.sum(op.astype(xq, "float32"), axis=[-1], keepdims=True))
+    if isinstance(zp, relax.Expr):
+        rows = bb.emit(op.subtract(rows, op.multiply(op.astype(zp, "float32"), relax.const(np.float32(k)))))
+    elif zp:
+        rows = bb.emit(op.subtract(rows, relax.const(np.float32(k * zp))))
+    return op.add(bb.emit(y), bb.emit(op.multiply(rows, relax.const(m.astype(np.float32)))))
 
 
 @tvm.transform.module_pass(opt_level=1, name="LowerQDQ")
