@@ -141,7 +141,8 @@ def _integer(f) -> bool:
             return True
         return any(declares(c) for c in sch.get_child_blocks(block))
 
-    return declares(sch.get_sblock("root"))
+    # the root block by its own name: TOPI's extern kernels (scatter, NMS) name it after the op, not "root"
+    return declares(sch.get_sblock(f.body.block.name_hint))
 
 
 def schedule_kind(f) -> str:

@@ -192,6 +192,37 @@ def test_int8_kernels_have_no_share_of_the_float32_peak(tmp_path):
     assert "int8 kernels: no share of the float32 peak" in format_profile(p)
 
 
+def test_kernel_info_of_a_model_with_topi_extern_kernels(tmp_path):
+    """ScatterElements and NonMaxSuppression lower to extern kernels whose root block is named after the op:
+    looking for a block named "root" raised, and FasterRCNN's whole manifest had no kernel_info (the profile
+    showed no source ops, FLOPs or schedules)."""
+    from kiln.runtime.artifact import read_manifest
+
+    x = np.arange(24, dtype=np.float32).reshape(4, 6)
+    idx = np.array([[1, 0, 3], [0, 2, 1]], np.int64)
+    upd = np.ones((2, 3), np.float32)
+    g = helper.make_graph(
+        [
+            helper.make_node("ScatterElements", ["x", "idx", "upd"], ["s"], axis=0),
+            helper.make_node("Relu", ["s"], ["y"]),
+        ],
+        "scatter",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4, 6])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [4, 6])],
+        [numpy_helper.from_array(idx, "idx"), numpy_helper.from_array(upd, "upd")],
+    )
+    model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 16)])
+    kiln.compile(model, tmp_path / "s.kiln")
+    info = read_manifest(tmp_path / "s.kiln")["buckets"][0]["kernel_info"]
+    assert any("scatter" in k for k in info), sorted(info)
+    assert all(v["schedule"] in ("default", "none", "tuned", "c-kernel") for v in info.values())
+    want = x.copy()
+    for i in range(2):
+        for j in range(3):
+            want[idx[i, j], j] = upd[i, j]
+    np.testing.assert_array_equal(kiln.load(tmp_path / "s.kiln").run({"x": x})["y"], np.maximum(want, 0))
+
+
 def test_source_ops_matching():
     """Compute kernels take the compute nodes in order (a depthwise+pointwise kernel two), with the
     element-wise nodes their names show fused; layout transforms take none."""
