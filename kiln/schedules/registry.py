@@ -11,12 +11,13 @@ from .depthwise import depthwise_nchw
 from .dwpw import depthwise_pointwise
 from .kinds import classify
 from .matmul import matmul_tiled
+from .pointwise import conv_nchw_pointwise
 from .rows import row_reductions, softmax_rows
 from .winograd import winograd_nchwc
 
 RULES: dict[tuple[str, str], Callable] = {
     ("cpu", "conv2d"): rules.reduction_tiled,
-    ("cpu", "conv2d_nchw"): rules.conv_nchw_pointwise,
+    ("cpu", "conv2d_nchw"): conv_nchw_pointwise,
     ("cpu", "conv3d"): conv3d_oc_vectorized,
     ("cpu", "conv2d_nchw_oc"): rules.conv_nchw_oc_vectorized,
     ("cpu", "depthwise_nchw"): depthwise_nchw,

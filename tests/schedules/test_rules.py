@@ -11,6 +11,7 @@ from tvm import relax, s_tir, tirx
 
 from kiln.compiler.legalize import LEGALIZE
 from kiln.schedules import RULES, classify, rules
+from kiln.schedules.pointwise import pointwise_rows
 
 TARGET = tvm.target.Target({"kind": "llvm"})
 
@@ -364,12 +365,12 @@ def test_pointwise_rule_on_shufflenet_channels(c):
     func = _kernel(
         lambda bb: relax.op.nn.relu(bb.emit(relax.op.add(bb.emit(relax.op.nn.conv2d(vx, vw)), vb))), [vx, vw, vb]
     )
-    assert rules.pointwise_rows(c, 32) == 29 and rules.pointwise_rows(c, 16) == (4 if c == 116 else 0)
+    assert pointwise_rows(c, 32) == 29 and pointwise_rows(c, 16) == (4 if c == 116 else 0)
     for registers in (32, 16):
         sch = s_tir.Schedule(func)
         kind, anchor = classify(sch)
         assert kind == "conv2d_nchw"
-        if not rules.pointwise_rows(c, registers):
+        if not pointwise_rows(c, registers):
             with pytest.raises(s_tir.ScheduleError, match="register tile"):
                 RULES[("cpu", kind)](sch, anchor, 16, registers=registers)
             continue

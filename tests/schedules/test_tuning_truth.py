@@ -217,7 +217,7 @@ def test_no_build_starts_past_the_deadline(tmp_path):
     candidate is a failed build at once (no worker is started, nothing compiles)."""
     from tvm.s_tir.meta_schedule.builder import BuilderInput
 
-    from kiln.schedules.tuning import BudgetBuilder
+    from kiln.schedules.workers import BudgetBuilder
 
     b = BudgetBuilder(str(tmp_path))
     b.deadline = time.perf_counter() - 1

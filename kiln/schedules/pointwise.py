@@ -1,0 +1,70 @@
+"""The NCHW 1x1 conv rule: pointwise convs whose channels cannot be blocked (MobileNetV2's 24, ShuffleNet's 58),
+scheduled as a matmul of [OC, IC] by [IC, H*W] with a register tile of output channels x a vector of pixels."""
+
+from __future__ import annotations
+
+from tvm import s_tir
+
+from .rules import (
+    COMM_REDUCE,
+    DATA_PAR,
+    extent,
+    inline_all_but,
+    iter_types,
+    tile_accumulator,
+    tile_consumers,
+    vectorize_tails,
+)
+from .tiles import divisor_at_most
+
+POINTWISE_MIN_ROWS = 4  # narrower channel tiles load about as often as they multiply (conv2d_nchw_oc does as well)
+
+
+def pointwise_rows(oc: int, registers: int) -> int:
+    """Output channels per register tile of conv_nchw_pointwise: 8 where they divide, else the largest
+    divisor that leaves a register for the pixel vector and one spare (ShuffleNet's 58 and 116 channels:
+    29 on AVX-512's 32 registers, 4 or 2 on AVX2's 16); 0 when under POINTWISE_MIN_ROWS."""
+    if oc % 8 == 0:
+        return 8
+    r = divisor_at_most(oc, registers - 2)
+    return r if r >= POINTWISE_MIN_ROWS else 0
+
+
+def conv_nchw_pointwise(sch: s_tir.Schedule, anchor, lanes: int, registers: int = 16) -> None:
+    """NCHW 1x1 conv2d (channel counts that cannot be blocked, e.g. 24 or ShuffleNet's 58): a matmul of [OC, IC]
+    by [IC, H*W]. The conv and its epilogue iterate over flat pixels p = h*W + w (block layouts
+    transformed, so each tile's region is exact; fusing the h and w loops instead makes TVM
+    over-approximate the write-back region and copy stale values). Vectorize over pixels,
+    register-tile pointwise_rows output channels x `lanes` pixels, reduce over input channels inside
+    the tile. (A pixel count that is no multiple of the lanes, 14 x 14, keeps conv2d_nchw_oc: with a
+    partial last vector TVM scalarizes the tile, or, with buffer-level predication, gathers x[c, p // w,
+    p % w] lane by lane.)"""
+    types = iter_types(sch, anchor)
+    loops = sch.get_loops(anchor)
+    if types != [DATA_PAR] * 4 + [COMM_REDUCE] * 3 or extent(sch, loops[5]) != 1 or extent(sch, loops[6]) != 1:
+        raise s_tir.ScheduleError("not a 1x1 NCHW conv")
+    h, w = extent(sch, loops[2]), extent(sch, loops[3])
+    rows = pointwise_rows(extent(sch, loops[1]), registers)
+    if (h * w) % lanes or not rows:
+        raise s_tir.ScheduleError("pixels not divisible by the lanes, or output channels with no register tile")
+    inline_all_but(sch, [anchor])
+    consumers = tile_consumers(sch, anchor)
+    if not consumers:  # the conv writes the kernel's output: flattening that buffer would change the signature
+        raise s_tir.ScheduleError("no epilogue block to write the output in its own layout")
+    if any(len(sch.get_loops(c)) != 4 for c in consumers):
+        raise s_tir.ScheduleError("an epilogue that is not NCHW elementwise")
+    sch.transform_layout(anchor, ("write", 0), lambda n, c, y, x: (n, c, y * w + x))
+    sch.transform_block_layout(anchor, lambda n, c, y, x, rc, ry, rx: (n, c, y * w + x, rc, ry, rx))
+    for c in consumers:
+        sch.transform_block_layout(c, lambda n, ch, y, x: (n, ch, y * w + x))
+    n, oc, p, ic, kh, kw = sch.get_loops(anchor)
+    p_o, p_i = sch.split(p, [None, lanes])
+    oc_o, oc_i = sch.split(oc, [None, rows])
+    sch.reorder(n, oc_o, p_o, ic, kh, kw, oc_i, p_i)
+    cache = tile_accumulator(sch, anchor, p_o, consumers)
+    sch.vectorize(p_i)
+    vectorize_tails(sch, [cache, *consumers], lanes)
+    sch.unroll(oc_i)
+    # a wide tile leaves few channel tiles (58 channels: 2), so the pixel tiles share the threads too
+    sch.parallel(sch.fuse(n, oc_o) if rows == 8 else sch.fuse(n, oc_o, p_o))
+    sch.decompose_reduction(anchor, ic)
