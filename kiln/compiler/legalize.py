@@ -2,10 +2,10 @@
 int8 computes of the target's int8 kernel (legalize_int8, via legalize_map(caps)); conv2d in a
 blocked NCHW{n}c layout lowers to topi's conv2d_NCHWc (TVM's default legalization skips blocked
 layouts and the build fails), and depthwise conv2d in NCHW{n}c (PropagateBlockedLayout makes them)
-to Kiln's own compute; ONNX NonMaxSuppression to a vectorized kernel (legalize_nms), RoiAlign channels-last
-(legalize_roi_align). Elementwise ops
-whose TVM lowering does not vectorize (exp, erf, tanh, sigmoid, SiLU: one libm call per element;
-round: te.nearbyint) get vectorizing computes.
+to Kiln's own compute; ONNX NonMaxSuppression to a vectorized kernel (legalize_nms), RoiAlign
+channels-last (legalize_roi_align). Elementwise ops whose TVM lowering does not vectorize (exp, erf,
+tanh, sigmoid, SiLU: one libm call per element; round: te.nearbyint; isfinite/isinf: fabs) get
+vectorizing computes, and a bool tensor's layout_transform goes through uint8.
 Everything else falls through to TVM's registered legalizer."""
 
 from __future__ import annotations
@@ -20,6 +20,8 @@ from ..schedules.int8 import Int8Kernel, int8_kernel
 from ..schedules.kinds import declare
 from . import ir, legalize_int8, legalize_nms, legalize_roi_align
 from .legalize_conv3d import conv3d
+
+FLOATS = ("float32", "float16", "float64")
 
 
 def tvm_legalize(bb, call):
@@ -207,7 +209,7 @@ def _round(bb, call):
     scalar, LLVM then vectorizes the loop around it with gathers, and ResNet-50's int8 quantize kernels
     ran at 13 GB/s. tirx.round lowers to the same llvm.nearbyint on CPUs (ties to even, as ONNX rounds)
     and vectorizes: 10x on a [1, 16, 56, 56, 16] quantize (benchmarks/history.md)."""
-    if str(call.ty.dtype) not in ("float32", "float16", "float64"):
+    if str(call.ty.dtype) not in FLOATS:
         return tvm_legalize(bb, call)
     return bb.call_te(_te_round, call.args[0], primfunc_name_hint="round")
 
@@ -226,7 +228,7 @@ def _finite_test(test: str):
         return te.compute(x.shape, lambda *i: tvm.tirx.any(x(*i) == inf, x(*i) == -inf), name="T_isinf")
 
     def legalize(bb, call):
-        if str(call.args[0].ty.dtype) not in ("float32", "float16", "float64"):
+        if str(call.args[0].ty.dtype) not in FLOATS:
             return tvm_legalize(bb, call)
         return bb.call_te(compute, call.args[0], primfunc_name_hint=test)
 

@@ -46,9 +46,11 @@ def _any(flags, n: int):
     return flags[0]
 
 
-def _sift_down(hs, hi, top, size, p, c, ti, tf):
-    """Restore the heap property of hs/hi[:size] below `top`: the better of two candidates is the higher
-    score, on equal scores the lower box index (onnxruntime's order; a stable sort's)."""
+def _sift_down(heap, top, size):
+    """Restore the heap property of hs/hi[:size] below `top` (heap: the scores hs, the box indices hi, and the
+    locals p, c, ti, tf it works in): the better of two candidates is the higher score, on equal scores the
+    lower box index (onnxruntime's order; a stable sort's)."""
+    hs, hi, p, c, ti, tf = heap
 
     def better(a, b):
         return tirx.any(hs[a] > hs[b], tirx.all(hs[a] == hs[b], hi[a] < hi[b]))
@@ -101,7 +103,7 @@ def _nms_rows(boxes, scores, iou_t, score_t, classes: int, limit: int, lanes: in
                             hi[size[0]] = j
                             size[0] = size[0] + 1
                 with T.serial(0, size[0] // 2) as t:
-                    _sift_down(*heap[:2], size[0] // 2 - 1 - t, size[0], *heap[2:])
+                    _sift_down(heap, size[0] // 2 - 1 - t, size[0])
                 n[0] = T.int32(0)
                 base = (r // classes) * num_boxes
                 with T.While(tirx.all(size[0] > 0, n[0] < limit)):
@@ -109,7 +111,7 @@ def _nms_rows(boxes, scores, iou_t, score_t, classes: int, limit: int, lanes: in
                     size[0] = size[0] - 1
                     hs[0] = hs[size[0]]
                     hi[0] = hi[size[0]]
-                    _sift_down(*heap[:2], 0, size[0], *heap[2:])
+                    _sift_down(heap, 0, size[0])
                     p0, p1 = bx[base + b[0], 0], bx[base + b[0], 1]
                     p2, p3 = bx[base + b[0], 2], bx[base + b[0], 3]
                     box[0], box[1] = tirx.min(p0, p2), tirx.min(p1, p3)

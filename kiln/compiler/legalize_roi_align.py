@@ -14,7 +14,7 @@ fixed sampling ratio (ONNX sampling_ratio 0, adaptive, sizes the reduction per R
 
 from __future__ import annotations
 
-from tvm import relax, tirx, topi
+from tvm import tirx, topi
 
 OPAQUE = 8  # TVM's OpPatternKind kOpaque: FuseOps fuses nothing into the kernel
 
@@ -45,7 +45,7 @@ def legalize(lanes: int, fallback):
             bool(a.aligned),
             primfunc_name_hint="roi_align_channels_last",
         )
-        gv = out.args[0] if isinstance(out, relax.Call) else bb.lookup_binding(out).args[0]
+        gv = bb.lookup_binding(out).args[0]  # the call_tir's function
         bb.update_func(gv, bb.get()[gv].with_attr("op_pattern", OPAQUE))
         return bb.call_te(topi.transpose, out, [0, 3, 1, 2], primfunc_name_hint="roi_align_output")
 

@@ -89,8 +89,6 @@ def _bool_transform_as_uint8(builder, call):
         return None
     a = call.attrs
     wide = builder.normalize(relax.op.astype(call.args[0], "uint8"))
-    if getattr(a, "axis_separators", None) or getattr(a, "input_axis_separators", None):
-        return None
     moved = builder.normalize(relax.op.layout_transform(wide, a.index_map, None if a.pad_value is None else 0))
     return relax.op.astype(moved, "bool")
 
