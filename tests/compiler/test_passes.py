@@ -439,3 +439,33 @@ def test_fuse_epilogue_never_swallows_a_value_used_elsewhere():
     relax.analysis.well_formed(after)  # raises on a use of an undefined value
     assert len(_kernels(after)) < len(_kernels(before))
     check_numerics(before, after, rnd(1, 4, 5, 5, seed=3))
+
+
+def test_convert_layout_takes_a_float_to_int_cast_between_blocked_convs(tmp_path):
+    """A Cast from float to int between two blocked convs (the importer's where(!isfinite(x), 0, x) makes a bool
+    mask, blocked with them): TVM's layout_transform lowering pads a bool tensor with float 0.0 and its schedule
+    refuses it, so the whole ConvertLayout pass was skipped (ddddocr's dynamically quantized OCR model ran
+    unblocked, 3.2x onnxruntime). Bool transforms go through uint8: no pass skipped, the convs blocked, and
+    the outputs match onnxruntime."""
+    from helpers import make_model, ort_run, rand
+    from onnx import helper
+
+    import kiln
+
+    nodes = [
+        helper.make_node("Conv", ["x", "w1"], ["c1"], pads=[1, 1, 1, 1]),
+        helper.make_node("Mul", ["c1", "k"], ["s"]),
+        helper.make_node("Cast", ["s"], ["q"], to=6),  # float -> int32
+        helper.make_node("Cast", ["q"], ["f"], to=1),
+        helper.make_node("Conv", ["f", "w2"], ["y"], pads=[1, 1, 1, 1]),
+    ]
+    # small integers and a scale of 0.5: the first conv's sums are exact in float32, so both engines truncate alike
+    g = np.random.default_rng(0)
+    ints = lambda *shape: g.integers(-3, 4, shape).astype(np.float32)
+    inits = {"w1": ints(48, 32, 3, 3), "w2": rand(32, 48, 3, 3, seed=2), "k": np.float32(0.5)}
+    x = ints(1, 32, 12, 12)
+    model = make_model(nodes, {"x": x}, ["y"], inits)
+    r = kiln.compile(model, tmp_path / "m.kiln")
+    assert r.report["passes_skipped"] == [] and "NCHW" not in r.report["conv_layouts"], r.report["conv_layouts"]
+    ref = ort_run(model, {"x": x})[0]
+    np.testing.assert_allclose(kiln.load(tmp_path / "m.kiln").run({"x": x})["y"], ref, rtol=1e-4, atol=1e-3)
