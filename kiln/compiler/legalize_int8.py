@@ -12,10 +12,8 @@ from __future__ import annotations
 import tvm
 from tvm import te, topi
 
-from ..schedules.int8 import ANNOTATION, Int8Kernel
+from ..schedules.int8 import ANNOTATION, STEP, Int8Kernel, kernel_for_lanes
 from . import legalize_amx
-
-STEP = 4  # input channels per dot-product step (every int8 kernel's k)
 
 
 def pack_int8_kernel(kernel):
@@ -120,7 +118,8 @@ def _u8s8(call) -> bool:
 
 def conv2d(bb, call, kernel: Int8Kernel | None):
     """The int8 compute of a blocked uint8 x int8 conv2d the kernel fits (groups 1, NCHW{c}c data
-    with c a multiple of 4, OIHW{c}i{L}o weights), or None (legalized as any other conv)."""
+    with c a multiple of 4, OIHW{c}i{L}o weights with L the lanes of the kernel or of its narrow
+    sibling, schedules/int8.NARROW), or None (legalized as any other conv)."""
     a = call.attrs
     x, w = call.args[0].ty, call.args[1].ty
     blocked = (
@@ -134,8 +133,10 @@ def conv2d(bb, call, kernel: Int8Kernel | None):
     )
     if blocked and kernel.path == "amx-int8" and legalize_amx.fits(call):  # any channel blocks, in and out
         return legalize_amx.conv2d(bb, call)
-    same = str(a.out_layout) == str(a.data_layout)
-    if not (blocked and same and int(x.shape[4]) % STEP == 0 and int(w.shape[5]) == kernel.lanes):
+    if not blocked or int(x.shape[4]) % STEP:
+        return None
+    kernel = kernel_for_lanes(kernel, int(w.shape[5]))  # 8-channel blocks on AVX-512 take the ymm sibling
+    if kernel is None:
         return None
     packed = bb.emit_te(pack_int8_kernel, call.args[1], primfunc_name_hint="int8_kernel_pack")
     sums = bb.emit_te(int8_weight_sums, packed, primfunc_name_hint="int8_weight_sums") if kernel.signed_data else None

@@ -17,6 +17,7 @@ from tvm import relax
 from ..errors import OptionsError
 from ..schedules import ApplyDefaultSchedules, ApplyTuningDatabase
 from ..schedules.gpu import ApplyGPUSchedules
+from ..schedules.int8 import int8_kernel
 from . import passes as kp
 from .legalize import legalize_map
 
@@ -114,7 +115,7 @@ CPU_PIPELINE: list[PassSpec] = [
     PassSpec("ConvertLayout", lambda o: kp.ConvertLayout(o.layout, o.target.caps.f32_block), 2),
     PassSpec(
         "NarrowBlockLayout",
-        lambda o: kp.NarrowBlockLayout(o.layout, o.target.caps.f32_block, o.target.caps.int8_path == "amx-int8"),
+        lambda o: kp.NarrowBlockLayout(o.layout, o.target.caps.f32_block, int8_kernel(o.target.caps)),
         2,
     ),
     PassSpec("PropagateBlockedLayout", lambda o: kp.PropagateBlockedLayout(o.layout), 2),

@@ -57,9 +57,43 @@ NO_KERNEL = {
 }
 
 
+# the same instruction on half-width registers, for output-channel counts the full width does not divide:
+# AVX512-VL encodes vpdpbusd and vpmaddubsw on ymm, so a 24-channel conv runs 3 blocks of 8 (MobileNetV2)
+NARROW = {"avx512-vnni": "avx-vnni", "avx512-pmaddubsw": "avx2-pmaddubsw"}
+MIN_CHANNELS = STEP = 4  # input channels per dot-product step; a conv with fewer (a stem) pads up to it
+
+
 def int8_kernel(caps) -> Int8Kernel | None:
     """The int8 kernel for a target's capabilities (None: int8 layers stay float, see NO_KERNEL)."""
     return KERNELS.get(getattr(caps, "int8_path", None))
+
+
+def kernel_for_lanes(kernel: Int8Kernel | None, lanes: int) -> Int8Kernel | None:
+    """The kernel of `kernel`'s family whose output-channel block is `lanes` (its NARROW sibling), or None."""
+    if kernel is None:
+        return None
+    if lanes == kernel.lanes:
+        return kernel
+    narrow = KERNELS.get(NARROW.get(kernel.path, ""))
+    return narrow if narrow is not None and narrow.lanes == lanes else None
+
+
+def conv_blocks(kernel: Int8Kernel | None, i: int, o: int) -> tuple[int, int] | None:
+    """(input block, output block) of the blocked int8 conv for i -> o channels, or None (no int8 kernel
+    fits). The output block is a lane count of the family (16, else 8 on AVX-512); the input block the
+    widest power of two up to the output block dividing i, a multiple of 4 (one dot-product step), or 4
+    for a conv with fewer than 4 input channels (the stem: zero input channels pad it to one step)."""
+    if kernel is None:
+        return None
+    bo = next((b for b in (kernel.lanes, kernel.lanes // 2) if o % b == 0 and kernel_for_lanes(kernel, b)), None)
+    if bo is None:
+        return None
+    if i < MIN_CHANNELS:
+        return MIN_CHANNELS, bo
+    bi = max(kernel.lanes, bo)
+    while bi > 1 and i % bi:
+        bi //= 2
+    return (bi, bo) if bi % STEP == 0 else None
 
 
 def why_no_kernel(caps) -> str:

@@ -100,6 +100,9 @@ def parallel_vectorize(sch: s_tir.Schedule, block, lanes: int, max_parallel_exte
     if not loops:  # a scalar (rank-0) block: nothing to parallelize or vectorize
         return
     last = extent(sch, loops[-1])
+    if len(loops) > 2 and last < lanes and lanes % last == 0:  # a narrow channel block (NCHW4c): vectors span pixels
+        loops = [*loops[:-2], sch.fuse(*loops[-2:])]
+        last = extent(sch, loops[-1])
     if len(loops) > 1 and last % lanes and math.prod(extent(sch, lp) for lp in loops) >= lanes:
         v = vector_width(last, lanes)
         inner = []

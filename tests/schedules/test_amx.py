@@ -38,13 +38,14 @@ def test_sapphirerapids_conv_runs_on_tiles():
 
 def test_sapphirerapids_blocks_int8_convs_by_8_for_the_tiles():
     """24 channels (MobileNetV2's narrow stage): on AMX the int8 conv is blocked by 8 (NarrowBlockLayout) and
-    runs on tiles; on Zen 4 (VNNI takes 16-channel blocks only) it stays an NCHW conv."""
+    runs on tiles; on Zen 4 (no AMX) it is blocked by 8 too, for VNNI on ymm registers."""
     model = _qdq_conv(96, 24, 1, 1, 0, 3, 64, 14)[0]
     asm, report = compiled_asm(model, SPR)
     assert report["convs_blocked"] == 1 and report["kernels_unscheduled"] == 0
     assert re.search(r"tdpbusd\s+%tmm\d, %tmm\d, %tmm\d", asm)
     asm, report = compiled_asm(model, ZNVER4)
-    assert report["convs_blocked"] == 0 and "tdpbusd" not in asm
+    assert report["convs_blocked"] == 1 and "tdpbusd" not in asm
+    assert re.search(r"vpdpbusd\s+%ymm\d+, %ymm\d+, %ymm\d+", asm)
 
 
 def _qdq_matmul(xshape, n):

@@ -145,6 +145,31 @@ def test_avx2_int8_conv_is_exact(tmp_path, cin, cout, k, stride, pad, zx):
     np.testing.assert_allclose(got, ref, rtol=2e-6, atol=1e-5)
 
 
+# the int8 convs whose channels the kernel's block does not divide: a 3-channel stem (padded to 4 input
+# channels), 24 outputs (3 blocks of 8: the ymm sibling on AVX-512), 24 inputs (NCHW8c data)
+NARROW_CONVS = [(3, 32, 3, 2, 1, 100), (3, 16, 7, 2, 3, 7), (96, 24, 1, 1, 0, 0), (24, 48, 3, 1, 1, 5)]
+
+
+@pytest.mark.parametrize("spec", [HASWELL, "llvm"])
+@pytest.mark.parametrize("cin,cout,k,stride,pad,zx", NARROW_CONVS)
+def test_narrow_int8_convs_are_blocked_and_exact(tmp_path, spec, cin, cout, k, stride, pad, zx):
+    """Built for haswell and for this host, run here: the conv runs blocked for the int8 kernel (ConvertLayout or
+    NarrowBlockLayout; TVM's generic int8 NCHW conv ran at a third of its speed), and equals the integer reference."""
+    model, x, ref = _qdq_conv(cin, cout, k, stride, pad, zx, hw=14)
+    r, got = _run_on_host(spec, tmp_path, model, x)
+    assert r.report["qdq_lowered"] == 1 and "NCHW" not in r.report["conv_layouts"], r.report["conv_layouts"]
+    np.testing.assert_allclose(got, ref, rtol=2e-6, atol=1e-5)
+
+
+def test_avx512_runs_8_channel_int8_blocks_on_ymm():
+    """Compiled for znver4 (not run): a 24-channel int8 conv takes vpdpbusd on ymm, the 16-lane kernel's
+    half-width sibling, and a 3-channel stem the zmm kernel on NCHW4c data."""
+    for model, reg in ((_qdq_conv(48, 24, 1, 1, 0)[0], "ymm"), (_qdq_conv(3, 32, 3, 2, 1)[0], "zmm")):
+        asm, report = compiled_asm(model, f"llvm -mcpu=znver4 {X86}")
+        assert report["convs_blocked"] == 1 and report["kernels_unscheduled"] == 0
+        assert re.search(rf"vpdpbusd\s+%{reg}\d+, %{reg}\d+, %{reg}\d+", asm)
+
+
 def test_avx2_int8_matmul_is_exact(tmp_path):
     model, x, ref = _qdq_matmul()
     r, got = _run_on_host(HASWELL, tmp_path, model, x)

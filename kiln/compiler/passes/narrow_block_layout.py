@@ -18,9 +18,12 @@ A float32 conv whose input channels block but whose output channels have no bloc
 heads: 9 anchors x 91 classes = 819, 9 x 4 = 36) gets zero filters up to padded_channels and a slice of the
 real channels after it: its generic NCHW schedule ran the 819-channel head at 20-46 GFLOP/s, half of the
 model's time. `stats["convs_padded"]` counts them.
-With int8_any_block (a target whose int8 conv takes any channel block: AMX, legalize_amx) uint8 x int8 convs
-are blocked the same way (not a stem: its gather would be one byte at a time), instead of running TVM's
-generic int8 NCHW conv. `stats["convs_blocked"]` counts them."""
+uint8 x int8 convs are blocked for the target's int8 kernel instead of running TVM's generic int8 NCHW conv
+(78-118 GOP/s against 300-560 for the blocked kernel on Zen 4, MobileNetV2-QDQ's 24-channel stage):
+on AMX (legalize_amx) any channel blocks, as float, but not a stem; elsewhere the blocks of
+schedules/int8.conv_blocks: outputs by the kernel's lanes or its half-width sibling (24 -> 3 x 8 on
+AVX-512), inputs by a multiple of 4, and a stem's 3 input channels padded with a zero one to 4, so
+each tap is one dot-product step. `stats["convs_blocked"]` counts them."""
 
 from __future__ import annotations
 
@@ -29,6 +32,7 @@ import tvm
 from tvm import relax
 from tvm.ir.expr import GenericConst
 
+from ...schedules.int8 import Int8Kernel, conv_blocks
 from ..ir import out_dtype
 from .convert_layout import widest_block
 from .counting import static_shape
@@ -60,7 +64,7 @@ def unblock_map(b: int):
 
 @relax.expr_functor.mutator
 class _Narrow(relax.PyExprMutator):
-    def __init__(self, mod, block: int, int8: bool = False):
+    def __init__(self, mod, block: int, int8: Int8Kernel | None = None):
         super().__init__(mod)
         self.block, self.int8 = block, int8
         self.blocked = self.padded = 0
@@ -85,15 +89,25 @@ class _Narrow(relax.PyExprMutator):
             return call
         wa = w.value.numpy()
         o, i, kh, kw = wa.shape
-        bi, bo = widest_block(i, self.block), widest_block(o, self.block)
-        padded = padded_channels(o, self.block) if bo < MIN_BLOCK and bi >= MIN_BLOCK and wa.dtype == np.float32 else o
-        if padded != o:  # zero filters up to a blockable count, sliced off after the conv
-            wa = np.concatenate([wa, np.zeros((padded - o, i, kh, kw), wa.dtype)])
-            bo = widest_block(padded, self.block)
-        if bo < MIN_BLOCK or (bi < MIN_BLOCK and (kh * kw > MAX_STEM_KERNEL or str(x.ty.dtype) != "float32")):
-            return call
-        w_b = wa.reshape(padded // bo, bo, i // bi, bi, kh, kw).transpose(0, 2, 4, 5, 3, 1)
-        x_b = self.builder_.emit(relax.op.layout_transform(x, index_map=block_map(bi)))
+        padded = o
+        if wa.dtype == np.int8 and self.int8 is not None and self.int8.path != "amx-int8":
+            if (blocks := conv_blocks(self.int8, i, o)) is None:
+                return call
+            bi, bo = blocks
+        else:
+            bi, bo = widest_block(i, self.block), widest_block(o, self.block)
+            padded = padded_channels(o, self.block) if bo < MIN_BLOCK <= bi and wa.dtype == np.float32 else o
+            if padded != o:  # zero filters up to a blockable count, sliced off after the conv
+                wa = np.concatenate([wa, np.zeros((padded - o, i, kh, kw), wa.dtype)])
+                bo = widest_block(padded, self.block)
+            if bo < MIN_BLOCK or (bi < MIN_BLOCK and (kh * kw > MAX_STEM_KERNEL or str(x.ty.dtype) != "float32")):
+                return call
+        if i % bi:  # an int8 stem: zero input channels up to one dot-product step (their data never counts)
+            wa = np.concatenate([wa, np.zeros((o if padded == o else padded, bi - i % bi, kh, kw), wa.dtype)], axis=1)
+        ci = wa.shape[1]
+        w_b = wa.reshape(padded // bo, bo, ci // bi, bi, kh, kw).transpose(0, 2, 4, 5, 3, 1)
+        pad = {"pad_value": 0} if ci != i else {}
+        x_b = self.builder_.emit(relax.op.layout_transform(x, index_map=block_map(bi), **pad))
         odt = out_dtype(a)
         conv = relax.op.nn.conv2d(
             x_b,
@@ -115,13 +129,13 @@ class _Narrow(relax.PyExprMutator):
 
     @property
     def dtypes(self) -> set:
-        return {("float32", "float32"), ("uint8", "int8")} if self.int8 else {("float32", "float32")}
+        return {("float32", "float32"), ("uint8", "int8")} if self.int8 is not None else {("float32", "float32")}
 
 
 @tvm.transform.module_pass(opt_level=2, name="NarrowBlockLayout")
 class NarrowBlockLayout:
-    def __init__(self, layout: str, block: int, int8_any_block: bool = False):
-        self.layout, self.block, self.int8 = layout, block, int8_any_block
+    def __init__(self, layout: str, block: int, int8: Int8Kernel | None = None):
+        self.layout, self.block, self.int8 = layout, block, int8
         self.stats = {"convs_blocked": 0, "convs_padded": 0}
 
     def transform_module(self, mod: tvm.IRModule, ctx) -> tvm.IRModule:

@@ -3,8 +3,11 @@ accelerator name layers the same way), and a visitor that walks them in one fixe
 taps, the rewrite and the accuracy taps all see the same layers).
 
 A layer is a conv2d (groups 1, NCHW/OIHW) or a matmul by a constant 2-D weight, in float32. The
-target's int8 kernel (schedules/int8.py) needs channels in blocks of its lanes (16 on AVX-512, 8 on
-AVX2, 4 on NEON; 16 when no target is given); other layers stay float with a reason. On a target
+target's int8 kernel (schedules/int8.py) needs output channels in blocks of its lanes (16 on AVX-512, or
+8 on its ymm sibling; 8 on AVX2, 4 on NEON; 16 when no target is given) and input channels in steps of 4
+(schedules/int8.conv_blocks); other layers stay float with a reason. A stem (fewer than 4 input
+channels, which the int8 kernel takes padded) stays float too: the first layer is the one quantization
+hurts most, and an imported QDQ model that quantizes its own stem still runs it int8. On a target
 with no int8 kernel faster than its float32 code, every layer stays float and says why."""
 
 from __future__ import annotations
@@ -16,7 +19,7 @@ import tvm
 from tvm import relax
 from tvm.ir.expr import GenericConst
 
-from ...schedules.int8 import int8_kernel, why_no_kernel
+from ...schedules.int8 import MIN_CHANNELS, Int8Kernel, conv_blocks, int8_kernel, why_no_kernel
 from .cost import slower_reason
 
 OPS = {"relax.nn.conv2d": "Conv", "relax.matmul": "MatMul"}
@@ -76,8 +79,9 @@ class LayerNames:
         return names[k] if k < len(names) else f"{candidate(call)}_{k}"
 
 
-def why_float(call, block: int = CHANNEL_BLOCK) -> str | None:
-    """Why a layer stays float (None: it quantizes); `block` is the int8 kernel's output-channel block."""
+def why_float(call, kernel: Int8Kernel | None = None) -> str | None:
+    """Why a layer stays float (None: it quantizes) for the target's int8 kernel (None: blocks of CHANNEL_BLOCK)."""
+    block = kernel.lanes if kernel is not None else CHANNEL_BLOCK
     x, w = call.args[0], call.args[1]
     if str(x.ty.dtype) != "float32":
         return f"input is {x.ty.dtype}, not float32"
@@ -90,8 +94,11 @@ def why_float(call, block: int = CHANNEL_BLOCK) -> str | None:
         if int(a.groups) != 1:
             return "grouped/depthwise conv: memory-bound, no int8 kernel (stays float)"
         o, i = int(w.value.shape[0]), int(w.value.shape[1])
-        if i % block or o % block:
-            return f"channels {i}->{o} not multiples of {block}: no int8 dot-product kernel (e.g. the stem conv)"
+        if i < MIN_CHANNELS:
+            return f"channels {i}->{o}: a stem stays float (the layer quantization hurts most)"
+        fits = conv_blocks(kernel, i, o) is not None if kernel is not None else not (i % block or o % block)
+        if not fits:
+            return f"channels {i}->{o}: no int8 dot-product kernel takes these blocks of {block}"
     else:
         k, n = (int(s) for s in w.value.shape)
         if k % 4 or n % block:
@@ -120,8 +127,7 @@ class LayerMutator(relax.PyExprMutator):
         if kind is None:
             return call
         name = self.names.next(call)
-        block = self.int8.lanes if self.int8 else CHANNEL_BLOCK
-        reason = "kept float (--keep-float)" if name in self.keep_float else why_float(call, block) or self.no_kernel
+        reason = "kept float (--keep-float)" if name in self.keep_float else why_float(call, self.int8) or self.no_kernel
         if reason is None and self.int8 is not None:
             reason = slower_reason(call, self.int8)
         layer = Layer(len(self.layers), name, kind, reason)
