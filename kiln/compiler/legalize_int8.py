@@ -154,14 +154,17 @@ def conv2d(bb, call, kernel: Int8Kernel | None):
 
 
 def matmul(bb, call, kernel: Int8Kernel | None):
-    """The int8 compute of a uint8 [..., K] x int8 [K, N] matmul (K % 4 == 0, N % L == 0), or None."""
+    """The int8 compute of a uint8 [..., K] x int8 [K, N] matmul (K % 4 == 0, N a multiple of the lanes of the
+    kernel or of its narrow sibling: a 1000-class head runs 8 lanes on AVX-512), or None."""
     w = call.args[1].ty
-    if kernel is None or not _u8s8(call) or len(w.shape) != 2:
-        return None
-    if int(w.shape[1]) % kernel.lanes or int(w.shape[0]) % STEP:
+    if kernel is None or not _u8s8(call) or len(w.shape) != 2 or int(w.shape[0]) % STEP:
         return None
     if kernel.path == "amx-int8" and legalize_amx.matmul_fits(call):
         return legalize_amx.matmul(bb, call)
+    n = int(w.shape[1])
+    kernel = kernel_for_lanes(kernel, kernel.lanes if n % kernel.lanes == 0 else kernel.lanes // 2)
+    if kernel is None or n % kernel.lanes:
+        return None
     packed = bb.emit_te(pack_int8_dense, call.args[1], kernel.lanes, primfunc_name_hint="int8_dense_pack")
     sums = bb.emit_te(int8_weight_sums, packed, primfunc_name_hint="int8_weight_sums") if kernel.signed_data else None
     return bb.call_te(matmul_int8, call.args[0], packed, sums, kernel.path, primfunc_name_hint="matmul_int8")

@@ -59,7 +59,7 @@ NO_KERNEL = {
 
 # the same instruction on half-width registers, for output-channel counts the full width does not divide:
 # AVX512-VL encodes vpdpbusd and vpmaddubsw on ymm, so a 24-channel conv runs 3 blocks of 8 (MobileNetV2)
-NARROW = {"avx512-vnni": "avx-vnni", "avx512-pmaddubsw": "avx2-pmaddubsw"}
+NARROW = {"avx512-vnni": "avx-vnni", "amx-int8": "avx-vnni", "avx512-pmaddubsw": "avx2-pmaddubsw"}
 MIN_CHANNELS = STEP = 4  # input channels per dot-product step; a conv with fewer (a stem) pads up to it
 
 

@@ -36,7 +36,7 @@ def _lowered_or_kept_float(report: dict, n: int) -> int:
         (32, 48, 3, 1, 1, 0),  # VNNI kernel, ReLU-style input (zero point 0)
         (32, 32, 3, 2, 1, 100),  # VNNI kernel, zero point padded explicitly, stride 2
         (16, 64, 1, 1, 0, 7),  # 1x1
-        (8, 24, 3, 1, 1, 3),  # channels not multiples of 16: the generic integer kernel
+        (8, 24, 3, 1, 1, 3),  # channels not multiples of 16: 8-channel blocks (the ymm kernel on AVX-512)
     ],
 )
 def test_integer_conv_matches_numpy(tmp_path, cin, cout, k, stride, pad, zx):
@@ -75,6 +75,27 @@ def test_integer_matmul_matches_numpy(tmp_path):
     _lowered_or_kept_float(r.report, 1)
     xq = np.clip(np.round(x / sx) + zx, 0, 255).astype(np.int64)
     ref = ((xq - zx) @ wq.astype(np.int64)).astype(np.float64) * np.float64(sx) * np.float64(sw)
+    np.testing.assert_allclose(kiln.load(tmp_path / "m.kiln").run({"input": x})["output"], ref, rtol=2e-6, atol=1e-5)
+
+
+def test_integer_gemm_trans_b_matches_numpy(tmp_path):
+    """A QDQ Gemm with transB (PyTorch's Linear, onnxruntime's quantizer: per-channel scales on the weights'
+    axis 0) runs int8 like a MatMul; 1000 classes, a multiple of 8 and not of 16 (MobileNetV2-QDQ's head)."""
+    rng = np.random.default_rng(5)
+    wq = rng.integers(-127, 128, (1000, 64)).astype(I8)
+    sw, sx, zx = rng.uniform(0.001, 0.01, 1000).astype(np.float32), np.float32(0.03), 9
+    nodes = [
+        helper.make_node("QuantizeLinear", ["input", "sx", "zx"], ["xq"]),
+        helper.make_node("DequantizeLinear", ["xq", "sx", "zx"], ["xf"]),
+        helper.make_node("DequantizeLinear", ["wq", "sw", "zw"], ["wf"], axis=0),
+        helper.make_node("Gemm", ["xf", "wf"], ["output"], transB=1),
+    ]
+    x = rand(2, 64, seed=6)
+    inits = {"sx": sx, "zx": np.uint8(zx), "wq": wq, "sw": sw, "zw": np.zeros(1000, I8)}
+    r = kiln.compile(make_model(nodes, {"input": x}, ["output"], inits), tmp_path / "m.kiln")
+    _lowered_or_kept_float(r.report, 1)
+    xq = np.clip(np.round(x / sx) + zx, 0, 255).astype(np.int64)
+    ref = ((xq - zx) @ wq.T.astype(np.int64)).astype(np.float64) * np.float64(sx) * sw.astype(np.float64)
     np.testing.assert_allclose(kiln.load(tmp_path / "m.kiln").run({"input": x})["output"], ref, rtol=2e-6, atol=1e-5)
 
 

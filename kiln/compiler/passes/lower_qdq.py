@@ -1,8 +1,8 @@
 """LowerQDQ: run an already-quantized (QDQ) model's convolutions and matmuls in integers.
 
 TVM imports ONNX QDQ models as float ops between quantize/dequantize (fake quantization). This
-pass rewrites conv2d(dequantize(xq), dequantize(Wq)) and matmul(dequantize(xq), dequantize(Wq))
-with constant, symmetric (zero point 0) int8 weights (or, for matmuls, uint8 weights with any zero
+pass rewrites conv2d(dequantize(xq), dequantize(Wq)) and matmul(dequantize(xq), dequantize(Wq)) (or of
+its transpose, a Gemm's transB) with constant, symmetric (zero point 0) int8 weights (or, for matmuls, uint8 weights with any zero
 point, as w - 128 and a per-row correction) into uint8 x int8 -> int32 ops and a float
 epilogue:  y = float(acc) * sx*sw - zx*sx*sw*sum(Wq)  (the same form as Kiln's own quantizer, so
 the same int8 kernels run; a target whose int8 kernel would not be faster or exact keeps the layer
@@ -50,11 +50,25 @@ class _Lower(relax.PyExprMutator):
             return v
         return None
 
+    def _transposed_dequantize(self, e):
+        """dequantize(Wq) under a 2-D transpose (Gemm's transB: matmul(x, permute_dims(DQ(W[N, K])))), or None."""
+        v = self.lookup_binding(e) if isinstance(e, relax.Var) else None
+        if not (isinstance(v, relax.Call) and isinstance(v.op, tvm.ir.Op) and v.op.name == "relax.permute_dims"):
+            return None
+        axes = v.attrs.axes
+        if axes is not None and [int(a) for a in axes] != [1, 0]:
+            return None
+        dw = self._dequantize(v.args[0])
+        return dw if dw is not None and len(dw.ty.shape) == 2 else None
+
     def visit_call_(self, call):
         call = super().visit_call_(call)
         if not isinstance(call.op, tvm.ir.Op) or call.op.name not in ("relax.nn.conv2d", "relax.matmul"):
             return call
         dx, dw = self._dequantize(call.args[0]), self._dequantize(call.args[1])
+        transposed = dw is None and call.op.name == "relax.matmul"
+        if transposed:
+            dw = self._transposed_dequantize(call.args[1])
         if dx is None or dw is None:
             return call
         sx, zx, wq, sw, zw = (
@@ -66,6 +80,9 @@ class _Lower(relax.PyExprMutator):
         )
         xdt = str(dx.args[0].ty.dtype)
         conv = call.op.name == "relax.nn.conv2d"
+        w_axis = int(dw.attrs.axis) % max(wq.ndim, 1) if wq is not None else 0  # the axis of its per-channel scales
+        if transposed and wq is not None:
+            wq, w_axis = np.ascontiguousarray(wq.T), 1 - w_axis
         if zx is None and not conv and xdt == "uint8" and _runtime_scalar(dx.args[2]):
             zx = dx.args[2]  # onnxruntime's dynamic quantization: the zero point is computed at run time
         shift = None  # uint8 matmul weights: w - zw = (w - 128) + (128 - zw), the second a multiple of sum(x - zx)
@@ -88,7 +105,7 @@ class _Lower(relax.PyExprMutator):
         if not conv and wq.ndim != 2:
             return call
         axis = 0 if conv else 1
-        if sw.size != 1 and int(dw.attrs.axis) % wq.ndim != axis:
+        if sw.size != 1 and w_axis != axis:
             return call
         if qdq_float_reason(self.caps, wq, 1 if conv else 0) is not None:
             self.kept_float += 1  # the fake-quantized float layer: as exact, and faster on this target
