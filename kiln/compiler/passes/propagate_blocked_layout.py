@@ -16,6 +16,7 @@ depthwise conv, bias and clip on an unblocked tensor. Rules, applied to a call w
   - a mean over H and W that keeps them (GlobalAveragePool): mean(unblock(x)) -> unblock(mean_c(x))
   - depthwise conv2d (groups = channels, constant weight): conv(unblock(x), w) -> unblock(conv_c(x, block(w)))
   - spatial constant pad:                              pad(unblock(x))      -> unblock(pad_c(x))
+  - max/avg pool2d:                                    pool(unblock(x))     -> unblock(pool_c(x))
   - a slice of whole blocks of channels (or of N/H/W): slice(unblock(x))   -> unblock(slice_c(x))
     (TVM's ConvertLayout slices NCHW: a C2f block written with Slice instead of Split)
   - concat of unblocked tensors of one block:          concat(unblock(x), unblock(y)) -> unblock(concat(x, y))
@@ -47,6 +48,7 @@ UNARY = (
     "relax.round",
 )
 BINARY = ("relax.add", "relax.multiply", "relax.subtract", "relax.divide", "relax.maximum", "relax.minimum")
+POOL = {"relax.nn.max_pool2d": relax.op.nn.max_pool2d, "relax.nn.avg_pool2d": relax.op.nn.avg_pool2d}
 QDQ = ("relax.quantize", "relax.dequantize")  # elementwise where scale and zero point are per-tensor scalars
 
 
@@ -116,6 +118,8 @@ class _Propagate(relax.PyExprMutator):
             return self._depthwise(call, x, channels, c)
         if name == "relax.nn.pad":
             return self._pad(call, x)
+        if name in POOL:
+            return self._pool(call, x, c)
         if name == "relax.strided_slice":
             return self._slice(call, x, channels, c)
         return call
@@ -190,6 +194,26 @@ class _Propagate(relax.PyExprMutator):
         if len(w) != 8 or any(w[:4]) or str(call.attrs.pad_mode) != "constant":
             return call
         return self._unblock(relax.op.nn.pad(x, w + [0, 0], pad_value=float(call.attrs.pad_value)))
+
+    def _pool(self, call, x, c: int):
+        """max/avg pooling of an NCHW tensor, in the blocked layout (a QDQ ResNet's pool between the int8 stem
+        and layer1: left NCHW, it kept layer1's residual stream unblocked)."""
+        a = call.attrs
+        if str(a.layout) != "NCHW" or str(a.out_layout) != "NCHW":
+            return call
+        ints = lambda t: [int(v) for v in t]
+        pool = POOL[op_name(call)](
+            x,
+            pool_size=ints(a.pool_size),
+            strides=ints(a.strides),
+            padding=ints(a.padding),
+            dilation=ints(a.dilation),
+            ceil_mode=bool(a.ceil_mode),
+            count_include_pad=bool(a.count_include_pad),
+            layout=f"NCHW{c}c",
+            out_layout=f"NCHW{c}c",
+        )
+        return self._unblock(pool)
 
     def _depthwise(self, call, x, channels: int, c: int):
         a = call.attrs
