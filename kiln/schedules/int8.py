@@ -206,18 +206,28 @@ def matmul_int8(sch: s_tir.Schedule, anchor, lanes: int) -> None:
     inline_all_but(sch, [anchor, *sch.get_producers(anchor)])
     prologue = sch.get_producers(anchor)
     consumers = tile_consumers(sch, anchor)
+    for c in sch.get_consumers(anchor):  # the epilogue of a slice of padded columns stays at the root:
+        if c not in consumers:  # vectorize_leftovers cannot copy a tensorized schedule, so it is done here
+            parallel_vectorize(sch, c, kernel.lanes)
     # the row tile comes from the last row axis; the leading ones ([batch, seq, K] inputs) stay outer
-    # loops: fused with it, their div/mod bindings would not blockize for tensorize
+    # loops: fused with it, their div/mod bindings would not blockize for tensorize. A unit last row axis
+    # ([T, 1, K]: a recurrence's steps, a CTC head's frames) fuses with the one before it: no div/mod then.
     *outer, m, n, ko, ki = sch.get_loops(anchor)
-    t, b = register_tile(extent(sch, m), extent(sch, n) // kernel.lanes, kernel.accumulators)
+    if extent(sch, m) == 1 and outer:
+        *outer, m = *outer[:-1], sch.fuse(outer[-1], m)
+    rows, cols = extent(sch, m), extent(sch, n)
+    t, b = register_tile(rows, cols // kernel.lanes, kernel.accumulators)
     mo, mi = sch.split(m, [None, t])
     nbo, nbi, nj = sch.split(n, [None, b, kernel.lanes])
-    sch.reorder(*outer, mo, nbo, ko, mi, nbi, nj, ki)
+    # weights larger than the rows: each column block's weights stay in cache across the row tiles
+    # (ddddocr's 20 x 1024 x 8210 head streamed its 8.4 MB of weights once per row tile)
+    tiles = (nbo, mo) if cols > rows else (mo, nbo)
+    sch.reorder(*outer, *tiles, ko, mi, nbi, nj, ki)
     cache = sch.cache_write(anchor, 0, "global")
-    sch.reverse_compute_at(cache, nbo, preserve_unit_loops=True)
+    sch.reverse_compute_at(cache, tiles[1], preserve_unit_loops=True)
     for c in consumers:
-        sch.reverse_compute_at(c, nbo, preserve_unit_loops=True)
-    sch.parallel(sch.fuse(*outer, mo, nbo))
+        sch.reverse_compute_at(c, tiles[1], preserve_unit_loops=True)
+    sch.parallel(sch.fuse(*outer, *tiles))
     _tensorize(sch, kernel, anchor, ko, [mi, nbi], nj, [cache, *consumers], split=True)
     for p in prologue:  # the sdot shift: once over the whole input, ahead of the tiles (a few rows)
         parallel_vectorize(sch, p, 16)

@@ -177,6 +177,20 @@ def test_avx2_int8_matmul_is_exact(tmp_path):
     np.testing.assert_allclose(got, ref, rtol=2e-6, atol=1e-5)
 
 
+@pytest.mark.parametrize("spec", [HASWELL, "llvm"])
+def test_int8_matmul_over_unit_row_axis_is_exact(tmp_path, spec):
+    """[T, 1, K] rows (a CTC head's frames; the schedule fuses the unit axis into the rows for its register
+    tile) x 8210 columns (ddddocr's classes, padded to 8256 = 4 x 129 x 16 and sliced back, the slice's
+    epilogue vectorized apart), built for haswell and this host, run here: the integer reference."""
+    from kiln.compiler.quantize.rewrite import padded_columns
+
+    assert [padded_columns(n) for n in (8210, 1000, 24, 64)] == [8256, 1008, 32, 64]
+    model, x, ref = _qdq_matmul(xshape=(6, 1, 64), n=8210)
+    r, got = _run_on_host(spec, tmp_path, model, x)
+    assert r.report["qdq_lowered"] == 1 and r.report["kernels_unscheduled"] == 0
+    np.testing.assert_allclose(got, ref, rtol=2e-6, atol=1e-5)
+
+
 def test_avx2_keeps_saturating_qdq_weights_float(tmp_path):
     """8-bit QDQ weights that could saturate vpmaddubsw stay a float layer on AVX2 (exact to float
     rounding) instead of an int8 layer that would be wrong (or, done exactly, no faster)."""

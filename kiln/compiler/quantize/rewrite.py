@@ -54,6 +54,14 @@ def quantize_act(x, q: QParams):
 
 
 COLUMN_BLOCK = 16  # matmul columns are padded to this: every int8 kernel's lanes (4, 8, 16) divide it
+WIDE_COLUMN_BLOCK = 64  # or to this where that adds at most 1/64: 4 blocks of 16 for the register tile
+
+
+def padded_columns(n: int) -> int:
+    """The column count an int8 matmul's weights are padded to: ddddocr's 8210 classes to 8256 (516 = 4 x 129
+    blocks of 16), not 8224 (514 = 2 x 257: a register tile of at most 2 blocks)."""
+    wide = -(-n // WIDE_COLUMN_BLOCK) * WIDE_COLUMN_BLOCK
+    return wide if (wide - n) * WIDE_COLUMN_BLOCK <= n else -(-n // COLUMN_BLOCK) * COLUMN_BLOCK
 
 
 def integer_layer(bb, call, xq, zp, sx, wq: np.ndarray, sw: np.ndarray):
@@ -61,8 +69,8 @@ def integer_layer(bb, call, xq, zp, sx, wq: np.ndarray, sw: np.ndarray):
     codes `xq` (zero point zp, scale sx) and int8 weights wq with per-output-channel scales sw:
       acc = op(pad(xq, zp), wq) in int32;  y = float(acc) * sx*sw - zp * sx*sw * sum(wq)
     zp is an int, or for a matmul a uint8 scalar relax value computed at run time (onnxruntime's
-    dynamic quantization). A matmul's weight columns are padded with zeros to a multiple of
-    COLUMN_BLOCK and the result sliced back, so the int8 kernel (N % lanes == 0) takes any width.
+    dynamic quantization). A matmul's weight columns are padded with zeros (padded_columns) and the
+    result sliced back, so the int8 kernel (N % lanes == 0) takes any width.
     Emits the intermediate bindings into bb and returns y (float32), the value `call` had."""
     op = relax.op
     m = (np.float32(sx) * sw).astype(np.float32)
@@ -89,7 +97,7 @@ def integer_layer(bb, call, xq, zp, sx, wq: np.ndarray, sw: np.ndarray):
         shape, wsum = (1, -1, 1, 1), wq.astype(np.int64).sum(axis=(1, 2, 3))
     else:
         n = wq.shape[1]
-        pad = -n % COLUMN_BLOCK
+        pad = padded_columns(n) - n
         acc = op.matmul(xq, relax.const(np.pad(wq, ((0, 0), (0, pad))) if pad else wq), "int32")
         if pad:
             rank = len(call.ty.shape)

@@ -7,12 +7,14 @@ here so that it reaches LowerQDQ as DQ -> MatMul). MatMulIntegerToFloat (the gra
 of MatMulInteger + Mul) becomes DQ(A) -> MatMul <- DQ(B), lowered to int8 when A's scale is constant.
 
 Dynamic quantization (DynamicQuantizeMatMul, DynamicQuantizeLSTM) quantizes activations at run time,
-so no int8 kernel applies (LowerQDQ needs a constant activation scale). They are emulated in float
-exactly as onnxruntime computes them: the activation is quantized to uint8 with onnxruntime's
-parameters (range widened to include 0, scale (max-min)/255 or 1 for an all-zero range, zero point
-round(-min/scale)), then (q - zq) @ (Wq - zw) runs as a float MatMul over integer values -- exact while
-the sums stay below 2^24 -- and is scaled by sx*sw, as onnxruntime's int32 accumulator is. Dequantizing
-the weight and multiplying in float instead would miss onnxruntime by the activation rounding (~1e-2).
+exactly as onnxruntime does: the activation is quantized to uint8 with onnxruntime's parameters (range
+widened to include 0, scale (max-min)/255 or 1 for an all-zero range, zero point round(-min/scale)).
+With int8 weights and no weight zero point (onnxruntime's default), (q - zq) @ Wq is DQ(q, 1, zq) ->
+MatMul <- DQ(Wq, 1), which LowerQDQ runs on the int8 kernel (the run-time zero point's correction
+computed per row) and an int32 accumulator, scaled by sx*sw after, as onnxruntime's is. Other weights
+run (q - zq) @ (Wq - zw) as a float MatMul over integer values (exact while the sums stay below 2^24).
+Dequantizing the weight and multiplying in float instead would miss onnxruntime by the activation
+rounding (~1e-2).
 
 MatMulNBits (n-bit blockwise weights, from matmul_nbits_quantizer) is dequantized at compile time into
 a float weight: blockwise scales fit no integer kernel Kiln has, and onnxruntime's default
@@ -98,7 +100,8 @@ def matmul_integer_to_float(node, em, shapes, consts, where):
 
 
 def _dynamic_quant(em: Emitter, x: str):
-    """x -> (q - zq as integer-valued float, scale), onnxruntime's uint8 parameters (see module doc)."""
+    """x -> (q, zero point, scale), onnxruntime's uint8 parameters (see module doc); q and the zero point are
+    integer-valued floats in [0, 255]."""
     c = lambda v: em.const(F32(v))
     hi = em.op("Max", [em.op("ReduceMax", [x], keepdims=0), c(0)])
     lo = em.op("Min", [em.op("ReduceMin", [x], keepdims=0), c(0)])
@@ -106,18 +109,29 @@ def _dynamic_quant(em: Emitter, x: str):
     scale = em.op("Where", [em.op("Equal", [rng, c(0)]), c(1), em.op("Div", [rng, c(255)])])
     zp = em.op("Round", [em.op("Min", [em.op("Max", [em.op("Neg", [em.op("Div", [lo, scale])]), c(0)]), c(255)])])
     q = em.op("Min", [em.op("Max", [em.op("Add", [em.op("Round", [em.op("Div", [x, scale])]), zp]), c(0)]), c(255)])
-    return em.op("Sub", [q, zp]), scale
+    return q, zp, scale
 
 
-def _dyn_matmul(em: Emitter, x: str, wint: np.ndarray, sw: np.ndarray, out: str | None = None) -> str:
-    """x @ W with x quantized at run time; wint = Wq - zw (K, N) as float, sw per column or scalar."""
-    xi, sx = _dynamic_quant(em, x)
-    y = em.op("MatMul", [xi, em.const(wint.astype(F32), "wint")])
-    return em.op("Mul", [y, em.op("Mul", [sx, em.const(sw.astype(F32), "sw")])], out=out)
+def _dyn_matmul(em: Emitter, x: str, wq: np.ndarray, zw, sw: np.ndarray, out: str | None = None) -> str:
+    """x @ W with x quantized at run time; Wq (K, N) with zero point zw (None, scalar or per column), sw per
+    column or scalar. int8 weights with no zero point (onnxruntime's default) become DQ(q, 1, zq) -> MatMul <-
+    DQ(Wq, 1), which LowerQDQ runs on the int8 kernel (the zero point zq a run-time scalar); others run as a
+    float MatMul over integer values."""
+    sxw = lambda sx: em.op("Mul", [sx, em.const(sw.astype(F32), "sw")])
+    if wq.dtype == np.int8 and (zw is None or not np.any(zw)):
+        q, zq, sx = _dynamic_quant(em, x)
+        u8 = onnx.TensorProto.UINT8
+        one = em.const(F32(1.0), "one")
+        xf = em.op("DequantizeLinear", [em.op("Cast", [q], to=u8), one, em.op("Cast", [zq], to=u8)], "dq")
+        y = em.op("MatMul", [xf, em.op("DequantizeLinear", [em.const(wq, "wq"), one], "dq")])
+        return em.op("Mul", [y, sxw(sx)], out=out)
+    q, zq, sx = _dynamic_quant(em, x)
+    y = em.op("MatMul", [em.op("Sub", [q, zq]), em.const(_wint(wq, zw), "wint")])
+    return em.op("Mul", [y, sxw(sx)], out=out)
 
 
 def _wint(wq, zp) -> np.ndarray:
-    return wq.astype(F32) - (np.zeros((), F32) if zp is None else zp.astype(F32))
+    return (wq.astype(F32) - (np.zeros((), F32) if zp is None else zp.astype(F32))).astype(F32)
 
 
 def dynamic_quantize_matmul(node, em, shapes, consts, where):
@@ -125,7 +139,7 @@ def dynamic_quantize_matmul(node, em, shapes, consts, where):
     bq, bsv, bzv = _const(node, consts, where, b, bs, bz)
     if bq.ndim != 2:
         fail(node, where, "B of rank other than 2 is not supported", "export the weight as a 2-D initializer")
-    y = _dyn_matmul(em, a_, _wint(bq, bzv), bsv, None if bias else node.output[0])
+    y = _dyn_matmul(em, a_, bq, bzv, bsv, None if bias else node.output[0])
     if bias:
         em.op("Add", [y, bias], out=node.output[0])
 
@@ -134,7 +148,7 @@ class _QuantLSTMEmitter(Emitter):
     """Runs rnn.decompose_lstm, replacing its MatMuls with the (dequantized) float weights Wt/Rt by
     dynamically quantized ones. Relies on rnn.py's const hints "Wt"/"Rt" (one each per direction, in
     order); dynamic_quantize_lstm checks that every one was replaced. The steps stay unrolled (`unrolled`):
-    the one-kernel recurrence has no int8 recurrent product."""
+    the one-kernel recurrence has no int8 recurrent product (each step quantizes h, then runs an int8 MatMul)."""
 
     unrolled = True
 
@@ -152,8 +166,7 @@ class _QuantLSTMEmitter(Emitter):
     def op(self, op_type, inputs, hint=None, out=None, **attrs):
         if op_type == "MatMul" and inputs[1] in self.names:
             self.used.add(inputs[1])
-            wint, sw = self.names[inputs[1]]
-            return _dyn_matmul(self, inputs[0], wint, sw, out)
+            return _dyn_matmul(self, inputs[0], *self.names[inputs[1]], out)
         return super().op(op_type, inputs, hint, out, **attrs)
 
 
@@ -168,7 +181,7 @@ def dynamic_quantize_lstm(node, em, shapes, consts, where):
         d = q.shape[0]
         s = np.broadcast_to(s.reshape(d, -1), (d, q.shape[2]))
         z = np.zeros_like(s) if z is None else np.broadcast_to(z.reshape(d, -1), (d, q.shape[2]))
-        quant[key] = [(_wint(q[i], z[i]), s[i]) for i in range(d)]
+        quant[key] = [(q[i], z[i], s[i]) for i in range(d)]
         floats.append(em.const(np.stack([(_wint(q[i], z[i]) * s[i]).T for i in range(d)]), key))
     lstm = onnx.helper.make_node("LSTM", [ins[0], *floats, *ins[3:8]], list(node.output), name=node.name)
     lstm.attribute.extend(node.attribute)
