@@ -163,9 +163,22 @@ def rpc_runner(opts: TuneOptions):
 def extract(mod: tvm.IRModule, target) -> list:
     """MetaSchedule's tasks for the kernels there is something to search: not the ones that come
     scheduled (Kiln's vdpbf16ps C kernels), which have no blocks to schedule, nor the kinds.UNTUNED
-    ones (AMX tile kernels), whose search space holds nothing as fast as their default."""
+    ones (AMX tile kernels), whose search space holds nothing as fast as their default, nor run-time
+    sized ones (a detector's post-NMS boxes, a TopK whose k is a scalar argument: the static rules
+    cannot size them, MetaSchedule's runner cannot make their arguments; every build schedules them)."""
     tasks = ms.relax_integration.extract_tasks(mod, target)
-    return [t for t in tasks if not is_scheduled(t.mod["main"]) and _kind(t.mod["main"]) not in UNTUNED]
+    return [
+        t
+        for t in tasks
+        if not is_scheduled(t.mod["main"]) and _kind(t.mod["main"]) not in UNTUNED and _measurable(t.mod["main"])
+    ]
+
+
+def _measurable(func) -> bool:
+    """Static buffer shapes, and no parameter that is not a buffer (MetaSchedule's ArgInfo takes buffers only)."""
+    from .apply import _static
+
+    return _static(func) and all(hasattr(p.ty, "shape") for p in func.params)
 
 
 def _kind(func) -> str | None:

@@ -484,3 +484,29 @@ def test_a_build_worker_that_does_not_start_is_a_clear_error(tmp_path, monkeypat
     mod = tvm.IRModule({"main": te.create_prim_func([a, te.compute((16,), lambda i: a[i] + 1.0, name="b")])})
     (result,) = worker.build([BuilderInput(mod, tvm.target.Target({"kind": "llvm"}))])
     assert result.artifact_path is None and "did not start" in result.error_msg
+
+
+def test_run_time_sized_kernels_are_not_tuned(tmp_path, tiny):
+    """A kernel sized at run time (NonZero's output, as a detector's post-NMS boxes) or with a scalar
+    argument (a TopK's k) is no tuning task: the static rules cannot size it and MetaSchedule's runner
+    cannot make its arguments (ssdlite320 ended `kiln tune` with an internal error). The rest is tuned."""
+    from kiln.compiler.tune import prepare
+    from kiln.schedules.tuning import extract
+
+    x = rand(1, 16, 8, 8)
+    nodes = [
+        helper.make_node("Conv", ["input", "w"], ["c"], pads=[1, 1, 1, 1]),
+        helper.make_node("Relu", ["c"], ["output"]),
+        helper.make_node("NonZero", ["output"], ["nz"]),
+        helper.make_node("Add", ["nz", "one"], ["where"]),
+    ]
+    inits = {"w": rand(16, 16, 3, 3, seed=1) * 0.2, "one": np.array(1, np.int64)}
+    model = make_model(nodes, {"input": x}, ["output", "where"], inits)
+    co = CompileOptions.make()
+    mod, target, _ = prepare(model, co)
+    tasks = extract(mod, target)
+    assert tasks and all("add" not in t.task_name and "nonzero" not in t.task_name for t in tasks), [
+        t.task_name for t in tasks
+    ]
+    r = tune(model, co, TuneOptions(db_root=str(tmp_path), trials=2), progress=lambda s: None)
+    assert r["tasks"] == len(tasks)
