@@ -75,7 +75,7 @@ def _empty(func) -> bool:
     return any(isinstance(d, (int, tirx.IntImm)) and int(d) == 0 for d in _dims(func))
 
 
-def _static(func) -> bool:
+def is_static(func) -> bool:
     """Every buffer of the kernel has a static shape."""
     return all(isinstance(d, (int, tirx.IntImm)) for d in _dims(func))
 
@@ -110,7 +110,7 @@ class ApplyDefaultSchedules:
                 self.stats["kernels_scheduled"] += 1
                 continue
             try:
-                if _static(func):
+                if is_static(func):
                     kind, sch = first_rule_that_applies(func, family, self.lanes, self.registers)
                 else:  # sized at run time (detection heads): the rules read static extents, this one does not
                     kind, sch = "dynamic", _dynamic(func, self.lanes, self.registers)

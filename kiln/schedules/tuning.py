@@ -176,9 +176,9 @@ def extract(mod: tvm.IRModule, target) -> list:
 
 def _measurable(func) -> bool:
     """Static buffer shapes, and no parameter that is not a buffer (MetaSchedule's ArgInfo takes buffers only)."""
-    from .apply import _static
+    from .apply import is_static
 
-    return _static(func) and all(hasattr(p.ty, "shape") for p in func.params)
+    return is_static(func) and all(hasattr(p.ty, "shape") for p in func.params)
 
 
 def _kind(func) -> str | None:

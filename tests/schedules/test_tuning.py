@@ -486,10 +486,11 @@ def test_a_build_worker_that_does_not_start_is_a_clear_error(tmp_path, monkeypat
     assert result.artifact_path is None and "did not start" in result.error_msg
 
 
-def test_run_time_sized_kernels_are_not_tuned(tmp_path, tiny):
+def test_run_time_sized_kernels_are_not_tuned():
     """A kernel sized at run time (NonZero's output, as a detector's post-NMS boxes) or with a scalar
     argument (a TopK's k) is no tuning task: the static rules cannot size it and MetaSchedule's runner
-    cannot make its arguments (ssdlite320 ended `kiln tune` with an internal error). The rest is tuned."""
+    cannot make its arguments (ssdlite320 ended `kiln tune` with an internal error: the defaults phase measures
+    every extracted task). The conv is a task."""
     from kiln.compiler.tune import prepare
     from kiln.schedules.tuning import extract
 
@@ -508,5 +509,3 @@ def test_run_time_sized_kernels_are_not_tuned(tmp_path, tiny):
     assert tasks and all("add" not in t.task_name and "nonzero" not in t.task_name for t in tasks), [
         t.task_name for t in tasks
     ]
-    r = tune(model, co, TuneOptions(db_root=str(tmp_path), trials=2), progress=lambda s: None)
-    assert r["tasks"] == len(tasks)

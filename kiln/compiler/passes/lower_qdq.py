@@ -2,8 +2,8 @@
 
 TVM imports ONNX QDQ models as float ops between quantize/dequantize (fake quantization). This
 pass rewrites conv2d(dequantize(xq), dequantize(Wq)) and matmul(dequantize(xq), dequantize(Wq)) (or of
-its transpose, a Gemm's transB) with constant, symmetric (zero point 0) int8 weights (or, for matmuls, uint8 weights with any zero
-point, as w - 128 and a per-row correction) into uint8 x int8 -> int32 ops and a float
+its transpose, a Gemm's transB) with constant, symmetric (zero point 0) int8 weights (or, for matmuls,
+uint8 weights with any zero point, as w - 128 and a per-row correction) into uint8 x int8 -> int32 ops and a float
 epilogue:  y = float(acc) * sx*sw - zx*sx*sw*sum(Wq)  (the same form as Kiln's own quantizer, so
 the same int8 kernels run; a target whose int8 kernel would not be faster or exact keeps the layer
 float). int8 activations are shifted to uint8 (+128, zero point +128); a

@@ -128,7 +128,9 @@ class LayerMutator(relax.PyExprMutator):
         if kind is None:
             return call
         name = self.names.next(call)
-        reason = "kept float (--keep-float)" if name in self.keep_float else why_float(call, self.int8) or self.no_kernel
+        reason = (
+            "kept float (--keep-float)" if name in self.keep_float else why_float(call, self.int8) or self.no_kernel
+        )
         if reason is None and self.int8 is not None:
             reason = slower_reason(call, self.int8)
         layer = Layer(len(self.layers), name, kind, reason)
