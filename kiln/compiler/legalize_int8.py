@@ -12,7 +12,7 @@ from __future__ import annotations
 import tvm
 from tvm import te, topi
 
-from ..schedules.int8 import ANNOTATION, STEP, Int8Kernel, kernel_for_lanes
+from ..schedules.int8 import ANNOTATION, STEP, Int8Kernel, kernel_for_channels, kernel_for_lanes
 from . import legalize_amx
 
 
@@ -161,9 +161,8 @@ def matmul(bb, call, kernel: Int8Kernel | None):
         return None
     if kernel.path == "amx-int8" and legalize_amx.matmul_fits(call):
         return legalize_amx.matmul(bb, call)
-    n = int(w.shape[1])
-    kernel = kernel_for_lanes(kernel, kernel.lanes if n % kernel.lanes == 0 else kernel.lanes // 2)
-    if kernel is None or n % kernel.lanes:
+    kernel = kernel_for_channels(kernel, int(w.shape[1]))
+    if kernel is None:
         return None
     packed = bb.emit_te(pack_int8_dense, call.args[1], kernel.lanes, primfunc_name_hint="int8_dense_pack")
     sums = bb.emit_te(int8_weight_sums, packed, primfunc_name_hint="int8_weight_sums") if kernel.signed_data else None

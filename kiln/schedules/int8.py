@@ -78,19 +78,26 @@ def kernel_for_lanes(kernel: Int8Kernel | None, lanes: int) -> Int8Kernel | None
     return narrow if narrow is not None and narrow.lanes == lanes else None
 
 
+def kernel_for_channels(kernel: Int8Kernel | None, n: int) -> Int8Kernel | None:
+    """The kernel of `kernel`'s family whose lanes divide n output channels (columns): itself, else its
+    NARROW sibling (a 24-channel conv, a 1000-class head on AVX-512), else None."""
+    if kernel is None:
+        return None
+    return next((k for k in (kernel, kernel_for_lanes(kernel, kernel.lanes // 2)) if k and n % k.lanes == 0), None)
+
+
 def conv_blocks(kernel: Int8Kernel | None, i: int, o: int) -> tuple[int, int] | None:
     """(input block, output block) of the blocked int8 conv for i -> o channels, or None (no int8 kernel
     fits). The output block is a lane count of the family (16, else 8 on AVX-512); the input block the
     widest power of two up to the output block dividing i, a multiple of 4 (one dot-product step), or 4
     for a conv with fewer than 4 input channels (the stem: zero input channels pad it to one step)."""
-    if kernel is None:
+    out = kernel_for_channels(kernel, o)
+    if out is None:
         return None
-    bo = next((b for b in (kernel.lanes, kernel.lanes // 2) if o % b == 0 and kernel_for_lanes(kernel, b)), None)
-    if bo is None:
-        return None
+    bo = out.lanes
     if i < MIN_CHANNELS:
         return MIN_CHANNELS, bo
-    bi = max(kernel.lanes, bo)
+    bi = kernel.lanes
     while bi > 1 and i % bi:
         bi //= 2
     return (bi, bo) if bi % STEP == 0 else None

@@ -103,7 +103,7 @@ class _Narrow(relax.PyExprMutator):
             if bo < MIN_BLOCK or (bi < MIN_BLOCK and (kh * kw > MAX_STEM_KERNEL or str(x.ty.dtype) != "float32")):
                 return call
         if i % bi:  # an int8 stem: zero input channels up to one dot-product step (their data never counts)
-            wa = np.concatenate([wa, np.zeros((o if padded == o else padded, bi - i % bi, kh, kw), wa.dtype)], axis=1)
+            wa = np.concatenate([wa, np.zeros((padded, bi - i % bi, kh, kw), wa.dtype)], axis=1)
         ci = wa.shape[1]
         w_b = wa.reshape(padded // bo, bo, ci // bi, bi, kh, kw).transpose(0, 2, 4, 5, 3, 1)
         pad = {"pad_value": 0} if ci != i else {}

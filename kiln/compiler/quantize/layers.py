@@ -19,7 +19,7 @@ import tvm
 from tvm import relax
 from tvm.ir.expr import GenericConst
 
-from ...schedules.int8 import MIN_CHANNELS, Int8Kernel, conv_blocks, int8_kernel, kernel_for_lanes, why_no_kernel
+from ...schedules.int8 import MIN_CHANNELS, Int8Kernel, conv_blocks, int8_kernel, kernel_for_channels, why_no_kernel
 from .cost import slower_reason
 
 OPS = {"relax.nn.conv2d": "Conv", "relax.matmul": "MatMul"}
@@ -101,8 +101,8 @@ def why_float(call, kernel: Int8Kernel | None = None) -> str | None:
             return f"channels {i}->{o}: no int8 dot-product kernel takes these blocks of {block}"
     else:
         k, n = (int(s) for s in w.value.shape)
-        narrow = kernel_for_lanes(kernel, block // 2) is not None and n % (block // 2) == 0
-        if k % 4 or (n % block and not narrow):
+        fits = kernel_for_channels(kernel, n) is not None if kernel is not None else n % block == 0
+        if k % 4 or not fits:
             return f"matmul {k}x{n}: K not a multiple of 4 or N of {block}"
     return None
 

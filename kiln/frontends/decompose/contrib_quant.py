@@ -117,21 +117,19 @@ def _dyn_matmul(em: Emitter, x: str, wq: np.ndarray, zw, sw: np.ndarray, out: st
     column or scalar. int8 weights with no zero point (onnxruntime's default) become DQ(q, 1, zq) -> MatMul <-
     DQ(Wq, 1), which LowerQDQ runs on the int8 kernel (the zero point zq a run-time scalar); others run as a
     float MatMul over integer values."""
-    sxw = lambda sx: em.op("Mul", [sx, em.const(sw.astype(F32), "sw")])
+    q, zq, sx = _dynamic_quant(em, x)
     if wq.dtype == np.int8 and (zw is None or not np.any(zw)):
-        q, zq, sx = _dynamic_quant(em, x)
         u8 = onnx.TensorProto.UINT8
         one = em.const(F32(1.0), "one")
         xf = em.op("DequantizeLinear", [em.op("Cast", [q], to=u8), one, em.op("Cast", [zq], to=u8)], "dq")
         y = em.op("MatMul", [xf, em.op("DequantizeLinear", [em.const(wq, "wq"), one], "dq")])
-        return em.op("Mul", [y, sxw(sx)], out=out)
-    q, zq, sx = _dynamic_quant(em, x)
-    y = em.op("MatMul", [em.op("Sub", [q, zq]), em.const(_wint(wq, zw), "wint")])
-    return em.op("Mul", [y, sxw(sx)], out=out)
+    else:
+        y = em.op("MatMul", [em.op("Sub", [q, zq]), em.const(_wint(wq, zw), "wint")])
+    return em.op("Mul", [y, em.op("Mul", [sx, em.const(sw.astype(F32), "sw")])], out=out)
 
 
 def _wint(wq, zp) -> np.ndarray:
-    return (wq.astype(F32) - (np.zeros((), F32) if zp is None else zp.astype(F32))).astype(F32)
+    return wq.astype(F32) - (np.zeros((), F32) if zp is None else zp.astype(F32))
 
 
 def dynamic_quantize_matmul(node, em, shapes, consts, where):
