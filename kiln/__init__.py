@@ -9,7 +9,11 @@
 
 __version__ = "0.1.0"
 
-from .runtime.hostinfo import raise_thread_pool_cap
+from ._tvm_without_torch import install as _hide_torch_from_tvm
+
+_hide_torch_from_tvm()  # before anything imports TVM: 3-4 s less per process where torch is installed
+
+from .runtime.hostinfo import raise_thread_pool_cap  # noqa: E402
 
 raise_thread_pool_cap()  # before anything starts TVM's thread pool
 
@@ -38,6 +42,10 @@ def compile(model, output, *, example_inputs=None, dynamic_shapes=None, **kwargs
     .pt2 or .tflite path, an onnx.ModelProto, a torch.export.ExportedProgram, or a torch.nn.Module
     traced here by torch.export with example_inputs= (and dynamic_shapes=, as torch.export takes them;
     pin the dynamic dims with input_shapes= or shape_buckets=, as for any model)."""
+    from ._compile_elsewhere import compile_in_child, runtime_only_tvm
+
+    if runtime_only_tvm():  # kiln.load came first in this process: TVM's compiler cannot load here now
+        return compile_in_child(model, output, example_inputs, dynamic_shapes, kwargs)
     from .compiler import compile_model
 
     if example_inputs is not None or dynamic_shapes is not None:

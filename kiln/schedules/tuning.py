@@ -44,7 +44,7 @@ from .baseline import (
 )
 from .database import open_database
 from .kinds import UNTUNED, kernel_kind
-from .tvmscript import cheap_stack
+from .tvmscript import import_tensor_intrinsics
 from .workers import Workers
 
 
@@ -261,19 +261,6 @@ def round_size(opts: TuneOptions, done_trials: int, elapsed: float, per_trial_s:
     return max(0, min(opts.round_trials, fit))
 
 
-def import_tensor_intrinsics() -> None:
-    """Import TVM's tensor intrinsics, which MetaSchedule's first TuneContext imports: hundreds of
-    TVMScript functions, each parsed with inspect.stack(), whose module lookups dominate the import
-    in a process that has loaded Kiln (see benchmarks/tail.md for the numbers). inspect.stack is
-    swapped for an equivalent without them for the import only."""
-    import sys
-
-    if "tvm.s_tir.tensor_intrin" in sys.modules:
-        return
-    with cheap_stack():
-        import tvm.s_tir.tensor_intrin  # noqa: F401
-
-
 def tune_module(
     mod: tvm.IRModule,
     target,
@@ -311,7 +298,7 @@ def tune_module(
             f"measuring on {opts.rpc_workers or devices} device(s) with key {opts.rpc_key!r} at {opts.rpc_tracker}"
         )
     t = time.perf_counter()
-    import_tensor_intrinsics()  # before the budget sizes any round, not inside the first one
+    import_tensor_intrinsics(target.kind.name)  # before the budget sizes any round, not inside the first one
     phases = {"setup": t - start, "tvm_import": time.perf_counter() - t}
     search_s, per_trial = 0.0, FIRST_TRIAL_GUESS_S
     checks = [0, 0]  # best records confirmed / rejected when measured again beside their default

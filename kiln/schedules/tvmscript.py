@@ -37,3 +37,30 @@ def cheap_stack():
             yield
         finally:
             inspect.stack = stack
+
+
+INTRINSICS = "tvm.s_tir.tensor_intrin"
+# the modules of TVM's tensor intrinsics package a target kind can use; its __init__ imports every one,
+# CUDA's and ROCm's (4 of the 4.7 s, Zen 3) for a CPU target too
+INTRINSICS_BY_KIND = {"llvm": ("dot_product_common", "x86", "arm_cpu", "riscv_cpu"), "cuda": ("cuda",)}
+
+
+def import_tensor_intrinsics(kind: str = "llvm") -> None:
+    """Register TVM's tensor intrinsics for a target kind before MetaSchedule's TuneContext imports
+    them (`import tvm.s_tir.tensor_intrin`: every target's). The package is entered without its
+    __init__ and only this kind's modules are imported (another kind's when it is tuned in the same
+    process; an unknown kind's: all of them)."""
+    import importlib
+    import importlib.util
+    import pkgutil
+
+    import tvm.s_tir
+
+    pkg = sys.modules.get(INTRINSICS)
+    if pkg is None:
+        pkg = importlib.util.module_from_spec(importlib.util.find_spec(INTRINSICS))
+        sys.modules[INTRINSICS] = tvm.s_tir.tensor_intrin = pkg
+    names = INTRINSICS_BY_KIND.get(kind) or [m.name for m in pkgutil.iter_modules(pkg.__path__)]
+    with cheap_stack():
+        for name in names:
+            importlib.import_module(f"{INTRINSICS}.{name}")
