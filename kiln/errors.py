@@ -16,6 +16,16 @@ class KilnError(Exception):
             msg += f" -> {fix}"
         super().__init__(msg)
 
+    def __reduce__(self):  # pickled as it is (a compile in another process raises it here); not re-made from args
+        return _rebuilt, (type(self), self.args, self.__dict__)
+
+
+def _rebuilt(cls, args, state):
+    err = Exception.__new__(cls)
+    err.args = args
+    err.__dict__.update(state)
+    return err
+
 
 class KilnWarning(UserWarning):
     """Something Kiln did differently than asked or expected, that the user should know (a pass

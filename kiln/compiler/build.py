@@ -3,7 +3,6 @@ library, write the artifact (and the report) atomically."""
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import os
 import shutil
@@ -20,6 +19,7 @@ from ..errors import CompileError, KilnWarning, PassError, tvm_errors
 from ..frontends.importer import import_onnx
 from ..frontends.shapes import check_shape_buckets
 from ..frontends.sources import load_source
+from ..result import CompileResult
 from ..runtime import artifact as art
 from ..runtime.hostinfo import host_arch
 from ..schedules.shipped import describe as describe_records
@@ -36,17 +36,6 @@ from .reproduce import DISABLE_ENV, compile_flags, reduce_failure, write_reprodu
 
 CROSS_COMPILERS = {"aarch64": "aarch64-linux-gnu-g++"}
 POOL_SOURCE = str(Path(art.__file__).with_name("pool.c"))  # the runtime's thread pool, linked into CPU libraries
-
-
-@dataclasses.dataclass
-class CompileResult:
-    path: Path
-    manifest: dict
-    report: dict
-
-    @property
-    def pass_seconds(self) -> dict:
-        return self.report["pass_seconds"]
 
 
 def _where(model) -> str:

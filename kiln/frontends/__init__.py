@@ -1,8 +1,25 @@
-"""Model import: ONNX file -> checked, shape-pinned, simplified ONNX -> Relax IRModule."""
+"""Model import: ONNX file -> checked, shape-pinned, simplified ONNX -> Relax IRModule.
 
-from .importer import ImportedModel, import_onnx
-from .onnx_load import load_onnx
-from .preflight import find_unsupported_ops
-from .shapes import InputShape, parse_input_shapes
+The names below load on first use, so that importing one frontend module (kiln.frontends.pytorch's
+torch.export step, in a process whose TVM has no compiler library: kiln/_compile_elsewhere.py) does
+not import TVM's compiler through the ONNX importer."""
 
-__all__ = ["ImportedModel", "import_onnx", "load_onnx", "find_unsupported_ops", "InputShape", "parse_input_shapes"]
+import importlib
+
+_WHERE = {
+    "ImportedModel": ".importer",
+    "import_onnx": ".importer",
+    "load_onnx": ".onnx_load",
+    "find_unsupported_ops": ".preflight",
+    "InputShape": ".shapes",
+    "parse_input_shapes": ".shapes",
+}
+
+
+def __getattr__(name):
+    if name not in _WHERE:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return getattr(importlib.import_module(_WHERE[name], __name__), name)
+
+
+__all__ = list(_WHERE)

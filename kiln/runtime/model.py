@@ -23,10 +23,15 @@ _pool_threads: int | None = None
 
 
 def _import_tvm_runtime():
-    if "tvm" not in sys.modules:
-        os.environ.setdefault("TVM_USE_RUNTIME_LIB", "1")
+    set_here = "tvm" not in sys.modules and "TVM_USE_RUNTIME_LIB" not in os.environ
+    if set_here:  # TVM reads it once, at import: not left for the processes this one starts
+        os.environ["TVM_USE_RUNTIME_LIB"] = "1"
     raise_thread_pool_cap()
-    import tvm
+    try:
+        import tvm
+    finally:
+        if set_here:
+            del os.environ["TVM_USE_RUNTIME_LIB"]
     from tvm.runtime.vm import VirtualMachine
 
     from .builtins import register
