@@ -45,3 +45,27 @@ def test_roi_align_matches_onnxruntime(tmp_path):
         np.testing.assert_allclose(got[name], ref, rtol=1e-5, atol=1e-5, err_msg=name)
     kernels = kiln.load(tmp_path / "m.kiln").manifest["buckets"][0]["kernel_info"]
     assert sum(k.startswith("roi_align_channels_last") for k in kernels) == 2, sorted(kernels)
+    assert sum(k.startswith("roi_align_taps") for k in kernels) == 2, sorted(kernels)  # the tabulated taps
+
+
+def test_roi_align_taps_at_and_past_the_edges(tmp_path):
+    """Boxes reaching past every edge of the map, a box entirely outside it and one under a pixel: the
+    tabulated taps (clamped indices, zero weights outside) give onnxruntime's result, in both coordinate
+    modes, with a fixed RoI count."""
+    rng = np.random.default_rng(1)
+    x = rng.standard_normal((1, 16, 9, 11)).astype(np.float32)
+    boxes = np.array(
+        [[-20, -20, 60, 60], [30, 20, 90, 80], [-50, -50, -30, -30], [10, 10, 10.5, 10.2], [0, 0, 43.9, 35.9]],
+        np.float32,
+    )
+    feeds = {"x": x, "boxes": boxes, "bi": np.zeros(len(boxes), np.int64)}
+    nodes = [
+        helper.make_node("RoiAlign", ["x", "boxes", "bi"], ["a"], output_height=3, output_width=4,
+                         sampling_ratio=3, spatial_scale=0.25),
+        helper.make_node("RoiAlign", ["x", "boxes", "bi"], ["b"], output_height=2, output_width=2,
+                         sampling_ratio=1, spatial_scale=0.25, coordinate_transformation_mode="output_half_pixel"),
+    ]  # fmt: skip
+    model = make_model(nodes, feeds, ["a", "b"], {}, opset=16)
+    got = compile_and_run(model, feeds, tmp_path)
+    for name, ref in zip(("a", "b"), ort_run(model, feeds)):
+        np.testing.assert_allclose(got[name], ref, rtol=1e-5, atol=1e-5, err_msg=name)
