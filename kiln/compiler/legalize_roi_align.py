@@ -107,7 +107,8 @@ def legalize(lanes: int, fallback):
             return fallback(bb, call)
         nhwc = bb.emit_te(topi.transpose, data, [0, 2, 3, 1], primfunc_name_hint="roi_align_input")
         pooled = [int(v) for v in a.pooled_size]
-        if str(a.mode) == "avg":
+        static_map = all(_static_int(d) is not None for d in shape.values[2:])
+        if str(a.mode) == "avg" and static_map and data.ty.dtype == rois.ty.dtype == "float32":
             taps = bb.emit_te(
                 tap_tables,
                 nhwc,
@@ -122,20 +123,18 @@ def legalize(lanes: int, fallback):
             out = bb.emit_te(
                 gather_taps, nhwc, rois, *parts, int(a.sample_ratio), primfunc_name_hint="roi_align_channels_last"
             )
-            gv = bb.lookup_binding(out).args[0]
-            bb.update_func(gv, bb.get()[gv].with_attr("op_pattern", OPAQUE))
-            return bb.call_te(topi.transpose, out, [0, 3, 1, 2], primfunc_name_hint="roi_align_output")
-        out = bb.emit_te(
-            topi.vision.roi_align_nhwc,
-            nhwc,
-            rois,
-            [int(s) for s in a.pooled_size],
-            float(a.spatial_scale),
-            str(a.mode),
-            int(a.sample_ratio),
-            bool(a.aligned),
-            primfunc_name_hint="roi_align_channels_last",
-        )
+        else:
+            out = bb.emit_te(
+                topi.vision.roi_align_nhwc,
+                nhwc,
+                rois,
+                pooled,
+                float(a.spatial_scale),
+                str(a.mode),
+                int(a.sample_ratio),
+                bool(a.aligned),
+                primfunc_name_hint="roi_align_channels_last",
+            )
         gv = bb.lookup_binding(out).args[0]  # the call_tir's function
         bb.update_func(gv, bb.get()[gv].with_attr("op_pattern", OPAQUE))
         return bb.call_te(topi.transpose, out, [0, 3, 1, 2], primfunc_name_hint="roi_align_output")
