@@ -30,6 +30,7 @@ def format_report(r: dict) -> str:
             "padding taps skipped",
             f"{r.get('conv_taps_dropped', 0)} convs cut, {r.get('conv_band_split', 0)} split into border bands",
         ),
+        ("strided 1x1 convs on a subsampled input", r.get("strided_pointwise_subsampled", 0)),
         ("conv_transpose as conv", r.get("conv_transpose_as_conv", 0)),
         ("bilinear resize as matmul", r.get("resize_as_matmul", 0)),
         (

@@ -56,7 +56,9 @@ def test_resnet50_claims(resnet50_report):
     # NCHWc (the default): the 3-channel stem stays NCHW, so its output and the global pool's input
     # each take one layout transform (the counts are of the graph after all graph passes)
     assert r["conv_layouts"] == {"NCHW": 1, "NCHW16c": 52}
-    assert r["layout_transforms"] == 2 and r["kernels"] == 57 + 2
+    # the three stride-2 1x1 shortcuts read a strided slice of their input (SubsampleStridedPointwise): 3 kernels
+    assert r["strided_pointwise_subsampled"] == 3
+    assert r["layout_transforms"] == 2 and r["kernels"] == 57 + 2 + 3
     assert r["kernels_scheduled"] > 0 and r["kernels_unscheduled"] == 0
     assert r["activation_bytes_planned"] <= r["activation_bytes_naive"] / 4
     assert r["activation_bytes_naive"] < r["activation_bytes_unfused"]
@@ -92,8 +94,8 @@ def test_compile_report_and_inspect_passes(tmp_path, capsys):
     assert main(["inspect", "--passes", str(model), "--input-shape", "input:1x3x32x32"]) == 0
     out = capsys.readouterr().out
     assert re.search(r"batchnorm folded\s+20 / 20", out) and re.search(
-        r"kernels\s+26 ", out
-    )  # 24 + 2 layout transforms
+        r"kernels\s+29 ", out
+    )  # 24 + 3 strided slices (the stride-2 shortcuts' inputs) + 2 layout transforms
     assert (
         main(
             [

@@ -22,6 +22,7 @@ from .remove_noops import RemoveNoOps
 from .remove_zero_channels import RemoveZeroChannels
 from .resize_as_matmul import ResizeAsMatmul
 from .static_dataflow import StaticDataflow
+from .subsample_strided_pointwise import SubsampleStridedPointwise
 from .winograd import Winograd
 
 __all__ = [
@@ -47,5 +48,6 @@ __all__ = [
     "RemoveZeroChannels",
     "ResizeAsMatmul",
     "StaticDataflow",
+    "SubsampleStridedPointwise",
     "Winograd",
 ]
