@@ -13,10 +13,11 @@ from .kinds import classify
 from .matmul import matmul_tiled
 from .pointwise import conv_nchw_pointwise
 from .rows import row_reductions, softmax_rows
+from .stem import conv2d_blocked
 from .winograd import winograd_nchwc
 
 RULES: dict[tuple[str, str], Callable] = {
-    ("cpu", "conv2d"): rules.reduction_tiled,
+    ("cpu", "conv2d"): conv2d_blocked,
     ("cpu", "conv2d_nchw"): conv_nchw_pointwise,
     ("cpu", "conv3d"): conv3d_oc_vectorized,
     ("cpu", "conv2d_nchw_oc"): rules.conv_nchw_oc_vectorized,

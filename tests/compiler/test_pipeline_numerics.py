@@ -65,14 +65,14 @@ def test_nchwc_layout(tmp_path, name):
     build, shape = SMALL[name]
     model = build()
     r = kiln.compile(model, tmp_path / "m.kiln", input_shapes=[shape], layout="NCHWc")
-    # the block is the host's float32 vector (16 on AVX-512, 8 on AVX2, 4 on NEON). ResNet-18: all but the
-    # 3-channel 7x7 stem; MobileNetV2: all 52, its 3x3 stem reading NCHW1c (NarrowBlockLayout), with 16-wide
+    # the block is the host's float32 vector (16 on AVX-512, 8 on AVX2, 4 on NEON). ResNet-18: all 20, its
+    # 3-channel 7x7 stem reading NCHW1c (NarrowBlockLayout); MobileNetV2: all 52, its 3x3 stem too, with 16-wide
     # blocks the two convs reading 24 channels in NCHW8c (NarrowBlockLayout), the depthwise convs in the
     # layout of their input (PropagateBlockedLayout); transforms only at the ends
     b = Target.host().caps.f32_block
     wide = f"NCHW{b}c"
     expected = {
-        "resnet18": {"NCHW": 1, wide: 19},
+        "resnet18": {"NCHW1c": 1, wide: 19},
         "mobilenet_v2": {"NCHW1c": 1, "NCHW8c": 2, wide: 49} if b == 16 else {"NCHW1c": 1, wide: 51},
     }[name]
     assert r.report["layout"] == "NCHWc" and r.report["conv_layouts"] == expected

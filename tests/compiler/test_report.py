@@ -53,9 +53,10 @@ def test_resnet50_claims(resnet50_report):
     assert sum(g["calls"] for g in convs if "winograd" in g["name"]) == 13
     assert sum(g["calls"] for g in convs if "relu" in g["name"]) == 49  # the 4 projection shortcuts have no ReLU
     assert sum(g["calls"] for g in convs if "add_relax_add_relax_nn_relu" in g["name"]) == 16  # one residual per block
-    # NCHWc (the default): the 3-channel stem stays NCHW, so its output and the global pool's input
-    # each take one layout transform (the counts are of the graph after all graph passes)
-    assert r["conv_layouts"] == {"NCHW": 1, "NCHW16c": 52}
+    # NCHWc (the default): the 3-channel stem reads NCHW1c (a reshape of the input) and writes NCHW16c, so the
+    # max pool runs blocked; the input and the global pool's input each take one layout transform (the counts
+    # are of the graph after all graph passes)
+    assert r["conv_layouts"] == {"NCHW1c": 1, "NCHW16c": 52}
     # the three stride-2 1x1 shortcuts read a strided slice of their input (SubsampleStridedPointwise): 3 kernels
     assert r["strided_pointwise_subsampled"] == 3
     assert r["layout_transforms"] == 2 and r["kernels"] == 57 + 2 + 3

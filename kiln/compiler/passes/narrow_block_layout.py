@@ -9,11 +9,11 @@ Each channel count always gets the same block (the widest that divides it), so a
 writes is in the layout the next conv reads: PropagateBlockedLayout (which runs next) moves every
 unblock_b down through the bias, clip, residual adds and depthwise convs until it meets a block_b
 and both cancel. Only float32 group-1 convs with constant weights are rewritten, and only when both
-blocks are at least MIN_BLOCK lanes, except a stem: a conv with too few input channels to block
-(3) and a kernel of at most 3x3 reads NCHW1c (the same bytes as NCHW) and writes NCHW{b}c, so the
-convs after it (MobileNetV2's first depthwise conv, which then fuses with its 1x1 conv) run blocked.
-That made MobileNetV2 (and its 3x3 stem) faster; ResNet-50's 7x7 stem blocked this way made the model
-slower (benchmarks/history.md), so larger kernels keep NCHW and their own schedule (conv_nchw_oc_vectorized).
+blocks are at least MIN_BLOCK lanes, except a float stem: a conv with too few input channels to block
+(3) reads NCHW1c (the same bytes as NCHW) and writes NCHW{b}c, so what follows it runs blocked
+(MobileNetV2's first depthwise conv, which then fuses with its 1x1 conv; ResNet-50's max pool, vectorized
+over channels instead of strided along the width: 0.42 -> 0.16 ms on Zen 3, and no layout transform after
+it). Such a conv has its own schedule (schedules/stem.py).
 A float32 conv whose input channels block but whose output channels have no block of MIN_BLOCK (RetinaNet's
 heads: 9 anchors x 91 classes = 819, 9 x 4 = 36) gets zero filters up to padded_channels and a slice of the
 real channels after it: its generic NCHW schedule ran the 819-channel head at 20-46 GFLOP/s, half of the
@@ -39,9 +39,6 @@ from .counting import static_shape
 from .module_map import rewrite_functions
 
 MIN_BLOCK = 8
-MAX_STEM_KERNEL = (
-    9  # a conv with too few input channels to block (a 3-channel stem) is blocked on its output only up to 3x3
-)
 
 
 def padded_channels(o: int, block: int) -> int:
@@ -100,7 +97,7 @@ class _Narrow(relax.PyExprMutator):
             if padded != o:  # zero filters up to a blockable count, sliced off after the conv
                 wa = np.concatenate([wa, np.zeros((padded - o, i, kh, kw), wa.dtype)])
                 bo = widest_block(padded, self.block)
-            if bo < MIN_BLOCK or (bi < MIN_BLOCK and (kh * kw > MAX_STEM_KERNEL or str(x.ty.dtype) != "float32")):
+            if bo < MIN_BLOCK or (bi < MIN_BLOCK and str(x.ty.dtype) != "float32"):
                 return call
         if i % bi:  # an int8 stem: zero input channels up to one dot-product step (their data never counts)
             wa = np.concatenate([wa, np.zeros((padded, bi - i % bi, kh, kw), wa.dtype)], axis=1)
