@@ -6,16 +6,21 @@ TVM's plain lowering). `kiln profile` / `kiln bench --profile` join these with m
 
 Source nodes: TVM 0.27's ONNX importer sets no spans or names on what it emits, and Kiln's passes
 rebuild calls, so the names are recovered by matching. The compute ops (convolutions, matmuls,
-pools, softmax) keep their relative order through the pipeline, so the k-th conv kernel gets the
-k-th Conv node (a fused depthwise+pointwise kernel two); the element-wise nodes that follow one of
-them (bias, BatchNorm, activation, residual Add) go with it when the kernel's name shows them
-fused; a kernel with no compute op takes the next unclaimed node whose op its name shows. Layout
-transforms come from no node. Best effort: a kernel the matching cannot place lists no ops."""
+pools, softmax) mostly keep their relative order through the pipeline, so the k-th conv kernel gets
+the k-th Conv node (a fused depthwise+pointwise kernel two). Mostly: a residual block's projection
+shortcut may be called before the block's last conv, so a conv kernel takes, among the next few
+queued Conv nodes, the first whose weight has as many elements as one of the kernel's arguments (a
+Winograd kernel's transformed weight 16/9 or 36/9 as many), else the next one. The element-wise
+nodes that follow one of them (bias, BatchNorm, activation, residual Add) go with it when the
+kernel's name shows them fused; a kernel with no compute op takes the next unclaimed node whose op
+its name shows. Layout transforms come from no node. Best effort: a kernel the matching cannot place lists no ops."""
 
 from __future__ import annotations
 
+import math
 import re
 
+import onnx
 import tvm
 from tvm import relax
 
@@ -101,9 +106,10 @@ def kernel_info(mod: tvm.IRModule, onnx_model=None, func: str = "main") -> dict:
     from ..schedules.apply import estimated_flops
 
     info: dict = {}
-    order = []
+    order, sizes = [], []
     for name, args, out in _call_sites(mod, func):
         order.append(name)
+        sizes.append({numel(a) for a in args})
         if name in info:
             info[name]["calls"] += 1
             continue
@@ -119,7 +125,7 @@ def kernel_info(mod: tvm.IRModule, onnx_model=None, func: str = "main") -> dict:
         if _integer(mod[name]):
             v["int8"] = True
     if onnx_model is not None:
-        for name, ops in source_ops(order, onnx_model).items():
+        for name, ops in source_ops(order, onnx_model, sizes).items():
             info[name]["ops"] = ops
     return info
 
@@ -168,14 +174,59 @@ def _call_sites(mod, func: str):
                 yield str(v.args[0].name_hint), [a.ty for a in args], b.var.ty
 
 
+def numel(ty) -> int:
+    """Elements of a tensor type; 0 where unknown or symbolic."""
+    if isinstance(ty, relax.TensorType) and ty.shape is not None:
+        try:
+            return math.prod(int(v) for v in ty.shape.values)
+        except (TypeError, ValueError, AttributeError):
+            return 0
+    return 0
+
+
+def _weight_numels(nodes, onnx_model) -> dict:
+    """id(Conv node) -> the element counts its weight can have in a kernel's arguments (as given,
+    and Winograd-transformed: 16/9 and 36/9 of a 3x3 kernel's); the weight read through a
+    DequantizeLinear too. Nodes whose weight is not a constant are left out."""
+    dims = {t.name: list(t.dims) for t in onnx_model.graph.initializer}
+    for n in nodes:
+        if n.op_type == "Constant" and n.attribute and n.attribute[0].type == onnx.AttributeProto.TENSOR:
+            dims[n.output[0]] = list(n.attribute[0].t.dims)
+        elif n.op_type == "DequantizeLinear" and n.input and n.input[0] in dims:
+            dims[n.output[0]] = dims[n.input[0]]
+    out = {}
+    for n in nodes:
+        if GROUPS.get(n.op_type) == "conv" and n.op_type != "QLinearConv" and len(n.input) > 1:
+            d = dims.get(n.input[1])
+            if d and len(d) == 4:
+                total = math.prod(d)
+                out[id(n)] = {total} | ({total * 16 // 9, total * 36 // 9} if d[2:] == [3, 3] else set())
+    return out
+
+
+LOOKAHEAD = 4  # how far down the Conv queue a kernel's weight is looked for
+
+
+def _take(queue: list, count: int, sizes: set, weights: dict) -> tuple[list, list]:
+    """The anchors a kernel takes from its group's queue: the next `count`, or for a single conv the
+    first of the next LOOKAHEAD whose weight size is among the kernel's argument sizes."""
+    if count == 1 and sizes:
+        for i, n in enumerate(queue[:LOOKAHEAD]):
+            if weights.get(id(n), set()) & sizes:
+                return [n], queue[:i] + queue[i + 1 :]
+    return queue[:count], queue[count:]
+
+
 def _words(name: str) -> set[str]:
     return set(re.split(r"[_\d]+", name.lower())) | {name.lower()}
 
 
-def source_ops(kernels: list[str], onnx_model) -> dict[str, list[str]]:
+def source_ops(kernels: list[str], onnx_model, sizes: list[set] | None = None) -> dict[str, list[str]]:
     """kernel name -> the ONNX node names it came from (see the module docstring). kernels: one
-    entry per call, in call order (a kernel called twice takes two nodes' worth)."""
+    entry per call, in call order (a kernel called twice takes two nodes' worth); sizes: per call,
+    the element counts of its arguments (used to place conv kernels; None: call order alone)."""
     nodes = list(onnx_model.graph.node)
+    weights = _weight_numels(nodes, onnx_model)
     label = {id(n): n.name or f"{n.op_type}_{i}" for i, n in enumerate(nodes)}
     producer = {o: n for n in nodes for o in n.output}
     consumers: dict = {}
@@ -204,7 +255,7 @@ def source_ops(kernels: list[str], onnx_model) -> dict[str, list[str]]:
             followers.setdefault(id(owner[id(n)]), []).append(n)
     claimed: set = set()
     out: dict = {}
-    for k in kernels:
+    for j, k in enumerate(kernels):
         low, words = k.lower(), _words(k)
         if "layout_transform" in low:
             out.setdefault(k, [])
@@ -212,8 +263,8 @@ def source_ops(kernels: list[str], onnx_model) -> dict[str, list[str]]:
         anchors = []
         for frag, group, count in ANCHORS:
             if frag in low:
-                q = queues.get(group, [])
-                anchors, queues[group] = q[:count], q[count:]
+                held = sizes[j] - {0} if sizes is not None and group == "conv" else set()
+                anchors, queues[group] = _take(queues.get(group, []), count, held, weights)
                 break
         ops = []
         for i, a in enumerate(anchors):  # between two anchors of one kernel (dw -> act -> pw): all inside it

@@ -247,3 +247,49 @@ def test_source_ops_matching():
         "fused_dwpw_conv2d_relax_add": ["dw", "clip", "pw", "res"],
         "relu": ["act"],
     }
+
+
+def _bottleneck_with_projection(c: int = 64, m: int = 32, hw: int = 14) -> onnx.ModelProto:
+    """A ResNet bottleneck whose stride-2 projection shortcut comes after the block's last conv in the
+    ONNX graph (as torchvision's export has it) but is called before it in the compiled model."""
+    nodes = [
+        helper.make_node("Conv", ["x", "w1"], ["a"], name="reduce"),
+        helper.make_node("Relu", ["a"], ["ar"], name="reduce_relu"),
+        helper.make_node("Conv", ["ar", "w2"], ["b"], pads=[1, 1, 1, 1], strides=[2, 2], name="spatial"),
+        helper.make_node("Relu", ["b"], ["br"], name="spatial_relu"),
+        helper.make_node("Conv", ["br", "w3"], ["c3"], name="expand"),
+        helper.make_node("Conv", ["x", "ws"], ["s"], strides=[2, 2], name="projection"),
+        helper.make_node("Add", ["c3", "s"], ["y0"], name="residual"),
+        helper.make_node("Relu", ["y0"], ["y"], name="out_relu"),
+    ]
+    inits = {
+        "w1": _rand(m, c, 1, 1, seed=1),
+        "w2": _rand(m, m, 3, 3, seed=2),
+        "w3": _rand(4 * m, m, 1, 1, seed=3),
+        "ws": _rand(4 * m, c, 1, 1, seed=4),
+    }
+    g = helper.make_graph(
+        nodes,
+        "block",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, c, hw, hw])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4 * m, hw // 2, hw // 2])],
+        [numpy_helper.from_array(v, k) for k, v in inits.items()],
+    )
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def test_source_ops_projection_shortcut(tmp_path):
+    """Regression: the profile named a ResNet block's projection conv after the block's last conv and
+    the other way round (kernels were matched to Conv nodes by call order alone). Each conv kernel
+    now takes the queued Conv node whose weight size is among its arguments'."""
+    from kiln.runtime.artifact import read_manifest
+
+    kiln.compile(_bottleneck_with_projection(), tmp_path / "b.kiln", tuning_db="none")
+    info = read_manifest(tmp_path / "b.kiln")["buckets"][0]["kernel_info"]
+    owner = {o: k for k, v in info.items() for o in v["ops"]}
+    assert {"reduce", "spatial", "expand", "projection"} <= set(owner)
+    flops = {o: info[owner[o]]["flops"] for o in ("expand", "projection")}
+    # expand: 128x32 MACs per pixel, projection 128x64, both at 7x7 (the projection on a subsampled input)
+    assert flops["projection"] > 1.5 * flops["expand"], flops
+    # the residual add and its ReLU fuse into the conv called second: the block's last conv
+    assert owner["residual"] == owner["out_relu"] == owner["expand"] != owner["projection"]
