@@ -99,7 +99,9 @@ CPU_PIPELINE: list[PassSpec] = [
     PassSpec("FoldBatchNorm", lambda o: kp.FoldBatchNorm(), 1),
     PassSpec("RemoveZeroChannels", lambda o: kp.RemoveZeroChannels(_channel_multiple(o)), 1),  # pruned channels out
     PassSpec("DropDeadConvTaps", lambda o: kp.DropDeadConvTaps(), 1),  # taps that read only padding
-    PassSpec("SubsampleStridedPointwise", lambda o: kp.SubsampleStridedPointwise(), 2),  # strided 1x1 reads dense
+    # strided 1x1 convs read a dense slice; not on an accelerator target: its convs stride in hardware, and a CPU
+    # slice between two offloaded layers would break their int8 hand-off
+    PassSpec("SubsampleStridedPointwise", lambda o: None if o.target.accel else kp.SubsampleStridedPointwise(), 2),
     PassSpec("ConvTransposeAsConv", lambda o: kp.ConvTransposeAsConv(), 1),  # after FoldBatchNorm folds into it
     PassSpec("ResizeAsMatmul", lambda o: kp.ResizeAsMatmul(), 1),
     PassSpec("Quantize", lambda o: None, 1),  # the calibrated QuantizeGraph, given by the quantize flow
