@@ -67,15 +67,26 @@ def host_cpu_flags() -> frozenset[str]:
 @functools.cache
 def cpu_model_name() -> str:
     """The CPU's model name, for every measurement to name its CPU: /proc/cpuinfo's "model name", else
-    lscpu's "Model name" (arm64 kernels leave it out of cpuinfo), else platform.processor()."""
+    lscpu's "Model name" (arm64 kernels leave it out of cpuinfo), else platform.processor(). On x86 the
+    family and model follow in brackets: a VM often shows only "AMD EPYC", which Zen 3 (family 25 model 1)
+    and Zen 4 (family 25 model 17) hosts share."""
+    fields: dict[str, str] = {}
     try:
         with open("/proc/cpuinfo") as f:
             for line in f:
                 key, _, val = line.partition(":")
-                if key.strip() == "model name" and val.strip():
-                    return val.strip()
+                if not line.strip():
+                    break  # the first processor's block is enough
+                fields.setdefault(key.strip(), val.strip())
     except OSError:
         pass
+    name = fields.get("model name") or _lscpu_model_name() or platform.processor() or "unknown CPU"
+    if fields.get("cpu family") and fields.get("model"):
+        name += f" (family {fields['cpu family']} model {fields['model']})"
+    return name
+
+
+def _lscpu_model_name() -> str:
     try:
         out = subprocess.run(["lscpu"], capture_output=True, text=True, timeout=10).stdout
         for line in out.splitlines():
@@ -83,7 +94,7 @@ def cpu_model_name() -> str:
                 return line.split(":", 1)[1].strip()
     except (OSError, subprocess.SubprocessError):
         pass
-    return platform.processor() or "unknown CPU"
+    return ""
 
 
 ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA, SYS_ARCH_PRCTL = 0x1023, 18, 158  # linux/arch/x86 uapi
