@@ -2,6 +2,7 @@
 onnxruntime's numbers for every attribute a speech model's convs use (stride, dilation, asymmetric
 padding, groups, a bias and ReLU after it)."""
 
+import numpy as np
 import pytest
 from helpers import check_against_ort, make_model, rand
 from onnx import helper
@@ -116,4 +117,45 @@ def test_a_chain_of_conv1d_stays_blocked_between_convs(tmp_path):
     opt = optimize(import_onnx(model).mod, CompileOptions.make(target="llvm -mcpu=znver4"))
     assert opt.report["conv1d_as_conv2d"] == 3
     assert opt.report["layout_transforms"] == 2, opt.report["layout_transforms"]  # in once, out once
+    check_against_ort(model, {"input": x}, tmp_path)
+
+
+def test_erf_gelu_between_conv1d_stays_blocked_and_fuses(tmp_path):
+    """Regression (wav2vec2's feature encoder, Whisper's stem): GELU as TorchScript exports it before opset 20,
+    x * 0.5 * (1 + erf(x / sqrt(2))), after a conv1d went back to NCHW at the erf (four layout transforms per
+    conv, none of the chain fused into the conv). erf is elementwise: the chain stays blocked and fuses."""
+    x = rand(1, 32, 64)
+    nodes = [helper.make_node("Conv", ["input", "w1"], ["c0"], kernel_shape=[3], strides=[2])]
+    for i in range(2):
+        c = f"c{i}"
+        nodes += [
+            helper.make_node("Div", [c, "sqrt2"], [f"d{i}"]),
+            helper.make_node("Erf", [f"d{i}"], [f"e{i}"]),
+            helper.make_node("Add", [f"e{i}", "one"], [f"a{i}"]),
+            helper.make_node("Mul", [c, f"a{i}"], [f"m{i}"]),
+            helper.make_node("Mul", [f"m{i}", "half"], [f"g{i}"]),
+        ]
+        nodes.append(
+            helper.make_node(
+                "Conv", [f"g{i}", f"w{i + 2}"], [f"c{i + 1}" if i == 0 else "output"], kernel_shape=[3], strides=[2]
+            )
+        )
+    inits = {
+        "w1": rand(32, 32, 3, seed=1) * 0.2,
+        "w2": rand(32, 32, 3, seed=2) * 0.2,
+        "w3": rand(32, 32, 3, seed=3) * 0.2,
+        "sqrt2": np.array(1.4142135, np.float32),
+        "one": np.array(1.0, np.float32),
+        "half": np.array(0.5, np.float32),
+    }
+    model = make_model(nodes, {"input": x}, ["output"], inits)
+    from kiln.compiler.optimize import optimize
+    from kiln.compiler.options import CompileOptions
+    from kiln.frontends.importer import import_onnx
+
+    opt = optimize(import_onnx(model).mod, CompileOptions.make(target="llvm -mcpu=znver4"))
+    assert opt.report["conv1d_as_conv2d"] == 3
+    assert opt.report["layout_transforms"] == 2, opt.report["layout_transforms"]  # in once, out once
+    fused = [gv.name_hint for gv in opt.mod.functions if "conv2d" in gv.name_hint and "erf" in gv.name_hint]
+    assert len(fused) == 2, fused  # each GELU in its conv's epilogue
     check_against_ort(model, {"input": x}, tmp_path)

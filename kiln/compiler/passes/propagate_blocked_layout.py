@@ -44,6 +44,12 @@ UNARY = (
     "relax.nn.silu",
     "relax.tanh",
     "relax.nn.gelu",
+    "relax.nn.gelu_tanh",
+    "relax.erf",  # GELU as TorchScript exports it before opset 20: x * 0.5 * (1 + erf(x / sqrt(2)))
+    "relax.exp",
+    "relax.negative",
+    "relax.abs",
+    "relax.sqrt",
     "relax.astype",
     "relax.round",
 )
