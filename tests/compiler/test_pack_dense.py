@@ -22,8 +22,10 @@ def _classifier(rows: int, n: int):
 
 @pytest.mark.parametrize(
     "rows, n, packed",
-    [(1, 40, 1), (1, 48, 1), (8, 40, 0), (1, 36, 0)],
-    ids=["1x40_by8", "1x48_by16", "8_rows_stay", "36_columns_stay"],
+    # 16 rows by [64, 4096] (1 MB, past L2): the plain schedule streams its column strips from memory for
+    # every row tile (ConvNeXt's last stage): packed
+    [(1, 40, 1), (1, 48, 1), (8, 40, 0), (1, 36, 0), (16, 4096, 1)],
+    ids=["1x40_by8", "1x48_by16", "8_rows_stay", "36_columns_stay", "16_rows_past_l2"],
 )
 def test_classifier_matmul_packed(tmp_path, rows, n, packed):
     m = _classifier(rows, n)

@@ -3,6 +3,9 @@ weights reads every weight once, from memory, so its speed is the memory system'
 schedule takes a tile of columns at a time, and each tile reads a narrow strip of every weight row
 (160 of ResNet-50's 4000-byte rows), which memory delivers well below its bandwidth. Packed at
 compile time into [N/b, K, b], each tile reads contiguous streams, at the bandwidth the cores get.
+The same holds at any row count (up to MAX_ROWS_STREAMED) when the weights are past a core's L2
+(STREAMED_BYTES): the strips then come from L3 or DRAM for every row tile (ConvNeXt-T's last stage,
+9 tokens x [768, 3072]: 11.5 -> 19.8 GB/s; a [512, 768] x [768, 3072] matmul 0.68x the time).
 The same results bit for bit (same summation order); timings in benchmarks/history.md.
 FuseEpilogue fuses the bias after it like after a matmul. `stats["dense_packed"]` counts them.
 
@@ -32,7 +35,12 @@ from .counting import static_shape
 from .module_map import rewrite_calls
 
 PRIMFUNC = register_kernel("matmul_packed", "matmul_packed")  # the kernels' name hint (FuseEpilogue anchors on it)
-MAX_ROWS = 4  # more rows reuse each weight from cache: the plain matmul schedule is the better one
+MAX_ROWS = 4  # more rows reuse each weight from cache: the plain matmul schedule is the better one ...
+# ... unless the weights are past a core's L2: then its column strips stream from L3 or DRAM at any row count.
+# Zen 4, [M, K] x [K, N] -> ReLU -> x [N, K], plain / packed: M=16, 768x3072 0.65x; M=12, 512x2048 0.66x;
+# M=64 0.76x; M=128 0.85x; M=512 0.68x; M=784, 512x1024 0.91x; M=9, 256x512 (0.5 MB) 1.00x (history.md)
+MAX_ROWS_STREAMED = 1024  # measured up to 784
+STREAMED_BYTES = 1 << 20
 MIN_BLOCK = 8  # narrower column tiles are not worth a packed layout
 MAX_PAD = 0.125  # run-time-row matmuls: the share of padded columns a wider tile may cost
 
@@ -85,9 +93,12 @@ def column_block(call, block: int) -> int | None:
     """The column tile width b for this call (the widest power of two up to the vector block that
     divides N: the width the matmul schedule vectorizes by), or None when it is not a packable matmul."""
     x_shape = static_shape(call.args[0]) if _float_matmul_by_constant(call) else None
-    if x_shape is None or int(np.prod(x_shape[:-1])) > MAX_ROWS:
+    if x_shape is None:
         return None
     w = call.args[1]
+    rows, nbytes = int(np.prod(x_shape[:-1])), int(np.prod(w.value.shape)) * 4
+    if rows > MAX_ROWS and (rows > MAX_ROWS_STREAMED or nbytes < STREAMED_BYTES):
+        return None
     b = widest_block(int(w.value.shape[1]), block)
     return b if b >= MIN_BLOCK else None
 
