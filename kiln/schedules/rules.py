@@ -395,17 +395,23 @@ def conv_nchw_oc_vectorized(sch: s_tir.Schedule, anchor, lanes: int) -> None:
         sch.reverse_compute_at(c, ow_o, preserve_unit_loops=True)
     sch.vectorize(oc_i)
     sch.unroll(ow_i)
-    # a height-1 conv (a conv1d, Conv1dAsConv2d) has one row: parallel over output-channel blocks too
+    parallel_rows(sch, n, oh, oc_o, pad)
+    sch.decompose_reduction(anchor, ic)
+    sch.parallel(sch.get_loops(wcache)[0])
+    if t >= 4:
+        vectorize_tails(sch, [cache, *consumers], t)
+
+
+def parallel_rows(sch: s_tir.Schedule, n, oh, oc_o, pad) -> None:
+    """Parallel over a conv's output rows, and over its output-channel blocks too when the rows are too few
+    (a height-1 conv: a conv1d, Conv1dAsConv2d); the padded input rows a task reads (`pad`, or None) are
+    written at that loop into a stack buffer."""
     rows = extent(sch, n) * extent(sch, oh)
     par = sch.fuse(n, oh, oc_o) if rows < MIN_PARALLEL_TASKS else sch.fuse(n, oh)
     sch.parallel(par)
     if pad is not None:
         sch.compute_at(pad, par, preserve_unit_loops=True)
         sch.set_scope(pad, 0, "local")
-    sch.decompose_reduction(anchor, ic)
-    sch.parallel(sch.get_loops(wcache)[0])
-    if t >= 4:
-        vectorize_tails(sch, [cache, *consumers], t)
 
 
 def layout_transform_tiled(sch: s_tir.Schedule, anchor, lanes: int) -> None:

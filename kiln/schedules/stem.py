@@ -16,9 +16,9 @@ from tvm import s_tir
 
 from .rules import (
     MAX_STACK_FLOATS,
-    MIN_PARALLEL_TASKS,
     extent,
     inline_all_but,
+    parallel_rows,
     reduction_tiled,
     tile_accumulator,
     tile_consumers,
@@ -63,12 +63,7 @@ def stem_nchwc(sch: s_tir.Schedule, anchor, lanes: int) -> None:
     cache = tile_accumulator(sch, anchor, ow_o, consumers, keep_misfits=True)
     sch.vectorize(ocb)
     sch.unroll(ow_i)
-    rows = extent(sch, n) * extent(sch, oh)
-    par = sch.fuse(n, oh, occ) if rows < MIN_PARALLEL_TASKS else sch.fuse(n, oh)
-    sch.parallel(par)
-    if pad is not None:
-        sch.compute_at(pad, par, preserve_unit_loops=True)
-        sch.set_scope(pad, 0, "local")
+    parallel_rows(sch, n, oh, occ, pad)
     sch.decompose_reduction(anchor, ic)
     vectorize_tails(sch, [cache, *consumers], extent(sch, ocb))
 
