@@ -86,15 +86,24 @@ def kernels(mod: tvm.IRModule, func: str = "main") -> list[str]:
     return [str(c.args[0].name_hint) for c in calls(mod[func]) if op_name(c) == "relax.call_tir"]
 
 
-def nbytes(ty) -> int:
-    """Bytes of a tensor (or tuple) type; 0 where a dim is symbolic or the shape is unknown."""
+def numel(ty) -> int:
+    """Elements of a tensor type; 0 where a dim is symbolic or the shape is unknown (or not a tensor)."""
     if isinstance(ty, relax.TensorType) and ty.shape is not None:
         try:
-            return (
-                math.prod(int(v) for v in ty.shape.values) * tvm.runtime.DataType(ty.dtype).bits // 8
-            )  # Python ints: no overflow
+            return math.prod(int(v) for v in ty.shape.values)  # Python ints: no overflow
         except (TypeError, ValueError, AttributeError):  # a symbolic dim, or a shape held in a variable
             return 0
+    return 0
+
+
+def nbytes(ty) -> int:
+    """Bytes of a tensor (or tuple) type; 0 where a dim is symbolic or the shape is unknown."""
+    if isinstance(ty, relax.TensorType):
+        n = numel(ty)
+        return n * tvm.runtime.DataType(ty.dtype).bits // 8 if n else 0
+    if isinstance(ty, relax.TupleType):
+        return sum(nbytes(f) for f in ty.fields)
+    return 0
     if isinstance(ty, relax.TupleType):
         return sum(nbytes(f) for f in ty.fields)
     return 0

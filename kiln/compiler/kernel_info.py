@@ -24,7 +24,7 @@ import onnx
 import tvm
 from tvm import relax
 
-from .ir import nbytes
+from .ir import nbytes, numel
 
 # kernel-name fragment -> the group of ONNX compute ops it stands for (checked in this order)
 ANCHORS = (
@@ -172,16 +172,6 @@ def _call_sites(mod, func: str):
             if isinstance(v, relax.Call) and isinstance(v.op, tvm.ir.Op) and v.op.name == "relax.call_tir":
                 args = v.args[1].fields if isinstance(v.args[1], relax.Tuple) else [v.args[1]]
                 yield str(v.args[0].name_hint), [a.ty for a in args], b.var.ty
-
-
-def numel(ty) -> int:
-    """Elements of a tensor type; 0 where unknown or symbolic."""
-    if isinstance(ty, relax.TensorType) and ty.shape is not None:
-        try:
-            return math.prod(int(v) for v in ty.shape.values)
-        except (TypeError, ValueError, AttributeError):
-            return 0
-    return 0
 
 
 def _weight_numels(nodes, onnx_model) -> dict:

@@ -178,9 +178,10 @@ def vectorize_tails(sch: s_tir.Schedule, blocks_: list, width: int, split: bool 
             sch.vectorize(sch.split(inner, [None, width])[1])
 
 
-def pad_producer(sch: s_tir.Schedule, anchor):
-    """The conv's padding block (TVM legalizes a padded conv as pad -> conv), or None."""
-    pads = [p for p in sch.get_producers(anchor) if sch.get(p).name_hint.startswith("pad")]
+def pad_producer(sch: s_tir.Schedule, anchor, names: tuple[str, ...] = ("pad",)):
+    """The conv's padding block (TVM legalizes a padded conv as pad -> conv; topi's conv2d_NCHWc names it
+    data_pad), the one producer whose name starts with one of `names`, or None."""
+    pads = [p for p in sch.get_producers(anchor) if sch.get(p).name_hint.startswith(names)]
     return pads[0] if len(pads) == 1 else None
 
 

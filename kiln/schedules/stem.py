@@ -18,6 +18,7 @@ from .rules import (
     MAX_STACK_FLOATS,
     extent,
     inline_all_but,
+    pad_producer,
     parallel_rows,
     reduction_tiled,
     tile_accumulator,
@@ -48,8 +49,7 @@ def stem_nchwc(sch: s_tir.Schedule, anchor, lanes: int) -> None:
     loops = sch.get_loops(anchor)
     if len(loops) != 8:
         raise s_tir.ScheduleError("not topi's conv2d_NCHWc loop nest")
-    pads = [p for p in sch.get_producers(anchor) if "pad" in sch.get(p).name_hint]  # topi names it data_pad
-    pad = pads[0] if len(pads) == 1 else None
+    pad = pad_producer(sch, anchor, ("data_pad", "pad"))
     if pad is not None:  # the input rows of one output row, padded, on the stack
         shape = [int(d) for d in sch.get(pad).writes[0].source.shape]
         if shape[1] * shape[4] * extent(sch, loops[6]) * shape[3] > MAX_STACK_FLOATS:
