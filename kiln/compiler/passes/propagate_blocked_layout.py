@@ -8,11 +8,14 @@ depthwise conv, bias and clip on an unblocked tensor. Rules, applied to a call w
 `unblock(x)` (a transform from NCHW{c}c to NCHW, for any block c: NarrowBlockLayout's 8c too):
   - elementwise unary op f (clip, relu, ...):        f(unblock(x))        -> unblock(f(x))
     (also quantize/dequantize with per-tensor scale and zero point: a QDQ model's float depthwise convs)
-  - a binary elementwise op (add, multiply, subtract, divide, maximum, minimum) with a per-channel or
-    scalar constant on either side:                    unblock(x) / b       -> unblock(x / block(b))
-    (HardSwish is x * clip(x + 3, 0, 6) / 6: without the divide a MobileNetV3 block went back to NCHW)
-  - the same ops on two unblocked tensors of one block, also broadcast over N/H/W (the SE block's
+  - a binary elementwise op (add, multiply, subtract, divide, maximum, minimum) or where() with a scalar or
+    per-channel operand, constant or computed:          unblock(x) / b       -> unblock(x / block(b))
+    (HardSwish is x * clip(x + 3, 0, 6) / 6: without the divide a MobileNetV3 block went back to NCHW;
+    a dynamically quantized conv adds a bias computed from the run-time scale)
+  - the same ops on unblocked tensors of one block, also broadcast over N/H/W (the SE block's
     [1, C, 1, 1] scale times its [1, C, H, W] input): unblock(x) * unblock(y) -> unblock(x * y)
+  - a reduction to one value (max, min, sum, mean over all axes): max(unblock(x)) -> max(x)
+    (a dynamic quantization's range: without it every DynamicQuantizeLinear went back to NCHW)
   - a mean over H and W that keeps them (GlobalAveragePool): mean(unblock(x)) -> unblock(mean_c(x))
   - depthwise conv2d (groups = channels, constant weight): conv(unblock(x), w) -> unblock(conv_c(x, block(w)))
   - spatial constant pad:                              pad(unblock(x))      -> unblock(pad_c(x))
@@ -52,14 +55,23 @@ UNARY = (
     "relax.sqrt",
     "relax.astype",
     "relax.round",
+    "relax.floor",
+    "relax.ceil",
+    # a dynamically quantized conv's int32 round trip: where(logical_not(isfinite(y)), 0, y)
+    "relax.isfinite",
+    "relax.logical_not",
 )
 BINARY = ("relax.add", "relax.multiply", "relax.subtract", "relax.divide", "relax.maximum", "relax.minimum")
+ELEMENTWISE = (*BINARY, "relax.where")
+REDUCE = {"relax.max": relax.op.max, "relax.min": relax.op.min, "relax.sum": relax.op.sum, "relax.mean": relax.op.mean}
 POOL = {"relax.nn.max_pool2d": relax.op.nn.max_pool2d, "relax.nn.avg_pool2d": relax.op.nn.avg_pool2d}
 QDQ = ("relax.quantize", "relax.dequantize")  # elementwise where scale and zero point are per-tensor scalars
 
 
-def _scalar_const(e) -> bool:
-    return isinstance(e, GenericConst) and e.value.numpy().size == 1
+def _scalar(e) -> bool:
+    """One value (a constant or one computed at run time: a dynamic quantization's scale)."""
+    shape = static_shape(e)
+    return shape is not None and len(shape) <= 4 and int(np.prod(shape, dtype=np.int64)) == 1
 
 
 @relax.expr_functor.mutator
@@ -85,16 +97,17 @@ class _Propagate(relax.PyExprMutator):
         v = self.builder_.emit(x_c)
         return relax.op.layout_transform(v, index_map=unblock_map(static_shape(v)[4]))
 
-    def _blocked_const(self, e, channels: int, c: int):
-        """A scalar or per-channel ([1, C, 1, 1] / [C, 1, 1]) constant in the blocked layout."""
-        if not isinstance(e, GenericConst):
-            return None
-        a = e.value.numpy()
-        if a.size == 1:
+    def _blocked_operand(self, e, channels: int, c: int):
+        """A scalar as it is, or a per-channel ([1, C, 1, 1] / [C, 1, 1]) value in the blocked layout: a constant
+        relaid, a value computed at run time (a dynamic quantization's bias) reshaped; else None."""
+        if _scalar(e):
             return e
-        if a.size != channels or a.shape not in ((1, channels, 1, 1), (channels, 1, 1)):
+        if static_shape(e) not in ((1, channels, 1, 1), (channels, 1, 1)):
             return None
-        return relax.const(np.ascontiguousarray(a.reshape(1, channels // c, c)[:, :, None, None, :]), str(a.dtype))
+        if isinstance(e, GenericConst):
+            a = e.value.numpy()
+            return relax.const(np.ascontiguousarray(a.reshape(1, channels // c, 1, 1, c)), str(a.dtype))
+        return self.builder_.emit(relax.op.reshape(e, [1, channels // c, 1, 1, c]))  # channel-major: the same order
 
     def visit_call_(self, call):
         call = super().visit_call_(call)
@@ -110,14 +123,17 @@ class _Propagate(relax.PyExprMutator):
             return call
         if name == "relax.concat":
             return self._concat(call)
-        if name in BINARY and len(call.args) == 2:
-            return self._binary(call)
+        if name in ELEMENTWISE and len(call.args) == (3 if name == "relax.where" else 2):
+            return self._elementwise(call)
         x = self._unblocked_source(call.args[0])
         if x is None:
             return call
         channels, c = static_shape(call.args[0])[1], static_shape(x)[4]
-        if name in UNARY or (name in QDQ and all(_scalar_const(a) for a in call.args[1:3])):
+        if name in UNARY or (name in QDQ and all(_scalar(a) for a in call.args[1:3])):
             return self._unblock(relax.Call(call.op, [x, *call.args[1:]], call.attrs))
+        if name in REDUCE and self._reduces_all(call):
+            self.moved += 1
+            return REDUCE[name](x, axis=None, keepdims=False)
         if name == "relax.mean":
             return self._mean(call, x)
         if name == "relax.nn.conv2d":
@@ -130,23 +146,28 @@ class _Propagate(relax.PyExprMutator):
             return self._slice(call, x, channels, c)
         return call
 
-    def _binary(self, call):
-        """op(unblock(x), b) / op(b, unblock(x)) with b a scalar or per-channel constant, or op(unblock(x),
-        unblock(y)) of one channel count and block whose other axes broadcast."""
+    def _elementwise(self, call):
+        """A binary op or where() whose operands are unblocked tensors of one channel count and block (the other
+        axes may broadcast), scalars, or per-channel values; at least one unblocked."""
         xs = [self._unblocked_source(a) for a in call.args]
-        if xs[0] is not None and xs[1] is not None:
-            sx, sy = static_shape(xs[0]), static_shape(xs[1])
-            if sx[1] != sy[1] or sx[4] != sy[4] or any(a != b and 1 not in (a, b) for a, b in zip(sx, sy)):
-                return call
-            return self._unblock(relax.Call(call.op, xs, call.attrs))
-        i = 0 if xs[0] is not None else 1 if xs[1] is not None else None
-        if i is None:
+        blocked = [static_shape(x) for x in xs if x is not None]
+        if not blocked:
             return call
-        channels, c = static_shape(call.args[i])[1], static_shape(xs[i])[4]
-        other = self._blocked_const(call.args[1 - i], channels, c)
-        if other is None:
+        channels, c = blocked[0][1] * blocked[0][4], blocked[0][4]
+        if any(s[1] * s[4] != channels or s[4] != c for s in blocked):
             return call
-        return self._unblock(relax.Call(call.op, [xs[0], other] if i == 0 else [other, xs[1]], call.attrs))
+        if any(a != b and 1 not in (a, b) for s in blocked for a, b in zip(s, blocked[0])):
+            return call
+        args = [x if x is not None else self._blocked_operand(a, channels, c) for x, a in zip(xs, call.args)]
+        if any(a is None for a in args):
+            return call
+        return self._unblock(relax.Call(call.op, args, call.attrs))
+
+    @staticmethod
+    def _reduces_all(call) -> bool:
+        """A reduction to one value (a dynamic quantization's min and max): any layout gives the same result."""
+        axes = call.attrs.axis
+        return not call.attrs.keepdims and (axes is None or sorted(int(a) % 4 for a in axes) == [0, 1, 2, 3])
 
     def _mean(self, call, x):
         """A mean over H and W with keepdims (GlobalAveragePool), in the blocked layout."""
