@@ -148,3 +148,29 @@ def test_inputs_at_any_alignment_and_reused_buffers_give_the_right_outputs(small
         x[...] = 0  # the caller reuses its array: the output already returned must not change
     for out, ref in results:
         np.testing.assert_allclose(out, ref, rtol=1e-5, atol=1e-5)
+
+
+def test_an_output_that_is_an_input_is_a_copy(tmp_path):
+    """Outputs leave the VM as DLPack views copied (Model._result): a graph that returns an input as it is, beside
+    a computed output of each dtype numpy takes, gives arrays of its own that the caller's later writes to the
+    input do not change."""
+    from helpers import make_model
+    from onnx import helper
+
+    nodes = [
+        helper.make_node("Identity", ["x"], ["same"]),
+        helper.make_node("Greater", ["x", "zero"], ["pos"]),
+        helper.make_node("Cast", ["x"], ["i"], to=7),  # int64
+    ]
+    x = np.array([[1.5, -2.0, 3.25]], np.float32)
+    model = make_model(nodes, {"x": x}, ["same", "pos", "i"], {"zero": np.zeros(1, np.float32)})
+    kiln.compile(model, tmp_path / "m.kiln")
+    m = kiln.load(tmp_path / "m.kiln", num_threads=1)
+    feed = x.copy()
+    out = m.run({"x": feed})
+    feed[...] = 7
+    np.testing.assert_array_equal(out["same"], x)
+    np.testing.assert_array_equal(out["pos"], [[True, False, True]])
+    np.testing.assert_array_equal(out["i"], [[1, -2, 3]])
+    assert out["pos"].dtype == np.bool_ and out["i"].dtype == np.int64
+    assert not any(np.shares_memory(a, feed) for a in out.values())
