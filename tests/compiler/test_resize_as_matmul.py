@@ -1,7 +1,8 @@
 """ResizeAsMatmul: a bilinear Resize of a small map runs as a matmul (columns) and a two-row lerp kernel
-(rows) and gives onnxruntime's numbers for the coordinate modes exporters write (torchvision's segmentation heads: half_pixel; align_corners=True:
-align_corners; TF: asymmetric; pytorch_half_pixel), non-square maps and a scale per axis. (Resizes by
-non-integer scales already arrive as matmuls: the ONNX frontend's decomposition, standard_spatial.py.)"""
+(rows) and gives onnxruntime's numbers for the coordinate modes exporters write (torchvision's segmentation
+heads: half_pixel; align_corners=True: align_corners; TF: asymmetric; pytorch_half_pixel), non-square maps
+and a scale per axis. (Resizes by non-integer scales already arrive as matmuls: the ONNX frontend's
+decomposition, standard_spatial.py.)"""
 
 import numpy as np
 import pytest
