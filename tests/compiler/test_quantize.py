@@ -381,11 +381,11 @@ def test_ort_qdq_depthwise_block_stays_blocked(tmp_path):
 
     rng = np.random.default_rng(1)
     w = lambda *s: (rng.standard_normal(s) / np.sqrt(np.prod(s[1:]))).astype(np.float32)
-    inits = {"w0": w(32, 16, 1, 1), "w1": w(32, 1, 3, 3), "w2": w(32, 32, 1, 1)}
+    inits = {"w0": w(32, 16, 1, 1), "w1": w(32, 1, 3, 3), "b1": w(32, 1)[:, 0], "w2": w(32, 32, 1, 1)}
     nodes = [
         helper.make_node("Conv", ["input", "w0"], ["c0"]),
         helper.make_node("Relu", ["c0"], ["r0"]),
-        helper.make_node("Conv", ["r0", "w1"], ["c1"], group=32, pads=[1, 1, 1, 1]),
+        helper.make_node("Conv", ["r0", "w1", "b1"], ["c1"], group=32, pads=[1, 1, 1, 1]),
         helper.make_node("Relu", ["c1"], ["r1"]),
         helper.make_node("Conv", ["r1", "w2"], ["output"]),
     ]
@@ -403,6 +403,14 @@ def test_ort_qdq_depthwise_block_stays_blocked(tmp_path):
     model = onnx.load(dst)
     r = kiln.compile(model, tmp_path / "q.kiln")
     assert r.report["layout_transforms"] == 2 and r.report["conv_layouts"].get("NCHW", 0) == 0, r.report
+    # the float depthwise conv writes the next layer's uint8 itself (FuseEpilogue's quantize tail)
+    from kiln.compiler import CompileOptions, ir
+    from kiln.compiler.optimize import optimize
+    from kiln.frontends import import_onnx
+
+    names = ir.kernels(optimize(import_onnx(model).mod, CompileOptions.make()).mod)
+    assert any(n.startswith("fused_relax_nn_conv2d_relax_add") and "quantize" in n for n in names), names
+    assert sum(n.startswith("quantize") for n in names) == 1, names  # the model input's only
     x = rand(1, 16, 12, 12, seed=9)
     ref = ort_run(model, {"input": x})[0]
     step = np.min(np.diff(np.unique(ref)))

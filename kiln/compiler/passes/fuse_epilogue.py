@@ -4,7 +4,8 @@ reduced type once instead of float32 that a cast kernel reads back; outputs bit-
 in benchmarks/history.md) become one kernel. The pattern table below is the whole policy: each entry is a chain
 of optional stages; FuseOpsByPattern groups each match into a primitive function that LegalizeOps
 and FuseTIR turn into a single kernel. Activations: ReLU, Clip/ReLU6 (max/min), Sigmoid, SiLU,
-GELU (op, tanh and erf forms), HardSwish."""
+GELU (op, tanh and erf forms), HardSwish. A per-tensor quantize may end any chain: a QDQ model's float
+depthwise conv then writes the next int8 layer's uint8 itself."""
 
 from __future__ import annotations
 
@@ -82,9 +83,19 @@ def epilogue_patterns() -> list[tuple]:
     casts = [(f"{name}_cast", is_op("relax.astype")(pat)) for name, pat in table] + [
         ("kiln.epilogue_cast", is_op("relax.astype")(anchor))
     ]
-    return [(name, pat, {}, _float_narrowing) for name, pat in casts] + [
-        (name, pat, {}, _no_leaks) for name, pat in table
-    ]
+    quantized = [(f"{name}_quantize", is_op("relax.quantize")(pat, is_const(), is_const())) for name, pat in table]
+    return (
+        [(name, pat, {}, _float_narrowing) for name, pat in casts]
+        + [(name, pat, {}, _per_tensor_quantize) for name, pat in quantized]
+        + [(name, pat, {}, _no_leaks) for name, pat in table]
+    )
+
+
+def _per_tensor_quantize(ctx) -> bool:
+    """A float conv's result quantized for the int8 layer after it (a QDQ model's float depthwise conv): the
+    kernel writes uint8/int8 once instead of float32 that a quantize kernel reads back."""
+    q = ctx.matched_expr
+    return _no_leaks(ctx) and all(a.value.numpy().size == 1 for a in q.args[1:3])
 
 
 def _float_narrowing(ctx) -> bool:
