@@ -221,3 +221,19 @@ def test_data_dependent_if_branches_are_folded_and_decomposed(tmp_path):
     x = np.abs(rand(1, 4, t, seed=5))
     assert check_against_ort(m, {"x": x}, tmp_path)["y"].shape == (1, 4, 1)
     assert check_against_ort(m, {"x": -x}, tmp_path)["y"].shape == (1, h, 1)
+
+
+def test_if_branches_sharing_a_planned_storage_run(tmp_path, monkeypatch):
+    """TVM's StaticPlanBlockMemory gave this If's branches one storage token, allocated in the then branch only:
+    the else branch segfaulted on its first run (seen when PropagateBlockedLayout moved the condition's mean onto
+    the blocked conv output, which both branches read). executable.relax_pipeline keeps such a function
+    unplanned; every branch matches onnxruntime."""
+    from tvm import relax
+
+    import kiln.compiler.passes.propagate_blocked_layout as pbl
+
+    monkeypatch.setitem(pbl.REDUCE, "relax.mean", relax.op.mean)  # the layout that made TVM's planner share
+    m = _data_if_model()
+    x = rand(1, 3, 8, 8, seed=7)
+    outs = [check_against_ort(m, {"x": s * x}, tmp_path) for s in (1.0, -1.0, 40.0, -1.0)]
+    assert not np.allclose(outs[0]["y"], outs[1]["y"])
