@@ -80,17 +80,11 @@ def activation_bytes_unfused(mod: tvm.IRModule, func: str = "main") -> int:
 
 def planned_storage(mod: tvm.IRModule, func: str = "main") -> tuple[int, int]:
     """(bytes, buffers) of the storage TVM's StaticPlanBlockMemory allocates for `func`'s
-    intermediates, reusing buffers whose lifetimes do not overlap."""
-    seq = tvm.transform.Sequential(
-        [
-            relax.transform.RewriteDataflowReshape(),
-            relax.transform.ToNonDataflow(),
-            relax.transform.RemovePurityChecking(),
-            relax.transform.CallTIRRewrite(),
-            relax.transform.StaticPlanBlockMemory(),
-        ]
-    )
-    planned = seq(mod)
+    intermediates, reusing buffers whose lifetimes do not overlap: the build's own planning passes, so a
+    plan the build rejects (executable._guarded_plan) reports none."""
+    from .executable import planning_passes
+
+    planned = tvm.transform.Sequential(planning_passes())(mod)
     total = count = 0
     for call in calls(planned[func]):
         if isinstance(call.op, tvm.ir.Op) and call.op.name == "relax.memory.alloc_storage":

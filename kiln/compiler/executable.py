@@ -30,6 +30,20 @@ def _guarded_plan():
     return plan
 
 
+def planning_passes() -> list:
+    """TVM's default Relax pipeline up to and including the static memory planner (guarded): what the build
+    runs, and what analysis.planned_storage reports on."""
+    from tvm.relax import transform
+
+    return [
+        transform.RewriteDataflowReshape(),
+        transform.ToNonDataflow(),
+        transform.RemovePurityChecking(),
+        transform.CallTIRRewrite(),
+        _guarded_plan(),
+    ]
+
+
 def relax_pipeline():
     """tvm.relax.pipeline.default_build_pipeline's passes, StaticPlanBlockMemory guarded."""
     import tvm
@@ -40,11 +54,7 @@ def relax_pipeline():
             backend.DispatchSampling(),
             backend.DispatchSortScan(),
             transform.LegalizeOps(),
-            transform.RewriteDataflowReshape(),
-            transform.ToNonDataflow(),
-            transform.RemovePurityChecking(),
-            transform.CallTIRRewrite(),
-            _guarded_plan(),
+            *planning_passes(),
             transform.RewriteCUDAGraph(),
             transform.LowerAllocTensor(),
             transform.KillAfterLastUse(),

@@ -104,6 +104,3 @@ def nbytes(ty) -> int:
     if isinstance(ty, relax.TupleType):
         return sum(nbytes(f) for f in ty.fields)
     return 0
-    if isinstance(ty, relax.TupleType):
-        return sum(nbytes(f) for f in ty.fields)
-    return 0

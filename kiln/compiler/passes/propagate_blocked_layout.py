@@ -64,8 +64,8 @@ UNARY = (
 BINARY = ("relax.add", "relax.multiply", "relax.subtract", "relax.divide", "relax.maximum", "relax.minimum")
 ELEMENTWISE = (*BINARY, "relax.where")
 # max and min to one value (a dynamic quantization's range; legalize.py reduces them in two vectorized stages).
-# Not sum or mean: a blocked whole-tensor mean feeding an If crashed at run time (test_control_flow's
-# data-dependent If, the else branch: a segfault), and its default rule fails on 5-D input.
+# Not sum or mean: Kiln's default rule fails on a whole-tensor sum of a 5-D tensor (TVM's rfactor) and leaves
+# it unscheduled. (The run-time crash first seen with a blocked mean was TVM's memory planner: executable.py.)
 REDUCE = {"relax.max": relax.op.max, "relax.min": relax.op.min}
 POOL = {"relax.nn.max_pool2d": relax.op.nn.max_pool2d, "relax.nn.avg_pool2d": relax.op.nn.avg_pool2d}
 QDQ = ("relax.quantize", "relax.dequantize")  # elementwise where scale and zero point are per-tensor scalars
