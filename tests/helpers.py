@@ -79,6 +79,16 @@ def compiled_asm(model, spec: str) -> tuple[str, dict]:
     return "".join(m.inspect_source("asm") for m in exe.mod.imports), opt.report
 
 
+def quantize_dynamic(model, tmp_path, weight_type="QInt8", **kw) -> onnx.ModelProto:
+    """onnxruntime's quantize_dynamic of `model` (written to and read back from tmp_path)."""
+    from onnxruntime.quantization import QuantType
+    from onnxruntime.quantization import quantize_dynamic as qd
+
+    onnx.save(model, tmp_path / "f.onnx")
+    qd(tmp_path / "f.onnx", tmp_path / "q.onnx", weight_type=getattr(QuantType, weight_type), **kw)
+    return onnx.load(tmp_path / "q.onnx")
+
+
 def rand(*shape, seed=0, dtype=np.float32):
     return np.random.default_rng(seed).standard_normal(shape).astype(dtype)
 

@@ -5,7 +5,7 @@ convs whose channels do not divide 16 (MobileNetV2's 24) run in NCHW8c, with no 
 import numpy as np
 import pytest
 import tvm
-from helpers import check_against_ort, make_model, mobilenet_block, rand
+from helpers import check_against_ort, make_model, mobilenet_block, quantize_dynamic, rand
 from onnx import helper
 
 from kiln.compiler import CompileOptions, analysis
@@ -164,8 +164,6 @@ def dynamic_quantized_convs(tmp_path):
     """onnxruntime's quantize_dynamic over a SiLU conv stack (ddddocr's OCR models ship so): each conv is
     DynamicQuantizeLinear (a min/max over the whole tensor) -> ConvInteger -> Cast -> Mul by the run-time
     scale, the bias and SiLU after it."""
-    from onnxruntime.quantization import QuantType, quantize_dynamic
-
     nodes = [
         helper.make_node("Conv", ["x", "w0", "b0"], ["c0"], pads=[1, 1, 1, 1], strides=[2, 2]),
         helper.make_node("Sigmoid", ["c0"], ["g0"]),
@@ -177,13 +175,8 @@ def dynamic_quantized_convs(tmp_path):
     ]
     inits = {"w0": rand(32, 16, 3, 3, seed=1) * 0.2, "b0": rand(32, seed=2), "w1": rand(32, 32, 3, 3, seed=3) * 0.1}
     inits.update({"b1": rand(32, seed=4), "w2": rand(32, 32, 1, 1, seed=5) * 0.2, "b2": rand(32, seed=6)})
-    import onnx
-
-    onnx.save(make_model(nodes, {"x": rand(1, 16, 16, 16)}, ["y"], inits), tmp_path / "f.onnx")
-    quantize_dynamic(
-        tmp_path / "f.onnx", tmp_path / "q.onnx", weight_type=QuantType.QUInt8, op_types_to_quantize=["Conv"]
-    )
-    return onnx.load(tmp_path / "q.onnx")
+    model = make_model(nodes, {"x": rand(1, 16, 16, 16)}, ["y"], inits)
+    return quantize_dynamic(model, tmp_path, weight_type="QUInt8", op_types_to_quantize=["Conv"])
 
 
 def test_dynamic_quantized_convs_stay_blocked(tmp_path):

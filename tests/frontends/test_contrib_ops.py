@@ -13,7 +13,7 @@ import pytest
 from onnx import helper
 
 from kiln.frontends.preflight import find_unsupported_ops
-from tests.helpers import check_against_ort, make_model, rand
+from tests.helpers import check_against_ort, make_model, quantize_dynamic, rand
 
 MS = "com.microsoft"
 
@@ -50,15 +50,6 @@ def ort_optimized(model, tmp_path, level=ort.GraphOptimizationLevel.ORT_ENABLE_E
     so.graph_optimization_level, so.optimized_model_filepath = level, str(tmp_path / "opt.onnx")
     ort.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"])
     return onnx.load(tmp_path / "opt.onnx")
-
-
-def quantize_dynamic(model, tmp_path, weight_type="QInt8", **kw):
-    from onnxruntime.quantization import QuantType
-    from onnxruntime.quantization import quantize_dynamic as qd
-
-    onnx.save(model, tmp_path / "f.onnx")
-    qd(tmp_path / "f.onnx", tmp_path / "q.onnx", weight_type=getattr(QuantType, weight_type), **kw)
-    return onnx.load(tmp_path / "q.onnx")
 
 
 def assert_supported(m):
