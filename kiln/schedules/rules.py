@@ -245,6 +245,16 @@ def _output_blocks_in_tile(sch: s_tir.Schedule, anchor, spatial: list, t: int) -
     return [bi]
 
 
+def _padded_apart(narrow: tuple[int, int] | None) -> bool:
+    """Whether a padded blocked conv pads its input in a stage of its own (one pass over the input) rather
+    than inlined into its reduction (a bounds test per broadcast). Apart on 16-register targets whose
+    tile spans several output-channel blocks, which then unroll the channels of a block: ResNet-50's
+    3x3/2 convs at 28 and 14 wide for -mcpu=haswell 1.52 -> 1.32 and 1.46 -> 1.27 ms (kiln profile, Zen 4).
+    Not with a 1-block tile (its 7-wide stride-2 conv: 1.37 -> 1.45 ms) nor on 32-register targets,
+    whose row tile gained nothing from it (ResNet-50 3x3/2 at 28 wide on znver4: 1.04 -> 1.07 ms)."""
+    return narrow is not None and narrow[1] > 1
+
+
 def reduction_tiled(sch: s_tir.Schedule, anchor, lanes: int, registers: int = 32) -> None:
     """conv2d (any layout), matmul/dense, pooling: spatial loops outside, reductions inside a
     register tile of (tile x lanes) accumulators, the epilogue computed per tile. `registers`: the
@@ -252,7 +262,8 @@ def reduction_tiled(sch: s_tir.Schedule, anchor, lanes: int, registers: int = 32
     if COMM_REDUCE not in iter_types(sch, anchor):  # TOPI's avg pool annotates its division, not its sum
         sums = [p for p in sch.get_producers(anchor) if COMM_REDUCE in iter_types(sch, p)]
         anchor = sums[0] if len(sums) == 1 else anchor
-    inline_all_but(sch, [anchor])
+    pad = pad_producer(sch, anchor, ("data_pad",)) if sch.get(anchor).name_hint.startswith("conv2d_NCHWc") else None
+    inline_all_but(sch, [anchor] + ([pad] if pad is not None else []))  # the pad: see _padded_apart
     strided = strided_lanes(sch, anchor)
     if (
         strided
@@ -294,11 +305,14 @@ def reduction_tiled(sch: s_tir.Schedule, anchor, lanes: int, registers: int = 32
             tile_inner = [bi] + tile_inner
         elif not narrow:
             tile_inner = _output_blocks_in_tile(sch, anchor, spatial, t) + tile_inner
+    if pad is not None and not _padded_apart(narrow):
+        sch.compute_inline(pad)
+        pad = None
     split = _blocked_channels_first(sch, anchor, reduce, narrow=narrow is not None)
     # a 1x1 conv's input channels within a block unrolled: constant offsets instead of per-channel (ic / c, ic % c)
-    # index arithmetic (Zen 3: 48 instructions for 14 FMAs). Not with kh x kw taps, whose padded reads it
-    # slowed 4x (Zen 3, 3x3 at 28x28)
-    unroll_channels = narrow is not None and len(split) == 4 and _one_tap(sch, reduce)
+    # index arithmetic (Zen 3: 48 instructions for 14 FMAs). Not with kh x kw taps read through an inlined
+    # padding, which it slowed 4x (Zen 3, 3x3 at 28x28); with the padding apart it is a gain (_padded_apart)
+    unroll_channels = narrow is not None and len(split) == 4 and (_one_tap(sch, reduce) or pad is not None)
     reduce = split
     order = spatial + reduce + tile_inner + ([vec_loop] if vec > 1 else [])
     sch.reorder(*order)
@@ -323,6 +337,8 @@ def reduction_tiled(sch: s_tir.Schedule, anchor, lanes: int, registers: int = 32
         par = sch.fuse(*outer) if len(outer) > 1 else outer[0]
         sch.parallel(par)
     sch.decompose_reduction(anchor, reduce[0])
+    if pad is not None:
+        parallel_vectorize(sch, pad, lanes)
 
 
 def full_reduction(sch: s_tir.Schedule, anchor, reduce: list, lanes: int) -> None:

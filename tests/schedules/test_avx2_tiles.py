@@ -44,11 +44,22 @@ def test_avx2_1x1_conv_unrolls_a_channel_block():
     assert "ymm" not in " ".join(re.findall(r"vfmadd\w+\s+[^\n]+", asm))
 
 
+def test_avx2_padded_strided_conv_pads_apart_and_unrolls_a_channel_block():
+    """A 3x3/s2 conv with a 2 pixel x 4 block tile pads its input in a stage of its own, so its reduction
+    reads without bounds tests and unrolls the 8 channels of a block: 64 ymm FMAs (with the padding
+    inlined LLVM unrolled the taps' bounds cases into 416)."""
+    asm, report = compiled_asm(_conv(32, 64, 28, 3, stride=2), HASWELL)
+    assert report["conv_layouts"] == {"NCHW8c": 1}
+    assert len(re.findall(r"vfmadd\w+\s+%ymm", asm)) == 64
+
+
 @pytest.mark.parametrize(
-    "cin,cout,hw,k,stride", [(32, 64, 14, 1, 1), (16, 32, 7, 1, 1), (24, 32, 12, 3, 1), (16, 16, 9, 3, 2)]
+    "cin,cout,hw,k,stride",
+    [(32, 64, 14, 1, 1), (16, 32, 7, 1, 1), (24, 32, 12, 3, 1), (16, 16, 9, 3, 2), (16, 32, 16, 3, 2)],
 )
 def test_avx2_conv_tiles_match_onnxruntime(tmp_path, cin, cout, hw, k, stride):
-    """The haswell build (1x1 tiles, Winograd's GEMM tile for the 3x3/s1, direct 3x3/s2), run here."""
+    """The haswell build (1x1 tiles, Winograd's GEMM tile for the 3x3/s1, direct 3x3/s2 with the padding
+    inlined (5 wide: a 1-block tile) and apart (8 wide: 2 pixels x 4 blocks)), run here."""
     missing = missing_on_host(Target.parse(HASWELL))
     if missing:
         pytest.skip(f"this host cannot run {HASWELL} code (lacks {', '.join(missing)})")
