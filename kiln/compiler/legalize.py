@@ -52,6 +52,32 @@ def depthwise_conv2d_nchwc(data, kernel, strides, padding, dilation, out_dtype):
     )
 
 
+def grouped_conv2d_nchwc(data, kernel, strides, padding, dilation, groups, out_dtype):
+    """Grouped conv2d, data [N, C/b, H, W, b], weight [O/b, I/groups/b, KH, KW, b, b] (passes/block_grouped_conv):
+    output block o reads only the input blocks of its group. Written as topi's conv2d_NCHWc (its stage names
+    and reduction order: input channel, then kh, kw) so the blocked conv rules schedule it."""
+    n, _, h, w, _ = data.shape
+    ob, ib_g, kh, kw, bi, _ = kernel.shape
+    ob_g = ob // groups  # output blocks per group
+    (sh, sw), (dh, dw) = strides, dilation
+    pt, pl, pb, pr = padding
+    padded = topi.nn.pad(data, [0, 0, pt, pl, 0], [0, 0, pb, pr, 0], name="data_pad") if any(padding) else data
+    oh = (h + pt + pb - dh * (kh - 1) - 1) // sh + 1
+    ow = (w + pl + pr - dw * (kw - 1) - 1) // sw + 1
+    ic = te.reduce_axis((0, ib_g * bi), name="ic")
+    ry, rx = te.reduce_axis((0, kh), name="kh"), te.reduce_axis((0, kw), name="kw")
+    return te.compute(
+        (n, ob, oh, ow, kernel.shape[5]),
+        lambda b, o, y, x, j: te.sum(
+            padded[b, o // ob_g * ib_g + ic // bi, y * sh + ry * dh, x * sw + rx * dw, ic % bi].astype(out_dtype)
+            * kernel[o, ic // bi, ry, rx, ic % bi, j].astype(out_dtype),
+            axis=[ic, ry, rx],
+        ),
+        name="conv2d_NCHWc",
+        attrs=declare("conv2d"),
+    )
+
+
 def _conv2d(bb, call, int8: Int8Kernel | None = None):
     a = call.attrs
     out_dtype = ir.out_dtype(a) or str(call.ty.dtype)
@@ -68,6 +94,18 @@ def _conv2d(bb, call, int8: Int8Kernel | None = None):
             [int(x) for x in a.dilation],
             out_dtype,
             primfunc_name_hint="depthwise_conv2d_NCHWc",
+        )
+    if blocked and int(a.groups) != 1 and len(call.args[1].ty.shape) == 6:  # BlockGroupedConv's
+        return bb.call_te(
+            grouped_conv2d_nchwc,
+            call.args[0],
+            call.args[1],
+            [int(x) for x in a.strides],
+            [int(x) for x in a.padding],
+            [int(x) for x in a.dilation],
+            int(a.groups),
+            out_dtype,
+            primfunc_name_hint="conv2d_NCHWc",
         )
     if not blocked or int(a.groups) != 1:
         return tvm_legalize(bb, call)

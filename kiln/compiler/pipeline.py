@@ -121,6 +121,7 @@ CPU_PIPELINE: list[PassSpec] = [
         lambda o: kp.NarrowBlockLayout(o.layout, o.target.caps.f32_block, int8_kernel(o.target.caps)),
         2,
     ),
+    PassSpec("BlockGroupedConv", lambda o: kp.BlockGroupedConv(o.layout, o.target.caps.f32_block), 2),
     PassSpec("PropagateBlockedLayout", lambda o: kp.PropagateBlockedLayout(o.layout), 2),
     PassSpec("Winograd", lambda o: kp.Winograd(min_reduced_tile=_min_reduced_winograd_tile(o)), 2),
     PassSpec(

@@ -134,6 +134,19 @@ def shuffle(c, g):
     return _model(nodes, rand(1, c, 14, 14), inits)
 
 
+def regnet(c, stride=1):
+    """RegNetY's bottleneck without its SE: 1x1 conv -> grouped 3x3 conv of 8 channels a group -> 1x1 conv."""
+    nodes = [
+        N("Conv", ["x", "w0"], ["a"]),
+        N("Relu", ["a"], ["ar"]),
+        N("Conv", ["ar", "wg"], ["g"], group=c // 8, pads=[1, 1, 1, 1], strides=[stride, stride]),
+        N("Relu", ["g"], ["gr"]),
+        N("Conv", ["gr", "w1"], ["y"]),
+    ]
+    inits = {"w0": W(c, 16, 1, 1, seed=1), "wg": W(c, 8, 3, 3, seed=2), "w1": W(c, c, 1, 1, seed=3)}
+    return _model(nodes, rand(1, 16, 14, 14), inits)
+
+
 def conv1d(c, transpose_in=False):
     """Two Conv1d over a [1, C, 50] sequence (or a [1, 50, C] one transposed first)."""
     nodes = [N("Transpose", ["x"], ["xt"], perm=[0, 2, 1])] if transpose_in else []
@@ -317,9 +330,9 @@ GUARDED = {  # name -> (tail, inits, conv layouts on TARGET): guarded ops, and s
         {"NCHW16c": 1},
     ),
     "grouped_16_groups": (
-        [N("Conv", ["a", "wg"], ["y"], group=16, pads=[1, 1, 1, 1])],  # too many groups to split
+        [N("Conv", ["a", "wg"], ["y"], group=16, pads=[1, 1, 1, 1])],  # BlockGroupedConv
         {"wg": W(256, 16, 3, 3)},
-        {"NCHW16c": 1, "NCHW": 1},
+        {"NCHW16c": 2},
     ),
     "squeeze_negative": (
         [N("GlobalAveragePool", ["a"], ["g"]), N("Squeeze", ["g", "ax"], ["y"])],
@@ -362,10 +375,13 @@ PATTERNS = {  # name -> (model builder, conv layouts on TARGET after Kiln's grap
     "c2f_48": (lambda: c2f(48), {"NCHW16c": 1, "NCHW8c": 3}),
     "c2f_80": (lambda: c2f(80), {"NCHW16c": 1, "NCHW8c": 3}),
     "c2f_slice": (lambda: c2f(32, use_slice=True), {"NCHW16c": 4}),
-    # a blocked conv per group; the depthwise conv after the shuffle (a Reshape) reads NCHW
-    "shuffle_32_g2": (lambda: shuffle(32, 2), {"NCHW16c": 4, "NCHW": 1}),
-    "shuffle_48_g3": (lambda: shuffle(48, 3), {"NCHW16c": 6, "NCHW": 1}),
+    # the grouped convs blocked (BlockGroupedConv); the depthwise conv after the shuffle (a Reshape) reads NCHW
+    "shuffle_32_g2": (lambda: shuffle(32, 2), {"NCHW16c": 2, "NCHW": 1}),
+    "shuffle_48_g3": (lambda: shuffle(48, 3), {"NCHW16c": 2, "NCHW": 1}),
     "shuffle_24_g2": (lambda: shuffle(24, 2), {"NCHW": 3}),  # 12 channels a group: no block divides them
+    "regnet_48": (lambda: regnet(48), {"NCHW16c": 3}),  # 8 a group in 16-channel blocks: 2 groups merged a block
+    "regnet_48_s2": (lambda: regnet(48, stride=2), {"NCHW16c": 3}),
+    "regnet_104": (lambda: regnet(104), {"NCHW16c": 1, "NCHW8c": 2}),  # 104 channels: blocks of 8, one a group
     "conv1d_32": (lambda: conv1d(32), {"NCHW16c": 2}),  # Conv1dAsConv2d: height-1 conv2d, blocked
     "conv1d_24": (lambda: conv1d(24), {"NCHW8c": 1, "NCHW16c": 1}),  # 24 input channels: blocked by 8
     "conv1d_transposed": (lambda: conv1d(32, transpose_in=True), {"NCHW16c": 2}),
@@ -404,10 +420,11 @@ def test_pattern_keeps_convs_blocked(name):
     assert analysis.conv_layouts(_graph_passes(build()[0])) == layouts
 
 
-@pytest.mark.parametrize("name", ["c2f_32", "c2f_slice"])
+@pytest.mark.parametrize("name", ["c2f_32", "c2f_slice", "regnet_48", "regnet_48_s2", "regnet_104"])
 def test_c2f_runs_blocked_end_to_end(name):
-    """The split (by sections) and the slices (whole blocks, PropagateBlockedLayout) stay blocked: the
-    only transforms are into the block at the input and out of it at the output."""
+    """The split (by sections) and the slices (whole blocks, PropagateBlockedLayout) stay blocked, and so do
+    grouped convs (BlockGroupedConv): the only transforms are into the block at the input and out of it at
+    the output."""
     assert count_layout_transforms(_graph_passes(PATTERNS[name][0]()[0])) == 2
 
 

@@ -13,9 +13,10 @@ from kiln.target import Target
 
 # passes with work to do on these float models in NHWC (LowerQDQ, Quantize, MixedPrecision and
 # BF16ConvKernel act only on quantized models or when asked: tests/compiler/test_quantize.py; the
-# NCHWc-only passes are disabled in turn in tests/compiler/test_propagate_layout.py and test_winograd.py)
+# NCHWc-only passes are disabled in turn in tests/compiler/test_propagate_layout.py, test_winograd.py and
+# test_block_grouped_conv.py)
 QUANT_ROWS = ("LowerQDQ", "Quantize", "MixedPrecision", "BF16ConvKernel", "FuseBF16Epilogue")
-NCHWC_ROWS = ("NarrowBlockLayout", "PropagateBlockedLayout", "Winograd")
+NCHWC_ROWS = ("NarrowBlockLayout", "BlockGroupedConv", "PropagateBlockedLayout", "Winograd")
 # nothing to rewrite in these models: no conv1d (tests/compiler/test_conv1d_as_conv2d.py), no conv reading
 # mostly padding (test_drop_dead_conv_taps.py), no ConvTranspose (test_conv_transpose_as_conv.py), no Resize
 # (test_resize_as_matmul.py)

@@ -1,6 +1,7 @@
 """Kiln's own Relax passes, one per file. Each records what it did in `.stats`."""
 
 from .bf16_conv_kernel import BF16ConvKernel
+from .block_grouped_conv import BlockGroupedConv
 from .canonicalize_clip import CanonicalizeClip
 from .conv1d_as_conv2d import Conv1dAsConv2d
 from .conv_transpose_as_conv import ConvTransposeAsConv
@@ -27,6 +28,7 @@ from .winograd import Winograd
 
 __all__ = [
     "BF16ConvKernel",
+    "BlockGroupedConv",
     "CanonicalizeClip",
     "Conv1dAsConv2d",
     "ConvTransposeAsConv",

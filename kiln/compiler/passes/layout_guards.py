@@ -26,13 +26,12 @@ reaches an op whose layout inference mishandles sub-indexed layouts (TVM 0.27, s
     but got: R.nn.conv2d", ShuffleNet's grouped 1x1 convs).
 
 `guard` runs before ConvertLayout: it normalizes squeeze axes, turns equal channel splits into
-sections (which TVM splits correctly on the outer axis, so C2f stays blocked), splits grouped convs
-of a few groups whose per-group channels block into one conv per group (blocked), and puts a layout
+sections (which TVM splits correctly on the outer axis, so C2f stays blocked), and puts a layout
 barrier (a reshape to the same shape: reshape has no layout inference, so ConvertLayout hands it
 NCHW) in front of each op above that would read a blocked tensor. `unguard` runs after: it drops
 the barriers (only the layout_transform back to NCHW they caused is left, right at that op) and
-puts the grouped convs ConvertLayout still blocked back in NCHW between layout_transforms. Every
-other op keeps the blocked layout ConvertLayout gives it."""
+puts the grouped convs ConvertLayout blocked back in NCHW between layout_transforms (BlockGroupedConv
+then blocks them with a kernel that exists). Every other op keeps the blocked layout ConvertLayout gives it."""
 
 from __future__ import annotations
 
@@ -46,8 +45,6 @@ from ..ir import op_name, out_dtype
 from .counting import nchwc_block, static_shape
 from .module_map import rewrite_functions
 
-MAX_SPLIT_GROUPS = 8  # a grouped conv of more groups (ResNeXt, RegNet: many narrow groups) is not split per group
-MIN_GROUP_BLOCK = 8  # the narrowest block NarrowBlockLayout uses: per-group channels that do not divide it stay grouped
 NORMS = ("relax.nn.layer_norm", "relax.nn.rms_norm")
 REDUCTIONS = ("relax.mean", "relax.sum", "relax.max", "relax.min", "relax.prod", "relax.variance", "relax.std")
 BINARY = (
@@ -117,8 +114,6 @@ class _Guard(relax.PyExprMutator):
             return self._with_args(call, [self._barrier(x), *call.args[1:]])  # NHWC too: gamma [C, H, W] stays CHW
         if not self.blocked:
             return call
-        if name == "relax.nn.conv2d" and int(call.attrs.groups) > 1:
-            return self._grouped(call, x)
         if name == "relax.split" and int(call.attrs.axis) in (1, -3):
             return self._split(call, x)
         if name == "relax.nn.conv2d_transpose":
@@ -136,45 +131,6 @@ class _Guard(relax.PyExprMutator):
         if name in COMPARE:  # a bool NCHW{c}c tensor cannot be transformed back (its padding value is a float)
             return self._with_args(call, [self._barrier(a) for a in call.args])
         return call
-
-    def _grouped(self, call, x):
-        """A grouped conv (2..MAX_SPLIT_GROUPS groups, not depthwise) whose per-group channels are
-        multiples of MIN_GROUP_BLOCK, as one group-1 conv per group on split(x, groups), concatenated:
-        each is an ordinary conv that ConvertLayout (or NarrowBlockLayout) blocks, where the grouped
-        conv itself has no blocked kernel. Other grouped convs are left to `unguard`."""
-        a = call.attrs
-        w = call.args[1]
-        g = int(a.groups)
-        if (
-            str(a.data_layout) != "NCHW"
-            or str(a.kernel_layout) != "OIHW"
-            or str(a.out_layout) != "NCHW"
-            or not isinstance(w, GenericConst)
-            or g > MAX_SPLIT_GROUPS
-        ):
-            return call
-        wa = w.value.numpy()
-        o, ig = wa.shape[:2]
-        og = o // g
-        if ig * g != static_shape(x)[1] or ig % MIN_GROUP_BLOCK or og % MIN_GROUP_BLOCK:
-            return call
-        parts = self.builder_.emit(relax.op.split(x, g, axis=1))
-        odt = out_dtype(a)
-        outs = [
-            self.builder_.emit(
-                relax.op.nn.conv2d(
-                    relax.TupleGetItem(parts, i),
-                    relax.const(np.ascontiguousarray(wa[i * og : (i + 1) * og]), str(wa.dtype)),
-                    strides=[int(v) for v in a.strides],
-                    padding=[int(v) for v in a.padding],
-                    dilation=[int(v) for v in a.dilation],
-                    out_dtype=odt,
-                )
-            )
-            for i in range(g)
-        ]
-        self.count += 1
-        return relax.op.concat(outs, axis=1)
 
     def _split(self, call, x):
         """Equal parts by indices -> by sections (correct in NCHW{c}c); unequal ones read NCHW."""
