@@ -375,8 +375,10 @@ PATTERNS = {  # name -> (model builder, conv layouts on TARGET after Kiln's grap
     "c2f_48": (lambda: c2f(48), {"NCHW16c": 1, "NCHW8c": 3}),
     "c2f_80": (lambda: c2f(80), {"NCHW16c": 1, "NCHW8c": 3}),
     "c2f_slice": (lambda: c2f(32, use_slice=True), {"NCHW16c": 4}),
-    # the grouped convs blocked (BlockGroupedConv); the depthwise conv after the shuffle (a Reshape) reads NCHW
-    "shuffle_32_g2": (lambda: shuffle(32, 2), {"NCHW16c": 2, "NCHW": 1}),
+    # the grouped convs blocked (BlockGroupedConv), the shuffle too where 16-channel blocks hold whole groups of it
+    # (PropagateBlockedLayout); 3 groups of 16 do not divide a block: the depthwise conv after it reads NCHW
+    "shuffle_32_g2": (lambda: shuffle(32, 2), {"NCHW16c": 3}),
+    "shuffle_64_g4": (lambda: shuffle(64, 4), {"NCHW16c": 3}),
     "shuffle_48_g3": (lambda: shuffle(48, 3), {"NCHW16c": 2, "NCHW": 1}),
     "shuffle_24_g2": (lambda: shuffle(24, 2), {"NCHW": 3}),  # 12 channels a group: no block divides them
     "regnet_48": (lambda: regnet(48), {"NCHW16c": 3}),  # 8 a group in 16-channel blocks: 2 groups merged a block
@@ -420,12 +422,23 @@ def test_pattern_keeps_convs_blocked(name):
     assert analysis.conv_layouts(_graph_passes(build()[0])) == layouts
 
 
-@pytest.mark.parametrize("name", ["c2f_32", "c2f_slice", "regnet_48", "regnet_48_s2", "regnet_104"])
-def test_c2f_runs_blocked_end_to_end(name):
-    """The split (by sections) and the slices (whole blocks, PropagateBlockedLayout) stay blocked, and so do
-    grouped convs (BlockGroupedConv): the only transforms are into the block at the input and out of it at
-    the output."""
-    assert count_layout_transforms(_graph_passes(PATTERNS[name][0]()[0])) == 2
+END_TO_END = {
+    "c2f_32": 2,
+    "c2f_slice": 2,
+    "regnet_48": 2,
+    "regnet_48_s2": 2,
+    "regnet_104": 2,
+    "shuffle_32_g2": 3,
+    "shuffle_64_g4": 3,
+}
+
+
+@pytest.mark.parametrize("name", list(END_TO_END))
+def test_runs_blocked_end_to_end(name):
+    """C2f's split (by sections) and slices (whole blocks, PropagateBlockedLayout) stay blocked, and so do
+    grouped convs (BlockGroupedConv) and a channel shuffle: the only transforms are into the block at the input
+    and out of it at the output, and the shuffle's own transpose (now of the blocked tensor)."""
+    assert count_layout_transforms(_graph_passes(PATTERNS[name][0]()[0])) == END_TO_END[name]
 
 
 def test_layernorm_over_chw_matches_onnxruntime_in_nhwc(tmp_path):

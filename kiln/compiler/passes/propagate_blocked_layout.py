@@ -23,6 +23,7 @@ depthwise conv, bias and clip on an unblocked tensor. Rules, applied to a call w
   - a slice of whole blocks of channels (or of N/H/W): slice(unblock(x))   -> unblock(slice_c(x))
     (TVM's ConvertLayout slices NCHW: a C2f block written with Slice instead of Split)
   - concat of unblocked tensors of one block:          concat(unblock(x), unblock(y)) -> unblock(concat(x, y))
+  - a channel shuffle (reshape, transpose, reshape):   shuffle(unblock(x)) -> unblock(shuffle_c(x))
   - block(unblock(x)) -> x
 The unblocked values no one uses any more are removed, and transforms of one tensor that
 ConvertLayout repeats per consumer are merged (common subexpressions). `stats["transforms_moved"]`
@@ -126,6 +127,8 @@ class _Propagate(relax.PyExprMutator):
             return call
         if name == "relax.concat":
             return self._concat(call)
+        if name == "relax.reshape":
+            return self._shuffle(call)
         if name in ELEMENTWISE and len(call.args) == (3 if name == "relax.where" else 2):
             return self._elementwise(call)
         x = self._unblocked_source(call.args[0])
@@ -191,6 +194,32 @@ class _Propagate(relax.PyExprMutator):
             return call
         axis = int(call.attrs.axis) % 4
         return self._unblock(relax.op.concat(xs, axis=axis))
+
+    def _bound(self, e, name: str):
+        """The call e is bound to when it is a call of `name`, else None."""
+        v = self.lookup_binding(e) if isinstance(e, relax.Var) else None
+        return v if op_name(v) == name else None
+
+    def _shuffle(self, call):
+        """ShuffleNet's channel shuffle, reshape([N, g, C/g, H, W]) -> transpose(0, 2, 1, 3, 4) -> reshape([N, C,
+        H, W]), of unblock(x), in the blocked layout: out channel i * g + j is in channel j * C/g + i, which in
+        NCHW{c}c (c a multiple of g, C/g of c) is one transpose of x viewed as [N, g, C/g/c, H, W, g, c/g]. Left in
+        NCHW, every unit of the network went out of its block and back (ShuffleNetV2: 13 transforms)."""
+        t = self._bound(call.args[0], "relax.permute_dims")
+        r = self._bound(t.args[0], "relax.reshape") if t is not None else None
+        x = self._unblocked_source(r.args[0]) if r is not None else None
+        if x is None or t.attrs.axes is None or [int(a) for a in t.attrs.axes] != [0, 2, 1, 3, 4]:
+            return call
+        (n, channels, h, w), c = static_shape(r.args[0]), static_shape(x)[4]
+        grouped, out = static_shape(r), static_shape(call)
+        if grouped is None or len(grouped) != 5 or out != (n, channels, h, w):
+            return call
+        g, k = grouped[1], grouped[2]
+        if grouped != (n, g, k, h, w) or c % g or k % c:
+            return call
+        view = self.builder_.emit(relax.op.reshape(x, [n, g, k // c, h, w, g, c // g]))
+        moved = self.builder_.emit(relax.op.permute_dims(view, [0, 2, 5, 3, 4, 6, 1]))
+        return self._unblock(relax.op.reshape(moved, [n, channels // c, h, w, c]))
 
     def _slice(self, call, x, channels: int, c: int):
         """A strided_slice whose channel range is whole blocks (stride 1), in the blocked layout; the
