@@ -93,6 +93,8 @@ def test_profile_adds_up(cnn_artifact):
     assert p["peak_gflops"] > 0 and p["bandwidth_gbs"] > 0 and p["static_facts"]
     text = format_profile(p)
     assert "total:" in text and rows[0]["kernel"][:40] in text and "% of peak" in text
+    assert p["above_peak"] == [r["kernel"] for r in rows if r["peak_share"] and r["peak_share"] > 1]
+    assert "faster than the measured peak" in format_profile({**p, "above_peak": [rows[0]["kernel"]]})
 
 
 def test_cli_profile_json(cnn_artifact, tmp_path, capsys):
