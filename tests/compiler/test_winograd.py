@@ -10,9 +10,10 @@ import kiln
 from kiln.target import Target
 
 
-def _model(batch=1):
+def _model(batch=1, last=64):
     """Five 3x3 convs on 32 channels: 16x16 (F(4x4, 3x3); one with a residual add), stride 2 and
-    padding 0 (direct), then 6x6 (F(2x2, 3x3))."""  # 16x16 is the smallest F(4x4) output (MIN_F4)
+    padding 0 (direct), then 6x6 to `last` channels (F(2x2, 3x3); direct below SMALL_GEMM_OUTPUTS).
+    16x16 is the smallest F(4x4) output (MIN_F4)."""
     conv = lambda i, o, w, **kw: helper.make_node("Conv", [i, w, w + "_b"], [o], kernel_shape=[3, 3], **kw)
     nodes = [
         conv("input", "c1", "w1", pads=[1, 1, 1, 1]),
@@ -26,8 +27,8 @@ def _model(batch=1):
     ]
     inits = {}
     for i in range(1, 6):
-        inits[f"w{i}"] = rand(32, 32, 3, 3, seed=i) * 0.1
-        inits[f"w{i}_b"] = rand(32, seed=10 + i)
+        inits[f"w{i}"] = rand(last if i == 5 else 32, 32, 3, 3, seed=i) * 0.1
+        inits[f"w{i}_b"] = rand(last if i == 5 else 32, seed=10 + i)
     return make_model(nodes, {"input": rand(batch, 32, 16, 16)}, ["output"], inits)
 
 
@@ -44,6 +45,17 @@ def test_winograd_convs_match_onnxruntime(tmp_path, disabled, batch):
     out = kiln.load(tmp_path / "m.kiln").run({"input": x})["output"]
     ref = ort_run(m, {"input": x})[0]
     np.testing.assert_allclose(out, ref, rtol=1e-4, atol=1e-4)
+
+
+def test_small_gemms_stay_direct(tmp_path):
+    """F(2x2) on a 6x6 map (9 tiles) to 32 channels: GEMMs of 9 rows by two output blocks, slower than the
+    direct conv (passes/winograd.SMALL_GEMM_TILES); the 16x16 convs keep F(4x4)."""
+    m = _model(last=32)
+    r = kiln.compile(m, tmp_path / "m.kiln")
+    assert r.report["winograd_convs"] == 2
+    x = rand(1, 32, 16, 16, seed=99)
+    out = kiln.load(tmp_path / "m.kiln").run({"input": x})["output"]
+    np.testing.assert_allclose(out, ort_run(m, {"input": x})[0], rtol=1e-4, atol=1e-4)
 
 
 def test_winograd_needs_a_blocked_float_layout(tmp_path):
@@ -76,7 +88,7 @@ def test_reduced_precision_3x3_convs_take_winograd(tmp_path, precision, dtype, t
     stored = {(tuple(w["shape"]), w["dtype"]) for w in r.manifest["weights"]}
     lanes = Target.parse(None).caps.f32_block  # the host's vector block: 16 on AVX-512, 8 on AVX2
     assert (((6, 6, 32 // lanes, 32, lanes), dtype) in stored) == (not amx)  # U of F(4x4) at 16x16
-    assert (((4, 4, 32 // lanes, 32, lanes), dtype) in stored) == (not vdpbf16ps)  # U of F(2x2) at 6x6
+    assert (((4, 4, 64 // lanes, 32, lanes), dtype) in stored) == (not vdpbf16ps)  # U of F(2x2) at 6x6
     x = rand(1, 32, 16, 16, seed=99)
     ref = ort_run(m, {"input": x})[0]
     for path in ("m.kiln", "d.kiln"):

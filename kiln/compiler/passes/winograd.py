@@ -28,6 +28,13 @@ PRIMFUNC = register_kernel("winograd_conv2d", "nn.conv2d_winograd", convs=1)  # 
 REDUCED = dict(REDUCED_TYPES.values())  # MixedPrecision's operand types, by TVM name
 
 
+# F(2x2) on a map of at most this many tiles (8x8) with fewer output channels than this stays direct: DenseNet-121's
+# 3x3 convs, 128 -> 32 channels, at 7x7: 0.695 ms Winograd, 0.509 direct (24 calls); at 3x3: 0.257 vs 0.143 ms
+# (16 calls); at 14x14 (49 tiles) Winograd stays faster, 0.708 vs 0.925 ms; ResNet's 7x7 convs have 512 outputs
+SMALL_GEMM_TILES = 16
+SMALL_GEMM_OUTPUTS = 64
+
+
 def geometry(attrs, kernel: list[int]) -> bool:
     """A 3x3 kernel, stride 1, dilation 1, padding 1: the convs Winograd computes (in any layout)."""
     return (
@@ -50,7 +57,10 @@ def applies(call, reduced: bool = False) -> int | None:
     shp, wshp = [int(v) for v in x.shape.values], list(w.value.shape)
     if len(wshp) != 6 or wshp[4:] != [c, c] or str(a.kernel_layout) != f"OIHW{c}i{c}o" or not geometry(a, wshp[2:4]):
         return None
-    return tile_size(shp[2], shp[3]) if min(shp[2], shp[3]) >= 2 else None
+    m = tile_size(shp[2], shp[3]) if min(shp[2], shp[3]) >= 2 else None
+    if m == 2 and -(-shp[2] // 2) * -(-shp[3] // 2) <= SMALL_GEMM_TILES and wshp[0] * c < SMALL_GEMM_OUTPUTS:
+        return None  # GEMMs of at most 16 rows by a few output blocks: the direct conv is faster
+    return m
 
 
 def float32_source(call, lookup_binding):
