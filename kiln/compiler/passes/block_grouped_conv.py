@@ -28,11 +28,10 @@ import tvm
 from tvm import relax
 from tvm.ir.expr import GenericConst
 
-from ..ir import out_dtype
 from .convert_layout import widest_block
 from .counting import static_shape
 from .module_map import rewrite_functions
-from .narrow_block_layout import MIN_BLOCK, block_map, unblock_map
+from .narrow_block_layout import MIN_BLOCK, block_map, blocked_conv2d, unblock_map
 
 MAX_MERGE = 2  # groups merged into one block at most: the multiply-adds this many times over
 
@@ -102,18 +101,8 @@ class _Block(relax.PyExprMutator):
             self.merged += 1
         per_in = wa.shape[1]
         w_b = wa.reshape(o // b, b, per_in // b, b, kh, kw).transpose(0, 2, 4, 5, 3, 1)
-        conv = relax.op.nn.conv2d(
-            self.builder_.emit(relax.op.layout_transform(x, index_map=block_map(b))),
-            relax.const(np.ascontiguousarray(w_b), "float32"),
-            strides=[int(s) for s in a.strides],
-            padding=[int(p) for p in a.padding],
-            dilation=[int(d) for d in a.dilation],
-            groups=g,
-            data_layout=f"NCHW{b}c",
-            kernel_layout=f"OIHW{b}i{b}o",
-            out_layout=f"NCHW{b}c",
-            out_dtype=out_dtype(a),
-        )
+        x_b = self.builder_.emit(relax.op.layout_transform(x, index_map=block_map(b)))
+        conv = blocked_conv2d(a, x_b, w_b, b, b, groups=g)
         self.blocked += 1
         return relax.op.layout_transform(self.builder_.emit(conv), index_map=unblock_map(b))
 

@@ -59,6 +59,23 @@ def unblock_map(b: int):
     return lambda n, cb, h, w, i: (n, cb * b + i, h, w)
 
 
+def blocked_conv2d(a, x, w: np.ndarray, bi: int, bo: int, groups: int = 1, kernel_layout: str | None = None):
+    """The conv of attributes `a` (an NCHW conv2d's) on x in NCHW{bi}c with blocked constant weights w,
+    writing NCHW{bo}c; kernel_layout defaults to OIHW{bi}i{bo}o."""
+    return relax.op.nn.conv2d(
+        x,
+        relax.const(np.ascontiguousarray(w), str(w.dtype)),
+        strides=[int(s) for s in a.strides],
+        padding=[int(p) for p in a.padding],
+        dilation=[int(d) for d in a.dilation],
+        groups=groups,
+        data_layout=f"NCHW{bi}c",
+        kernel_layout=kernel_layout or f"OIHW{bi}i{bo}o",
+        out_layout=f"NCHW{bo}c",
+        out_dtype=out_dtype(a),
+    )
+
+
 @relax.expr_functor.mutator
 class _Narrow(relax.PyExprMutator):
     def __init__(self, mod, block: int, int8: Int8Kernel | None = None):
@@ -105,18 +122,7 @@ class _Narrow(relax.PyExprMutator):
         w_b = wa.reshape(padded // bo, bo, ci // bi, bi, kh, kw).transpose(0, 2, 4, 5, 3, 1)
         pad = {"pad_value": 0} if ci != i else {}
         x_b = self.builder_.emit(relax.op.layout_transform(x, index_map=block_map(bi), **pad))
-        odt = out_dtype(a)
-        conv = relax.op.nn.conv2d(
-            x_b,
-            relax.const(np.ascontiguousarray(w_b), str(w.value.dtype)),
-            strides=[int(s) for s in a.strides],
-            padding=[int(p) for p in a.padding],
-            dilation=[int(d) for d in a.dilation],
-            data_layout=f"NCHW{bi}c",
-            kernel_layout=f"OIHW{bi}i{bo}o",
-            out_layout=f"NCHW{bo}c",
-            out_dtype=odt,
-        )
+        conv = blocked_conv2d(a, x_b, w_b, bi, bo)
         self.blocked += 1
         out = relax.op.layout_transform(self.builder_.emit(conv), index_map=unblock_map(bo))
         if padded == o:

@@ -36,10 +36,10 @@ import tvm
 from tvm import relax
 from tvm.ir.expr import GenericConst
 
-from ..ir import op_name, out_dtype
+from ..ir import op_name
 from .counting import static_shape
 from .module_map import rewrite_functions
-from .narrow_block_layout import unblock_map
+from .narrow_block_layout import blocked_conv2d, unblock_map
 
 UNARY = (
     "relax.clip",
@@ -284,20 +284,7 @@ class _Propagate(relax.PyExprMutator):
             return call  # a channel multiplier other than 1
         kh, kw = wa.shape[2:]
         w_c = wa.reshape(channels // c, c, kh, kw).transpose(0, 2, 3, 1).reshape(channels // c, 1, kh, kw, 1, c)
-        odt = out_dtype(a)
-        conv = relax.op.nn.conv2d(
-            x,
-            relax.const(np.ascontiguousarray(w_c), str(wa.dtype)),
-            strides=[int(s) for s in a.strides],
-            padding=[int(p) for p in a.padding],
-            dilation=[int(d) for d in a.dilation],
-            groups=channels,
-            data_layout=f"NCHW{c}c",
-            kernel_layout=f"OIHW1i{c}o",
-            out_layout=f"NCHW{c}c",
-            out_dtype=odt,
-        )
-        return self._unblock(conv)
+        return self._unblock(blocked_conv2d(a, x, w_c, c, c, groups=channels, kernel_layout=f"OIHW1i{c}o"))
 
 
 @tvm.transform.module_pass(opt_level=2, name="PropagateBlockedLayout")
