@@ -346,6 +346,9 @@ def full_reduction(sch: s_tir.Schedule, anchor, reduce: list, lanes: int) -> Non
     reduction loops fused and split into vector-wide partial results (rfactor), which run as one vector
     op per step, then one reduction of those. Left unscheduled, gpt2_qdynamic's 16 such kernels took 0.15
     of its 0.49 ms, one scalar max or min per element."""
+    for b in blocks(sch):  # a consumer of a 0-D result has no loop; TVM's rfactor then fails ("block_realize")
+        if not sch.get_loops(b):
+            sch.add_unit_loop(b)
     fused = sch.fuse(*reduce) if len(reduce) > 1 else reduce[0]
     v = vector_width(extent(sch, fused), lanes)
     if v < 4:

@@ -191,3 +191,19 @@ def test_dynamic_quantized_convs_stay_blocked(tmp_path):
     before, _ = _graph_passes(q, disabled=("PropagateBlockedLayout",))
     assert count_layout_transforms(before) >= 6
     check_against_ort(q, {"x": rand(1, 16, 16, 16, seed=7)}, tmp_path, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("op", ["ReduceMean", "ReduceSum"])
+def test_a_reduction_to_one_value_reads_the_blocked_tensor(tmp_path, op):
+    """A whole-tensor mean or sum of a conv's output (a gate's statistic) reads NCHW16c: no transform back to NCHW
+    for it, and its kernel scheduled (the default rule once failed on it, rules.full_reduction)."""
+    nodes = [
+        helper.make_node("Conv", ["x", "w"], ["c"], pads=[1, 1, 1, 1]),
+        helper.make_node(op, ["c"], ["m"], keepdims=0),
+        helper.make_node("Mul", ["c", "m"], ["y"]),
+    ]
+    model = make_model(nodes, {"x": rand(1, 16, 8, 8)}, ["y"], {"w": rand(32, 16, 3, 3, seed=1) * 0.2})
+    mod, _ = _graph_passes(model)
+    assert count_layout_transforms(mod) == 2  # the input's and the output's
+    ours = check_against_ort(model, {"x": rand(1, 16, 8, 8, seed=2)}, tmp_path)
+    assert ours["y"].shape == (1, 32, 8, 8)

@@ -253,6 +253,12 @@ def _workloads():
         np.exp(s - s.max(0)) / np.exp(s - s.max(0)).sum(0),
     )
 
+    # a mean to one value: its divide reads a 0-D sum and has no loop, which TVM's rfactor tripped on
+    # ("Check failed: block_realize"); the kernel was left unscheduled
+    b = rnd(1, 2, 8, 8, 16)
+    vb = _var("b", (1, 2, 8, 8, 16))
+    yield "mean_to_one_value", "reduction", lambda bb: relax.op.mean(vb), [vb], [b], np.array(b.mean(), "float32")
+
     t = rnd(2, 3, 32)
     vt = _var("t", (2, 3, 32))
     yield (

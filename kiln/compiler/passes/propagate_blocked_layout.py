@@ -14,7 +14,7 @@ depthwise conv, bias and clip on an unblocked tensor. Rules, applied to a call w
     a dynamically quantized conv adds a bias computed from the run-time scale)
   - the same ops on unblocked tensors of one block, also broadcast over N/H/W (the SE block's
     [1, C, 1, 1] scale times its [1, C, H, W] input): unblock(x) * unblock(y) -> unblock(x * y)
-  - a max or min over all axes:                       max(unblock(x)) -> max(x)
+  - a max, min, sum or mean over all axes:            max(unblock(x)) -> max(x)
     (a dynamic quantization's range: without it every DynamicQuantizeLinear went back to NCHW)
   - a mean over H and W that keeps them (GlobalAveragePool): mean(unblock(x)) -> unblock(mean_c(x))
   - depthwise conv2d (groups = channels, constant weight): conv(unblock(x), w) -> unblock(conv_c(x, block(w)))
@@ -64,12 +64,14 @@ UNARY = (
 )
 BINARY = ("relax.add", "relax.multiply", "relax.subtract", "relax.divide", "relax.maximum", "relax.minimum")
 ELEMENTWISE = (*BINARY, "relax.where")
-# max and min to one value (a dynamic quantization's range; legalize.py reduces them in two vectorized stages).
-# Not sum or mean: Kiln's default rule fails on a whole-tensor sum of a 5-D tensor (TVM's rfactor) and leaves
-# it unscheduled. (The run-time crash first seen with a blocked mean was TVM's memory planner: executable.py.)
-REDUCE = {"relax.max": relax.op.max, "relax.min": relax.op.min}
+# reductions to one value (a dynamic quantization's range; a whole-tensor mean): any layout gives the same value
+REDUCE = {"relax.max": relax.op.max, "relax.min": relax.op.min, "relax.sum": relax.op.sum, "relax.mean": relax.op.mean}
 POOL = {"relax.nn.max_pool2d": relax.op.nn.max_pool2d, "relax.nn.avg_pool2d": relax.op.nn.avg_pool2d}
 QDQ = ("relax.quantize", "relax.dequantize")  # elementwise where scale and zero point are per-tensor scalars
+
+
+def _identity(axes) -> bool:
+    return axes is not None and [int(a) for a in axes] == list(range(len(axes)))
 
 
 def _scalar(e) -> bool:
@@ -129,6 +131,8 @@ class _Propagate(relax.PyExprMutator):
             return self._concat(call)
         if name == "relax.reshape":
             return self._shuffle(call)
+        if name == "relax.permute_dims" and _identity(call.attrs.axes):
+            return call.args[0]  # ConvertLayout puts one of no axes after a reduction to one value
         if name in ELEMENTWISE and len(call.args) == (3 if name == "relax.where" else 2):
             return self._elementwise(call)
         x = self._unblocked_source(call.args[0])
