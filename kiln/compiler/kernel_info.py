@@ -22,7 +22,7 @@ import re
 
 import onnx
 import tvm
-from tvm import relax
+from tvm import relax, s_tir
 
 from .ir import nbytes, numel
 
@@ -122,6 +122,7 @@ def kernel_info(mod: tvm.IRModule, onnx_model=None, func: str = "main") -> dict:
         }
     for name, v in info.items():
         v["schedule"] = schedule_kind(mod[name])
+        v["kind"] = _kind(mod[name])
         if _integer(mod[name]):
             v["int8"] = True
     if onnx_model is not None:
@@ -131,6 +132,16 @@ def kernel_info(mod: tvm.IRModule, onnx_model=None, func: str = "main") -> dict:
 
 
 INT8_KINDS = frozenset({"conv2d_int8", "conv2d_amx", "matmul_int8"})
+
+
+def _kind(f) -> str | None:
+    """The kernel's kind (schedules/kinds.py), None for a kernel with no blocks to classify (TOPI's NMS, sort)."""
+    from ..schedules.kinds import kernel_kind
+
+    try:
+        return kernel_kind(f)
+    except s_tir.ScheduleError:
+        return None
 
 
 def _integer(f) -> bool:

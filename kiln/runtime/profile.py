@@ -26,6 +26,11 @@ from .model import configure_threads, load, pool_lock
 from .peak import fresh_fma_peak, memory_bandwidth
 
 TOP = 15
+# kernel kinds (schedules/kinds.KINDS, as the manifest's kernel_info names them) whose FLOPs are multiply-adds,
+# which the FMA peak bounds
+MULTIPLY_ADD = frozenset(
+    {"conv2d", "conv2d_nchw", "depthwise_nchw", "conv3d", "matmul", "winograd", "depthwise_pointwise", "bf16_conv"}
+)
 BUILTIN = "vm.builtin."
 
 
@@ -145,9 +150,11 @@ def summarize(
                 "share": ms / total if total else 0.0,
                 "flops": flops,
                 "gflops": gflops,
-                # int8 kernels: no measured int8 peak, and the float32 FMA peak is no ceiling for them
-                "peak_share": gflops / peak["gflops"] if gflops and peak["gflops"] and not facts.get("int8") else None,
+                # int8 kernels: no measured int8 peak, and the float32 FMA peak is no ceiling for them; nor for kernels
+                # whose FLOPs are not multiply-adds (softmax's exp, max and divide: 151% of it in the zoo transformer)
+                "peak_share": gflops / peak["gflops"] if gflops and peak["gflops"] and _fma_bound(facts) else None,
                 "int8": bool(facts.get("int8")),
+                "kind": facts.get("kind"),
                 "bytes": moved,
                 "gbs": moved / ms / 1e6 if moved and ms > 0 else None,
                 "schedule": facts.get("schedule", "unknown"),
@@ -171,9 +178,14 @@ def summarize(
         "not_called": sorted(set(info) - names),
         "latencies_ms": latencies,
         "kernels": rows,
-        # kernels faster than the measured peak: both peak measurements ran slow (a busy machine)
+        # multiply-add kernels faster than the measured FMA peak: both peak measurements ran slow (a busy machine)
         "above_peak": [r["kernel"] for r in rows if (r["peak_share"] or 0) > 1.0],
     }
+
+
+def _fma_bound(facts: dict) -> bool:
+    """The FMA peak bounds the kernel: float multiply-adds (an artifact from before kinds were recorded: any)."""
+    return not facts.get("int8") and facts.get("kind", "matmul") in MULTIPLY_ADD
 
 
 def _short(ops: list[str], width: int = 28) -> str:
@@ -229,8 +241,8 @@ def format_profile(p: dict) -> str:
     )
     if p.get("above_peak"):
         lines.append(
-            f"(note: {len(p['above_peak'])} kernel(s) ran faster than the measured peak: the machine was busy while "
-            "it was measured, so the %peak column reads high; profile again on a quiet machine)"
+            f"(note: {len(p['above_peak'])} multiply-add kernel(s) ran faster than the measured peak: the machine was "
+            "busy while it was measured, so the %peak column reads high; profile again on a quiet machine)"
         )
     if p.get("not_called"):
         lines.append(f"(never called as kernels, e.g. turned into VM reshapes by TVM: {', '.join(p['not_called'])})")

@@ -14,7 +14,8 @@ import kiln
 from kiln.cli import main
 from kiln.compiler.kernel_info import source_ops
 from kiln.runtime import profile as prof
-from kiln.runtime.profile import ProfileOptions, format_profile, profile, summarize
+from kiln.runtime.profile import MULTIPLY_ADD, ProfileOptions, format_profile, profile, summarize
+from kiln.schedules.kinds import KINDS
 
 
 def _rand(*shape, seed=0):
@@ -93,7 +94,10 @@ def test_profile_adds_up(cnn_artifact):
     assert p["peak_gflops"] > 0 and p["bandwidth_gbs"] > 0 and p["static_facts"]
     text = format_profile(p)
     assert "total:" in text and rows[0]["kernel"][:40] in text and "% of peak" in text
-    assert p["above_peak"] == [r["kernel"] for r in rows if r["peak_share"] and r["peak_share"] > 1]
+    assert all(r["kind"] for r in rows)  # kernel_info names every kernel's kind
+    assert p["above_peak"] == [r["kernel"] for r in rows if (r["peak_share"] or 0) > 1]
+    assert all((r["peak_share"] is None) == (r["kind"] not in MULTIPLY_ADD or not r["flops"]) for r in rows)
+    assert MULTIPLY_ADD <= set(KINDS)
     assert "faster than the measured peak" in format_profile({**p, "above_peak": [rows[0]["kernel"]]})
 
 
