@@ -49,7 +49,7 @@ def test_merged_weights_compute_the_same_conv():
     np.testing.assert_allclose(_conv_ref(x, merged, 3), _conv_ref(x, w, 6), rtol=1e-5, atol=1e-5)
 
 
-def _model(c_in, c_out, groups, k=3, stride=1, pads=(1, 1, 1, 1), dilation=1, hw=12):
+def _model(c_in, c_out, groups, k=3, stride=1, pads=(1, 1, 1, 1), dilation=1, hw=12, batch=1):
     nodes = [
         helper.make_node("Conv", ["x", "w0"], ["a"]),  # a blocked producer, as in a real network
         helper.make_node(
@@ -68,7 +68,7 @@ def _model(c_in, c_out, groups, k=3, stride=1, pads=(1, 1, 1, 1), dilation=1, hw
         "w": rand(c_out, c_in // groups, k, k, seed=2) * 0.3,
         "b": rand(c_out, seed=3),
     }
-    return make_model(nodes, {"x": rand(1, 16, hw, hw)}, ["y"], inits)
+    return make_model(nodes, {"x": rand(batch, 16, hw, hw)}, ["y"], inits)
 
 
 CASES = {  # name -> (c_in, c_out, groups, extra attributes)
@@ -91,6 +91,13 @@ def test_grouped_conv_blocked_matches_onnxruntime(tmp_path, name, target):
     res = kiln.compile(model, tmp_path / "r.kiln", target=target)
     assert res.report["grouped_convs_blocked"] == 1 and res.report["conv_layouts"].get("NCHW", 0) == 0
     check_against_ort(model, {"x": rand(1, 16, 12, 12, seed=4)}, tmp_path, target=target)
+
+
+def test_a_batch_of_two_matches_onnxruntime(tmp_path):
+    model = _model(48, 48, 6, stride=2, batch=2)
+    res = kiln.compile(model, tmp_path / "r.kiln")
+    assert res.report["grouped_convs_blocked"] == 1
+    check_against_ort(model, {"x": rand(2, 16, 12, 12, seed=5)}, tmp_path)
 
 
 def test_disabled_the_grouped_conv_stays_nchw(tmp_path):
