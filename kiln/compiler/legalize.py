@@ -1,11 +1,11 @@
 """Kiln's legalizations that TVM's defaults lack: uint8 x int8 conv2d in NCHW{c}c and matmul to the
 int8 computes of the target's int8 kernel (legalize_int8, via legalize_map(caps)); conv2d in a
 blocked NCHW{n}c layout lowers to topi's conv2d_NCHWc (TVM's default legalization skips blocked
-layouts and the build fails), and depthwise conv2d in NCHW{n}c (PropagateBlockedLayout makes them)
-to Kiln's own compute; ONNX NonMaxSuppression to a vectorized kernel (legalize_nms), RoiAlign
-channels-last (legalize_roi_align). Elementwise ops whose TVM lowering does not vectorize (exp, erf,
-tanh, sigmoid, SiLU: one libm call per element; round: te.nearbyint; isfinite/isinf: fabs) get
-vectorizing computes, and a bool tensor's layout_transform goes through uint8.
+layouts and the build fails), and depthwise and grouped conv2d in NCHW{n}c (PropagateBlockedLayout and
+BlockGroupedConv make them) to Kiln's own computes; ONNX NonMaxSuppression to a vectorized kernel
+(legalize_nms), RoiAlign channels-last (legalize_roi_align). Elementwise ops whose TVM lowering does
+not vectorize (exp, erf, tanh, sigmoid, SiLU: one libm call per element; round: te.nearbyint;
+isfinite/isinf: fabs) get vectorizing computes, and a bool tensor's layout_transform goes through uint8.
 Everything else falls through to TVM's registered legalizer."""
 
 from __future__ import annotations
