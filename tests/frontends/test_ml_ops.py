@@ -41,6 +41,7 @@ def test_binarizer_and_array_feature_extractor(tmp_path):
     )
 
 
+@pytest.mark.filterwarnings("error::kiln.errors.KilnWarning")  # no pass skipped (FoldConstants once was)
 @pytest.mark.parametrize("op", ["ReduceMax", "ReduceMin"])
 def test_boolean_reduce(tmp_path, op):
     x = np.array([[True, False, True], [True, True, True], [False, False, False]])

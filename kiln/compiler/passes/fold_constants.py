@@ -17,8 +17,22 @@ from tvm import relax
 from ..ir import calls
 from . import numpy_fold
 from .counting import count_calls
+from .module_map import rewrite_calls
 
 MISFOLDED = ("relax.dynamic_strided_slice",)  # ops TVM's FoldConstant leaves half-legalized
+# TVM's FoldConstant legalizes every call it meets, constant or not, and topi has no identity for a bool max or min
+# ("Cannot decide max_value for type bool": a valid opset-20 ReduceMin of a bool tensor lost the whole pass)
+BOOL_REDUCE = {"relax.max": relax.op.max, "relax.min": relax.op.min}
+
+
+def _bool_reduce_as_int8(builder, call):
+    """max/min of a bool tensor as the same reduction of its int8 cast (any/all), cast back to bool."""
+    if not isinstance(call.op, tvm.ir.Op) or call.op.name not in BOOL_REDUCE or str(call.args[0].ty.dtype) != "bool":
+        return None
+    x = builder.emit(relax.op.astype(call.args[0], "int8"))
+    axis = None if call.attrs.axis is None else [int(a) for a in call.attrs.axis]
+    reduced = builder.emit(BOOL_REDUCE[call.op.name](x, axis=axis, keepdims=bool(call.attrs.keepdims)))
+    return relax.op.astype(reduced, "bool")
 
 
 def _op_names(mod: tvm.IRModule) -> set[str]:
@@ -52,6 +66,8 @@ class FoldConstants:
 
     def transform_module(self, mod: tvm.IRModule, ctx) -> tvm.IRModule:
         ops = _op_names(mod)
+        if ops & set(BOOL_REDUCE):
+            mod, _ = rewrite_calls(mod, _bool_reduce_as_int8)
         if ops & set(MISFOLDED):
             mod = relax.transform.LegalizeOps(skip_ops=sorted(ops - set(MISFOLDED)))(mod)
         before = count_calls(relax.transform.DeadCodeElimination(["main"])(mod))
