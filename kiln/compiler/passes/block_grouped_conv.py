@@ -30,7 +30,7 @@ from tvm.ir.expr import GenericConst
 
 from .convert_layout import widest_block
 from .counting import static_shape
-from .module_map import rewrite_functions
+from .module_map import rewrite_calls
 from .narrow_block_layout import MIN_BLOCK, block_map, blocked_conv2d, unblock_map
 
 MAX_MERGE = 2  # groups merged into one block at most: the multiply-adds this many times over
@@ -62,49 +62,42 @@ def merged_weights(w: np.ndarray, groups: int, k: int) -> np.ndarray:
     return out
 
 
-@relax.expr_functor.mutator
-class _Block(relax.PyExprMutator):
-    def __init__(self, mod, block: int):
-        super().__init__(mod)
-        self.block = block
-        self.blocked = self.merged = 0
-
-    def visit_call_(self, call):
-        call = super().visit_call_(call)
-        if not (isinstance(call.op, tvm.ir.Op) and call.op.name == "relax.nn.conv2d"):
-            return call
-        a = call.attrs
-        x, w = call.args
-        shape = static_shape(x)
-        g = int(a.groups)
-        if (
-            g == 1
-            or str(a.data_layout) != "NCHW"
-            or str(a.kernel_layout) != "OIHW"
-            or str(a.out_layout) != "NCHW"
-            or not isinstance(w, GenericConst)
-            or shape is None
-            or len(shape) != 4
-            or (str(x.ty.dtype), str(w.value.dtype)) != ("float32", "float32")
-        ):
-            return call
-        wa = w.value.numpy()
-        o, per_in, kh, kw = wa.shape
-        if per_in * g != shape[1] or per_in == 1 or o % g:
-            return call
-        found = plan(shape[1], g, o // g, self.block)
-        if found is None:
-            return call
-        b, k = found
-        if k > 1:
-            wa, g = merged_weights(wa, g, k), g // k
-            self.merged += 1
-        per_in = wa.shape[1]
-        w_b = wa.reshape(o // b, b, per_in // b, b, kh, kw).transpose(0, 2, 4, 5, 3, 1)
-        x_b = self.builder_.emit(relax.op.layout_transform(x, index_map=block_map(b)))
-        conv = blocked_conv2d(a, x_b, w_b, b, b, groups=g)
-        self.blocked += 1
-        return relax.op.layout_transform(self.builder_.emit(conv), index_map=unblock_map(b))
+def _blocked(builder, call, block: int, merged: list):
+    """The grouped conv `call` blocked, or None when it is not one this pass takes; appends to `merged` when
+    its groups were merged."""
+    if not (isinstance(call.op, tvm.ir.Op) and call.op.name == "relax.nn.conv2d"):
+        return None
+    a = call.attrs
+    x, w = call.args
+    shape = static_shape(x)
+    g = int(a.groups)
+    if (
+        g == 1
+        or str(a.data_layout) != "NCHW"
+        or str(a.kernel_layout) != "OIHW"
+        or str(a.out_layout) != "NCHW"
+        or not isinstance(w, GenericConst)
+        or shape is None
+        or len(shape) != 4
+        or (str(x.ty.dtype), str(w.value.dtype)) != ("float32", "float32")
+    ):
+        return None
+    wa = w.value.numpy()
+    o, per_in, kh, kw = wa.shape
+    if per_in * g != shape[1] or per_in == 1 or o % g:
+        return None
+    found = plan(shape[1], g, o // g, block)
+    if found is None:
+        return None
+    b, k = found
+    if k > 1:
+        wa, g = merged_weights(wa, g, k), g // k
+        merged.append(k)
+    per_in = wa.shape[1]
+    w_b = wa.reshape(o // b, b, per_in // b, b, kh, kw).transpose(0, 2, 4, 5, 3, 1)
+    x_b = builder.emit(relax.op.layout_transform(x, index_map=block_map(b)))
+    conv = blocked_conv2d(a, x_b, w_b, b, b, groups=g)
+    return relax.op.layout_transform(builder.emit(conv), index_map=unblock_map(b))
 
 
 @tvm.transform.module_pass(opt_level=2, name="BlockGroupedConv")
@@ -116,9 +109,9 @@ class BlockGroupedConv:
     def transform_module(self, mod: tvm.IRModule, ctx) -> tvm.IRModule:
         if self.layout != "NCHWc":
             return mod
-        m = _Block(mod, self.block)
-        mod = rewrite_functions(mod, m.visit_expr)
-        self.stats["grouped_convs_blocked"], self.stats["groups_merged"] = m.blocked, m.merged
+        merged: list = []
+        mod, count = rewrite_calls(mod, lambda b, call: _blocked(b, call, self.block, merged))
+        self.stats["grouped_convs_blocked"], self.stats["groups_merged"] = count, len(merged)
         return mod
 
 
