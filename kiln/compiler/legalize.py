@@ -84,42 +84,16 @@ def _conv2d(bb, call, int8: Int8Kernel | None = None):
     blocked = a.data_layout not in ("NCHW", "NHWC")
     if blocked and (lowered := legalize_int8.conv2d(bb, call, int8)) is not None:
         return lowered
+    # data, weights, strides, padding, dilation: what every blocked conv compute below takes first
+    conv = (call.args[0], call.args[1], *([int(x) for x in v] for v in (a.strides, a.padding, a.dilation)))
     if blocked and int(a.groups) != 1 and str(a.kernel_layout).startswith("OIHW1i"):
-        return bb.call_te(
-            depthwise_conv2d_nchwc,
-            call.args[0],
-            call.args[1],
-            [int(x) for x in a.strides],
-            [int(x) for x in a.padding],
-            [int(x) for x in a.dilation],
-            out_dtype,
-            primfunc_name_hint="depthwise_conv2d_NCHWc",
-        )
+        return bb.call_te(depthwise_conv2d_nchwc, *conv, out_dtype, primfunc_name_hint="depthwise_conv2d_NCHWc")
     if blocked and int(a.groups) != 1 and len(call.args[1].ty.shape) == 6:  # BlockGroupedConv's
-        return bb.call_te(
-            grouped_conv2d_nchwc,
-            call.args[0],
-            call.args[1],
-            [int(x) for x in a.strides],
-            [int(x) for x in a.padding],
-            [int(x) for x in a.dilation],
-            int(a.groups),
-            out_dtype,
-            primfunc_name_hint="conv2d_NCHWc",
-        )
+        return bb.call_te(grouped_conv2d_nchwc, *conv, int(a.groups), out_dtype, primfunc_name_hint="conv2d_NCHWc")
     if not blocked or int(a.groups) != 1:
         return tvm_legalize(bb, call)
     return bb.call_te(
-        topi.nn.conv2d_NCHWc,
-        call.args[0],
-        call.args[1],
-        [int(x) for x in a.strides],
-        [int(x) for x in a.padding],
-        [int(x) for x in a.dilation],
-        a.data_layout,
-        a.out_layout,
-        out_dtype,
-        primfunc_name_hint="conv2d_NCHWc",
+        topi.nn.conv2d_NCHWc, *conv, a.data_layout, a.out_layout, out_dtype, primfunc_name_hint="conv2d_NCHWc"
     )
 
 

@@ -82,7 +82,7 @@ def profile(path: str | os.PathLike, opts: ProfileOptions = ProfileOptions(), fe
         return 0
 
     latencies, instrumented = [], []
-    peaks = [fresh_fma_peak(model.num_threads)]  # again after the runs: a busy spell rarely covers both
+    peak_before = fresh_fma_peak(model.num_threads)  # again after the runs: a busy spell rarely covers both
     with model._lock, pool_lock:
         configure_threads(tvm, model.num_threads)
         for _ in range(opts.warmup):
@@ -101,7 +101,7 @@ def profile(path: str | os.PathLike, opts: ProfileOptions = ProfileOptions(), fe
                 per_run.append(current)
         finally:
             vm.set_instrument(None)
-    peak = max([*peaks, fresh_fma_peak(model.num_threads)], key=lambda q: q["gflops"])
+    peak = max(peak_before, fresh_fma_peak(model.num_threads), key=lambda q: q["gflops"])
     bandwidth = memory_bandwidth()
     info = (model.manifest.get("buckets") or [{}])[b].get("kernel_info") or {}
     return summarize(

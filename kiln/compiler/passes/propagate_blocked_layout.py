@@ -37,7 +37,7 @@ from tvm import relax
 from tvm.ir.expr import GenericConst
 
 from ..ir import op_name
-from .counting import static_shape
+from .counting import bound_call, static_shape
 from .module_map import rewrite_functions
 from .narrow_block_layout import blocked_conv2d, unblock_map
 
@@ -199,18 +199,13 @@ class _Propagate(relax.PyExprMutator):
         axis = int(call.attrs.axis) % 4
         return self._unblock(relax.op.concat(xs, axis=axis))
 
-    def _bound(self, e, name: str):
-        """The call e is bound to when it is a call of `name`, else None."""
-        v = self.lookup_binding(e) if isinstance(e, relax.Var) else None
-        return v if op_name(v) == name else None
-
     def _shuffle(self, call):
         """ShuffleNet's channel shuffle, reshape([N, g, C/g, H, W]) -> transpose(0, 2, 1, 3, 4) -> reshape([N, C,
         H, W]), of unblock(x), in the blocked layout: out channel i * g + j is in channel j * C/g + i, which in
         NCHW{c}c (c a multiple of g, C/g of c) is one transpose of x viewed as [N, g, C/g/c, H, W, g, c/g]. Left in
         NCHW, every unit of the network went out of its block and back (ShuffleNetV2: 13 transforms)."""
-        t = self._bound(call.args[0], "relax.permute_dims")
-        r = self._bound(t.args[0], "relax.reshape") if t is not None else None
+        t = bound_call(call.args[0], self.lookup_binding, "relax.permute_dims")
+        r = bound_call(t.args[0], self.lookup_binding, "relax.reshape") if t is not None else None
         x = self._unblocked_source(r.args[0]) if r is not None else None
         if x is None or t.attrs.axes is None or [int(a) for a in t.attrs.axes] != [0, 2, 1, 3, 4]:
             return call
