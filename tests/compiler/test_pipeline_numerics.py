@@ -30,9 +30,12 @@ OPTIONAL = list(
 # (ConvertLayout and FuseEpilogue act on ResNet-18's convs the same way)
 MOBILENET_ROWS = ("FoldBatchNorm", "CanonicalizeClip", "FuseDepthwisePointwise")
 # rows with nothing to act on in a model are not disabled on it: ResNet-18 has no depthwise conv and no clip
-# (MobileNetV2 has both), the transformer no conv, batchnorm or clip
+# (MobileNetV2 has both) and no sibling matmuls, the transformer no conv, batchnorm or clip
 CONV_ROWS = ("FoldBatchNorm", "RemoveZeroChannels", "ConvertLayout", "FuseDepthwisePointwise", "CanonicalizeClip")
-IDLE = {"resnet18": ("FuseDepthwisePointwise", "CanonicalizeClip"), "transformer_encoder": CONV_ROWS}
+IDLE = {
+    "resnet18": ("FuseDepthwisePointwise", "CanonicalizeClip", "MergeSiblingMatmuls"),  # no matmuls sharing an input
+    "transformer_encoder": CONV_ROWS,
+}
 CASES = [
     (name, d)
     for name in ("resnet18", "mobilenet_v2", "transformer_encoder")

@@ -15,6 +15,7 @@ from .fuse_depthwise_pointwise import FuseDepthwisePointwise
 from .fuse_epilogue import FuseEpilogue
 from .lift_weights import LiftWeights
 from .lower_qdq import LowerQDQ
+from .merge_sibling_matmuls import MergeSiblingMatmuls
 from .mixed_precision import MixedPrecision
 from .narrow_block_layout import NarrowBlockLayout
 from .pack_dense_weights import PackDenseWeights
@@ -42,6 +43,7 @@ __all__ = [
     "FuseEpilogue",
     "LiftWeights",
     "LowerQDQ",
+    "MergeSiblingMatmuls",
     "MixedPrecision",
     "NarrowBlockLayout",
     "PackDenseWeights",
