@@ -381,6 +381,29 @@ def test_fuse_epilogue_activations_one_kernel(act):
     check_numerics(before, after, rnd(2, 8, seed=4))
 
 
+def test_fuse_epilogue_residual_whose_other_operand_is_a_conv_chain_used_twice():
+    """x_in = conv + bias feeds both the next conv and the residual add x_in + (conv + bias): MobileNetV2's first
+    residual of a stage. The second conv, its bias and the add are one kernel. The residual patterns matched a
+    bias add as a residual by a constant, taking the second conv before the add could join it: 3 kernels and an
+    add of its own."""
+    bb = relax.BlockBuilder()
+    x = relax.Var("x", relax.TensorType((1, 4, 5, 5), "float32"))
+    with bb.function("main", [x]):
+        with bb.dataflow():
+
+            def conv_bias(a, seed):
+                c = bb.emit(relax.op.nn.conv2d(a, relax.const(rnd(4, 4, 1, 1, seed=seed))))
+                return bb.emit(relax.op.add(c, relax.const(rnd(1, 4, 1, 1, seed=seed + 1))))
+
+            x_in = conv_bias(x, 1)
+            out = bb.emit_output(relax.op.add(x_in, conv_bias(x_in, 3)))
+        bb.emit_func_output(out)
+    before = bb.get()
+    after = FuseEpilogue()(before)
+    assert len(_kernels(after)) == 2, _kernels(after)
+    check_numerics(before, after, rnd(1, 4, 5, 5, seed=5))
+
+
 @pytest.mark.parametrize("dtype, fused", [("bfloat16", True), ("float16", True), ("int32", False)])
 def test_fuse_epilogue_takes_a_cast_to_a_reduced_float(dtype, fused):
     """conv + bias + ReLU cast to bf16/fp16 (what a reduced-precision conv reads) is one kernel that

@@ -71,7 +71,11 @@ def epilogue_patterns() -> list[tuple]:
     head = bias | anchor
     act = _activations(head)
     pre = act | head
-    res_l, res_r = is_op("relax.add")(pre, wildcard()), is_op("relax.add")(wildcard(), pre)
+    # the residual is not a constant: a bias add matched as a residual took the residual's producer in the pass of
+    # the first order, before the second order could take the real residual add after it (MobileNetV2: the first
+    # residual add of each stage ran as a kernel of its own)
+    other = ~is_const()
+    res_l, res_r = is_op("relax.add")(pre, other), is_op("relax.add")(other, pre)
     table = [
         ("kiln.epilogue_res_act", _activations(res_l)),
         ("kiln.epilogue_res_act", _activations(res_r)),
