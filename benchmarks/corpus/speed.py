@@ -13,18 +13,14 @@ else runs; it refuses to start when the 1-minute load average is above --max-loa
 
 from __future__ import annotations
 
-import argparse
-import datetime
 import json
 import math
-import os
 import subprocess
 import sys
 from pathlib import Path
 
-from kiln.runtime.hostinfo import cpu_model_name
+from timing import ROOT, corpus_arguments, passing, quiet_enough, run_meta, save, table_rows
 
-ROOT = Path(__file__).resolve().parents[2]
 KEYS = ("p50_ms", "ort_p50_ms", "ratio_p50", "p99_over_p50", "ort_p99_over_p50", "max_ms", "runs_preempted", "runs")
 
 
@@ -48,6 +44,11 @@ def earlier(meta: dict) -> list:
     ]
 
 
+def _cells(r: dict) -> list[str]:
+    keys = ("p50_ms", "ort_p50_ms", "ratio_p50", "p99_over_p50", "ort_p99_over_p50", "max_ms")
+    return [f"{r[k]:.3f}" if k.endswith("p50_ms") else f"{r[k]:.2f}" for k in keys] + [str(r["runs"])]
+
+
 def write(out: Path, rows: dict, meta: dict) -> None:
     ok = {m: r for m, r in rows.items() if r.get("ratio_p50")}
     geo = math.exp(sum(math.log(r["ratio_p50"]) for r in ok.values()) / len(ok)) if ok else float("nan")
@@ -66,43 +67,19 @@ def write(out: Path, rows: dict, meta: dict) -> None:
         "| model | kiln p50 ms | ort p50 ms | ratio | kiln p99/p50 | ort p99/p50 | kiln max ms | runs |",
         "|---|---|---|---|---|---|---|---|",
     ]
-    for m, r in rows.items():
-        if "error" in r:
-            lines.append(f"| {m} | error: {r['error']} |  |  |  |  |  |  |")
-            continue
-        lines.append(
-            f"| {m} | {r['p50_ms']:.3f} | {r['ort_p50_ms']:.3f} | {r['ratio_p50']:.2f} | {r['p99_over_p50']:.2f} | "
-            f"{r['ort_p99_over_p50']:.2f} | {r['max_ms']:.2f} | {r['runs']} |"
-        )
-    out.with_suffix(".md").write_text("\n".join(lines) + "\n")
-    out.with_suffix(".json").write_text(json.dumps({"meta": meta, "rows": rows}, indent=1))
+    lines += table_rows(rows, _cells, 8)
+    save(out, lines, meta, rows)
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--corpus", default=str(ROOT / "build" / "corpus"))
-    ap.add_argument("--seconds", type=float, default=10.0)
-    ap.add_argument("--only", default="")
-    ap.add_argument("--out", default=str(ROOT / "benchmarks" / "corpus_speed"))
-    ap.add_argument("--max-load", type=float, default=1.0, help="refuse to start above this 1-minute load average")
+    ap = corpus_arguments(__doc__, "corpus_speed", seconds=10.0)
     ap.add_argument("--merge", action="store_true", help="with --only: keep OUT.json's other rows (their run is named)")
     a = ap.parse_args(argv)
-    load = os.getloadavg()[0]
-    if load > a.max_load:
-        print(f"load average {load:.2f} > --max-load {a.max_load}: timings would be the machine's", file=sys.stderr)
+    load = quiet_enough(a.max_load, "timings")
+    if load is None:
         return 2
-    corpus = Path(a.corpus)
-    status = {r["model"]: r["status"] for r in json.loads((ROOT / "benchmarks" / "corpus.json").read_text())["records"]}
-    only = set(filter(None, a.only.split(",")))
-    rev = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=ROOT).stdout
-    cpu = cpu_model_name()
-    meta = {
-        "cpu": f"{cpu} ({os.cpu_count()} logical CPUs)",
-        "command": "python benchmarks/corpus/speed.py" + "".join(f" {x}" for x in (argv or sys.argv[1:])),
-        "started": f"{datetime.datetime.now(datetime.UTC):%Y-%m-%d %H:%M UTC}",
-        "kiln": rev.strip(),
-        "load": f"{load:.2f}",
-    }
+    corpus, only = Path(a.corpus), set(filter(None, a.only.split(",")))
+    meta = run_meta("speed.py", argv, load)
     rows: dict = {}
     old = Path(a.out).with_suffix(".json")
     if a.merge and only and old.exists():
@@ -112,13 +89,11 @@ def main(argv=None) -> int:
         first = f"`{b['command']}` at {b['kiln']}, {b['started']}"
         meta["earlier"] = f"{b['earlier']}; {b['started']} at {b['kiln']}" if "earlier" in b else first
     tmp = Path(a.out).with_suffix(".tmp.json")
-    for name, st in status.items():
-        art = corpus / "kiln" / f"{name}.kiln"
-        if (only and name not in only) or st != "pass" or not art.exists():
-            continue
+    for name, art in passing(corpus, only):
         rows[name] = bench(art, corpus / f"{name}.onnx", corpus / f"{name}.inputs.npz", a.seconds, tmp)
         print(json.dumps({"model": name, **rows[name]}), file=sys.stderr, flush=True)
-        write(Path(a.out), {m: rows[m] for m in status if m in rows}, meta)
+        order = {m: i for i, (m, _) in enumerate(passing(corpus, set()))}
+        write(Path(a.out), dict(sorted(rows.items(), key=lambda kv: order.get(kv[0], len(order)))), meta)
     tmp.unlink(missing_ok=True)
     return 0
 
