@@ -17,32 +17,26 @@ import tvm
 from tvm import relax
 from tvm.ir.expr import GenericConst
 
-from .module_map import rewrite_functions
+from ..ir import op_name
+from .module_map import rewrite_with
+from .pack_dense_weights import float_matmul_by_constant
 
 MAX_MERGED_COLUMNS = 4096  # wider merged weights would leave a core's L2 at K = 128
 
 
-def _op(v, name: str) -> bool:
-    return isinstance(v, relax.Call) and isinstance(v.op, tvm.ir.Op) and v.op.name == name
-
-
 def _by_constant(v) -> bool:
-    """A float32 matmul of a tensor by constant float32 [K, N] weights."""
-    if not _op(v, "relax.matmul") or not isinstance(v.args[0], relax.Var) or not isinstance(v.args[1], GenericConst):
-        return False
-    x, w = v.args
+    """A float32 matmul of a tensor (a Var of rank 2 or more) by constant float32 [K, N] weights."""
     return (
-        len(w.value.shape) == 2
-        and str(w.value.dtype) == "float32"
-        and str(x.ty.dtype) == "float32"
-        and str(v.ty.dtype) == "float32"
-        and x.ty.ndim >= 2
+        op_name(v) == "relax.matmul"
+        and isinstance(v.args[0], relax.Var)
+        and v.args[0].ty.ndim >= 2
+        and (float_matmul_by_constant(v))
     )
 
 
 def _bias(add, mm_var, n: int):
     """The [N] float32 constant `add` adds to mm_var, else None."""
-    if not _op(add, "relax.add"):
+    if op_name(add) != "relax.add":
         return None
     a, b = add.args
     c = b if a.same_as(mm_var) else a if b.same_as(mm_var) else None
@@ -93,7 +87,7 @@ class _Merger(relax.PyExprMutator):
         super().__init__(mod)
         self.first: dict = {}  # the first member's var -> its group
         self.skip: set = set()  # the other members' bindings (and merged adds): their slices are emitted already
-        self.merged = self.groups = 0
+        self.merged = self.count = 0  # count: the merged groups (rewrite_with reads it)
 
     def prepare(self, f: relax.Function) -> None:
         self.first.clear()
@@ -125,7 +119,7 @@ class _Merger(relax.PyExprMutator):
             self.set_var_remap(out, piece)
             start += n
         self.merged += len(g.members) - 1
-        self.groups += 1
+        self.count += 1
 
 
 @tvm.transform.module_pass(opt_level=2, name="MergeSiblingMatmuls")
@@ -135,12 +129,7 @@ class MergeSiblingMatmuls:
 
     def transform_module(self, mod: tvm.IRModule, ctx) -> tvm.IRModule:
         merger = _Merger(mod)
-
-        def one(f):
-            merger.prepare(f)
-            return merger.visit_expr(f)
-
-        out = rewrite_functions(mod, one)
+        out, groups = rewrite_with(mod, merger, merger.prepare)
         self.stats["matmuls_merged"] += merger.merged
-        self.stats["matmul_groups"] += merger.groups
-        return out if merger.groups else mod
+        self.stats["matmul_groups"] += groups
+        return out

@@ -75,7 +75,7 @@ def matmul_packed_rows(x, packed, n: int, rows: int):
     return te.compute((m, n), lambda i, j: full[i, j], name="matmul_rows")
 
 
-def _float_matmul_by_constant(call) -> bool:
+def float_matmul_by_constant(call) -> bool:
     """A float32 relax.matmul whose second operand is a constant [K, N] matrix: what each rewrite here takes."""
     if not isinstance(call.op, tvm.ir.Op) or call.op.name != "relax.matmul":
         return False
@@ -92,7 +92,7 @@ def _float_matmul_by_constant(call) -> bool:
 def column_block(call, block: int) -> int | None:
     """The column tile width b for this call (the widest power of two up to the vector block that
     divides N: the width the matmul schedule vectorizes by), or None when it is not a packable matmul."""
-    x_shape = static_shape(call.args[0]) if _float_matmul_by_constant(call) else None
+    x_shape = static_shape(call.args[0]) if float_matmul_by_constant(call) else None
     if x_shape is None:
         return None
     w = call.args[1]
@@ -107,7 +107,7 @@ def dynamic_column_tile(call, lanes: int, registers: int) -> tuple[int, int, int
     """(b, padded N, rows) for a float32 matmul by constant [K, N] weights whose rows are known only at run time:
     the output width, at most MAX_PAD wider than N, whose register tile (dynamic_tile, which the dynamic
     rule will pick for that width) does the most FMAs per load, and that tile's width b; else None."""
-    if not _float_matmul_by_constant(call) or static_shape(call.args[0]) is not None or call.args[0].ty.ndim != 2:
+    if not float_matmul_by_constant(call) or static_shape(call.args[0]) is not None or call.args[0].ty.ndim != 2:
         return None
     n = int(call.args[1].value.shape[1])
     best, best_key = None, 0.0
@@ -121,7 +121,7 @@ def dynamic_column_tile(call, lanes: int, registers: int) -> tuple[int, int, int
 def padded_columns(call, block: int) -> int | None:
     """N rounded up to the vector block for a float32 matmul of two or more static rows by constant [K, N]
     weights whose N has no vector width of 4 or more (and that _to_packed did not take); else None."""
-    x_shape = static_shape(call.args[0]) if _float_matmul_by_constant(call) else None
+    x_shape = static_shape(call.args[0]) if float_matmul_by_constant(call) else None
     if x_shape is None or int(np.prod(x_shape[:-1])) < 2:
         return None
     n = int(call.args[1].value.shape[1])
