@@ -12,7 +12,8 @@ This host also has slow spells: for seconds at a time every run takes up to twic
 the same physical core, invisible from inside except as throughput). A spell inside a 30 s run makes its
 p99 the spell's p50. So each run is cut into 1 s windows of consecutive runs, and `spell` is the slowest
 window's median over the fastest's; a run with a spell over SPELL is not a quiet-machine run, and the model
-is timed again (up to --tries times), the quietest run kept and every try's numbers in the JSON.
+is timed again (up to --tries times), the quietest run kept and every try's numbers in the JSON. Where every
+try has a spell, `quiet p99/p50` is the tail of the runs in windows outside it (quiet_tail).
 
     .venv/bin/python benchmarks/corpus/tail.py [--seconds 30] [--only a,b] [--out benchmarks/corpus_tail]
 """
@@ -30,6 +31,8 @@ import numpy as np
 from timing import ROOT, corpus_arguments, passing, quiet_enough, run_meta, save, table_rows
 
 GAP_US = 10.0  # a clock read that follows the previous one by more than this was interrupted
+QUIET = 1.3  # a window whose p90 is within this of the usual window's median is outside any spell
+QUIET_SHARE, QUIET_RUNS = 0.25, 300  # fewer quiet runs than this give no p99 of their own
 SPELL = 1.3  # slowest 1 s window's median over the fastest's above this: the machine changed speed mid-run
 KEYS = ("p50_ms", "p99_ms", "p99_over_p50", "max_ms", "slow_runs", "slow_runs_preempted", "runs_preempted", "runs")
 
@@ -77,23 +80,51 @@ def spell(latencies_ms: list[float], window_s: float = 1.0) -> float:
     return max(meds) / min(meds) if len(meds) > 1 else 1.0
 
 
-def bench(art: Path, inputs: Path, seconds: float, out: Path) -> dict:
+def quiet_tail(latencies_ms: list[float], window_s: float = 0.5) -> dict:
+    """p99/p50 over the runs of the quiet windows alone: windows of window_s whose p90 is within QUIET of the
+    usual window's median (the first quartile of the windows' medians), and whose neighbours are too. A spell
+    slows every run of a window, so its windows leave, with those it starts or ends in (over a tenth of their
+    runs slow) and their neighbours, which its edges reach. A tail of the model's own (a page fault, a thread
+    that wakes late, a collector) strikes scattered runs, under a tenth of any window, and stays in the p99; a
+    model whose own slow runs are more than a tenth of all leaves no quiet window. None when under
+    QUIET_SHARE of the runs (or QUIET_RUNS) are kept: counted as over the bar."""
+    a = np.asarray(latencies_ms)
+    cut = np.floor(np.cumsum(a) / (window_s * 1e3)).astype(int)
+    wins = [w for w in np.unique(cut) if (cut == w).sum() >= 3]
+    if not wins:
+        return {"quiet_p99_over_p50": None, "quiet_share": 0.0}
+    usual = float(np.percentile([np.median(a[cut == w]) for w in wins], 25))
+    calm = {w for w in wins if np.percentile(a[cut == w], 90) <= QUIET * usual}
+    keep = np.isin(cut, [w for w in calm if w - 1 in calm and w + 1 in calm])  # a spell's edges leak into neighbours
+    share, q = float(keep.mean()), a[keep]
+    ratio = float(np.percentile(q, 99) / np.median(q)) if share >= QUIET_SHARE and len(q) >= QUIET_RUNS else None
+    return {"quiet_p99_over_p50": ratio, "quiet_share": share}
+
+
+def bench(art: Path, inputs: Path, seconds: float, out: Path, raw: Path | None = None) -> dict:
     cmd = [str(ROOT / ".venv/bin/kiln"), "bench", str(art), "--inputs", str(inputs), "--seconds", str(seconds)]
     p = subprocess.run(cmd + ["--json", str(out)], capture_output=True, text=True, timeout=900, cwd=ROOT)
     if p.returncode != 0:
         return {"error": (p.stderr.strip().splitlines() or ["?"])[-1][:200]}
     d = json.loads(out.read_text())
-    return {k: d.get(k) for k in KEYS} | {"threads": d["threads"], "spell": spell(d["latencies_ms"])}
+    lat = d["latencies_ms"]
+    if raw is not None:  # every run's latency, for a look at the time series
+        raw.mkdir(parents=True, exist_ok=True)
+        n = len(list(raw.glob(f"{art.stem}.*.json")))
+        (raw / f"{art.stem}.{n}.json").write_text(json.dumps(lat))
+    return {k: d.get(k) for k in KEYS} | {"threads": d["threads"], "spell": spell(lat)} | quiet_tail(lat)
 
 
-def quietest(art: Path, inputs: Path, seconds: float, out: Path, tries: int) -> dict:
+def quietest(art: Path, inputs: Path, seconds: float, out: Path, tries: int, raw: Path | None) -> dict:
     """Up to `tries` runs until one has no slow spell; the one with the smallest spell, with all tries."""
     runs: list[dict] = []
     while len(runs) < tries:
-        runs.append(bench(art, inputs, seconds, out))
+        runs.append(bench(art, inputs, seconds, out, raw))
         if "error" in runs[-1] or runs[-1]["spell"] <= SPELL:
             break
     best = min(runs, key=lambda r: r.get("spell", 0.0))
+    calmest = max(runs, key=lambda r: r.get("quiet_share", 0.0))  # the quiet windows: from the try with most
+    best |= {k: calmest.get(k) for k in ("quiet_p99_over_p50", "quiet_share")}
     return best | {"tries": [{k: r.get(k) for k in ("p50_ms", "p99_over_p50", "spell")} for r in runs]}
 
 
@@ -105,6 +136,7 @@ def _cells(r: dict) -> list[str]:
         f"{r['p99_over_p50']:.2f}",
         fl,
         f"{r['spell']:.2f}",
+        f"{r['quiet_p99_over_p50']:.2f} ({r['quiet_share']:.0%})" if r.get("quiet_p99_over_p50") else "",
         " / ".join(f"{t['p99_over_p50']:.2f}" for t in r["tries"]),
         f"{r['max_ms']:.2f}",
         str(r["slow_runs"]),
@@ -118,6 +150,7 @@ def write(out: Path, rows: dict, meta: dict) -> None:
     over = sorted(m for m, r in ok.items() if r["p99_over_p50"] > 1.5)
     model = sorted(m for m in over if not ok[m]["floor"] or ok[m]["p99_over_p50"] > max(1.5, ok[m]["floor"]))
     spells = sorted(m for m, r in ok.items() if r["spell"] > SPELL)
+    quiet = sorted(m for m, r in ok.items() if (r.get("quiet_p99_over_p50") or 9) > 1.5)
     every = sorted(m for m in over if all(t["p99_over_p50"] > 1.5 for t in ok[m]["tries"]))
     j = meta["jitter"]
     lines = [
@@ -135,19 +168,23 @@ def write(out: Path, rows: dict, meta: dict) -> None:
         f"**p99 over 1.5x p50: {len(over)} of {len(ok)}** ({', '.join(over) or 'none'}); of those above the machine's "
         f"floor too: {len(model)} ({', '.join(model) or 'none'}). Runs that kept a slow spell (over {SPELL}x) "
         f"in all {meta['tries']} tries: {len(spells)} ({', '.join(spells) or 'none'}). Over 1.5x in every try: "
-        f"{len(every)} ({', '.join(every) or 'none'}).",
+        f"{len(every)} ({', '.join(every) or 'none'}). **Over 1.5x in the quiet windows** (runs of the 0.5 s windows "
+        f"whose p90 is within {QUIET}x of the usual (first-quartile) window median; counted here when they hold "
+        f"under {QUIET_SHARE:.0%} of the runs or under {QUIET_RUNS}; the try with the most quiet runs): "
+        f"{len(quiet)} ({', '.join(quiet) or 'none'}).",
         "",
-        "| model | p50 ms | p99 ms | p99/p50 | floor | spell | p99/p50 of each try | max ms | slow runs (>2x p50) "
-        "| preempted | runs |",
-        "|---|---|---|---|---|---|---|---|---|---|---|",
+        "| model | p50 ms | p99 ms | p99/p50 | floor | spell | quiet p99/p50 (runs) | p99/p50 of each try | max ms "
+        "| slow runs (>2x p50) | preempted | runs |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
-    lines += table_rows(rows, _cells, 11)
+    lines += table_rows(rows, _cells, 12)
     save(out, lines, meta, rows)
 
 
 def main(argv=None) -> int:
     ap = corpus_arguments(__doc__, "corpus_tail", seconds=30.0)
     ap.add_argument("--tries", type=int, default=3, help="runs per model at most, while each has a slow spell")
+    ap.add_argument("--raw", default="", help="also keep each run's latencies here (one JSON list per try)")
     a = ap.parse_args(argv)
     load = quiet_enough(a.max_load, "the tail")
     if load is None:
@@ -157,7 +194,8 @@ def main(argv=None) -> int:
     rows: dict = {}
     tmp = Path(a.out).with_suffix(".tmp.json")
     for name, art in passing(corpus, only):
-        r = rows[name] = quietest(art, corpus / f"{name}.inputs.npz", a.seconds, tmp, a.tries)
+        raw = Path(a.raw) if a.raw else None
+        r = rows[name] = quietest(art, corpus / f"{name}.inputs.npz", a.seconds, tmp, a.tries, raw)
         if "error" not in r:
             r["floor"] = floor(r["p50_ms"], r["threads"], meta["jitter"])
         print(json.dumps({"model": name, **r}), file=sys.stderr, flush=True)
