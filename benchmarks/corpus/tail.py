@@ -30,10 +30,11 @@ from pathlib import Path
 import numpy as np
 from timing import ROOT, corpus_arguments, passing, quiet_enough, run_meta, save, table_rows
 
+from kiln.runtime.bench import SPELL_RATIO as SPELL
+
 GAP_US = 10.0  # a clock read that follows the previous one by more than this was interrupted
 QUIET = 1.3  # a window whose p90 is within this of the usual window's median is outside any spell
 QUIET_SHARE, QUIET_RUNS = 0.25, 300  # fewer quiet runs than this give no p99 of their own
-SPELL = 1.3  # slowest 1 s window's median over the fastest's above this: the machine changed speed mid-run
 KEYS = ("p50_ms", "p99_ms", "p99_over_p50", "max_ms", "slow_runs", "slow_runs_preempted", "runs_preempted", "runs")
 
 
@@ -72,14 +73,6 @@ def floor(p50_ms: float, threads: int, jit: dict) -> float | None:
     return 1 + jit["gap_us_p50"] / (p50_ms * 1e3) if caught > 0.01 else None
 
 
-def spell(latencies_ms: list[float], window_s: float = 1.0) -> float:
-    """The slowest window's median latency over the fastest's, windows of window_s of consecutive runs."""
-    a = np.asarray(latencies_ms)
-    cut = np.floor(np.cumsum(a) / (window_s * 1e3)).astype(int)
-    meds = [float(np.median(a[cut == w])) for w in np.unique(cut) if (cut == w).sum() >= 3]
-    return max(meds) / min(meds) if len(meds) > 1 else 1.0
-
-
 def quiet_tail(latencies_ms: list[float], window_s: float = 0.5) -> dict:
     """p99/p50 over the runs of the quiet windows alone: windows of window_s whose p90 is within QUIET of the
     usual window's median (the first quartile of the windows' medians), and whose neighbours are too. A spell
@@ -112,7 +105,7 @@ def bench(art: Path, inputs: Path, seconds: float, out: Path, raw: Path | None =
         raw.mkdir(parents=True, exist_ok=True)
         n = len(list(raw.glob(f"{art.stem}.*.json")))
         (raw / f"{art.stem}.{n}.json").write_text(json.dumps(lat))
-    return {k: d.get(k) for k in KEYS} | {"threads": d["threads"], "spell": spell(lat)} | quiet_tail(lat)
+    return {k: d.get(k) for k in KEYS} | {"threads": d["threads"], "spell": d["spell"]} | quiet_tail(lat)
 
 
 def quietest(art: Path, inputs: Path, seconds: float, out: Path, tries: int, raw: Path | None) -> dict:

@@ -22,6 +22,8 @@ BLOCK = 8  # runs per engine before switching (when comparing with onnxruntime),
 BLOCK_MIN_S = 0.05  # 8 runs of a 0.25 ms model after each pause were mostly its wake-up: vit's ratio read 1.1-2.1x
 BLOCK_PAUSE_S = 0.3  # a shorter pause left onnxruntime slower (spinning TVM workers; benchmarks/history.md)
 TAIL_FLAG_RATIO = 2.0  # p99 over p50 above this flags the run: its tail is not the model's speed
+SPELL_WINDOW_S = 1.0  # runs are cut into windows of this much of their own time to find a slow spell
+SPELL_RATIO = 1.3  # the slowest window's median over the fastest's above this: the machine changed speed
 
 
 @dataclasses.dataclass(frozen=True)
@@ -63,7 +65,20 @@ def percentiles(ms: list[float], prefix: str = "") -> dict:
         f"{prefix}qps": float(1e3 / a.mean()),
         f"{prefix}p99_over_p50": ratio,
         f"{prefix}tail_flag": bool(ratio > TAIL_FLAG_RATIO),
+        f"{prefix}spell": spell(ms),
     }
+
+
+def spell(ms: list[float], window_s: float = SPELL_WINDOW_S) -> float:
+    """The slowest window's median latency over the fastest's, windows of window_s of consecutive runs (at
+    least 3 runs each; 1.0 with fewer than two). A slow spell (another guest on the same physical core, a
+    clock change) slows every run for seconds, which scattered slow runs (preemption, page faults) do not:
+    on a shared 2-vCPU host, windows at 0.9x and 1.8x a model's p50 for 4-14 s at a time
+    (benchmarks/tail.md), all of it in the p99."""
+    a = np.asarray(ms)
+    cut = np.floor(np.cumsum(a) / (window_s * 1e3)).astype(int)
+    meds = [float(np.median(a[cut == w])) for w in np.unique(cut) if (cut == w).sum() >= 3]
+    return max(meds) / min(meds) if len(meds) > 1 else 1.0
 
 
 def slow_runs(ms: list[float], switches: list[int], prefix: str = "") -> dict:
@@ -285,6 +300,11 @@ def tail_lines(r: dict) -> list[str]:
                     f"; {r[f'{prefix}slow_runs']} run(s) over {TAIL_FLAG_RATIO:g}x p50, "
                     f"{r[f'{prefix}slow_runs_preempted']} of them preempted by another process "
                     "(see benchmarks/tail.md)"
+                )
+            if r.get(f"{prefix}spell", 1.0) > SPELL_RATIO:
+                line += (
+                    f"; the machine slowed for whole seconds (slowest {SPELL_WINDOW_S:g} s of runs "
+                    f"{r[f'{prefix}spell']:.1f}x the fastest): rerun on a quiet machine before blaming the model"
                 )
             out.append(line)
     return out
