@@ -22,6 +22,7 @@ import time
 
 from ..errors import OptionsError
 from ..optfield import option
+from .bench import SPELL_RATIO, spell
 from .model import configure_threads, load, pool_lock
 from .peak import fresh_fma_peak, memory_bandwidth
 
@@ -177,6 +178,9 @@ def summarize(
         "static_facts": bool(info),
         "not_called": sorted(set(info) - names),
         "latencies_ms": latencies,
+        # the slowest fifth of the plain runs' median over the fastest fifth's: a machine that changed speed
+        # mid-profile (a slow spell: benchmarks/tail.md) mixes both speeds into every kernel's time
+        "spell": spell(latencies, window_s=sum(latencies) / 5e3) if len(latencies) >= 15 else 1.0,
         "kernels": rows,
         # multiply-add kernels faster than the measured FMA peak: both peak measurements ran slow (a busy machine)
         "above_peak": [r["kernel"] for r in rows if (r["peak_share"] or 0) > 1.0],
@@ -243,6 +247,12 @@ def format_profile(p: dict) -> str:
         lines.append(
             f"(note: {len(p['above_peak'])} multiply-add kernel(s) ran faster than the measured peak: the machine was "
             "busy while it was measured, so the %peak column reads high; profile again on a quiet machine)"
+        )
+    if p.get("spell", 1.0) > SPELL_RATIO:
+        lines.append(
+            f"(note: the machine's speed changed during the profile: the slowest fifth of the runs had a median "
+            f"{p['spell']:.1f}x the fastest fifth's, so every kernel's time mixes both speeds; profile again, or on a "
+            "quiet machine)"
         )
     if p.get("not_called"):
         lines.append(f"(never called as kernels, e.g. turned into VM reshapes by TVM: {', '.join(p['not_called'])})")

@@ -299,3 +299,17 @@ def test_source_ops_projection_shortcut(tmp_path):
     assert flops["projection"] > 1.5 * flops["expand"], flops
     # the residual add and its ReLU fuse into the conv called second: the block's last conv
     assert owner["residual"] == owner["out_relu"] == owner["expand"] != owner["projection"]
+
+
+def test_a_profile_during_a_slow_spell_says_so():
+    """A machine that halves its speed for part of the profile (a slow spell, benchmarks/tail.md) mixes both
+    speeds into every kernel's median: the summary measures it and the text says to profile again."""
+    runs = [{"k1": 0.002}] * 3
+    args = ({"k1": 1}, {}, {"gflops": 100.0, "method": "x"}, 10.0)
+    meta = {"artifact": "a.kiln", "target": "llvm", "threads": 1, "runs": 50}
+    steady = summarize(runs, args[0], [2.0] * 25 + [2.1] * 25, *args[1:], meta)
+    spelled = summarize(runs, args[0], [2.0] * 25 + [3.8] * 25, *args[1:], meta)
+    assert steady["spell"] == pytest.approx(1.05) and "speed changed" not in format_profile(steady)
+    assert spelled["spell"] == pytest.approx(1.9)
+    assert "the slowest fifth of the runs had a median 1.9x the fastest fifth's" in format_profile(spelled)
+    assert summarize(runs, args[0], [2.0, 9.0, 2.0], *args[1:], meta)["spell"] == 1.0  # too few runs to tell
