@@ -33,6 +33,7 @@ MULTIPLY_ADD = frozenset(
     {"conv2d", "conv2d_nchw", "depthwise_nchw", "conv3d", "matmul", "winograd", "depthwise_pointwise", "bf16_conv"}
 )
 BUILTIN = "vm.builtin."
+OVERSTATED = 1.10  # kernels adding up to more than this share of the plain run: the timing itself shows
 
 
 @dataclasses.dataclass(frozen=True)
@@ -162,12 +163,16 @@ def summarize(
             }
         )
     builtins = {n: median[n] for n in names if n.startswith(BUILTIN)}
+    hooked = sum(calls.get(n, 0) for n in names)  # kernel and builtin calls per run, each timed by two hooks
+    extra = meta.get("latency_ms_instrumented", latency) - latency
     flops_total = sum(r["flops"] or 0 for r in rows)
     return {
         **meta,
         "latency_ms": latency,
         "kernels_ms": total,
         "kernels_share_of_latency": total / latency if latency else None,
+        # what timing a call costs: the instrumented run's excess over the plain one, per hooked call
+        "instrument_us_per_call": max(extra, 0.0) * 1e3 / hooked if hooked else None,
         "builtins_ms": sum(builtins.values()),
         "builtins": builtins,
         "peak_gflops": peak["gflops"],
@@ -247,6 +252,13 @@ def format_profile(p: dict) -> str:
         lines.append(
             f"(note: {len(p['above_peak'])} multiply-add kernel(s) ran faster than the measured peak: the machine was "
             "busy while it was measured, so the %peak column reads high; profile again on a quiet machine)"
+        )
+    share, per_call = p.get("kernels_share_of_latency") or 0.0, p.get("instrument_us_per_call")
+    if share > OVERSTATED and per_call:
+        lines.append(
+            f"(note: the kernels add up to {share * 100:.0f}% of the plain run: timing each call costs about "
+            f"{per_call:.1f} us (instrumented runs {p['latency_ms_instrumented']:.3f} ms), so kernels of a few "
+            "microseconds read high)"
         )
     if p.get("spell", 1.0) > SPELL_RATIO:
         lines.append(
