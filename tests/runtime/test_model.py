@@ -11,6 +11,7 @@ import pytest
 from helpers import ort_run
 
 import kiln
+from kiln.runtime.model import COPY_BELOW
 
 
 def test_run_matches_onnxruntime(small_artifact, small_conv_model, small_input):
@@ -129,8 +130,8 @@ def test_cpu_model_name_is_the_one_proc_cpuinfo_gives():
 
 
 def test_inputs_at_any_alignment_and_reused_buffers_give_the_right_outputs(small_artifact, small_conv_model):
-    """Model._argument passes a 64-byte-aligned input without a copy and copies others into a buffer it
-    keeps per input: every alignment gives onnxruntime's result, a kept buffer never leaks one run's input
+    """Model._argument copies a small input (under COPY_BELOW bytes, as this one is) into a buffer it keeps per
+    input, at any alignment: every alignment gives onnxruntime's result, a kept buffer never leaks one run's input
     into the next, and an output is the caller's own (a later run or input change does not alter it)."""
     m = kiln.load(small_artifact, num_threads=1)
     rng = np.random.default_rng(0)
@@ -140,7 +141,7 @@ def test_inputs_at_any_alignment_and_reused_buffers_give_the_right_outputs(small
         start = (-raw.ctypes.data % 64 + offset) // 4
         x = raw[start : start + 3 * 8 * 8].reshape(1, 3, 8, 8)
         x[...] = rng.standard_normal(x.shape)
-        assert x.ctypes.data % 64 == offset
+        assert x.ctypes.data % 64 == offset and x.nbytes < COPY_BELOW
         out = m.run({"input": x})["output"]
         ref = ort_run(small_conv_model, {"input": x})[0]
         np.testing.assert_allclose(out, ref, rtol=1e-5, atol=1e-5)
@@ -148,6 +149,31 @@ def test_inputs_at_any_alignment_and_reused_buffers_give_the_right_outputs(small
         x[...] = 0  # the caller reuses its array: the output already returned must not change
     for out, ref in results:
         np.testing.assert_allclose(out, ref, rtol=1e-5, atol=1e-5)
+
+
+def test_a_large_aligned_input_is_taken_without_a_copy(tmp_path):
+    """An input of COPY_BELOW bytes or more is taken over DLPack when 64-byte aligned (no staged buffer) and
+    copied when not; both give the same result, and the caller's later writes do not reach the output."""
+    from helpers import make_model
+    from onnx import helper
+
+    shape = (1, 16, 32, 32)  # 64 KiB
+    model = make_model([helper.make_node("Relu", ["x"], ["y"])], {"x": np.zeros(shape, np.float32)}, ["y"], {})
+    kiln.compile(model, tmp_path / "r.kiln")
+    m = kiln.load(tmp_path / "r.kiln", num_threads=1)
+    rng = np.random.default_rng(1)
+    for offset, staged in ((0, False), (16, True)):
+        raw = np.empty(np.prod(shape) + 32, np.float32)
+        start = (-raw.ctypes.data % 64 + offset) // 4
+        x = raw[start : start + np.prod(shape)].reshape(shape)
+        x[...] = rng.standard_normal(shape)
+        assert x.nbytes >= COPY_BELOW and x.ctypes.data % 64 == offset
+        m._staging.clear()
+        y = m.run({"x": x})["y"]
+        assert bool(m._staging) is staged
+        np.testing.assert_array_equal(y, np.maximum(x, 0))
+        x[...] = -1
+        assert (y >= 0).all() and y.any()
 
 
 def test_an_output_that_is_an_input_is_a_copy(tmp_path):
