@@ -31,6 +31,7 @@ import numpy as np
 from timing import ROOT, corpus_arguments, passing, quiet_enough, run_meta, save, table_rows
 
 from kiln.runtime.bench import SPELL_RATIO as SPELL
+from kiln.runtime.bench import windows
 
 GAP_US = 10.0  # a clock read that follows the previous one by more than this was interrupted
 QUIET = 1.3  # a window whose p90 is within this of the usual window's median is outside any spell
@@ -81,15 +82,14 @@ def quiet_tail(latencies_ms: list[float], window_s: float = 0.5) -> dict:
     that wakes late, a collector) strikes scattered runs, under a tenth of any window, and stays in the p99; a
     model whose own slow runs are more than a tenth of all leaves no quiet window. None when under
     QUIET_SHARE of the runs (or QUIET_RUNS) are kept: counted as over the bar."""
-    a = np.asarray(latencies_ms)
-    cut = np.floor(np.cumsum(a) / (window_s * 1e3)).astype(int)
-    wins = [w for w in np.unique(cut) if (cut == w).sum() >= 3]
+    wins = windows(latencies_ms, window_s)
     if not wins:
         return {"quiet_p99_over_p50": None, "quiet_share": 0.0}
-    usual = float(np.percentile([np.median(a[cut == w]) for w in wins], 25))
-    calm = {w for w in wins if np.percentile(a[cut == w], 90) <= QUIET * usual}
-    keep = np.isin(cut, [w for w in calm if w - 1 in calm and w + 1 in calm])  # a spell's edges leak into neighbours
-    share, q = float(keep.mean()), a[keep]
+    usual = float(np.percentile([np.median(w) for w in wins.values()], 25))
+    calm = {i for i, w in wins.items() if np.percentile(w, 90) <= QUIET * usual}
+    kept = [wins[i] for i in sorted(calm) if i - 1 in calm and i + 1 in calm]  # a spell's edges leak into neighbours
+    q = np.concatenate(kept) if kept else np.zeros(0)
+    share = len(q) / len(latencies_ms)
     ratio = float(np.percentile(q, 99) / np.median(q)) if share >= QUIET_SHARE and len(q) >= QUIET_RUNS else None
     return {"quiet_p99_over_p50": ratio, "quiet_share": share}
 
@@ -186,8 +186,8 @@ def main(argv=None) -> int:
     meta = run_meta("tail.py", argv, load) | {"seconds": a.seconds, "tries": a.tries, "jitter": jitter()}
     rows: dict = {}
     tmp = Path(a.out).with_suffix(".tmp.json")
+    raw = Path(a.raw) if a.raw else None
     for name, art in passing(corpus, only):
-        raw = Path(a.raw) if a.raw else None
         r = rows[name] = quietest(art, corpus / f"{name}.inputs.npz", a.seconds, tmp, a.tries, raw)
         if "error" not in r:
             r["floor"] = floor(r["p50_ms"], r["threads"], meta["jitter"])

@@ -75,10 +75,19 @@ def spell(ms: list[float], window_s: float = SPELL_WINDOW_S) -> float:
     clock change) slows every run for seconds, which scattered slow runs (preemption, page faults) do not:
     on a shared 2-vCPU host, windows at 0.9x and 1.8x a model's p50 for 4-14 s at a time
     (benchmarks/tail.md), all of it in the p99."""
-    a = np.asarray(ms)
-    cut = np.floor(np.cumsum(a) / (window_s * 1e3)).astype(int)
-    meds = [float(np.median(a[cut == w])) for w in np.unique(cut) if (cut == w).sum() >= 3]
+    meds = [float(np.median(w)) for w in windows(ms, window_s).values()]
     return max(meds) / min(meds) if len(meds) > 1 else 1.0
+
+
+def windows(ms: list[float], window_s: float) -> dict[int, np.ndarray]:
+    """Consecutive runs grouped by the window_s of their own time they fall in (run i in window
+    floor(sum of runs 0..i / window_s)), keyed by that window's index; windows of fewer than 3 runs left out."""
+    a = np.asarray(ms)
+    if not a.size:
+        return {}
+    cut = np.floor(np.cumsum(a) / (window_s * 1e3)).astype(int)
+    starts = np.flatnonzero(np.diff(cut)) + 1  # cut never decreases: each window is one slice
+    return {int(cut[i]): w for i, w in zip([0, *starts], np.split(a, starts)) if w.size >= 3}
 
 
 def slow_runs(ms: list[float], switches: list[int], prefix: str = "") -> dict:
