@@ -37,6 +37,7 @@ COUNTERS = (
     "winograd_convs",
     "dense_packed",
     "dense_padded",
+    "dense_rows_rounded",
     "depthwise_fused",
     "zero_channels_removed",
     "zero_channel_flops_removed",

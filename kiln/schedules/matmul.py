@@ -34,24 +34,15 @@ from .rules import (
     tile_consumers,
     vectorize_tails,
 )
-from .tiles import divisor_at_most, vector_width
+from .tiles import matmul_tile, vector_width
 
 MIN_ROWS = 2  # a matmul of fewer rows keeps reduction_tiled's column tile (a classifier's [1, K] x [K, N])
 PAD_LIMIT = 1 << 18  # the most weights (K x N) padded each call; constant weights are padded at compile time
 
 
 def tile_shape(rows: int, vectors: int, registers: int) -> tuple[int, int]:
-    """(r, v): divisors of the row count and of the column vectors, r * v accumulators plus v weight
-    vectors and one broadcast within the registers, the most FMAs per load (r * v / (r + v))."""
-    best, best_key = (1, 1), (0.0, 0)
-    for v in range(1, min(vectors, 8) + 1):
-        if vectors % v:
-            continue
-        r = divisor_at_most(rows, max(1, (registers - v - 1) // v))
-        key = (r * v / (r + v), r * v)
-        if key > best_key:
-            best, best_key = (r, v), key
-    return best
+    """(r, v): divisors of the row count and of the column vectors (tiles.matmul_tile)."""
+    return matmul_tile(rows, vectors, registers)
 
 
 def matmul_tiled(sch: s_tir.Schedule, anchor, lanes: int, registers: int = 16) -> None:
@@ -83,7 +74,7 @@ def matmul_tiled(sch: s_tir.Schedule, anchor, lanes: int, registers: int = 16) -
         raise s_tir.ScheduleError("too few rows or columns for a 2-D register tile")
     if strided_lanes(sch, anchor):
         raise s_tir.ScheduleError("the columns are read with a stride (a transposed operand)")
-    consumers = tile_consumers(sch, anchor)
+    consumers = tile_consumers(sch, anchor) + _cropping_consumers(sch, anchor)
     names = {sch.get(c).name_hint for c in consumers}
     outside += [
         n for n in (sch.get(c).name_hint for c in sch.get_consumers(anchor)) if n not in names and n not in outside
@@ -112,6 +103,21 @@ def matmul_tiled(sch: s_tir.Schedule, anchor, lanes: int, registers: int = 16) -
             parallel_vectorize(sch, sch.get_sblock(name), lanes)
         except s_tir.ScheduleError:  # it keeps its loops as they are: correct, serial
             pass
+
+
+def _cropping_consumers(sch: s_tir.Schedule, anchor) -> list:
+    """Consumers that read the first rows of an anchor computed over rows rounded up to the register tile
+    (PackDenseWeights' matmul_packed_padded): same rank, the same columns, fewer rows. Computed at each tile,
+    they cover its real rows (TVM bounds the last tile's region by a predicate), so the epilogue stays in
+    the tile instead of another pass over the output."""
+    out = sch.get(anchor).writes[0].source.shape
+    found = []
+    for c in sch.get_consumers(anchor):
+        shape = sch.get(c).writes[0].source.shape
+        if len(shape) == len(out) and int(shape[-1]) == int(out[-1]) and int(shape[-2]) < int(out[-2]):
+            if all(int(a) == int(b) for a, b in zip(shape[:-2], out[:-2])):
+                found.append(c)
+    return found
 
 
 def _shared_weight(sch: s_tir.Schedule, anchor) -> bool:

@@ -18,7 +18,12 @@ vector from a different 4 KB page, one TLB miss per step of the reduction (84 GF
 A matmul of two or more rows, not packed, whose column count has no vector width of 4 or more (ddddocr's 8210-character
 classifier, an enhancer's 129 frequency bins) gets its constant weights padded with zero columns to a whole
 number of vectors here, once, and a slice of the real columns after it; the matmul schedule would otherwise
-pad them each call (33.6 MB for ddddocr's). `stats["dense_padded"]` counts them."""
+pad them each call (33.6 MB for ddddocr's). `stats["dense_padded"]` counts them.
+
+A matmul of static rows by constant weights whose row count has no divisor that makes a good register tile
+(ViT-B's 197 tokens, a prime: 1-row tiles, 27-31% of peak) is packed and computed over the rows rounded up to
+the best tile's (198 = 33 x 6), the padding rows reading the last real row, and cropped in the same kernel
+(the epilogue runs per tile, predicated on the real rows). `stats["dense_rows_rounded"]` counts them."""
 
 from __future__ import annotations
 
@@ -28,6 +33,7 @@ from tvm import relax, te
 from tvm.ir.expr import GenericConst
 
 from ...schedules.dynamic import dynamic_tile
+from ...schedules.tiles import rounded_rows
 from ...schedules.kinds import declare
 from ..ir import register_kernel
 from .convert_layout import widest_block
@@ -73,6 +79,36 @@ def matmul_packed_rows(x, packed, n: int, rows: int):
         attrs=declare("matmul"),
     )
     return te.compute((m, n), lambda i, j: full[i, j], name="matmul_rows")
+
+
+def matmul_packed_padded(x, packed, n: int, rows: int):
+    """float32 [..., M, K] x [N'/b, K, b] -> [..., M, n] for a static M that tiles badly: computed over `rows`
+    (M rounded up to the register tile's rows, tiles.rounded_rows), the padding rows reading row M-1, then
+    cropped to M rows and n columns, so every tile is a full register tile."""
+    nb, k, b = packed.shape
+    m = int(x.shape[-2])
+    r = te.reduce_axis((0, k), name="k")
+    lead = tuple(x.shape[:-2])
+    full = te.compute(
+        (*lead, rows, nb * b),
+        lambda *i: te.sum(x[(*i[:-2], te.min(i[-2], m - 1), r)] * packed[i[-1] // b, r, i[-1] % b], axis=[r]),
+        name="matmul_packed",
+        attrs=declare("matmul"),
+    )
+    return te.compute((*lead, m, n), lambda *i: full[i], name="matmul_rows")
+
+
+def ragged_rows(call, block: int, registers: int) -> tuple[int, int] | None:
+    """(b, rows) for a float32 matmul of static rows by constant [K, N] weights whose row count has no divisor
+    that makes a good register tile (197 tokens): the column tile width and the rows rounded up
+    (tiles.rounded_rows); else None."""
+    x_shape = static_shape(call.args[0]) if float_matmul_by_constant(call) else None
+    if x_shape is None or len(x_shape) < 2:
+        return None
+    n = int(call.args[1].value.shape[1])
+    b = widest_block(n, block)
+    rows = rounded_rows(x_shape[-2], n // b, registers) if b >= MIN_BLOCK else None
+    return None if rows is None else (b, rows)
 
 
 def float_matmul_by_constant(call) -> bool:
@@ -140,8 +176,11 @@ def _padded(builder, call, block: int):
 
 
 def _to_packed(builder, call, block: int, registers: int):
-    b, rows = column_block(call, block), None
-    if b is not None:
+    b, rows, ragged = column_block(call, block), None, ragged_rows(call, block, registers)
+    if ragged is not None:
+        b, rows = ragged
+        padded = int(call.args[1].value.shape[1])
+    elif b is not None:
         padded = int(call.args[1].value.shape[1])
     else:
         tile = dynamic_column_tile(call, block, registers)
@@ -153,6 +192,8 @@ def _to_packed(builder, call, block: int, registers: int):
     if padded != n:
         w = np.concatenate([w, np.zeros((k, padded - n), w.dtype)], axis=1)
     packed = tvm.relax.const(np.ascontiguousarray(w.reshape(k, padded // b, b).transpose(1, 0, 2)), "float32")
+    if ragged is not None:
+        return builder.call_te(matmul_packed_padded, call.args[0], packed, n, rows, primfunc_name_hint=PRIMFUNC)
     if rows is not None:  # rows known at run time
         return builder.call_te(matmul_packed_rows, call.args[0], packed, n, rows, primfunc_name_hint=PRIMFUNC)
     return builder.call_te(matmul_packed, call.args[0], packed, primfunc_name_hint=PRIMFUNC)
@@ -181,7 +222,7 @@ def _folded_transpose(call, lookup):
 class PackDenseWeights:
     def __init__(self, block: int, registers: int = 16):
         self.block, self.registers = block, registers
-        self.stats = {"dense_packed": 0, "dense_packed_dynamic": 0, "dense_padded": 0}
+        self.stats = {"dense_packed": 0, "dense_packed_dynamic": 0, "dense_padded": 0, "dense_rows_rounded": 0}
 
     def transform_module(self, mod: tvm.IRModule, ctx) -> tvm.IRModule:
         dynamic, padded = [], []
@@ -189,6 +230,8 @@ class PackDenseWeights:
         def pack(builder, call, lookup):
             folded = _folded_transpose(call, lookup)
             call = call if folded is call else builder.normalize(folded)
+            if ragged_rows(call, self.block, self.registers) is not None:
+                self.stats["dense_rows_rounded"] += 1
             new = _to_packed(builder, call, self.block, self.registers)
             if new is not None and static_shape(call.args[0]) is None:
                 dynamic.append(call)

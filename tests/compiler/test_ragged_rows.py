@@ -1,0 +1,79 @@
+"""Matmuls whose row count is no multiple of a good register tile (197 tokens, primes, odd sequence lengths):
+PackDenseWeights rounds the rows up to the tile and crops in the same kernel. A sweep over ragged shapes,
+with the transformer epilogues (bias, GELU, residual add), checked against numpy and onnxruntime."""
+
+import math
+
+import numpy as np
+import pytest
+from helpers import make_model, ort_run, rand
+from onnx import helper
+
+import kiln
+from kiln.schedules.tiles import ROUND_ROWS_GAIN, matmul_tile, rounded_rows
+
+
+@pytest.mark.parametrize("registers", [16, 32])
+@pytest.mark.parametrize("rows", [16, 17, 31, 50, 77, 128, 197, 257, 577, 1500, 2047])
+def test_rounded_rows_gives_a_full_tile(rows, registers):
+    vectors = 48  # 768 columns of 16 lanes
+    rounded = rounded_rows(rows, vectors, registers)
+    best = matmul_tile(None, vectors, registers)
+    if rounded is None:  # a divisor of the rows tiles within ROUND_ROWS_GAIN of the best
+        r, v = matmul_tile(rows, vectors, registers)
+        assert rows % r == 0 and ROUND_ROWS_GAIN * r * v / (r + v) >= best[0] * best[1] / sum(best)
+    else:
+        assert rows < rounded < rows + best[0] and rounded % best[0] == 0
+        r, v = matmul_tile(rounded, vectors, registers)
+        assert r * v / (r + v) == best[0] * best[1] / sum(best)
+
+
+def test_prime_rows_are_rounded_and_nice_rows_are_not():
+    assert rounded_rows(197, 144, 32) == 198  # ViT-B/16's tokens: 6 x 4 zmm tiles
+    assert rounded_rows(128, 144, 32) is None and rounded_rows(1500, 24, 32) is None
+
+
+def _block(rows: int, k: int, n: int, epilogue: str):
+    """[1, rows, k] x [k, n] + bias, then GELU (erf form, as torch exports it) or a residual add."""
+    nodes = [helper.make_node("MatMul", ["input", "w"], ["mm"]), helper.make_node("Add", ["mm", "b"], ["y"])]
+    inits = {"w": rand(k, n, seed=1) * 0.05, "b": rand(n, seed=2)}
+    if epilogue == "gelu":
+        nodes += [
+            helper.make_node("Div", ["y", "sqrt2"], ["d"]),
+            helper.make_node("Erf", ["d"], ["e"]),
+            helper.make_node("Add", ["e", "one"], ["e1"]),
+            helper.make_node("Mul", ["y", "e1"], ["m"]),
+            helper.make_node("Mul", ["m", "half"], ["output"]),
+        ]
+        inits |= {"sqrt2": np.float32(np.sqrt(2)), "one": np.float32(1), "half": np.float32(0.5)}
+    else:
+        nodes.append(helper.make_node("Add", ["y", "input"], ["output"]))  # k == n: the residual
+    return make_model(nodes, {"input": rand(1, rows, k)}, ["output"], inits)
+
+
+@pytest.mark.parametrize(
+    "rows, k, n, epilogue",
+    [(197, 256, 512, "gelu"), (17, 256, 256, "residual"), (257, 256, 256, "residual"), (31, 384, 1152, "gelu")],
+    ids=["vit_tokens", "17_rows", "257_rows", "31_rows"],
+)
+def test_ragged_rows_match_numpy_and_onnxruntime(tmp_path, rows, k, n, epilogue):
+    m = _block(rows, k, n, epilogue)
+    r = kiln.compile(m, tmp_path / "m.kiln")
+    assert r.report["dense_rows_rounded"] == 1
+    assert r.report["kernels"] == 1  # bias, GELU and the residual stay in the matmul's kernel
+    model = kiln.load(tmp_path / "m.kiln")
+    info = model.manifest["buckets"][0]["kernel_info"]
+    assert [v["kind"] for v in info.values()] == ["matmul"]
+    x = rand(1, rows, k, seed=3)
+    out = model.run({"input": x})["output"]
+    assert out.shape == (1, rows, n)
+    np.testing.assert_allclose(out, ort_run(m, {"input": x})[0], rtol=1e-4, atol=1e-4)
+    y = x @ (rand(k, n, seed=1) * 0.05) + rand(n, seed=2)
+    erf = np.vectorize(math.erf)
+    expected = y + x if epilogue == "residual" else 0.5 * y * (1 + erf(y / np.sqrt(2)))
+    np.testing.assert_allclose(out, expected, rtol=1e-4, atol=1e-4)
+
+
+def test_tiled_rows_are_left_alone(tmp_path):
+    r = kiln.compile(_block(128, 256, 256, "residual"), tmp_path / "m.kiln")
+    assert r.report["dense_rows_rounded"] == 0
