@@ -33,8 +33,8 @@ from tvm import relax, te
 from tvm.ir.expr import GenericConst
 
 from ...schedules.dynamic import dynamic_tile
-from ...schedules.tiles import rounded_rows
 from ...schedules.kinds import declare
+from ...schedules.tiles import rounded_rows
 from ..ir import register_kernel
 from .convert_layout import widest_block
 from .counting import static_shape
