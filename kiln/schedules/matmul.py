@@ -8,10 +8,12 @@ x 2 zmm on AVX-512). The tile's size comes from the target's vector registers (c
 given to the rule by ApplyDefaultSchedules): accumulators leave room for the v weight vectors and
 a broadcast.
 
-A column count with no vector width of 4 or more (an output layer of 129 frequency bins or 37 classes)
-is padded to a whole number of vectors. Constant weights are padded at compile time (PackDenseWeights);
-others, up to PAD_LIMIT, here (`_pad_columns`): copied into a zero-padded buffer each call, the epilogue
-over the real columns after the tile. enh_conv_bilstm's [100, 192] x [192, 129] + sigmoid: 0.47 -> 0.05 ms
+Rows and columns of a matmul of activations (attention's 197 x 197 scores per head: both primes) are padded
+to a whole register tile (tiles.padded_tile: the least padded work per FMA per load) when that beats the
+best divisor tile by ROUND_ROWS_GAIN; a column count with no vector width of 4 or more (an output layer of
+129 frequency bins or 37 classes) is padded to a whole number of vectors. Constant weights are padded at
+compile time (PackDenseWeights); others, up to PAD_LIMIT, here (`_pad`): copied into a zero-padded buffer
+each call, the epilogue computed per tile over the real part. enh_conv_bilstm's [100, 192] x [192, 129] + sigmoid: 0.47 -> 0.05 ms
 (benchmarks/history.md); the unpadded kernel fell back to reduction_tiled's scalar columns.
 
 With more columns than rows the column panels are the outer loop, so the weights stream from memory once
@@ -34,7 +36,7 @@ from .rules import (
     tile_consumers,
     vectorize_tails,
 )
-from .tiles import matmul_tile, vector_width
+from .tiles import matmul_tile, padded_tile, vector_width
 
 MIN_ROWS = 2  # a matmul of fewer rows keeps reduction_tiled's column tile (a classifier's [1, K] x [K, N])
 PAD_LIMIT = 1 << 18  # the most weights (K x N) padded each call; constant weights are padded at compile time
@@ -63,9 +65,9 @@ def matmul_tiled(sch: s_tir.Schedule, anchor, lanes: int, registers: int = 16) -
     rows, cols = spatial[-2], spatial[-1]
     vec = vector_width(extent(sch, cols), lanes)
     outside = []  # epilogue blocks over the unpadded columns: scheduled on their own after the tile
-    small = extent(sch, cols) * extent(sch, loops[-1]) <= PAD_LIMIT
-    if vec < 4 and extent(sch, cols) > lanes and extent(sch, rows) >= MIN_ROWS and small:
-        outside = _pad_columns(sch, anchor, lanes)
+    plan = _padding_plan(sch, anchor, rows, cols, k, lanes, registers)
+    if plan is not None:
+        outside = _pad(sch, anchor, lanes, plan[:2])
         loops = sch.get_loops(anchor)
         spatial, (k,) = loops[:-1], loops[-1:]
         rows, cols = spatial[-2], spatial[-1]
@@ -81,7 +83,7 @@ def matmul_tiled(sch: s_tir.Schedule, anchor, lanes: int, registers: int = 16) -
     ]
     cols_outer = extent(sch, cols) > extent(sch, rows)
     jo, ji = sch.split(cols, [None, vec])
-    r, v = tile_shape(extent(sch, rows), extent(sch, jo), registers)
+    r, v = plan[2:] if plan is not None else tile_shape(extent(sch, rows), extent(sch, jo), registers)
     io, ii = sch.split(rows, [None, r])
     joo, joi = sch.split(jo, [None, v])
     lead = list(spatial[:-2])
@@ -106,16 +108,22 @@ def matmul_tiled(sch: s_tir.Schedule, anchor, lanes: int, registers: int = 16) -
 
 
 def _cropping_consumers(sch: s_tir.Schedule, anchor) -> list:
-    """Consumers that read the first rows of an anchor computed over rows rounded up to the register tile
-    (PackDenseWeights' matmul_packed_padded): same rank, the same columns, fewer rows. Computed at each tile,
-    they cover its real rows (TVM bounds the last tile's region by a predicate), so the epilogue stays in
-    the tile instead of another pass over the output."""
+    """Consumers that read the real part of an anchor computed over rows (and columns) rounded up to the
+    register tile (PackDenseWeights' matmul_packed_padded, or _pad here): same rank and leading dims, fewer
+    rows or columns. Computed at each tile, they cover its real part (TVM bounds the last tiles' regions by a
+    predicate), so the epilogue stays in the tile instead of another pass over the output."""
     out = sch.get(anchor).writes[0].source.shape
     found = []
     for c in sch.get_consumers(anchor):
         shape = sch.get(c).writes[0].source.shape
-        if len(shape) == len(out) and int(shape[-1]) == int(out[-1]) and int(shape[-2]) < int(out[-2]):
-            if all(int(a) == int(b) for a, b in zip(shape[:-2], out[:-2])):
+        dims = [(int(a), int(b)) for a, b in zip(shape, out)]
+        if (
+            len(shape) == len(out)
+            and dims[-2][0] <= dims[-2][1]
+            and dims[-1][0] <= dims[-1][1]
+            and dims[-2:] != [(b, b) for _, b in dims[-2:]]
+        ):
+            if all(a == b for a, b in dims[:-2]):
                 found.append(c)
     return found
 
@@ -127,16 +135,33 @@ def _shared_weight(sch: s_tir.Schedule, anchor) -> bool:
     return out_rank > 2 and any(len(r.source.shape) == 2 for r in block.reads)
 
 
-def _pad_columns(sch: s_tir.Schedule, anchor, lanes: int) -> list[str]:
-    """Pad the anchor's columns to a multiple of the lanes (pad_einsum): its operands' padded copies are
-    blocks of their own, vectorized here; the copy of the real columns back joins the epilogue. Returns the
-    names of the epilogue blocks, which stay outside the tile (they write fewer columns than it)."""
+def _padding_plan(sch: s_tir.Schedule, anchor, rows, cols, k, lanes: int, registers: int):
+    """(row factor, column factor, r, v) to pad a matmul of activations by (tiles.padded_tile) when its rows or
+    columns have no good register tile (attention's 197 x 197 scores: primes) or its columns no whole vectors,
+    and the operands are small enough to copy each call; None to keep it as it is. Constant weights are never
+    padded here: PackDenseWeights padded them once at compile time."""
+    if sch.get(anchor).name_hint.startswith("matmul_packed"):
+        return None
+    m, n, depth = extent(sch, rows), extent(sch, cols), extent(sch, k)
+    if m < MIN_ROWS or n <= lanes or max(m, n) * depth > PAD_LIMIT:
+        return None
+    pm, pv, r, v = padded_tile(m, -(-n // lanes), registers)
+    if pm == m and pv * lanes == n:
+        return None
+    return (r if pm != m else 1, v * lanes if pv * lanes != n else 1, r, v)
+
+
+def _pad(sch: s_tir.Schedule, anchor, lanes: int, factors: tuple[int, int]) -> list[str]:
+    """Pad the anchor's rows and columns to multiples of `factors` (pad_einsum): its operands' padded copies
+    are blocks of their own, vectorized here; the copy of the real part back joins the epilogue. Returns the
+    names of the epilogue blocks that cannot be computed per tile (the rest: _cropping_consumers)."""
     pad = [1] * len(sch.get_loops(anchor))
-    pad[-2] = lanes
+    pad[-3], pad[-2] = factors
     before = {sch.get(b).name_hint for b in blocks(sch)}
     sch.pad_einsum(anchor, pad)
     operands = [b for b in sch.get_producers(anchor) if sch.get(b).name_hint not in before]
     inline_all_but(sch, [anchor, *operands])
     for b in operands:
         parallel_vectorize(sch, b, lanes)
-    return [sch.get(c).name_hint for c in sch.get_consumers(anchor)]
+    cropping = {sch.get(c).name_hint for c in _cropping_consumers(sch, anchor)}
+    return [n for n in (sch.get(c).name_hint for c in sch.get_consumers(anchor)) if n not in cropping]

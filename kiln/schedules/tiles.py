@@ -46,6 +46,22 @@ def rounded_rows(rows: int, vectors: int, registers: int) -> int | None:
     return -(-rows // r) * r
 
 
+def padded_tile(rows: int, vectors: int, registers: int) -> tuple[int, int, int, int]:
+    """(padded rows, padded vectors, r, v): the row and column-vector counts rounded up to a register tile of
+    r x v, chosen for the least padded work per FMA per load ((rows' x vectors') * (r + v) / (r * v)), against
+    the unpadded divisor tile (matmul_tile). Attention's [197, 64] x [64, 197] per head: 197 rows and 13
+    vectors (both primes) tile 1 x 1 unpadded; padded to 198 x 14 they tile 6 x 2 or 3 x 7."""
+    r0, v0 = matmul_tile(rows, vectors, registers)
+    best, best_cost = (rows, vectors, r0, v0), rows * vectors * (r0 + v0) / (r0 * v0) / ROUND_ROWS_GAIN
+    for v in range(1, MAX_TILE_VECTORS + 1):
+        r = max(1, (registers - v - 1) // v)
+        pr, pv = -(-rows // r) * r, -(-vectors // v) * v
+        cost = pr * pv * (r + v) / (r * v)
+        if cost < best_cost:
+            best, best_cost = (pr, pv, r, v), cost
+    return best
+
+
 def vector_width(n: int, lanes: int) -> int:
     """The widest power-of-two width up to `lanes` that divides n (whole SIMD registers: 1000
     outputs vectorize by 8, not by 10), else the largest divisor up to `lanes`."""

@@ -77,3 +77,50 @@ def test_ragged_rows_match_numpy_and_onnxruntime(tmp_path, rows, k, n, epilogue)
 def test_tiled_rows_are_left_alone(tmp_path):
     r = kiln.compile(_block(128, 256, 256, "residual"), tmp_path / "m.kiln")
     assert r.report["dense_rows_rounded"] == 0
+
+
+def _attention(seq: int, heads: int, dim: int):
+    """softmax(Q K^T * scale) V over [1, heads, seq, dim], as the exporters write it (a Transpose of K)."""
+    nodes = [
+        helper.make_node("Transpose", ["k"], ["kt"], perm=[0, 1, 3, 2]),
+        helper.make_node("MatMul", ["q", "kt"], ["s"]),
+        helper.make_node("Mul", ["s", "scale"], ["ss"]),
+        helper.make_node("Softmax", ["ss"], ["p"], axis=-1),
+        helper.make_node("MatMul", ["p", "v"], ["output"]),
+    ]
+    feeds = {n: rand(1, heads, seq, dim, seed=i) for i, n in enumerate("qkv")}
+    return make_model(nodes, feeds, ["output"], {"scale": np.float32(dim**-0.5)}), feeds
+
+
+@pytest.mark.parametrize("seq", [197, 31, 77])
+def test_attention_matmuls_of_prime_sizes_are_padded_to_full_tiles(tmp_path, seq):
+    from kiln.schedules.tiles import padded_tile
+
+    rows, vectors, r, v = padded_tile(seq, -(-seq // 16), 32)
+    assert r * v > 1 and (rows, vectors) != (seq, seq // 16)  # Q K^T: the scores tile badly unpadded
+    m, feeds = _attention(seq, 4, 64)
+    kiln.compile(m, tmp_path / "m.kiln")
+    model = kiln.load(tmp_path / "m.kiln")
+    kinds = sorted(v["kind"] for v in model.manifest["buckets"][0]["kernel_info"].values())
+    assert kinds.count("matmul") == 2
+    np.testing.assert_allclose(model.run(feeds)["output"], ort_run(m, feeds)[0], rtol=1e-4, atol=1e-5)
+
+
+def test_padded_attention_matmul_has_a_full_unpredicated_tile():
+    """The scores' matmul (197 x 197 per head) gets a register tile of r x v vectors with no predicate in its
+    update (padded rows and columns), where unpadded it had 1 x 1."""
+    import kiln.compiler.build as build
+    from kiln.compiler.flows import run_flow
+    from kiln.compiler.options import CompileOptions
+    from kiln.schedules.tiles import padded_tile
+
+    m, _ = _attention(197, 2, 64)
+    opts = CompileOptions.make(target="llvm -mcpu=znver4")
+    imported = build._import(m, opts.bucket_shapes()[0], opts, "test", "unused.kiln")
+    mod = run_flow(imported, opts, "NCHWc", "test").mod
+    _, _, r, v = padded_tile(197, 13, 32)
+    scores = [f.script() for gv, f in mod.functions.items() if "multiply" in gv.name_hint and "matmul" in gv.name_hint]
+    assert len(scores) == 1
+    update = scores[0].split('T.sblock("matmul_update")')[1].split("T.sblock(")[0]
+    assert "T.where" not in update
+    assert f"T.unroll(T.int64({r}))" in scores[0] and f"T.unroll(T.int64({v}))" in scores[0]
