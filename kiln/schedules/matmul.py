@@ -13,8 +13,9 @@ to a whole register tile (tiles.padded_tile: the least padded work per FMA per l
 best divisor tile by ROUND_ROWS_GAIN; a column count with no vector width of 4 or more (an output layer of
 129 frequency bins or 37 classes) is padded to a whole number of vectors. Constant weights are padded at
 compile time (PackDenseWeights); others, up to PAD_LIMIT, here (`_pad`): copied into a zero-padded buffer
-each call, the epilogue computed per tile over the real part. enh_conv_bilstm's [100, 192] x [192, 129] + sigmoid: 0.47 -> 0.05 ms
-(benchmarks/history.md); the unpadded kernel fell back to reduction_tiled's scalar columns.
+each call, the epilogue computed per tile over the real part. enh_conv_bilstm's [100, 192] x [192, 129] +
+sigmoid: 0.47 -> 0.05 ms (benchmarks/history.md); the unpadded kernel fell back to reduction_tiled's scalar
+columns.
 
 With more columns than rows the column panels are the outer loop, so the weights stream from memory once
 (ddddocr's [40, 1024] x [1024, 8208] classifier: 7.8 -> 4.3 ms); else the row blocks are."""
