@@ -303,6 +303,10 @@ def _c_kernels(mod) -> list[str]:
         C_KERNELS[bool(int(f.attrs["kiln.bf16_conv"][8]))][1]
         for f in mod.functions.values()
         if f.attrs is not None and "kiln.bf16_conv" in f.attrs
+    } | {
+        str(f.attrs["kiln.c_kernel"])
+        for f in mod.functions.values()
+        if f.attrs is not None and "kiln.c_kernel" in f.attrs
     }
     if not sources:
         return []

@@ -38,6 +38,7 @@ COUNTERS = (
     "dense_packed",
     "dense_padded",
     "dense_rows_rounded",
+    "attention_fused",
     "depthwise_fused",
     "zero_channels_removed",
     "zero_channel_flops_removed",

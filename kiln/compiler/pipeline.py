@@ -45,6 +45,13 @@ def _apply_tuning_database(o):
     return ApplyTuningDatabase(o.tuning_db, o.target.tvm(), caps.f32_block, caps.vector_registers)
 
 
+def _attention_kernel(o) -> str | None:
+    """The fused attention kernel's build (passes/fuse_attention.kernel_isa) for a float32 build, else None."""
+    from .passes.fuse_attention import kernel_isa
+
+    return kernel_isa(o.target.caps) if o.precision == "fp32" and not o.target.is_gpu else None
+
+
 def _vdpbf16ps(o) -> bool:
     """bf16 convs can run on Kiln's vdpbf16ps kernel (BF16ConvKernel): bf16 on a CPU with AVX512-BF16."""
     return o.precision == "bf16" and o.target.caps.has_vdpbf16ps
@@ -130,6 +137,7 @@ CPU_PIPELINE: list[PassSpec] = [
     PassSpec("FuseBF16Epilogue", lambda o: kp.FuseBF16Epilogue() if _vdpbf16ps(o) else None, 2),
     PassSpec("FuseDepthwisePointwise", lambda o: kp.FuseDepthwisePointwise(), 2),
     PassSpec("MergeSiblingMatmuls", lambda o: kp.MergeSiblingMatmuls(), 2),  # before PackDenseWeights packs each
+    PassSpec("FuseAttention", lambda o: kp.FuseAttention(isa) if (isa := _attention_kernel(o)) else None, 2),
     PassSpec(
         "PackDenseWeights", lambda o: kp.PackDenseWeights(o.target.caps.f32_block, o.target.caps.vector_registers), 2
     ),

@@ -30,7 +30,17 @@ TOP = 15
 # kernel kinds (schedules/kinds.KINDS, as the manifest's kernel_info names them) whose FLOPs are multiply-adds,
 # which the FMA peak bounds
 MULTIPLY_ADD = frozenset(
-    {"conv2d", "conv2d_nchw", "depthwise_nchw", "conv3d", "matmul", "winograd", "depthwise_pointwise", "bf16_conv"}
+    {
+        "conv2d",
+        "conv2d_nchw",
+        "depthwise_nchw",
+        "conv3d",
+        "matmul",
+        "winograd",
+        "depthwise_pointwise",
+        "bf16_conv",
+        "attention",
+    }
 )
 BUILTIN = "vm.builtin."
 OVERSTATED = 1.10  # kernels adding up to more than this share of the plain run: the timing itself shows

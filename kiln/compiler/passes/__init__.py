@@ -10,6 +10,7 @@ from .dead_code import DeadCode
 from .drop_dead_conv_taps import DropDeadConvTaps
 from .fold_batchnorm import FoldBatchNorm
 from .fold_constants import FoldConstants
+from .fuse_attention import FuseAttention
 from .fuse_bf16_epilogue import FuseBF16Epilogue
 from .fuse_depthwise_pointwise import FuseDepthwisePointwise
 from .fuse_epilogue import FuseEpilogue
@@ -38,6 +39,7 @@ __all__ = [
     "DropDeadConvTaps",
     "FoldBatchNorm",
     "FoldConstants",
+    "FuseAttention",
     "FuseBF16Epilogue",
     "FuseDepthwisePointwise",
     "FuseEpilogue",

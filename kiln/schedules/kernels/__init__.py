@@ -18,6 +18,19 @@ from ...errors import CompileError
 
 SOURCES = {
     "bf16_conv": (Path(__file__).parent / "bf16_conv.c", ["-mavx512f", "-mavx512bf16"]),
+    # one source, two builds: GCC vector extensions at 16 lanes (AVX-512) and 8 (AVX2); 256-bit loads unsplit
+    "attention_avx512": (Path(__file__).parent / "attention.c", ["-mavx512f", "-mno-avx256-split-unaligned-load"]),
+    "attention_avx2": (
+        Path(__file__).parent / "attention.c",
+        [
+            "-mavx2",
+            "-mfma",
+            "-DKILN_VL=8",
+            "-DKILN_ATTENTION=kiln_attention_f32_avx2",
+            "-mno-avx256-split-unaligned-load",
+            "-mno-avx256-split-unaligned-store",
+        ],
+    ),
     "amx_bf16_conv": (
         Path(__file__).parent / "amx_bf16_conv.c",
         ["-mavx512f", "-mavx512bw", "-mavx512bf16", "-mamx-tile", "-mamx-bf16"],

@@ -1,0 +1,183 @@
+"""FuseAttention: scaled dot-product attention, softmax(Q Kᵀ * scale + mask) V, as one kernel per
+(batch x head, block of query rows) on Kiln's C kernel (kiln/schedules/kernels/attention.c): an online
+(streaming) softmax over blocks of keys, so the scores are never written out. Unfused, Whisper-tiny's
+encoder wrote and read 6 x 1500 x 1500 scores per layer (54 MB) three times (Q Kᵀ, softmax, · V) and its
+softmax, on 1500-wide rows no whole vector of 16 divides, ran scalar: those three kernels were 51% of the
+model's time (benchmarks/history.md).
+
+It takes the chain as both torch exporters write it, over static float32 tensors of rank 3 or 4:
+matmul(Q, Kᵀ) [* or / a scalar constant] [+ an additive mask that broadcasts over batch, heads or query
+rows] -> softmax(axis=-1) -> matmul(·, V), each intermediate read only by the next. Kᵀ is the keys
+transposed ([..., D, N]: a key's features down a column, as the exporters' Transpose leaves it), V
+[..., N, DV] with DV a multiple of the vector width. Hugging Face's SDPA path, which scales Q and Kᵀ
+separately, matches with no scale. Only x86 targets with AVX-512 or AVX2+FMA have the kernel (one source,
+built for each); elsewhere the chain stays as three kernels. `stats["attention_fused"]` counts them."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import tvm
+import tvm.script
+from tvm import relax
+from tvm.ir.expr import GenericConst
+
+from ..ir import op_name, var_uses
+from .module_map import rewrite_calls
+
+ROWS_PER_TASK = 24  # query rows per parallel task: a multiple of the kernel's tile rows (6 on AVX-512, 4 on AVX2)
+# target vector family -> (C function, kernels.SOURCES entry, float32 lanes the kernel's DV must be a multiple of)
+KERNELS = {
+    "avx512": ("kiln_attention_f32", "attention_avx512", 16),
+    "avx2": ("kiln_attention_f32_avx2", "attention_avx2", 8),
+}
+
+
+@dataclasses.dataclass(frozen=True)
+class Attention:
+    """One matched chain: its operands, the scale applied to the scores, and the mask (None: no mask)."""
+
+    q: relax.Expr
+    kt: relax.Expr
+    v: relax.Expr
+    scale: float
+    mask: relax.Expr | None
+
+
+def _shape(e) -> list[int] | None:
+    ty = e.ty
+    if not isinstance(ty, relax.TensorType) or ty.shape is None or str(ty.dtype) != "float32":
+        return None
+    try:
+        return [int(d) for d in ty.shape.values]
+    except TypeError:
+        return None
+
+
+def _scalar(e) -> float | None:
+    if isinstance(e, GenericConst) and e.value.numpy().size == 1:
+        return float(e.value.numpy().reshape(()))
+    return None
+
+
+def _single(e, uses: dict, lookup):
+    """The call a Var read only once is bound to, else None."""
+    return lookup(e) if isinstance(e, relax.Var) and uses.get(e, 0) == 1 else None
+
+
+def match(call, uses: dict, lookup) -> Attention | None:
+    """The attention chain ending in `call` (the matmul by V), or None."""
+    if op_name(call) != "relax.matmul":
+        return None
+    probs, v = call.args
+    soft = _single(probs, uses, lookup)
+    if op_name(soft) != "relax.nn.softmax" or int(soft.attrs.axis) not in (-1, len(probs.ty.shape.values) - 1):
+        return None
+    x, mask, scale = soft.args[0], None, 1.0
+    add = _single(x, uses, lookup)
+    if op_name(add) == "relax.add" and _scalar(add.args[1]) is None:
+        x, mask = add.args
+    scaled = _single(x, uses, lookup)
+    if op_name(scaled) in ("relax.multiply", "relax.divide") and _scalar(scaled.args[1]) is not None:
+        s = _scalar(scaled.args[1])
+        scale, x = (s if op_name(scaled) == "relax.multiply" else 1.0 / s), scaled.args[0]
+    qk = _single(x, uses, lookup)
+    if op_name(qk) != "relax.matmul":
+        return None
+    return Attention(qk.args[0], qk.args[1], v, scale, mask)
+
+
+def geometry(a: Attention, lanes: int) -> dict | None:
+    """The kernel's sizes and mask strides for a match, or None when its shapes are not the kernel's."""
+    q, kt, v = (_shape(e) for e in (a.q, a.kt, a.v))
+    if q is None or kt is None or v is None or len(q) not in (3, 4) or not len(q) == len(kt) == len(v):
+        return None
+    *lead, m, d = q
+    if kt[:-2] != lead or v[:-2] != lead or kt[-2] != d or v[-2] != kt[-1] or v[-1] % lanes or v[-1] > 256:
+        return None
+    n, heads = kt[-1], lead[-1] if len(lead) == 2 else 1
+    g = {"lead": lead, "M": m, "N": n, "D": d, "DV": v[-1], "bh": int(np.prod(lead)), "mask": None}
+    if a.mask is None:
+        return g
+    mask = _shape(a.mask)
+    if mask is None or len(mask) > 4 or mask[-1] != n:
+        return None
+    mb, mh, mm = ([1] * (4 - len(mask)) + mask)[:3]
+    batch = lead[0] if len(lead) == 2 else g["bh"]
+    if mm not in (1, m) or mh not in (1, heads) or mb not in (1, batch) or (len(lead) == 1 and mh != 1):
+        return None
+    slab = mm * n if mb * mh > 1 else 0  # one [rows, N] slab of the mask
+    div, mod = (heads, mb) if mh == 1 else (1, mh * mb)
+    g["mask"] = {"bh": slab, "row": n if mm == m else 0, "div": div, "mod": mod}
+    return g
+
+
+def kernel_func(g: dict, scale: float, function: str, source: str):
+    """The PrimFunc calling the C kernel for every (batch x head, block of ROWS_PER_TASK rows) in parallel."""
+    lead, m, n, d, dv = g["lead"], g["M"], g["N"], g["D"], g["DV"]
+    params = [("q", [*lead, m, d]), ("kt", [*lead, d, n]), ("v", [*lead, n, dv])]
+    mk = g["mask"] or {"bh": 0, "row": 0, "div": 1, "mod": 1}
+    if g["mask"] is not None:
+        params.append(("mask", g["mask_shape"]))
+    params.append(("out", [*lead, m, dv]))
+    per_head = -(-m // ROWS_PER_TASK)
+    flops = 2 * g["bh"] * m * n * (d + dv)
+    mask_ptr = "mask.data" if g["mask"] is not None else "T.int64(0)"  # the kernel reads no mask
+    src = f"""
+@T.prim_func
+def func({", ".join(f'{p}: T.Buffer({tuple(s)}, "float32")' for p, s in params)}):
+    T.func_attr({{"tirx.noalias": True, "tirx.is_scheduled": True, "op_pattern": 8, "kiln.kernel_kind": "attention",
+                 "kiln.c_kernel": "{source}", "kiln.flops": {flops}}})
+    for t in T.parallel({g["bh"] * per_head}):
+        T.evaluate(T.call_extern("int32", "{function}", q.data, kt.data, v.data, {mask_ptr}, out.data,
+                                 {m}, {n}, {d}, {dv}, T.float32({scale!r}), T.int64({mk["bh"]}), T.int64({mk["row"]}),
+                                 {mk["div"]}, {mk["mod"]}, 0, {n - m}, t // {per_head},
+                                 t % {per_head} * {ROWS_PER_TASK}, {ROWS_PER_TASK}))
+"""  # 8: opaque, FuseOps leaves it alone
+    return tvm.script.from_source(src)
+
+
+def _rewrite(builder, call, uses, lookup, isa: str):
+    a = match(call, uses, lookup)
+    function, source, lanes = KERNELS[isa]
+    g = geometry(a, lanes) if a is not None else None
+    if g is None:
+        return None
+    args = [a.q, a.kt, a.v]
+    if a.mask is not None:
+        g["mask_shape"] = _shape(a.mask)
+        args.append(a.mask)
+    gv = builder.add_func(kernel_func(g, a.scale, function, source).without_attr("global_symbol"), "attention")
+    return relax.call_tir(gv, args, relax.TensorType([*g["lead"], g["M"], g["DV"]], "float32"))
+
+
+def kernel_isa(caps) -> str | None:
+    """The attention kernel build for a target's capabilities, or None where it has none."""
+    if caps.arch != "x86_64" or not caps.fma:
+        return None
+    return caps.isa if caps.isa in KERNELS else None
+
+
+@tvm.transform.module_pass(opt_level=2, name="FuseAttention")
+class FuseAttention:
+    def __init__(self, isa: str):
+        self.isa = isa
+        self.stats = {"attention_fused": 0}
+
+    def transform_module(self, mod: tvm.IRModule, ctx) -> tvm.IRModule:
+        uses = {}
+        for f in mod.functions.values():
+            if isinstance(f, relax.Function):
+                uses |= var_uses(f)
+        out, count = rewrite_calls(mod, lambda b, call, lookup: _rewrite(b, call, uses, lookup, self.isa), lookup=True)
+        if not count:
+            return mod
+        from ...schedules.kernels import build
+
+        build(KERNELS[self.isa][1])  # compiled and loaded before anything references its symbol
+        self.stats["attention_fused"] += count
+        return relax.transform.DeadCodeElimination(["main"])(out)
+
+
+__all__ = ["FuseAttention", "kernel_isa"]

@@ -1,0 +1,262 @@
+/* Kiln's fused attention kernel, float32: out = softmax(scale * Q K^T + mask) V for one (batch x head,
+ * block of query rows) task, with an online (streaming) softmax over blocks of KB keys, so no row of
+ * scores longer than a block is ever stored: Whisper's 1500 x 1500 scores per head (54 MB a layer) are
+ * never materialized. The matmuls are register tiles of R query rows: S = Q K^T by broadcasting Q and
+ * loading K^T's vectors (R x KB/VL accumulators), P V by broadcasting P and loading V's vectors
+ * (R x DV/VL accumulators). Written with GCC vector extensions so one source builds for AVX-512 (VL 16)
+ * and AVX2 (VL 8): KILN_VL and KILN_ATTENTION name the build (kiln/schedules/kernels/__init__.py).
+ *
+ * q    [BH, M, D]    float32 (rows of queries)
+ * kt   [BH, D, N]    float32 (keys transposed: a key's features down a column)
+ * v    [BH, N, DV]   float32, DV a multiple of VL
+ * mask additive, element (bh, i, j) at mask[(bh / mh_div % mh_mod) * mask_bh + i * mask_row + j]
+ *      (strides 0 where it broadcasts), or NULL
+ * out  [BH, M, DV]   float32
+ * Rows [row0, row0 + rows) of head bh are computed. causal: key j > query i + causal_offset is masked. */
+#include <math.h> /* INFINITY */
+#include <stdint.h>
+#include <string.h>
+
+#ifndef KILN_VL
+#define KILN_VL 16
+#endif
+#ifndef KILN_ATTENTION
+#define KILN_ATTENTION kiln_attention_f32
+#endif
+
+#define VL KILN_VL
+#define R (VL == 16 ? 6 : 4) /* query rows per register tile */
+#define SV (VL == 16 ? 4 : 2) /* vectors of keys per block: S's tile is R x SV (24 of 32 zmm, 8 of 16 ymm) */
+#define KB (SV * VL)         /* keys per block */
+#define OV SV                /* output vectors per pass of P V: R x OV accumulators */
+#define MAX_DV 256           /* output features a tile keeps in L1 */
+
+typedef float vf __attribute__((vector_size(VL * 4)));
+typedef int32_t vi __attribute__((vector_size(VL * 4)));
+typedef float vf_unaligned __attribute__((vector_size(VL * 4), aligned(4), may_alias));
+
+/* one vbroadcastss ((vf){0} + x is an add first, since -0.0 + 0 is not -0.0; a loop of lane stores is lane inserts) */
+#if VL == 16
+static inline vf splat(float x) { return (vf){x, x, x, x, x, x, x, x, x, x, x, x, x, x, x, x}; }
+#else
+static inline vf splat(float x) { return (vf){x, x, x, x, x, x, x, x}; }
+#endif
+static inline vf load(const float *p) { return *(const vf_unaligned *)p; }
+static inline void store(float *p, vf v) { *(vf_unaligned *)p = v; }
+
+/* exp for x <= 0 (scores minus their row's running max): Cephes' range reduction and degree-6 polynomial,
+ * max relative error about 2e-7 over [-87, 0]; below -87 it is 0. */
+static inline vf vexp(vf x) {
+  vi small = x < -87.0f;
+  x = (vf)((vi)x & ~small) + (vf)((vi)splat(-87.0f) & small);
+  vf t = x * 1.44269504088896341f + 0.5f;
+  vf fx = __builtin_convertvector(__builtin_convertvector(t, vi), vf);
+  fx -= (vf)((vi)splat(1.0f) & (vi)(fx > t));
+  vf r = x - fx * 0.693359375f + fx * 2.12194440e-4f;
+  vf p = splat(1.9875691500e-4f);
+  p = p * r + 1.3981999507e-3f;
+  p = p * r + 8.3334519073e-3f;
+  p = p * r + 4.1665795894e-2f;
+  p = p * r + 1.6666665459e-1f;
+  p = p * r + 5.0000001201e-1f;
+  p = p * r * r + r + 1.0f;
+  vi n = __builtin_convertvector(fx, vi);
+  vf scale = (vf)((n + 127) << 23);
+  return (vf)((vi)(p * scale) & ~small);
+}
+
+static inline vf vmax(vf a, vf b) {
+  vi gt = a > b;
+  return (vf)(((vi)a & gt) | ((vi)b & ~gt));
+}
+
+/* horizontal max and sum in log2(VL) shuffle steps */
+static inline float hmax(vf v) {
+  for (int w = VL / 2; w >= 1; w /= 2) {
+    vi idx;
+    for (int l = 0; l < VL; ++l) idx[l] = (l + w) % VL;
+    v = vmax(v, __builtin_shuffle(v, idx));
+  }
+  return v[0];
+}
+
+static inline float hsum(vf v) {
+  for (int w = VL / 2; w >= 1; w /= 2) {
+    vi idx;
+    for (int l = 0; l < VL; ++l) idx[l] = (l + w) % VL;
+    v += __builtin_shuffle(v, idx);
+  }
+  return v[0];
+}
+
+typedef struct {
+  const float *mask;
+  int64_t mask_bh, mask_row;
+  int mh_div, mh_mod;
+  int causal, causal_offset;
+} masking;
+
+/* S[R][NV * VL] for query rows qi[R] over keys [j0, j0 + NV * VL) of kt (ldk: its row stride), NV <= SV:
+ * one function per NV so the accumulators stay in registers; a partial last block computes only its vectors */
+#define DEFINE_SCORES(NV)                                                                                        \
+  static void scores##NV(const float *const qi[R], const float *kt, int64_t ldk, int D, float scale, vf s[R][SV]) { \
+    vf acc[R][NV];                                                                                               \
+    for (int r = 0; r < R; ++r)                                                                                  \
+      for (int c = 0; c < NV; ++c) acc[r][c] = splat(0.0f);                                                      \
+    for (int d = 0; d < D; ++d) {                                                                                \
+      const float *k = kt + (int64_t)d * ldk;                                                                    \
+      vf kv[NV];                                                                                                 \
+      for (int c = 0; c < NV; ++c) kv[c] = load(k + c * VL);                                                     \
+      for (int r = 0; r < R; ++r) {                                                                              \
+        vf q = splat(qi[r][d]);                                                                                  \
+        for (int c = 0; c < NV; ++c) acc[r][c] += q * kv[c];                                                     \
+      }                                                                                                          \
+    }                                                                                                            \
+    for (int r = 0; r < R; ++r)                                                                                  \
+      for (int c = 0; c < NV; ++c) s[r][c] = acc[r][c] * scale;                                                  \
+  }
+DEFINE_SCORES(1)
+DEFINE_SCORES(2)
+#if SV > 2
+DEFINE_SCORES(3)
+DEFINE_SCORES(4)
+#endif
+
+static void scores(int nv, const float *const qi[R], const float *kt, int64_t ldk, int D, float scale, vf s[R][SV]) {
+  switch (nv) {
+    case 1: scores1(qi, kt, ldk, D, scale, s); break;
+#if SV > 2
+    case 3: scores3(qi, kt, ldk, D, scale, s); break;
+    case 4: scores4(qi, kt, ldk, D, scale, s); break;
+#endif
+    default: scores2(qi, kt, ldk, D, scale, s); break;
+  }
+}
+
+/* The mask on S[R][KB] over keys [j0, j0 + KB): + the additive mask, -inf past the valid keys and, causal,
+ * past each query's position; whole vectors of the mask are loaded, the partial one lane by lane. */
+static void apply_mask(const masking *mk, int bh, const int i[R], int j0, int valid, vf s[R][SV]) {
+  vi lane;
+  for (int l = 0; l < VL; ++l) lane[l] = l;
+  const float *base = mk->mask ? mk->mask + (int64_t)(bh / mk->mh_div % mk->mh_mod) * mk->mask_bh + j0 : NULL;
+  vf ninf = splat(-INFINITY);
+  for (int r = 0; r < R; ++r) {
+    const float *row = base ? base + (int64_t)i[r] * mk->mask_row : NULL;
+    for (int c = 0; c < SV; ++c) {
+      vi j = lane + c * VL; /* key index - j0 */
+      vi dead = j >= valid;
+      if (mk->causal) dead |= j > i[r] + mk->causal_offset - j0;
+      if (row && (c + 1) * VL <= valid) {
+        s[r][c] += load(row + c * VL);
+      } else if (row) {
+        for (int l = 0; c * VL + l < valid; ++l) s[r][c][l] += row[c * VL + l];
+      }
+      s[r][c] = (vf)(((vi)s[r][c] & ~dead) | ((vi)ninf & dead));
+    }
+  }
+}
+
+/* One tile of R query rows over every key block: online softmax, O accumulated in o[R][DV]. */
+static void tile(const float *q, const float *kt, const float *v, const float *kt_tail, const float *v_tail,
+                 const masking *mk, float *out, int bh, int M, int N, int D, int DV, float scale, int row) {
+  const float *qi[R];
+  int idx[R];
+  for (int r = 0; r < R; ++r) {
+    idx[r] = row + r < M ? row + r : M - 1; /* past the last row: recompute it, store nothing */
+    qi[r] = q + (int64_t)idx[r] * D;
+  }
+  float o[R][MAX_DV] __attribute__((aligned(64)));
+  float m[R], l[R];
+  for (int r = 0; r < R; ++r) {
+    m[r] = -INFINITY;
+    l[r] = 0.0f;
+    memset(o[r], 0, sizeof(float) * DV);
+  }
+  int need_mask = mk->mask != NULL || mk->causal;
+  for (int j0 = 0; j0 < N; j0 += KB) {
+    int valid = N - j0 < KB ? N - j0 : KB;
+    int tail = valid < KB;
+    vf s[R][SV];
+    int nv = (valid + VL - 1) / VL, keys = nv * VL; /* a partial last block: only its vectors */
+    scores(nv, qi, tail ? kt_tail : kt + j0, tail ? KB : N, D, scale, s);
+    if (need_mask || tail) apply_mask(mk, bh, idx, j0, valid, s);
+    float alpha[R], p[R][KB] __attribute__((aligned(64)));
+    for (int r = 0; r < R; ++r) {
+      vf mx = s[r][0];
+      for (int c = 1; c < SV; ++c) mx = vmax(mx, s[r][c]);
+      float mnew = hmax(mx);
+      if (mnew < m[r]) mnew = m[r];
+      /* a row whose keys so far are all masked: exp of 0, as softmax gives over equal (masked) scores */
+      float base = mnew == -INFINITY ? 0.0f : mnew;
+      alpha[r] = m[r] == -INFINITY ? 0.0f : vexp(splat(m[r] - base))[0];
+      m[r] = mnew;
+      vf sum = splat(0.0f);
+      for (int c = 0; c < SV; ++c) {
+        vf e = vexp(s[r][c] - base);
+        store(p[r] + c * VL, e);
+        sum += e;
+      }
+      l[r] = l[r] * alpha[r] + hsum(sum);
+    }
+    const float *vb = tail ? v_tail : v + (int64_t)j0 * DV;
+    for (int e0 = 0; e0 < DV; e0 += OV * VL) {
+      int ne = DV - e0 < OV * VL ? (DV - e0) / VL : OV;
+      if (ne == OV) {
+        vf acc[R][OV];
+        for (int r = 0; r < R; ++r)
+          for (int c = 0; c < OV; ++c) acc[r][c] = load(o[r] + e0 + c * VL) * alpha[r];
+        for (int j = 0; j < keys; ++j) {
+          const float *vr = vb + (int64_t)j * DV + e0;
+          vf vv[OV];
+          for (int c = 0; c < OV; ++c) vv[c] = load(vr + c * VL);
+          for (int r = 0; r < R; ++r) {
+            vf pr = splat(p[r][j]);
+            for (int c = 0; c < OV; ++c) acc[r][c] += pr * vv[c];
+          }
+        }
+        for (int r = 0; r < R; ++r)
+          for (int c = 0; c < OV; ++c) store(o[r] + e0 + c * VL, acc[r][c]);
+      } else {
+        for (int c = 0; c < ne; ++c) {
+          vf acc[R];
+          for (int r = 0; r < R; ++r) acc[r] = load(o[r] + e0 + c * VL) * alpha[r];
+          for (int j = 0; j < keys; ++j) {
+            vf vv = load(vb + (int64_t)j * DV + e0 + c * VL);
+            for (int r = 0; r < R; ++r) acc[r] += splat(p[r][j]) * vv;
+          }
+          for (int r = 0; r < R; ++r) store(o[r] + e0 + c * VL, acc[r]);
+        }
+      }
+    }
+  }
+  for (int r = 0; r < R && row + r < M; ++r) {
+    vf inv = splat(1.0f / l[r]);
+    float *dst = out + (int64_t)(row + r) * DV;
+    for (int e = 0; e < DV; e += VL) store(dst + e, load(o[r] + e) * inv);
+  }
+}
+
+int KILN_ATTENTION(const float *q, const float *kt, const float *v, const float *mask, float *out, int M, int N,
+                   int D, int DV, float scale, int64_t mask_bh, int64_t mask_row, int mh_div, int mh_mod, int causal,
+                   int causal_offset, int bh, int row0, int rows) {
+  if (DV % VL || DV > MAX_DV) return -1;
+  const float *qh = q + (int64_t)bh * M * D, *kth = kt + (int64_t)bh * D * N, *vh = v + (int64_t)bh * N * DV;
+  float *oh = out + (int64_t)bh * M * DV;
+  /* the last key block, if partial, copied once into zero-padded buffers (no load past the tensors) */
+  int tail0 = N / KB * KB, ntail = N - tail0;
+  float *kt_tail = NULL, *v_tail = NULL;
+  float stack_k[64 * KB], stack_v[KB * 64];
+  if (ntail) {
+    int small = D <= 64 && DV <= 64;
+    kt_tail = small ? stack_k : (float *)__builtin_alloca(sizeof(float) * D * KB);
+    v_tail = small ? stack_v : (float *)__builtin_alloca(sizeof(float) * KB * DV);
+    memset(kt_tail, 0, sizeof(float) * D * KB);
+    memset(v_tail, 0, sizeof(float) * KB * DV);
+    for (int d = 0; d < D; ++d) memcpy(kt_tail + d * KB, kth + (int64_t)d * N + tail0, sizeof(float) * ntail);
+    memcpy(v_tail, vh + (int64_t)tail0 * DV, sizeof(float) * ntail * DV);
+  }
+  masking mk = {mask, mask_bh, mask_row, mh_div > 0 ? mh_div : 1, mh_mod > 0 ? mh_mod : 1, causal, causal_offset};
+  int end = row0 + rows < M ? row0 + rows : M;
+  for (int row = row0; row < end; row += R) tile(qh, kth, vh, kt_tail, v_tail, &mk, oh, bh, M, N, D, DV, scale, row);
+  return 0;
+}
