@@ -20,17 +20,18 @@ import dataclasses
 import numpy as np
 import tvm
 import tvm.script
-from tvm import relax
+from tvm import relax, te
 from tvm.ir.expr import GenericConst
 
 from ..ir import op_name, var_uses
 from .module_map import rewrite_calls
 
 ROWS_PER_TASK = 24  # query rows per parallel task: a multiple of the kernel's tile rows (6 on AVX-512, 4 on AVX2)
-# target vector family -> (C function, kernels.SOURCES entry, float32 lanes the kernel's DV must be a multiple of)
+# target vector family -> (C function, kernels.SOURCES entry, float32 lanes (DV is a multiple of them), keys per
+# block (the C build's KB: K^T is packed by it))
 KERNELS = {
-    "avx512": ("kiln_attention_f32", "attention_avx512", 16),
-    "avx2": ("kiln_attention_f32_avx2", "attention_avx2", 8),
+    "avx512": ("kiln_attention_f32", "attention_avx512", 16, 64),
+    "avx2": ("kiln_attention_f32_avx2", "attention_avx2", 8, 16),
 }
 
 
@@ -113,10 +114,23 @@ def geometry(a: Attention, lanes: int) -> dict | None:
     return g
 
 
-def kernel_func(g: dict, scale: float, function: str, source: str):
+def pack_keys(kt, kb: int):
+    """K^T [..., D, N] -> [..., N/kb, D, kb] (N rounded up, zeros past it): each block of kb keys contiguous,
+    as the C kernel reads it. An injective kernel: FuseOps fuses it with the transpose that makes K^T."""
+    *lead, d, n = (int(v) for v in kt.shape)
+    nb = -(-n // kb)
+
+    def at(*i):
+        j = i[-3] * kb + i[-1]
+        return te.if_then_else(j < n, kt[(*i[:-3], i[-2], te.min(j, n - 1))], tvm.tirx.const(0, "float32"))
+
+    return te.compute((*lead, nb, d, kb), at, name="attention_keys")
+
+
+def kernel_func(g: dict, scale: float, function: str, source: str, kb: int):
     """The PrimFunc calling the C kernel for every (batch x head, block of ROWS_PER_TASK rows) in parallel."""
     lead, m, n, d, dv = g["lead"], g["M"], g["N"], g["D"], g["DV"]
-    params = [("q", [*lead, m, d]), ("kt", [*lead, d, n]), ("v", [*lead, n, dv])]
+    params = [("q", [*lead, m, d]), ("kt", [*lead, -(-n // kb), d, kb]), ("v", [*lead, n, dv])]
     mk = g["mask"] or {"bh": 0, "row": 0, "div": 1, "mod": 1}
     if g["mask"] is not None:
         params.append(("mask", g["mask_shape"]))
@@ -140,15 +154,16 @@ def func({", ".join(f'{p}: T.Buffer({tuple(s)}, "float32")' for p, s in params)}
 
 def _rewrite(builder, call, uses, lookup, isa: str):
     a = match(call, uses, lookup)
-    function, source, lanes = KERNELS[isa]
+    function, source, lanes, kb = KERNELS[isa]
     g = geometry(a, lanes) if a is not None else None
     if g is None:
         return None
-    args = [a.q, a.kt, a.v]
+    keys = builder.emit(builder.call_te(pack_keys, a.kt, kb, primfunc_name_hint="attention_keys"))
+    args = [a.q, keys, a.v]
     if a.mask is not None:
         g["mask_shape"] = _shape(a.mask)
         args.append(a.mask)
-    gv = builder.add_func(kernel_func(g, a.scale, function, source).without_attr("global_symbol"), "attention")
+    gv = builder.add_func(kernel_func(g, a.scale, function, source, kb).without_attr("global_symbol"), "attention")
     return relax.call_tir(gv, args, relax.TensorType([*g["lead"], g["M"], g["DV"]], "float32"))
 
 
