@@ -194,3 +194,44 @@ def qdq_conv(cin=32, cout=48, k=3, stride=1, pad=1, zx=0, wmax=64, hw=10, seed=0
             patch = xp[:, :, a : a + stride * oh : stride, b : b + stride * oh : stride]
             acc += np.einsum("nchw,oc->nohw", patch, wq[:, :, a, b].astype(np.int64))
     return model, x, acc * (np.float64(sx) * sw.astype(np.float64)).reshape(1, -1, 1, 1)
+
+
+# a small text model for sequence-bucket tests (tests/runtime/test_sequence_buckets.py, tests/serve)
+HIDDEN, VOCAB = 32, 50
+
+
+def text_encoder() -> onnx.ModelProto:
+    """Embedding, then one attention head whose keys are masked by attention_mask ((1 - mask) * -1e9, as BERT's
+    exporters write it), then a residual: [1, seq] token ids and mask -> [1, seq, HIDDEN]."""
+    rng = np.random.default_rng(0)
+    w = {n: rng.standard_normal((HIDDEN, HIDDEN)).astype(np.float32) * 0.2 for n in ("wq", "wk", "wv")}
+    inits = [numpy_helper.from_array(v, k) for k, v in w.items()] + [
+        numpy_helper.from_array(rng.standard_normal((VOCAB, HIDDEN)).astype(np.float32), "emb"),
+        numpy_helper.from_array(np.float32(HIDDEN**-0.5), "scale"),
+        numpy_helper.from_array(np.float32(1), "one"),
+        numpy_helper.from_array(np.float32(-1e9), "big"),
+        numpy_helper.from_array(np.array([1], np.int64), "axis1"),
+    ]
+    n = helper.make_node
+    nodes = [
+        n("Gather", ["emb", "input_ids"], ["x"]),
+        n("MatMul", ["x", "wq"], ["q"]),
+        n("MatMul", ["x", "wk"], ["k"]),
+        n("MatMul", ["x", "wv"], ["v"]),
+        n("Transpose", ["k"], ["kt"], perm=[0, 2, 1]),
+        n("MatMul", ["q", "kt"], ["s"]),
+        n("Mul", ["s", "scale"], ["ss"]),
+        n("Cast", ["attention_mask"], ["mf"], to=TensorProto.FLOAT),
+        n("Sub", ["one", "mf"], ["inv"]),
+        n("Mul", ["inv", "big"], ["neg"]),
+        n("Unsqueeze", ["neg", "axis1"], ["m3"]),
+        n("Add", ["ss", "m3"], ["sm"]),
+        n("Softmax", ["sm"], ["p"], axis=-1),
+        n("MatMul", ["p", "v"], ["a"]),
+        n("Add", ["a", "x"], ["output"]),
+    ]
+    ids = helper.make_tensor_value_info("input_ids", TensorProto.INT64, [1, "seq"])
+    mask = helper.make_tensor_value_info("attention_mask", TensorProto.INT64, [1, "seq"])
+    out = helper.make_tensor_value_info("output", TensorProto.FLOAT, [1, "seq", HIDDEN])
+    g = helper.make_graph(nodes, "text", [ids, mask], [out], inits)
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])

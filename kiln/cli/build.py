@@ -61,6 +61,7 @@ COMPILE_FIELDS = (
     "tuning_db",
     "shape_buckets",
     "bucket_policy",
+    "pad_values",
     "max_memory",
     "quantize",
     "calibration",

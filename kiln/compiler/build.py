@@ -155,6 +155,7 @@ def compile_model(
         "weights": weights_index,
         "buckets": buckets,
         "bucket_policy": options.bucket_policy,
+        "pad_values": dict(options.pad_values),
         "entry": "main",
         "compile_options": dict(options.to_json(), layout_chosen=report.get("layout", layout)),
         "passes_skipped": report.get("passes_skipped", []),

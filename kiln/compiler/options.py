@@ -60,7 +60,7 @@ class CompileOptions:
     )
     bucket_policy: str = option(
         "pad",
-        "inputs between buckets: zero-pad to the next bucket and crop outputs, or refuse",
+        "inputs between buckets: pad to the next bucket (zeros, or --pad-value) and crop outputs, or refuse",
         choices=BUCKET_POLICIES,
     )
     max_memory: int | None = option(
@@ -102,6 +102,14 @@ class CompileOptions:
         "repeatable: compile this input in as a constant (a scalar or small array, e.g. sr=16000, axes=[0,2]); "
         "Ifs and shapes that depend on it fold away",
         name="--freeze-input",
+        metavar="NAME=VALUE",
+        repeat=True,
+    )
+    pad_values: tuple[tuple[str, float], ...] = option(
+        (),
+        "repeatable: what a bucketed input is padded with up to its bucket (token ids: the tokenizer's pad id; "
+        "default 0, which is also what an attention mask needs)",
+        name="--pad-value",
         metavar="NAME=VALUE",
         repeat=True,
     )
@@ -174,6 +182,7 @@ class CompileOptions:
             tuple(dict.fromkeys(o["keep_float"])),
             precision,
             frozen,
+            _pad_values(o["pad_values"], {n for b in buckets for n in b}),
         )
 
     @property
@@ -204,7 +213,32 @@ class CompileOptions:
             "keep_float": list(self.keep_float),
             "precision": self.precision,
             "freeze_inputs": {f.name: f.to_json() for f in self.freeze_inputs},
+            "pad_values": dict(self.pad_values),
         }
+
+
+def _pad_values(specs, bucketed: set) -> tuple[tuple[str, float], ...]:
+    """["input_ids=0", ...] or {name: value} -> ((name, value), ...) sorted; each name a bucketed input."""
+    items = list(specs.items()) if isinstance(specs, dict) else [str(s).split("=", 1) for s in specs or ()]
+    out = {}
+    for item in items:
+        if len(item) != 2:
+            raise OptionsError(f"pad value {item[0]!r} is not NAME=VALUE", where="--pad-value", fix="e.g. input_ids=0")
+        name, value = str(item[0]).strip(), item[1]
+        try:
+            value = float(value)
+        except (TypeError, ValueError):
+            raise OptionsError(
+                f"pad value {value!r} for {name!r} is not a number", where="--pad-value", fix="e.g. input_ids=0"
+            ) from None
+        if name not in bucketed:
+            raise OptionsError(
+                f"--pad-value names {name!r}, which has no --shape-buckets",
+                where="--pad-value",
+                fix=f"pad values are for bucketed inputs: {', '.join(sorted(bucketed)) or 'there are none'}",
+            )
+        out[name] = value
+    return tuple(sorted(out.items()))
 
 
 def _check_quantize(quantize, calibration, method, samples, min_agreement, precision, buckets) -> None:

@@ -21,6 +21,7 @@ class Bucket:
     name: str
     inputs: tuple[TensorSpec, ...]
     outputs: tuple[TensorSpec, ...]
+    pad_values: tuple[tuple[str, float], ...] = ()  # what each input is padded with (--pad-value; else 0)
 
     def holds(self, shapes: dict[str, tuple[int, ...]]) -> bool:
         return all(
@@ -75,8 +76,10 @@ def choose(
 
 
 def pad(arrays: list[np.ndarray], bucket: Bucket) -> tuple[list[np.ndarray], dict[int, tuple[int, int]]]:
-    """Zero-pad each input at the end of every axis to the bucket's shape. Returns the arrays and
-    {axis: (bucket size, original size)} of the padded axes."""
+    """Pad each input at the end of every axis to the bucket's shape, with its pad value (zeros unless the
+    compile gave --pad-value: token ids take the tokenizer's pad id, an attention mask zeros, so the padded
+    positions are masked out). Returns the arrays and {axis: (bucket size, original size)} of the padded axes."""
+    values = dict(bucket.pad_values)
     out, padded = [], {}
     for a, spec in zip(arrays, bucket.inputs):
         if a.shape == spec.shape:
@@ -85,7 +88,8 @@ def pad(arrays: list[np.ndarray], bucket: Bucket) -> tuple[list[np.ndarray], dic
         for ax, (n, big) in enumerate(zip(a.shape, spec.shape)):
             if n != big:
                 padded[ax] = (big, n)
-        out.append(np.pad(a, [(0, big - n) for n, big in zip(a.shape, spec.shape)]))
+        widths = [(0, big - n) for n, big in zip(a.shape, spec.shape)]
+        out.append(np.pad(a, widths, constant_values=np.asarray(values.get(spec.name, 0)).astype(a.dtype)))
     return out, padded
 
 

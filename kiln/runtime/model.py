@@ -166,6 +166,7 @@ class Model:
                         b["name"],
                         tuple(map(art.TensorSpec.from_json, b["inputs"])),
                         tuple(map(art.TensorSpec.from_json, b["outputs"])),
+                        tuple(sorted((manifest.get("pad_values") or {}).items())),
                     )
                 )
                 vm = VirtualMachine(lib, self._dev)
