@@ -39,6 +39,7 @@ COUNTERS = (
     "dense_padded",
     "dense_rows_rounded",
     "attention_fused",
+    "bf16_kernel_matmuls",
     "depthwise_fused",
     "zero_channels_removed",
     "zero_channel_flops_removed",

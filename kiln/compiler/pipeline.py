@@ -46,10 +46,10 @@ def _apply_tuning_database(o):
 
 
 def _attention_kernel(o) -> str | None:
-    """The fused attention kernel's build (passes/fuse_attention.kernel_isa) for a float32 build, else None."""
+    """The fused attention kernel's build (passes/fuse_attention.kernel_isa), else None."""
     from .passes.fuse_attention import kernel_isa
 
-    return kernel_isa(o.target.caps) if o.precision == "fp32" and not o.target.is_gpu else None
+    return kernel_isa(o.target.caps) if not o.target.is_gpu else None  # float32 chains only, in any build
 
 
 def _vdpbf16ps(o) -> bool:
@@ -138,6 +138,7 @@ CPU_PIPELINE: list[PassSpec] = [
     PassSpec("FuseDepthwisePointwise", lambda o: kp.FuseDepthwisePointwise(), 2),
     PassSpec("MergeSiblingMatmuls", lambda o: kp.MergeSiblingMatmuls(), 2),  # before PackDenseWeights packs each
     PassSpec("FuseAttention", lambda o: kp.FuseAttention(isa) if (isa := _attention_kernel(o)) else None, 2),
+    PassSpec("BF16MatmulKernel", lambda o: kp.BF16MatmulKernel() if _vdpbf16ps(o) else None, 2),
     PassSpec(
         "PackDenseWeights", lambda o: kp.PackDenseWeights(o.target.caps.f32_block, o.target.caps.vector_registers), 2
     ),

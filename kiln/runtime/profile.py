@@ -40,6 +40,7 @@ MULTIPLY_ADD = frozenset(
         "depthwise_pointwise",
         "bf16_conv",
         "attention",
+        "bf16_matmul",
     }
 )
 BUILTIN = "vm.builtin."

@@ -13,7 +13,9 @@ from kiln.runtime.hostinfo import host_cpu_flags
 NEG = np.float32(np.finfo(np.float32).min)
 
 
-def _attention(seq: int, heads: int = 2, dim: int = 64, mask: str = "none", keys: int | None = None, scale="mul"):
+def _attention(
+    seq: int, heads: int = 2, dim: int = 64, mask: str = "none", keys: int | None = None, scale="mul", guard=False
+):
     """[1, heads, seq, dim] attention as the TorchScript exporter writes it; mask: none, padding ([1, 1, 1, keys]
     input), causal ([1, 1, seq, keys] constant) or heads ([1, heads, 1, keys] input)."""
     keys = keys or seq
@@ -33,12 +35,13 @@ def _attention(seq: int, heads: int = 2, dim: int = 64, mask: str = "none", keys
             shape = (1, 1, 1, keys) if mask == "padding" else (1, heads, 1, keys)
             rng = np.random.default_rng(4)
             inputs["mask"] = np.where(rng.random(shape) < 0.3, NEG, np.float32(0)).astype(np.float32)
-        nodes.append(helper.make_node("Add", ["ss", "mask"], ["sm"]))
+        nodes.append(helper.make_node("Add", ["mask", "ss"] if guard else ["ss", "mask"], ["sm"]))
         scores = "sm"
-    nodes += [
-        helper.make_node("Softmax", [scores], ["p"], axis=-1),
-        helper.make_node("MatMul", ["p", "v"], ["output"]),
-    ]
+    nodes.append(helper.make_node("Softmax", [scores], ["p"], axis=-1))
+    if guard:  # BERT's exports: where(isnan(p), 0, p)
+        inits["zero"] = np.float32(0)
+        nodes += [helper.make_node("IsNaN", ["p"], ["nan"]), helper.make_node("Where", ["nan", "zero", "p"], ["pg"])]
+    nodes.append(helper.make_node("MatMul", ["pg" if guard else "p", "v"], ["output"]))
     return make_model(nodes, inputs, ["output"], inits), inputs
 
 
@@ -63,6 +66,12 @@ def test_fused_attention_matches_onnxruntime(tmp_path, seq, mask):
     model, feeds = _attention(seq, mask=mask)
     r = _check(tmp_path, model, feeds)
     assert r.report["ops_after"].get("softmax", 0) == 0
+
+
+@needs_x86
+def test_nan_guarded_probabilities_and_mask_first(tmp_path):
+    model, feeds = _attention(37, heads=3, dim=32, mask="padding", guard=True)
+    _check(tmp_path, model, feeds)
 
 
 @needs_x86

@@ -1,6 +1,7 @@
 """Kiln's own Relax passes, one per file. Each records what it did in `.stats`."""
 
 from .bf16_conv_kernel import BF16ConvKernel
+from .bf16_matmul_kernel import BF16MatmulKernel
 from .block_grouped_conv import BlockGroupedConv
 from .canonicalize_clip import CanonicalizeClip
 from .conv1d_as_conv2d import Conv1dAsConv2d
@@ -30,6 +31,7 @@ from .winograd import Winograd
 
 __all__ = [
     "BF16ConvKernel",
+    "BF16MatmulKernel",
     "BlockGroupedConv",
     "CanonicalizeClip",
     "Conv1dAsConv2d",

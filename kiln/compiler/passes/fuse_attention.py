@@ -67,18 +67,35 @@ def _single(e, uses: dict, lookup):
     return lookup(e) if isinstance(e, relax.Var) and uses.get(e, 0) == 1 else None
 
 
+def _nan_guarded(e, uses: dict, lookup):
+    """p for where(isnan(p), 0, p) (BERT's exports guard the probabilities of fully masked rows), else None.
+    The kernel writes 0 for such rows, as the guard does."""
+    w = _single(e, uses, lookup)
+    if op_name(w) != "relax.where" or _scalar(w.args[1]) != 0.0:
+        return None
+    cond, p = lookup(w.args[0]) if isinstance(w.args[0], relax.Var) else None, w.args[2]
+    if op_name(cond) != "relax.isnan" or not cond.args[0].same_as(p) or uses.get(p, 0) != 2:
+        return None
+    return p if uses.get(w.args[0], 0) == 1 else None
+
+
 def match(call, uses: dict, lookup) -> Attention | None:
     """The attention chain ending in `call` (the matmul by V), or None."""
     if op_name(call) != "relax.matmul":
         return None
     probs, v = call.args
-    soft = _single(probs, uses, lookup)
+    guarded = _nan_guarded(probs, uses, lookup)
+    soft = lookup(guarded) if guarded is not None else _single(probs, uses, lookup)
+    probs = guarded if guarded is not None else probs
     if op_name(soft) != "relax.nn.softmax" or int(soft.attrs.axis) not in (-1, len(probs.ty.shape.values) - 1):
         return None
     x, mask, scale = soft.args[0], None, 1.0
     add = _single(x, uses, lookup)
-    if op_name(add) == "relax.add" and _scalar(add.args[1]) is None:
+    if op_name(add) == "relax.add" and _scalar(add.args[1]) is None and _scalar(add.args[0]) is None:
         x, mask = add.args
+        scores = ("relax.matmul", "relax.multiply", "relax.divide")
+        if op_name(_single(mask, uses, lookup)) in scores and op_name(_single(x, uses, lookup)) not in scores:
+            x, mask = mask, x  # add(mask, scores)
     scaled = _single(x, uses, lookup)
     if op_name(scaled) in ("relax.multiply", "relax.divide") and _scalar(scaled.args[1]) is not None:
         s = _scalar(scaled.args[1])

@@ -10,7 +10,7 @@ a conv becomes bf16 only where a bf16 kernel takes it: Kiln's vdpbf16ps kernel (
 output channels multiples of 16) or, with Winograd, Winograd (3x3, stride 1, bf16 weights); the
 rest (e.g. MobileNetV2's 24-channel convs, the 3-channel stem; FuseDepthwisePointwise still fuses
 the depthwise convs before float32 projections) stay float32, and so do matmuls (no bf16 matmul
-kernel: the transformer encoder ran slower with them in bf16). Converting every conv made
+kernel in TVM: BF16MatmulKernel takes them on AVX512-BF16). Converting every conv made
 MobileNetV2 slower than float32; converting only these makes it faster (benchmarks/history.md,
 "Reduced precision"). `stats["mixed_precision_ops"]` counts the
 ops converted, `mixed_precision_kept` the ones left in float32."""

@@ -31,6 +31,7 @@ SOURCES = {
             "-mno-avx256-split-unaligned-store",
         ],
     ),
+    "bf16_matmul": (Path(__file__).parent / "bf16_matmul.c", ["-mavx512f", "-mavx512bw", "-mavx512bf16"]),
     "amx_bf16_conv": (
         Path(__file__).parent / "amx_bf16_conv.c",
         ["-mavx512f", "-mavx512bw", "-mavx512bf16", "-mamx-tile", "-mamx-bf16"],

@@ -233,7 +233,7 @@ static void tile(const float *q, const float *kt, const float *v, const float *v
     }
   }
   for (int r = 0; r < R && row + r < M; ++r) {
-    vf inv = splat(1.0f / l[r]);
+    vf inv = splat(l[r] > 0.0f ? 1.0f / l[r] : 0.0f); /* a row with every key masked by -inf: 0 (not NaN) */
     float *dst = out + (int64_t)(row + r) * DV;
     for (int e = 0; e < DV; e += VL) store(dst + e, load(o[r] + e) * inv);
   }
