@@ -113,3 +113,18 @@ def test_kernel_build_per_target(target, isa):
     from kiln.target import Target
 
     assert kernel_isa(Target.parse(target).caps) == isa
+
+
+@needs_x86
+@pytest.mark.parametrize("isa", ["avx512", "avx2"])
+def test_key_block_agrees_with_the_c_build(isa):
+    import ctypes
+
+    from kiln.compiler.passes.fuse_attention import KERNELS
+    from kiln.schedules.kernels import build
+
+    function, source, _, kb = KERNELS[isa]
+    if isa == "avx512" and "avx512f" not in host_cpu_flags():
+        pytest.skip("loading the AVX-512 build needs AVX-512F")
+    _, so = build(source)
+    assert getattr(ctypes.CDLL(so), f"{function}_key_block")() == kb

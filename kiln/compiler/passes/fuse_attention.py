@@ -30,8 +30,8 @@ ROWS_PER_TASK = 24  # query rows per parallel task: a multiple of the kernel's t
 # target vector family -> (C function, kernels.SOURCES entry, float32 lanes (DV is a multiple of them), keys per
 # block (the C build's KB: K^T is packed by it))
 KERNELS = {
-    "avx512": ("kiln_attention_f32", "attention_avx512", 16, 64),
-    "avx2": ("kiln_attention_f32_avx2", "attention_avx2", 8, 16),
+    "avx512": ("kiln_attention_f32", "attention_avx512", 16, 128),
+    "avx2": ("kiln_attention_f32_avx2", "attention_avx2", 8, 32),
 }
 
 

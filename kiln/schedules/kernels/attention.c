@@ -29,8 +29,10 @@
 
 #define VL KILN_VL
 #define R (VL == 16 ? 6 : 4) /* query rows per register tile */
-#define SV (VL == 16 ? 4 : 2) /* vectors of keys per block: S's tile is R x SV (24 of 32 zmm, 8 of 16 ymm) */
-#define KB (SV * VL)         /* keys per block */
+#define SV (VL == 16 ? 4 : 2) /* vectors of keys per pass of Q K^T: its tile is R x SV (24 of 32 zmm, 8 of 16 ymm) */
+#define HALVES 2             /* passes of Q K^T per block: the softmax's per-block work amortized over 2 x SV vectors */
+#define KV (SV * HALVES)     /* vectors of keys per block */
+#define KB (KV * VL)         /* keys per block */
 #define OV SV                /* output vectors per pass of P V: R x OV accumulators */
 #define MAX_DV 256           /* output features a tile keeps in L1 */
 
@@ -102,7 +104,7 @@ typedef struct {
 /* S[R][NV * VL] for query rows qi[R] over keys [j0, j0 + NV * VL) of kt (ldk: its row stride), NV <= SV:
  * one function per NV so the accumulators stay in registers; a partial last block computes only its vectors */
 #define DEFINE_SCORES(NV)                                                                                        \
-  static void scores##NV(const float *const qi[R], const float *kt, int64_t ldk, int D, float scale, vf s[R][SV]) { \
+  static void scores##NV(const float *const qi[R], const float *kt, int64_t ldk, int D, float scale, vf s[R][KV], int c0) { \
     vf acc[R][NV];                                                                                               \
     for (int r = 0; r < R; ++r)                                                                                  \
       for (int c = 0; c < NV; ++c) acc[r][c] = splat(0.0f);                                                      \
@@ -116,7 +118,7 @@ typedef struct {
       }                                                                                                          \
     }                                                                                                            \
     for (int r = 0; r < R; ++r)                                                                                  \
-      for (int c = 0; c < NV; ++c) s[r][c] = acc[r][c] * scale;                                                  \
+      for (int c = 0; c < NV; ++c) s[r][c0 + c] = acc[r][c] * scale;                                             \
   }
 DEFINE_SCORES(1)
 DEFINE_SCORES(2)
@@ -125,27 +127,28 @@ DEFINE_SCORES(3)
 DEFINE_SCORES(4)
 #endif
 
-static void scores(int nv, const float *const qi[R], const float *kt, int64_t ldk, int D, float scale, vf s[R][SV]) {
+static void scores(int nv, const float *const qi[R], const float *kt, int64_t ldk, int D, float scale, vf s[R][KV],
+                   int c0) {
   switch (nv) {
-    case 1: scores1(qi, kt, ldk, D, scale, s); break;
+    case 1: scores1(qi, kt, ldk, D, scale, s, c0); break;
 #if SV > 2
-    case 3: scores3(qi, kt, ldk, D, scale, s); break;
-    case 4: scores4(qi, kt, ldk, D, scale, s); break;
+    case 3: scores3(qi, kt, ldk, D, scale, s, c0); break;
+    case 4: scores4(qi, kt, ldk, D, scale, s, c0); break;
 #endif
-    default: scores2(qi, kt, ldk, D, scale, s); break;
+    default: scores2(qi, kt, ldk, D, scale, s, c0); break;
   }
 }
 
 /* The mask on S[R][KB] over keys [j0, j0 + KB): + the additive mask, -inf past the valid keys and, causal,
  * past each query's position; whole vectors of the mask are loaded, the partial one lane by lane. */
-static void apply_mask(const masking *mk, int bh, const int i[R], int j0, int valid, vf s[R][SV]) {
+static void apply_mask(const masking *mk, int bh, const int i[R], int j0, int valid, vf s[R][KV]) {
   vi lane;
   for (int l = 0; l < VL; ++l) lane[l] = l;
   const float *base = mk->mask ? mk->mask + (int64_t)(bh / mk->mh_div % mk->mh_mod) * mk->mask_bh + j0 : NULL;
   vf ninf = splat(-INFINITY);
   for (int r = 0; r < R; ++r) {
     const float *row = base ? base + (int64_t)i[r] * mk->mask_row : NULL;
-    for (int c = 0; c < SV; ++c) {
+    for (int c = 0; c < KV; ++c) {
       vi j = lane + c * VL; /* key index - j0 */
       vi dead = j >= valid;
       if (mk->causal) dead |= j > i[r] + mk->causal_offset - j0;
@@ -179,14 +182,15 @@ static void tile(const float *q, const float *kt, const float *v, const float *v
   for (int j0 = 0; j0 < N; j0 += KB) {
     int valid = N - j0 < KB ? N - j0 : KB;
     int tail = valid < KB;
-    vf s[R][SV];
+    vf s[R][KV] __attribute__((aligned(64)));
     int nv = (valid + VL - 1) / VL, keys = nv * VL; /* a partial last block: only its vectors */
-    scores(nv, qi, kt + (int64_t)j0 * D, KB, D, scale, s);
+    for (int c0 = 0; c0 < nv; c0 += SV)
+      scores(nv - c0 < SV ? nv - c0 : SV, qi, kt + (int64_t)j0 * D + c0 * VL, KB, D, scale, s, c0);
     if (need_mask || tail) apply_mask(mk, bh, idx, j0, valid, s);
     float alpha[R], p[R][KB] __attribute__((aligned(64)));
     for (int r = 0; r < R; ++r) {
       vf mx = s[r][0];
-      for (int c = 1; c < SV; ++c) mx = vmax(mx, s[r][c]);
+      for (int c = 1; c < nv; ++c) mx = vmax(mx, s[r][c]);
       float mnew = hmax(mx);
       if (mnew < m[r]) mnew = m[r];
       /* a row whose keys so far are all masked: exp of 0, as softmax gives over equal (masked) scores */
@@ -194,7 +198,7 @@ static void tile(const float *q, const float *kt, const float *v, const float *v
       alpha[r] = m[r] == -INFINITY ? 0.0f : vexp(splat(m[r] - base))[0];
       m[r] = mnew;
       vf sum = splat(0.0f);
-      for (int c = 0; c < SV; ++c) {
+      for (int c = 0; c < nv; ++c) {
         vf e = vexp(s[r][c] - base);
         store(p[r] + c * VL, e);
         sum += e;
