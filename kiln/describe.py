@@ -65,6 +65,22 @@ def _signature_line(info: dict) -> str:
     return f"  signed   by key {sig['key_id']}, not verified (give --trusted-key PUBLIC.pem to check it)"
 
 
+def _precision_lines(manifest: dict) -> list[str]:
+    """Per unit of the CPU: the kernels it runs and their share of the FLOPs; then each multiply-add layer of a
+    reduced-precision build that stayed float32, and why (compiler/precision_units.py)."""
+    info = (manifest.get("buckets") or [{}])[0].get("kernel_info") or {}
+    from .compiler.precision_units import summary
+
+    lines = [
+        f"  compute  {p} on {u}: {n} kernel(s), {100 * share:.0f}% of the FLOPs" for p, u, n, share in summary(info)
+    ]
+    for name, v in info.items():
+        if "why" in v:
+            ops = ", ".join(v.get("ops", [])[:3]) or name
+            lines.append(f"  wider    {ops}: {v['precision']} ({v['why']})")
+    return lines
+
+
 def format_text(info: dict) -> str:
     lines = [f"{info['kind']}: {info['path']}"]
     if info["kind"] == "artifact":
@@ -82,6 +98,7 @@ def format_text(info: dict) -> str:
             lines.append(
                 f"  buckets  {', '.join(b['name'] for b in m['buckets'])} (policy {m.get('bucket_policy', 'pad')})"
             )
+        lines += _precision_lines(m)
         wbytes = sum(w["nbytes"] for w in m["weights"])
         lines.append(f"  weights  {len(m['weights'])} tensors, {wbytes / 1e6:.2f} MB")
         for name, meta in m["members"].items():

@@ -125,7 +125,7 @@ def compile_model(
                 "library": name,
                 "weights": weights.add_all(opt.weights),
                 "kernels": report["kernels"],
-                "kernel_info": for_manifest(opt.mod, imported.onnx_model),
+                "kernel_info": for_manifest(opt.mod, imported.onnx_model, options.precision, options.target.caps),
                 "_blob": library,
             }
         )

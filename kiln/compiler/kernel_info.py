@@ -91,13 +91,20 @@ TOKENS = {
 FOLDED = {"BatchNormalization", "Identity", "Dropout"}  # folded into the op before them: no kernel of their own
 
 
-def for_manifest(mod: tvm.IRModule, onnx_model=None) -> dict:
-    """kernel_info for the artifact's manifest; {} (no profile facts, never a failed compile) when
-    the module is not one it can read (e.g. an accelerator flow's)."""
+def for_manifest(mod: tvm.IRModule, onnx_model=None, precision: str = "fp32", caps=None) -> dict:
+    """kernel_info for the artifact's manifest, with each kernel's precision and unit on a CPU target (caps);
+    {} (no profile facts, never a failed compile) when the module is not one it can read (e.g. an
+    accelerator flow's)."""
     try:
-        return kernel_info(mod, onnx_model)
+        info = kernel_info(mod, onnx_model)
     except Exception:
         return {}
+    if getattr(caps, "isa", None) is not None:  # a CPU's capabilities
+        from .precision_units import kernel_precision
+
+        for name, v in info.items():
+            v.update(kernel_precision(mod[name], v["kind"], bool(v.get("int8")), precision, caps))
+    return info
 
 
 def kernel_info(mod: tvm.IRModule, onnx_model=None, func: str = "main") -> dict:
