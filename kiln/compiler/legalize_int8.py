@@ -12,7 +12,7 @@ from __future__ import annotations
 import tvm
 from tvm import te, topi
 
-from ..schedules.int8 import ANNOTATION, STEP, Int8Kernel, kernel_for_channels, kernel_for_lanes
+from ..schedules.int8 import ANNOTATION, STEP, Int8Kernel, kernel_for_channels, kernel_for_lanes, rounded_rows
 from . import legalize_amx
 
 
@@ -90,25 +90,35 @@ def conv2d_nchwc_int8(data, packed, sums, strides, padding, dilation, kernel: st
     return te.compute(acc.shape, lambda b, o, y, x, k: acc[b, o, y, x, k] + sums[o, k], name="int8_compensate")
 
 
-def matmul_int8(x, packed, sums, kernel: str):
-    """uint8 [..., K] x packed int8 weights -> int32 [..., N] (`sums` as in conv2d_nchwc_int8)."""
+def matmul_int8(x, packed, sums, kernel: str, rows: int | None = None):
+    """uint8 [..., K] x packed int8 weights -> int32 [..., N] (`sums` as in conv2d_nchwc_int8). rows: compute over
+    the rows (axis -2) rounded up to that many, the padding rows reading the last real row, then crop (a row
+    count with no good register tile: int8.rounded_rows)."""
     nb, k4, lanes, _ = packed.shape
     if sums is not None:
         x = _shift(x)
+    m = int(x.shape[-2]) if rows is not None else None
+    shape = (*x.shape[:-2], rows, x.shape[-1]) if rows is not None else x.shape
+
+    def row(i):
+        return (*i[:-2], te.min(i[-2], m - 1)) if rows is not None else i[:-1]
+
     ko, ki = te.reduce_axis((0, k4), name="ko"), te.reduce_axis((0, STEP), name="ki")
     acc = te.compute(
-        (*x.shape[:-1], nb * lanes),
+        (*shape[:-1], nb * lanes),
         lambda *i: te.sum(
-            x[(*i[:-1], ko * STEP + ki)].astype("int32")
+            x[(*row(i), ko * STEP + ki)].astype("int32")
             * packed[i[-1] // lanes, ko, i[-1] % lanes, ki].astype("int32"),
             axis=[ko, ki],
         ),
         name="matmul_int8",
         attrs={ANNOTATION: kernel, "kiln.kernel_kind": "matmul_int8"},
     )
-    if sums is None:
+    if sums is not None:
+        acc = te.compute(acc.shape, lambda *i: acc(*i) + sums[i[-1] // lanes, i[-1] % lanes], name="int8_compensate")
+    if rows is None:
         return acc
-    return te.compute(acc.shape, lambda *i: acc(*i) + sums[i[-1] // lanes, i[-1] % lanes], name="int8_compensate")
+    return te.compute((*x.shape[:-1], nb * lanes), lambda *i: acc(*i), name="matmul_int8_rows")
 
 
 def _u8s8(call) -> bool:
@@ -166,4 +176,7 @@ def matmul(bb, call, kernel: Int8Kernel | None):
         return None
     packed = bb.emit_te(pack_int8_dense, call.args[1], kernel.lanes, primfunc_name_hint="int8_dense_pack")
     sums = bb.emit_te(int8_weight_sums, packed, primfunc_name_hint="int8_weight_sums") if kernel.signed_data else None
-    return bb.call_te(matmul_int8, call.args[0], packed, sums, kernel.path, primfunc_name_hint="matmul_int8")
+    dims = call.args[0].ty.shape.values if call.args[0].ty.shape is not None else []
+    static = len(dims) >= 2 and all(isinstance(d, tvm.tirx.IntImm) for d in dims)
+    rows = rounded_rows(int(dims[-2]), int(w.shape[1]) // kernel.lanes, kernel.accumulators) if static else None
+    return bb.call_te(matmul_int8, call.args[0], packed, sums, kernel.path, rows, primfunc_name_hint="matmul_int8")

@@ -15,8 +15,9 @@ import dataclasses
 from tvm import s_tir
 
 from . import intrinsics as ti
+from .matmul import cropping_consumers
 from .rules import extent, inline_all_but, parallel_vectorize, tile_consumers, vectorize_tails
-from .tiles import divisor_at_most
+from .tiles import ROUND_ROWS_GAIN, divisor_at_most
 
 ANNOTATION = "kiln.int8_kernel"  # block annotation of the int8 computes: the Int8Kernel's path
 
@@ -142,6 +143,20 @@ def _kernel_of(sch: s_tir.Schedule, anchor) -> Int8Kernel:
     return KERNELS[str(ann)]
 
 
+def rounded_rows(rows: int, blocks: int, accumulators: int) -> int | None:
+    """The row count an int8 matmul's rows are rounded up to when no divisor of `rows` gives a register tile
+    within ROUND_ROWS_GAIN of the best one (ViT's 197 tokens, a prime: 1-row tiles read every weight vector
+    per dot product, 48 GOP/s on Zen 4); None when the rows tile well. Mirrors tiles.rounded_rows (float32)."""
+    best, best_key = 1, 0.0
+    for b in range(1, min(blocks, accumulators) + 1):
+        if blocks % b == 0 and (t := accumulators // b) * b / (t + b) > best_key:
+            best, best_key = t, t * b / (t + b)
+    t, b = register_tile(rows, blocks, accumulators)
+    if rows % best == 0 or best_key <= ROUND_ROWS_GAIN * t * b / (t + b):
+        return None
+    return -(-rows // best) * best
+
+
 def register_tile(pixels: int, blocks: int, accumulators: int) -> tuple[int, int]:
     """(pixels, channel blocks) of a register tile: divisors of the extents (no tails for tensorize),
     at most `accumulators`, with the most dot products per operand loaded (t broadcasts + b weight
@@ -212,7 +227,7 @@ def matmul_int8(sch: s_tir.Schedule, anchor, lanes: int) -> None:
     kernel = _kernel_of(sch, anchor)
     inline_all_but(sch, [anchor, *sch.get_producers(anchor)])
     prologue = sch.get_producers(anchor)
-    consumers = tile_consumers(sch, anchor)
+    consumers = tile_consumers(sch, anchor) + cropping_consumers(sch, anchor)
     for c in sch.get_consumers(anchor):  # the epilogue of a slice of padded columns stays at the root:
         if c not in consumers:  # vectorize_leftovers cannot copy a tensorized schedule, so it is done here
             parallel_vectorize(sch, c, kernel.lanes)

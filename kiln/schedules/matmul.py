@@ -77,7 +77,7 @@ def matmul_tiled(sch: s_tir.Schedule, anchor, lanes: int, registers: int = 16) -
         raise s_tir.ScheduleError("too few rows or columns for a 2-D register tile")
     if strided_lanes(sch, anchor):
         raise s_tir.ScheduleError("the columns are read with a stride (a transposed operand)")
-    consumers = tile_consumers(sch, anchor) + _cropping_consumers(sch, anchor)
+    consumers = tile_consumers(sch, anchor) + cropping_consumers(sch, anchor)
     names = {sch.get(c).name_hint for c in consumers}
     outside += [
         n for n in (sch.get(c).name_hint for c in sch.get_consumers(anchor)) if n not in names and n not in outside
@@ -108,7 +108,7 @@ def matmul_tiled(sch: s_tir.Schedule, anchor, lanes: int, registers: int = 16) -
             pass
 
 
-def _cropping_consumers(sch: s_tir.Schedule, anchor) -> list:
+def cropping_consumers(sch: s_tir.Schedule, anchor) -> list:
     """Consumers that read the real part of an anchor computed over rows (and columns) rounded up to the
     register tile (PackDenseWeights' matmul_packed_padded, or _pad here): same rank and leading dims, fewer
     rows or columns. Computed at each tile, they cover its real part (TVM bounds the last tiles' regions by a
@@ -155,7 +155,7 @@ def _padding_plan(sch: s_tir.Schedule, anchor, rows, cols, k, lanes: int, regist
 def _pad(sch: s_tir.Schedule, anchor, lanes: int, factors: tuple[int, int]) -> list[str]:
     """Pad the anchor's rows and columns to multiples of `factors` (pad_einsum): its operands' padded copies
     are blocks of their own, vectorized here; the copy of the real part back joins the epilogue. Returns the
-    names of the epilogue blocks that cannot be computed per tile (the rest: _cropping_consumers)."""
+    names of the epilogue blocks that cannot be computed per tile (the rest: cropping_consumers)."""
     pad = [1] * len(sch.get_loops(anchor))
     pad[-3], pad[-2] = factors
     before = {sch.get(b).name_hint for b in blocks(sch)}
@@ -164,5 +164,5 @@ def _pad(sch: s_tir.Schedule, anchor, lanes: int, factors: tuple[int, int]) -> l
     inline_all_but(sch, [anchor, *operands])
     for b in operands:
         parallel_vectorize(sch, b, lanes)
-    cropping = {sch.get(c).name_hint for c in _cropping_consumers(sch, anchor)}
+    cropping = {sch.get(c).name_hint for c in cropping_consumers(sch, anchor)}
     return [n for n in (sch.get(c).name_hint for c in sch.get_consumers(anchor)) if n not in cropping]

@@ -124,3 +124,26 @@ def test_padded_attention_matmul_has_a_full_unpredicated_tile():
     update = scores[0].split('T.sblock("matmul_update")')[1].split("T.sblock(")[0]
     assert "T.where" not in update
     assert f"T.unroll(T.int64({r}))" in scores[0] and f"T.unroll(T.int64({v}))" in scores[0]
+
+
+@pytest.mark.parametrize("rows", [197, 17])
+def test_int8_matmul_rows_rounded_match_onnxruntime_dynamic_quantization(tmp_path, rows):
+    """onnxruntime's quantize_dynamic of [1, rows, 256] x [256, 512]: the int8 kernel over rows rounded up to
+    its register tile (int8.rounded_rows), cropped, equal to onnxruntime's own int8 result."""
+    from helpers import quantize_dynamic
+
+    from kiln.schedules.int8 import KERNELS, rounded_rows
+
+    assert rounded_rows(rows, 512 // 16, KERNELS["avx512-vnni"].accumulators) is not None
+    m = make_model(
+        [helper.make_node("MatMul", ["input", "w"], ["output"])],
+        {"input": rand(1, rows, 256)},
+        ["output"],
+        {"w": rand(256, 512, seed=1) * 0.05},
+    )
+    q = quantize_dynamic(m, tmp_path)
+    kiln.compile(q, tmp_path / "q.kiln")
+    x = rand(1, rows, 256, seed=4)
+    out = kiln.load(tmp_path / "q.kiln").run({"input": x})["output"]
+    ref = ort_run(q, {"input": x})[0]
+    np.testing.assert_allclose(out, ref, rtol=1e-5, atol=1e-4 * np.abs(ref).max())
