@@ -69,6 +69,23 @@ def test_fused_attention_matches_onnxruntime(tmp_path, seq, mask):
 
 
 @needs_x86
+@pytest.mark.parametrize("mask_shape", [(2, 1, 1, 40), (2, 3, 1, 40), (1, 3, 1, 40), (2, 1, 40, 40)])
+def test_batch_of_two_with_masks_per_batch_and_head(tmp_path, mask_shape):
+    """[2, 3, 40, 32]: the mask broadcasts over heads, over batch, or not at all (the kernel's mask strides)."""
+    rng = np.random.default_rng(5)
+    feeds = {n: rand(2, 3, 40, 32, seed=i) for i, n in enumerate("qkv")}
+    feeds["mask"] = np.where(rng.random(mask_shape) < 0.3, NEG, np.float32(0)).astype(np.float32)
+    nodes = [
+        helper.make_node("Transpose", ["k"], ["kt"], perm=[0, 1, 3, 2]),
+        helper.make_node("MatMul", ["q", "kt"], ["s"]),
+        helper.make_node("Add", ["s", "mask"], ["sm"]),
+        helper.make_node("Softmax", ["sm"], ["p"], axis=-1),
+        helper.make_node("MatMul", ["p", "v"], ["output"]),
+    ]
+    _check(tmp_path, make_model(nodes, feeds, ["output"]), feeds)
+
+
+@needs_x86
 def test_nan_guarded_probabilities_and_mask_first(tmp_path):
     model, feeds = _attention(37, heads=3, dim=32, mask="padding", guard=True)
     _check(tmp_path, model, feeds)
@@ -128,3 +145,15 @@ def test_key_block_agrees_with_the_c_build(isa):
         pytest.skip("loading the AVX-512 build needs AVX-512F")
     _, so = build(source)
     assert getattr(ctypes.CDLL(so), f"{function}_key_block")() == kb
+
+
+@needs_x86
+def test_rank_three_heads_folded_into_batch(tmp_path):
+    feeds = {n: rand(6, 50, 64, seed=i) for i, n in enumerate("qkv")}
+    nodes = [
+        helper.make_node("Transpose", ["k"], ["kt"], perm=[0, 2, 1]),
+        helper.make_node("MatMul", ["q", "kt"], ["s"]),
+        helper.make_node("Softmax", ["s"], ["p"], axis=-1),
+        helper.make_node("MatMul", ["p", "v"], ["output"]),
+    ]
+    _check(tmp_path, make_model(nodes, feeds, ["output"]), feeds)
