@@ -21,7 +21,7 @@ from ..ir import op_name, var_uses
 from .module_map import rewrite_calls
 
 SOURCE, FUNCTION = "bf16_matmul", "kiln_bf16_matmul"
-TASK_ROWS, TASK_BLOCKS = 48, 16  # a task's rows (the kernel's MAX_ROWS) and blocks of 16 columns
+TASK_ROWS, TASK_BLOCKS = 48, 4  # a task's rows (the kernel's MAX_ROWS) and blocks of 16 columns
 BLOCK = 16
 
 
