@@ -56,9 +56,11 @@ def test_full_integer_model_runs_on_int8_kernels_and_matches_litert(models, tmp_
     assert r.manifest["import_stats"]["tflite_pools_rounded"] == 1  # TFLite's rounded mean, not a truncated one
     if r.report["qdq_lowered"] == 2:
         kernels = r.manifest["buckets"][0]["kernel_info"]
-        # the conv (a 3-channel stem, padded to 4 input channels) on the blocked int8 kernel, the classifier
-        # (10 columns) padded to the int8 kernel's lanes: no generic int8 conv or matmul is left
-        assert any("conv2d_NCHWc_int8" in k for k in kernels) and any("matmul_int8" in k for k in kernels)
+        # the conv (a 3-channel stem, padded to 4 input channels) on the blocked int8 kernel (VNNI, pmaddubsw or
+        # sdot: conv2d_NCHWc_int8; AMX hosts: the tile conv), the classifier (10 columns) padded to the int8
+        # kernel's lanes: no generic int8 conv or matmul is left
+        kinds = {v["kind"] for v in kernels.values()}
+        assert kinds & {"conv2d_int8", "conv2d_amx"} and any("matmul_int8" in k for k in kernels)
         assert not any("matmul_cast" in k or k.startswith("fused_conv2d_cast") for k in kernels), list(kernels)
     art = kiln.load(r.path)
     diffs = []

@@ -161,6 +161,18 @@ def test_narrow_int8_convs_are_blocked_and_exact(tmp_path, spec, cin, cout, k, s
     np.testing.assert_allclose(got, ref, rtol=2e-6, atol=1e-5)
 
 
+@pytest.mark.parametrize("cin,cout,k,stride,pad,zx", NARROW_CONVS[:2])
+def test_int8_stems_are_blocked_on_amx_targets_too(tmp_path, cin, cout, k, stride, pad, zx):
+    """Compiled for sapphirerapids (not run): a 3-channel int8 stem is blocked (NCHW4c) for the int8 kernels, not
+    left to TVM's generic NCHW int8 conv (AMX hosts' make test ran them generic: NarrowBlockLayout skipped stems
+    for AMX, whose tile conv takes any channel blocks but a stem's)."""
+    model, _, _ = _qdq_conv(cin, cout, k, stride, pad, zx, hw=14)
+    r = kiln.compile(model, tmp_path / "m.kiln", target=f"llvm -mcpu=sapphirerapids {X86}")
+    assert r.report["qdq_lowered"] == 1 and "NCHW" not in r.report["conv_layouts"], r.report["conv_layouts"]
+    kinds = {v["kind"] for v in r.manifest["buckets"][0]["kernel_info"].values()}
+    assert kinds & {"conv2d_int8", "conv2d_amx"}, kinds
+
+
 def test_avx512_runs_8_channel_int8_blocks_on_ymm():
     """Compiled for znver4 (not run): a 24-channel int8 conv takes vpdpbusd on ymm, the 16-lane kernel's
     half-width sibling, and a 3-channel stem the zmm kernel on NCHW4c data."""

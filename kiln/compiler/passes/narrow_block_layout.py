@@ -32,7 +32,7 @@ import tvm
 from tvm import relax
 from tvm.ir.expr import GenericConst
 
-from ...schedules.int8 import Int8Kernel, conv_blocks
+from ...schedules.int8 import MIN_CHANNELS, Int8Kernel, conv_blocks
 from ..ir import out_dtype
 from .convert_layout import widest_block
 from .counting import static_shape
@@ -104,7 +104,9 @@ class _Narrow(relax.PyExprMutator):
         wa = w.value.numpy()
         o, i, kh, kw = wa.shape
         padded = o
-        if wa.dtype == np.int8 and self.int8 is not None and self.int8.path != "amx-int8":
+        # AMX's tile conv takes any channel blocks but not a stem (fewer input channels than a dot-product step):
+        # a stem takes the VNNI blocking every AMX CPU also runs (the AMX kernel entry's intrinsic is VNNI)
+        if wa.dtype == np.int8 and self.int8 is not None and (self.int8.path != "amx-int8" or i < MIN_CHANNELS):
             if (blocks := conv_blocks(self.int8, i, o)) is None:
                 return call
             bi, bo = blocks
