@@ -277,6 +277,25 @@ def _triple_target(triple: str):
 _ARCH_ALIASES = {"arm64": "aarch64", "amd64": "x86_64", "i486": "i386", "i586": "i386", "i686": "i386"}
 
 
+AMX_CPU = "sapphirerapids"  # the first CPU with AMX: any host with AMX is this or later
+
+
+def host_cpu_name(llvm_name: str, flags: frozenset[str]) -> tuple[str, str | None]:
+    """(the -mcpu for this host, why it differs from LLVM's guess, else None). LLVM names the host from its
+    family and model numbers, which hypervisors report loosely: an Emerald Rapids under KVM reads as model 167,
+    `rocketlake`, whose scheduling model and features are a client core's. A CPU with AMX is a Sapphire Rapids
+    or later, so such a host is named `sapphirerapids` (host_mattr then adds what else it has)."""
+    import tvm
+    from tvm.target import codegen
+
+    if "amx_tile" not in flags:
+        return llvm_name, None
+    features = {str(f) for f in codegen.llvm_get_cpu_features(tvm.target.Target({"kind": "llvm", "mcpu": llvm_name}))}
+    if "amx-tile" in features:
+        return llvm_name, None
+    return AMX_CPU, f"LLVM read the model number as {llvm_name!r}, but the CPU has AMX: Sapphire Rapids or later"
+
+
 @functools.cache
 def host_mattr(mcpu: str, triple: str) -> tuple[str, ...]:
     """-mattr entries that make `mcpu` (LLVM's name for this host's CPU, guessed from its family and

@@ -133,9 +133,25 @@ def target_capabilities(spec):
     return Target.parse(spec).caps
 
 
-def format_capabilities(caps) -> str:
-    """A target's capabilities as the few lines `kiln inspect --target` prints."""
-    return caps.describe()
+def host_cpu_line(spec) -> str | None:
+    """For the host target: which -mcpu Kiln named it and why, where that is not LLVM's own guess."""
+    if spec is not None and str(spec).strip() not in ("", "host", "llvm"):
+        return None
+    from tvm.target import codegen
+
+    from .capabilities import host_cpu_name
+    from .runtime.hostinfo import host_cpu_flags
+
+    guess = str(codegen.llvm_get_system_cpu())
+    name, why = host_cpu_name(guess, host_cpu_flags())
+    return f"  host cpu {name}: " + (why or "LLVM's name for this CPU (from its family and model numbers)")
+
+
+def format_capabilities(caps, spec=None) -> str:
+    """A target's capabilities as the few lines `kiln inspect --target` prints (and, for the host, how its
+    CPU was named)."""
+    line = host_cpu_line(spec)
+    return caps.describe() + (f"\n{line}" if line else "")
 
 
 __all__ = ["inspect_path", "format_text", "target_capabilities", "format_capabilities", "KilnError"]

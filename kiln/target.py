@@ -175,10 +175,10 @@ class Target:
     def host() -> Target:
         from tvm.target import codegen  # compiler-side only
 
-        from .capabilities import host_mattr
-        from .runtime.hostinfo import physical_cores
+        from .capabilities import host_cpu_name, host_mattr
+        from .runtime.hostinfo import host_cpu_flags, physical_cores
 
-        mcpu = str(codegen.llvm_get_system_cpu())
+        mcpu, _ = host_cpu_name(str(codegen.llvm_get_system_cpu()), host_cpu_flags())
         return Target(mcpu=mcpu, mattr=host_mattr(mcpu, _host_triple()), num_cores=physical_cores())
 
     @property

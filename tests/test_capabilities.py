@@ -127,3 +127,23 @@ def test_cli_inspect_model_with_target(small_onnx_path, capsys):
     assert main(["inspect", str(small_onnx_path), "--json", "--target", "rpi4"]) == 0
     d = json.loads(capsys.readouterr().out)
     assert d["kind"] == "onnx" and d["capabilities"]["cpu"] == "cortex-a72"
+
+
+def test_a_host_with_amx_is_named_sapphirerapids_whatever_its_model_number():
+    """KVM reports an Emerald Rapids as model 167 (LLVM: rocketlake, a client core without AMX); AMX means Sapphire
+    Rapids or later, so the host target is named so, and kiln inspect --target says why."""
+    from kiln.capabilities import host_cpu_name
+
+    name, why = host_cpu_name("rocketlake", frozenset({"amx_tile", "avx512f"}))
+    assert name == "sapphirerapids" and "rocketlake" in why and "AMX" in why
+    assert host_cpu_name("emeraldrapids", frozenset({"amx_tile"})) == ("emeraldrapids", None)
+    assert host_cpu_name("znver4", frozenset({"avx512f"})) == ("znver4", None)
+    assert host_cpu_name("rocketlake", frozenset({"avx512f"})) == ("rocketlake", None)  # no AMX: LLVM's guess stands
+
+
+def test_inspect_target_host_names_its_cpu():
+    from kiln.describe import format_capabilities, host_cpu_line, target_capabilities
+
+    assert host_cpu_line("llvm -mcpu=znver4") is None
+    text = format_capabilities(target_capabilities("host"), "host")
+    assert "host cpu " in text.splitlines()[-1]

@@ -23,7 +23,7 @@ def _inspect(a) -> int:
                 fix='kiln inspect MODEL [--passes] or kiln inspect --target "llvm -mcpu=haswell"',
             )
         caps = target_capabilities(target)
-        print(json.dumps(caps.to_json(), indent=2) if a.json else format_capabilities(caps))
+        print(json.dumps(caps.to_json(), indent=2) if a.json else format_capabilities(caps, target))
         return 0
     if a.passes:
         from ..compiler.build import analyze_model
