@@ -37,8 +37,10 @@ import kiln
 from kiln.runtime.hostinfo import cpu_model_name
 
 ROOT = Path(__file__).resolve().parents[1]
+REV = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=ROOT).stdout.strip()
 THREADS = 2
 CALIB_SAMPLES = 8
+BUILT_BY: dict = {}  # Kiln engine -> the git revision that compiled its artifact (this run's, or --cache's)
 ENGINES = ("kiln_fp32", "kiln_bf16", "kiln_int8", "kiln_qdyn", "ort_fp32", "ort_qdyn", "ov_f32", "ov_default")
 
 
@@ -72,10 +74,17 @@ def calibration(feed: dict, path: Path) -> Path:
 
 
 def kiln_engine(src: Path, feed: dict, tmp: Path, name: str, **options):
-    art = tmp / f"{name}.kiln"
+    """Compile (or, with --cache, reuse the artifact an earlier run compiled: the row names the revision that
+    built it) and load."""
+    art = tmp / f"{src.stem}.{name}.kiln"
+    stamp = art.with_suffix(".rev")
     t = time.perf_counter()
-    kiln.compile(src, art, input_shapes=[f"{k}:{'x'.join(map(str, v.shape))}" for k, v in feed.items()], **options)
+    if not (art.exists() and stamp.exists()):
+        shapes = [f"{k}:{'x'.join(map(str, v.shape))}" for k, v in feed.items()]
+        kiln.compile(src, art, input_shapes=shapes, **options)
+        stamp.write_text(REV)
     model = kiln.load(art, num_threads=THREADS)
+    BUILT_BY[name] = stamp.read_text()
     return (lambda: model.run(feed)), time.perf_counter() - t
 
 
@@ -139,12 +148,16 @@ def build_engines(name: str, models: Path, manifest: dict, engines: set, tmp: Pa
     return runs, notes
 
 
-def measure(name: str, models: Path, manifest: dict, engines: set, seconds: float) -> dict:
+def measure(name: str, models: Path, manifest: dict, engines: set, seconds: float, cache: str | None) -> dict:
     with tempfile.TemporaryDirectory() as tmp:
-        runs, notes = build_engines(name, models, manifest, engines, Path(tmp))
+        folder = Path(cache or tmp)
+        folder.mkdir(parents=True, exist_ok=True)
+        runs, notes = build_engines(name, models, manifest, engines, folder)
         if "ort_fp32" not in runs:
             return {"error": notes.get("ort_fp32", "onnxruntime fp32 did not run")}
         outputs = {k: first(f()) for k, f in runs.items()}
+        if seconds <= 0:  # --seconds 0: compile (into --cache) and check, time nothing
+            return {}
         times = timed(runs, seconds)
     ref = times["ort_fp32"]["p50_ms"]
     row = {"source": manifest[name].get("source", ""), "exporter": manifest[name].get("exporter", "")}
@@ -155,6 +168,8 @@ def measure(name: str, models: Path, manifest: dict, engines: set, seconds: floa
             row[engine]["cosine"] = round(cosine(outputs[engine], outputs["ort_fp32"]), 5)
             if isinstance(notes.get(engine), float):
                 row[engine]["compile_s"] = round(notes[engine], 1)
+            if engine.startswith("kiln_"):
+                row[engine]["built_by"] = BUILT_BY.get(engine.removeprefix("kiln_"), REV)
         elif isinstance(notes.get(engine), str):
             row[engine] = {"error": notes[engine]}
     return row
@@ -199,6 +214,12 @@ def main(argv=None) -> int:
     ap.add_argument("--engines", default=",".join(ENGINES))
     ap.add_argument("--seconds", type=float, default=10.0, help="timed seconds per model (all engines together)")
     ap.add_argument("--out", default=str(ROOT / "benchmarks" / "transformers"))
+    ap.add_argument(
+        "--cache",
+        default=None,
+        help="keep Kiln's artifacts here and reuse those this git revision built (compile on a busy machine, "
+        "time on a quiet one); --seconds 0 only compiles",
+    )
     args = ap.parse_args(argv)
     only = [s for s in args.only.split(",") if s]
     models = Path(args.models)
@@ -207,12 +228,11 @@ def main(argv=None) -> int:
     import onnxruntime
     import openvino
 
-    rev = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=ROOT).stdout
     meta = {
         "cpu": f"{cpu_model_name()} ({os.cpu_count()} logical CPUs)",
         "command": "python benchmarks/transformers.py" + "".join(f" {x}" for x in (argv or sys.argv[1:])),
         "started": f"{datetime.datetime.now(datetime.UTC):%Y-%m-%d %H:%M UTC}",
-        "kiln": rev.strip(),
+        "kiln": REV,
         "ort": onnxruntime.__version__,
         "openvino": openvino.__version__.split("-")[0],
     }
@@ -223,7 +243,10 @@ def main(argv=None) -> int:
         if "error" in manifest[name]:
             rows[name] = {"error": f"export: {manifest[name]['error']}"}
             continue
-        rows[name] = measure(name, models, manifest, set(args.engines.split(",")), args.seconds)
+        rows[name] = measure(name, models, manifest, set(args.engines.split(",")), args.seconds, args.cache)
+        if not rows[name]:  # compiled only
+            del rows[name]
+            continue
         rows[name]["started"] = f"{datetime.datetime.now(datetime.UTC):%Y-%m-%d %H:%M UTC}"
         print(name, json.dumps(rows[name]), flush=True)
         merged = previous | rows  # a run of some models keeps the others' last rows
