@@ -200,6 +200,14 @@ def table(rows: dict, meta: dict) -> list[str]:
             [f"error: {r['error']}"] + [""] * (len(ENGINES) - 1) if "error" in r else [cell(r.get(e)) for e in ENGINES]
         )
         lines.append(f"| {name} | " + " | ".join(cells) + " |")
+    built = sorted(
+        {v["built_by"] for r in rows.values() for v in r.values() if isinstance(v, dict) and "built_by" in v}
+    )
+    lines += (
+        ["", f"Kiln's artifacts were compiled by revision(s) {', '.join(built)} (the row's `built_by`)."]
+        if built
+        else []
+    )
     ratios = [r["kiln_fp32"]["ratio"] for r in rows.values() if "ratio" in r.get("kiln_fp32", {})]
     if ratios:
         geo = float(np.exp(np.mean(np.log(ratios))))
