@@ -1,7 +1,9 @@
 """Op inputs TVM 0.27's importer needs as compile-time constants (a TopK's k, a Reduce's axes, an
 Expand's shape, ...): after folding, each must be a constant. One fed by the data at run time is
 refused before TVM sees it, naming the graph inputs it comes from and the --freeze-input that makes
-it constant; TVM would otherwise stop with an assertion, or (Expand) silently compute a wrong shape."""
+it constant; TVM would otherwise stop with an assertion, or (Expand) silently compute a wrong shape.
+Only inputs that decide a shape (or an axis) are listed: scalars that feed arithmetic (NonMaxSuppression's
+limit and thresholds, Clip's bounds, Pad's fill value, Dropout's ratio) compile as ordinary inputs."""
 
 from __future__ import annotations
 
@@ -15,7 +17,7 @@ CONSTANT_INPUTS = {
     "TopK": (1,),
     "Squeeze": (1,),
     "Split": (1,),
-    "Pad": (1, 2, 3),
+    "Pad": (1, 3),  # its constant_value stays a run-time input (decompose/runtime_scalars.py)
     "Tile": (1,),
     "Expand": (1,),
     "OneHot": (1,),
@@ -24,7 +26,6 @@ CONSTANT_INPUTS = {
     "Range": (0, 1, 2),
     "Resize": (1, 2, 3),
     "Upsample": (1,),
-    "NonMaxSuppression": (2, 3, 4),
     "CenterCropPad": (1, 2),
     "Col2Im": (1, 2, 3),
     "AffineGrid": (1,),
@@ -41,6 +42,11 @@ CONSTANT_INPUTS = {
     "ReduceLogSumExp": (1,),
     "ReduceSumSquare": (1,),
 }
+
+
+# why an op input must be known ahead of time, when it is not "it decides the output's shape"
+WHY = {"CumSum": "picks the axis", "Upsample": "decides the output's shape (scales)"}
+DECIDES_SHAPE = "decides the output's shape"
 
 
 def check_constant_inputs(model: onnx.ModelProto, where: str) -> None:
@@ -61,13 +67,15 @@ def check_constant_inputs(model: onnx.ModelProto, where: str) -> None:
     if not bad:
         return
     listing = "; ".join(
-        f"{n.op_type} node {n.name or n.output[0]!r} input {i} ({name!r}, from graph input(s) {src})"
+        f"{n.op_type} node {n.name or n.output[0]!r} input {i} ({name!r}, from graph input(s) {src}) "
+        f"{WHY.get(n.op_type, DECIDES_SHAPE)}"
         for n, i, name, src in bad
     )
     feeds = sorted({s for *_, src in bad for s in src})
     fix = (
         f"if these inputs are known when you deploy, freeze them: {FLAG} {feeds[0]}=VALUE (repeatable); "
-        "values computed from the data at run time cannot decide these ahead of time"
+        "values computed from the data at run time cannot decide these ahead of time (inputs that decide no "
+        "shape, such as thresholds or fill values, stay run-time inputs and need no freezing)"
     )
     raise UnsupportedModelError(
         f"{len(bad)} op input(s) must be known at compile time: {listing}",

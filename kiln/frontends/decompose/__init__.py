@@ -18,6 +18,7 @@ from .ml import ML_REWRITES
 from .quant import CONTRIB_REWRITES
 from .quant import REWRITES as QUANT_REWRITES
 from .rnn import decompose_gru, decompose_lstm, decompose_rnn
+from .runtime_scalars import REWRITES as RUNTIME_SCALAR_REWRITES
 from .sequences import REWRITES as SEQUENCE_REWRITES
 from .standard import REWRITES as STANDARD_REWRITES
 from .standard_math import REWRITES as MATH_REWRITES
@@ -33,6 +34,7 @@ REWRITES.update(CONTROL_FLOW_REWRITES)  # Loop/Scan with static trip counts, unr
 REWRITES.update(SEQUENCE_REWRITES)  # SplitToSequence as Split + SequenceConstruct (sequences.py)
 REWRITES.update(ACTIVATION_REWRITES)  # Elu with constants typed like its input (activations.py)
 REWRITES.update(CONTRIB_DEFAULT_REWRITES)  # onnxruntime's SimplifiedLayerNormalization (default domain)
+REWRITES.update(RUNTIME_SCALAR_REWRITES)  # Pad's fill value as a run-time input (runtime_scalars.py)
 # contrib domains: domain -> {op type -> rewrite}
 DOMAIN_REWRITES = {
     **CONTRIB_REWRITES,
