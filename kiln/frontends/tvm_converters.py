@@ -24,6 +24,8 @@ import contextlib
 
 import numpy as np
 
+from .tvm_assert import OP_TYPE as ASSERT
+from .tvm_assert import assert_converter
 from .tvm_bounds import BOUNDS as _BOUNDS
 from .tvm_bounds import bound as _bound
 from .tvm_bounds import upper as _upper
@@ -212,6 +214,7 @@ OVERRIDES = {
     "RoiAlign": _roi_align,
     "Slice": slice_converter,
     RECURRENCE: recurrence_converter,  # Kiln's own node: an LSTM/GRU/RNN layer as one kernel (tvm_recurrence.py)
+    ASSERT: assert_converter,  # Kiln's own node: the check that replaces an If branch that cannot run
 }
 
 

@@ -289,6 +289,14 @@ class Model:
                 return [self._result(o) for o in outs]
             except Exception as e:  # inputs matched the manifest: a Kiln bug, or a library edited after the build
                 msg = str(e).strip().splitlines()
+                checked = next((ln for ln in msg if INPUT_CHECK in ln), None)
+                if checked is not None:  # a check the compiler put in (an If branch it could not compile)
+                    raise InputError(
+                        checked[checked.index(INPUT_CHECK) + len(INPUT_CHECK) :].strip(),
+                        where=str(self.path),
+                        fix="compile the model for these inputs (--input-shape), or feed inputs that select the "
+                        "branch compiled",
+                    ) from None
                 raise art.ArtifactError(
                     f"the compiled code of bucket {self.buckets[i].name!r} failed at run time: {type(e).__name__}: "
                     f"{msg[-1] if msg else ''}",
@@ -298,6 +306,9 @@ class Model:
                 ) from None
 
 
+# the prefix of a run-time check's message that the compiler emitted on purpose (frontends/tvm_assert.py):
+# the inputs, not Kiln, are outside what was compiled
+INPUT_CHECK = "kiln input check:"
 DEVICES = ("cpu", "cuda")
 DLPACK_DTYPES = frozenset(f"{k}{b}" for k in ("int", "uint") for b in (8, 16, 32, 64)) | {
     "float16",
