@@ -104,7 +104,9 @@ def _decompose_once(model, shapes, consts, where, opset, first, only) -> tuple[i
         count += 1
         nested = node.op_type in SHAPELESS_OUTPUTS  # an unrolled body may hold the same op (a Loop in a Loop)
         todo |= {n.name for n in em.nodes if n.name and (nested or n.op_type != node.op_type) and rewrite_for(n)}
-        if node.op_type in SHAPELESS_OUTPUTS:
+        if node.op_type in SHAPELESS_OUTPUTS or any(o and o not in shapes for o in node.output):
+            # outputs ONNX's shape inference could not size before the rewrite (a contrib op's: the first of two
+            # stacked DynamicQuantizeLSTMs): what reads them is rewritten next round, with shapes inferred again
             fresh.update(o for o in node.output if o)
     del g.node[:]
     g.node.extend(out)
