@@ -12,14 +12,15 @@ import onnx
 from ..errors import UnsupportedModelError
 from .freeze import FLAG
 
-# op type -> indices of the inputs that must be constant (checked against TVM 0.27's converters)
+# op type -> indices of the inputs that must be constant (checked against TVM 0.27's converters). Reshape's and
+# Expand's shapes and Reduce*'s axes may be run-time tensors of static length (tvm_dynamic_shapes.py, tvm_reduce.py):
+# not listed
 CONSTANT_INPUTS = {
     "TopK": (1,),
     "Squeeze": (1,),
     "Split": (1,),
     "Pad": (1, 3),  # its constant_value stays a run-time input (decompose/runtime_scalars.py)
     "Tile": (1,),
-    "Expand": (1,),
     "OneHot": (1,),
     "CumSum": (1,),
     "ConstantOfShape": (0,),
@@ -30,17 +31,6 @@ CONSTANT_INPUTS = {
     "Col2Im": (1, 2, 3),
     "AffineGrid": (1,),
     "MaxUnpool": (2,),
-    "Reshape": (1,),
-    "ReduceSum": (1,),
-    "ReduceMean": (1,),
-    "ReduceMax": (1,),
-    "ReduceMin": (1,),
-    "ReduceProd": (1,),
-    "ReduceL1": (1,),
-    "ReduceL2": (1,),
-    "ReduceLogSum": (1,),
-    "ReduceLogSumExp": (1,),
-    "ReduceSumSquare": (1,),
 }
 
 

@@ -29,9 +29,11 @@ from .tvm_assert import assert_converter
 from .tvm_bounds import BOUNDS as _BOUNDS
 from .tvm_bounds import bound as _bound
 from .tvm_bounds import upper as _upper
+from .tvm_dynamic_shapes import expand_converter, reshape_converter
 from .tvm_nms import nms_converter
 from .tvm_recurrence import OP_TYPE as RECURRENCE
 from .tvm_recurrence import recurrence_converter
+from .tvm_reduce import CONVERTERS as REDUCE_CONVERTERS
 from .tvm_slice import slice_converter
 
 
@@ -213,8 +215,11 @@ OVERRIDES = {
     "NonMaxSuppression": nms_converter,
     "RoiAlign": _roi_align,
     "Slice": slice_converter,
+    "Reshape": reshape_converter,  # run-time target shapes (tvm_dynamic_shapes.py)
+    "Expand": expand_converter,
     RECURRENCE: recurrence_converter,  # Kiln's own node: an LSTM/GRU/RNN layer as one kernel (tvm_recurrence.py)
     ASSERT: assert_converter,  # Kiln's own node: the check that replaces an If branch that cannot run
+    **REDUCE_CONVERTERS,  # Reduce* with run-time axes (tvm_reduce.py)
 }
 
 

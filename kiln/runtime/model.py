@@ -294,8 +294,8 @@ class Model:
                     raise InputError(
                         checked[checked.index(INPUT_CHECK) + len(INPUT_CHECK) :].strip(),
                         where=str(self.path),
-                        fix="compile the model for these inputs (--input-shape), or feed inputs that select the "
-                        "branch compiled",
+                        fix="feed values the model accepts for the shapes it was compiled for (the message says "
+                        "which), or compile it for these inputs (--input-shape)",
                     ) from None
                 raise art.ArtifactError(
                     f"the compiled code of bucket {self.buckets[i].name!r} failed at run time: {type(e).__name__}: "

@@ -73,7 +73,7 @@ def test_the_branch_that_cannot_run_becomes_a_run_time_error(tmp_path):
         np.testing.assert_allclose(art.run({"x": x, "sr": sr16})["y"], ort_run(m, {"x": x, "sr": sr16})[0], atol=1e-5)
     with pytest.raises(kiln.InputError, match=r"`sr` selects the then branch of If node 'sr_if'") as e:
         art.run({"x": rand(1, 512), "sr": np.array(8000, np.int64)})
-    assert "--input-shape" in e.value.fix
+    assert "--input-shape" in e.value.fix and "Kiln bug" not in e.value.fix
 
 
 def test_both_branches_valid_keeps_the_if(tmp_path):

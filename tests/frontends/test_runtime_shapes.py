@@ -1,0 +1,75 @@
+"""Data-dependent shapes whose rank is static (issue 51): Reduce* with run-time axes over a pinned rank,
+Reshape and Expand with run-time target shapes compile with symbolic output dims (no --freeze-input) and
+match onnxruntime for every value fed; a value the input cannot take is a run-time InputError."""
+
+import numpy as np
+import pytest
+from helpers import make_model, ort_run
+from onnx import helper
+
+import kiln
+
+X = np.abs(np.random.default_rng(0).standard_normal((2, 3, 4)).astype(np.float32)) + 0.1
+REDUCE_OPS = ["ReduceSum", "ReduceMean", "ReduceMax", "ReduceMin", "ReduceProd", "ReduceL1", "ReduceL2"]
+REDUCE_OPS += ["ReduceLogSum", "ReduceLogSumExp", "ReduceSumSquare"]
+
+
+def _run_all(m, name, feeds_list, tmp_path, rtol=1e-5, atol=1e-6):
+    kiln.compile(m, tmp_path / "m.kiln")
+    art = kiln.load(tmp_path / "m.kiln")
+    shapes = []
+    for feeds in feeds_list:
+        ours, ref = art.run(feeds)[name], ort_run(m, feeds)[0]
+        assert ours.shape == ref.shape and ours.dtype == ref.dtype, (feeds, ours.shape, ref.shape)
+        np.testing.assert_allclose(ours, ref, rtol=rtol, atol=atol)
+        shapes.append(ref.shape)
+    return art, shapes
+
+
+@pytest.mark.parametrize("keepdims", [1, 0])
+@pytest.mark.parametrize("op", REDUCE_OPS)
+def test_reduce_with_run_time_axes(tmp_path, op, keepdims):
+    m = make_model(
+        [helper.make_node(op, ["x", "axes"], ["y"], keepdims=keepdims)],
+        {"x": X, "axes": np.array([0, 2], np.int64)},
+        ["y"],
+        opset=18,
+    )
+    feeds = [{"x": X, "axes": np.array(a, np.int64)} for a in ([0, 2], [-1, 1], [1, 0], [2, 0])]
+    _, shapes = _run_all(m, "y", feeds, tmp_path)
+    assert len(set(shapes)) == 3  # the axes decided the output's shape, per run
+
+
+def test_reduce_sum_opset13_single_axis_and_bad_axes(tmp_path):
+    m = make_model(
+        [helper.make_node("ReduceSum", ["x", "axes"], ["s"], keepdims=0), helper.make_node("Relu", ["s"], ["y"])],
+        {"x": X, "axes": np.array([1], np.int64)},
+        ["y"],
+        opset=13,
+    )
+    art, shapes = _run_all(m, "y", [{"x": X, "axes": np.array([a], np.int64)} for a in (0, 1, 2, -3)], tmp_path)
+    assert shapes == [(3, 4), (2, 4), (2, 3), (3, 4)]
+    with pytest.raises(kiln.InputError, match="axes fed at run time repeat or are out of range"):
+        art.run({"x": X, "axes": np.array([3], np.int64)})
+
+
+def test_reshape_and_expand_with_run_time_shapes(tmp_path):
+    m = make_model(
+        [helper.make_node("Reshape", ["x", "s"], ["r"]), helper.make_node("Relu", ["r"], ["y"])],
+        {"x": X, "s": np.array([4, 0, -1], np.int64)},
+        ["y"],
+    )
+    feeds = [{"x": X, "s": np.array(s, np.int64)} for s in ([4, 0, -1], [0, 0, 0], [-1, 2, 2], [24, 1, 1])]
+    art, shapes = _run_all(m, "y", feeds, tmp_path, rtol=0, atol=0)
+    assert shapes == [(4, 3, 2), (2, 3, 4), (6, 2, 2), (24, 1, 1)]
+    with pytest.raises(kiln.InputError, match="Reshape .* does not hold the input's elements"):
+        art.run({"x": X, "s": np.array([5, 5, 1], np.int64)})
+    col = X[0, :, :1]  # (3, 1)
+    m = make_model(
+        [helper.make_node("Expand", ["x", "s"], ["y"])], {"x": col, "s": np.array([2, 1, 6], np.int64)}, ["y"]
+    )
+    feeds = [{"x": col, "s": np.array(s, np.int64)} for s in ([2, 1, 6], [1, 3, 1], [1, 3, 4], [5, 1, 1])]
+    art, shapes = _run_all(m, "y", feeds, tmp_path, rtol=0, atol=0)
+    assert shapes == [(2, 3, 6), (1, 3, 1), (1, 3, 4), (5, 3, 1)]
+    with pytest.raises(kiln.InputError, match="Expand .* does not broadcast"):
+        art.run({"x": col, "s": np.array([1, 2, 4], np.int64)})
