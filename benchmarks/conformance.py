@@ -65,6 +65,7 @@ SHAPE_INPUTS = {
     # shape-deciding inputs Kiln now takes at run time (tvm_dynamic_shapes.py, tvm_reduce.py): frozen in that column too
     "Reshape": (1,),
     "Expand": (1,),
+    "Split": (1,),
     **{op: (1,) for op in ("ReduceSum", "ReduceMean", "ReduceMax", "ReduceMin", "ReduceProd", "ReduceL1")},
     **{op: (1,) for op in ("ReduceL2", "ReduceLogSum", "ReduceLogSumExp", "ReduceSumSquare")},
 }

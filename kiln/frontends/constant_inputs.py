@@ -12,13 +12,12 @@ import onnx
 from ..errors import UnsupportedModelError
 from .freeze import FLAG
 
-# op type -> indices of the inputs that must be constant (checked against TVM 0.27's converters). Reshape's and
-# Expand's shapes and Reduce*'s axes may be run-time tensors of static length (tvm_dynamic_shapes.py, tvm_reduce.py):
-# not listed
+# op type -> indices of the inputs that must be constant (checked against TVM 0.27's converters). Not listed:
+# Reshape's and Expand's shapes, Split's sizes, Reduce*'s axes, which may be run-time tensors of static length
+# (tvm_dynamic_shapes.py, tvm_reduce.py)
 CONSTANT_INPUTS = {
     "TopK": (1,),
     "Squeeze": (1,),
-    "Split": (1,),
     "Pad": (1, 3),  # its constant_value stays a run-time input (decompose/runtime_scalars.py)
     "Tile": (1,),
     "OneHot": (1,),

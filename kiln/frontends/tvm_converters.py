@@ -29,7 +29,7 @@ from .tvm_assert import assert_converter
 from .tvm_bounds import BOUNDS as _BOUNDS
 from .tvm_bounds import bound as _bound
 from .tvm_bounds import upper as _upper
-from .tvm_dynamic_shapes import expand_converter, reshape_converter
+from .tvm_dynamic_shapes import expand_converter, reshape_converter, split_converter
 from .tvm_nms import nms_converter
 from .tvm_recurrence import OP_TYPE as RECURRENCE
 from .tvm_recurrence import recurrence_converter
@@ -217,6 +217,7 @@ OVERRIDES = {
     "Slice": slice_converter,
     "Reshape": reshape_converter,  # run-time target shapes (tvm_dynamic_shapes.py)
     "Expand": expand_converter,
+    "Split": split_converter,
     RECURRENCE: recurrence_converter,  # Kiln's own node: an LSTM/GRU/RNN layer as one kernel (tvm_recurrence.py)
     ASSERT: assert_converter,  # Kiln's own node: the check that replaces an If branch that cannot run
     **REDUCE_CONVERTERS,  # Reduce* with run-time axes (tvm_reduce.py)

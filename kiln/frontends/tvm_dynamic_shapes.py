@@ -136,3 +136,55 @@ def expand_converter():
             return relax.op.broadcast_to(data, relax.ShapeExpr(runtime_dims(bb, out, m, "expand")))
 
     return Expand
+
+
+def _slices(bb, data, axis: int, bounds: list):
+    """data cut along axis at bounds (ints or symbolic dims): len(bounds) - 1 pieces, as a tuple."""
+    from tvm import relax
+
+    return relax.Tuple(
+        [
+            bb.normalize(relax.op.strided_slice(data, [axis], [b], [e], assume_inbound=True))
+            for b, e in zip(bounds[:-1], bounds[1:])
+        ]
+    )
+
+
+def split_converter():
+    import numpy as np
+    import tvm
+    from tvm import relax
+    from tvm.relax.frontend.onnx import onnx_frontend as f
+
+    class Split(f.Split):
+        """Split sizes fed at run time (pieces of symbolic length), and constant sizes with a zero among them
+        (TVM's split takes only increasing indices: LegalizeOps failed "split_indices must be increasing")."""
+
+        @classmethod
+        def _impl_v13(cls, bb, inputs, attr, params):
+            data, sizes = inputs[0], inputs[1] if len(inputs) > 1 else None
+            if sizes is None or not isinstance(getattr(data, "ty", None), relax.TensorType):
+                return super()._impl_v13(bb, inputs, attr, params)
+            axis = attr.get("axis", 0) % data.ty.ndim
+            c = f.get_constant(sizes, params)
+            if isinstance(c, tvm.ir.GenericConst):
+                values = c.value.numpy().reshape(-1).astype(np.int64)
+                if len(values) < 2 or values.min() > 0:
+                    return super()._impl_v13(bb, inputs, attr, params)
+                return _slices(bb, data, axis, [0, *np.cumsum(values).tolist()])
+            if not runtime_tensor(sizes, params):
+                return super()._impl_v13(bb, inputs, attr, params)
+            node = attr["tvm_custom"]["name"] or "(unnamed)"
+            n = static_length(sizes, "Split", node)
+            s = bb.normalize(relax.op.astype(sizes, "int64"))
+            ends = bb.normalize(relax.op.cumsum(s, axis=0))
+            dim = bb.normalize(relax.op.take(dims_of(bb, data), relax.const(axis, "int64"), axis=0))
+            fits = relax.op.logical_and(
+                relax.op.equal(relax.op.take(ends, relax.const(n - 1, "int64"), axis=0), dim),
+                relax.op.greater_equal(relax.op.min(s), i64(0)),
+            )
+            check(bb, fits, f"Split node {node!r}: the sizes fed at run time do not add up to the axis' length")
+            bounds = runtime_dims(bb, bb.normalize(relax.op.concat([i64([0]), ends], axis=0)), n + 1, "split")
+            return _slices(bb, data, axis, bounds)
+
+    return Split

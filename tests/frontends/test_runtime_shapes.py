@@ -73,3 +73,31 @@ def test_reshape_and_expand_with_run_time_shapes(tmp_path):
     assert shapes == [(2, 3, 6), (1, 3, 1), (1, 3, 4), (5, 3, 1)]
     with pytest.raises(kiln.InputError, match="Expand .* does not broadcast"):
         art.run({"x": col, "s": np.array([1, 2, 4], np.int64)})
+
+
+def test_split_with_run_time_sizes(tmp_path):
+    x = np.random.default_rng(1).standard_normal((2, 6, 3)).astype(np.float32)
+    node = helper.make_node("Split", ["x", "s"], ["a", "b", "c"], axis=1)
+    m = make_model([node], {"x": x, "s": np.array([1, 2, 3], np.int64)}, ["a", "b", "c"], opset=13)
+    kiln.compile(m, tmp_path / "m.kiln")
+    art = kiln.load(tmp_path / "m.kiln")
+    for sizes in ([1, 2, 3], [0, 6, 0], [3, 3, 0]):
+        feeds = {"x": x, "s": np.array(sizes, np.int64)}
+        ours, refs = art.run(feeds), ort_run(m, feeds)
+        for name, ref in zip("abc", refs):
+            assert ours[name].shape == ref.shape
+            np.testing.assert_array_equal(ours[name], ref)
+    with pytest.raises(kiln.InputError, match="Split .* do not add up"):
+        art.run({"x": x, "s": np.array([1, 1, 1], np.int64)})
+
+
+def test_split_constant_sizes_with_a_zero(tmp_path):
+    """TVM's split takes increasing indices only (LegalizeOps: "split_indices must be increasing")."""
+    x = np.random.default_rng(2).standard_normal((2, 6, 3)).astype(np.float32)
+    node = helper.make_node("Split", ["x", "s"], ["a", "b", "c"], axis=1)
+    m = make_model([node], {"x": x}, ["a", "b", "c"], {"s": np.array([0, 4, 2], np.int64)}, opset=13)
+    kiln.compile(m, tmp_path / "m.kiln")
+    ours = kiln.load(tmp_path / "m.kiln").run({"x": x})
+    for name, ref in zip("abc", ort_run(m, {"x": x})):
+        assert ours[name].shape == ref.shape
+        np.testing.assert_array_equal(ours[name], ref)
