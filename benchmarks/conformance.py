@@ -66,6 +66,7 @@ SHAPE_INPUTS = {
     "Reshape": (1,),
     "Expand": (1,),
     "Split": (1,),
+    "Resize": (1, 2, 3),
     **{op: (1,) for op in ("ReduceSum", "ReduceMean", "ReduceMax", "ReduceMin", "ReduceProd", "ReduceL1")},
     **{op: (1,) for op in ("ReduceL2", "ReduceLogSum", "ReduceLogSumExp", "ReduceSumSquare")},
 }

@@ -34,6 +34,7 @@ from .tvm_nms import nms_converter
 from .tvm_recurrence import OP_TYPE as RECURRENCE
 from .tvm_recurrence import recurrence_converter
 from .tvm_reduce import CONVERTERS as REDUCE_CONVERTERS
+from .tvm_resize import resize_converter
 from .tvm_slice import slice_converter
 
 
@@ -218,6 +219,7 @@ OVERRIDES = {
     "Reshape": reshape_converter,  # run-time target shapes (tvm_dynamic_shapes.py)
     "Expand": expand_converter,
     "Split": split_converter,
+    "Resize": resize_converter,  # sizes fed at run time (tvm_resize.py)
     RECURRENCE: recurrence_converter,  # Kiln's own node: an LSTM/GRU/RNN layer as one kernel (tvm_recurrence.py)
     ASSERT: assert_converter,  # Kiln's own node: the check that replaces an If branch that cannot run
     **REDUCE_CONVERTERS,  # Reduce* with run-time axes (tvm_reduce.py)

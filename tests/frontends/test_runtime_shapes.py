@@ -101,3 +101,22 @@ def test_split_constant_sizes_with_a_zero(tmp_path):
     for name, ref in zip("abc", ort_run(m, {"x": x})):
         assert ours[name].shape == ref.shape
         np.testing.assert_array_equal(ours[name], ref)
+
+
+@pytest.mark.parametrize(
+    "attrs",
+    [
+        {"mode": "nearest"},  # half_pixel, round_prefer_floor: 2 -> 7 puts coordinates on ties
+        {"mode": "nearest", "coordinate_transformation_mode": "asymmetric", "nearest_mode": "round_prefer_ceil"},
+        {"mode": "nearest", "coordinate_transformation_mode": "align_corners", "nearest_mode": "floor"},
+        {"mode": "linear"},
+        {"mode": "linear", "coordinate_transformation_mode": "pytorch_half_pixel"},
+    ],
+)
+def test_resize_to_run_time_sizes(tmp_path, attrs):
+    x = np.random.default_rng(3).standard_normal((1, 2, 3, 4)).astype(np.float32)
+    node = helper.make_node("Resize", ["x", "", "", "sizes"], ["y"], **attrs)
+    m = make_model([node], {"x": x, "sizes": np.array([1, 2, 7, 8], np.int64)}, ["y"], opset=18)
+    feeds = [{"x": x, "sizes": np.array([1, 2, h, w], np.int64)} for h, w in ((7, 8), (2, 3), (6, 9), (1, 1))]
+    _, shapes = _run_all(m, "y", feeds, tmp_path, rtol=1e-5, atol=1e-5)
+    assert shapes == [(1, 2, 7, 8), (1, 2, 2, 3), (1, 2, 6, 9), (1, 2, 1, 1)]
