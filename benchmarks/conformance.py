@@ -67,6 +67,7 @@ SHAPE_INPUTS = {
     "Expand": (1,),
     "Split": (1,),
     "Resize": (1, 2, 3),
+    "TopK": (1,),
     **{op: (1,) for op in ("ReduceSum", "ReduceMean", "ReduceMax", "ReduceMin", "ReduceProd", "ReduceL1")},
     **{op: (1,) for op in ("ReduceL2", "ReduceLogSum", "ReduceLogSumExp", "ReduceSumSquare")},
 }

@@ -1,7 +1,7 @@
-"""Op inputs TVM 0.27's importer needs as compile-time constants (a TopK's k, a Reduce's axes, an
-Expand's shape, ...): after folding, each must be a constant. One fed by the data at run time is
+"""Op inputs TVM 0.27's importer needs as compile-time constants (a Tile's repeats, a Range's limits,
+a Pad's pads, ...): after folding, each must be a constant. One fed by the data at run time is
 refused before TVM sees it, naming the graph inputs it comes from and the --freeze-input that makes
-it constant; TVM would otherwise stop with an assertion, or (Expand) silently compute a wrong shape.
+it constant; TVM would otherwise stop with an assertion, or silently compute a wrong shape.
 Only inputs that decide a shape (or an axis) are listed: scalars that feed arithmetic (NonMaxSuppression's
 limit and thresholds, Clip's bounds, Pad's fill value, Dropout's ratio) compile as ordinary inputs."""
 
@@ -12,11 +12,10 @@ import onnx
 from ..errors import UnsupportedModelError
 from .freeze import FLAG
 
-# op type -> indices of the inputs that must be constant (checked against TVM 0.27's converters). Not listed:
-# Reshape's and Expand's shapes, Split's sizes, Reduce*'s axes, which may be run-time tensors of static length
-# (tvm_dynamic_shapes.py, tvm_reduce.py)
+# op type -> indices of the inputs that must be constant (checked against TVM 0.27's converters). Not listed: TopK's
+# k, Reshape's and Expand's shapes, Split's sizes, Reduce*'s axes, Resize's sizes, which may be run-time tensors of
+# static length (tvm_converters.py, tvm_dynamic_shapes.py, tvm_reduce.py, tvm_resize.py)
 CONSTANT_INPUTS = {
-    "TopK": (1,),
     "Squeeze": (1,),
     "Pad": (1, 3),  # its constant_value stays a run-time input (decompose/runtime_scalars.py)
     "Tile": (1,),
