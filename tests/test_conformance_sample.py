@@ -27,7 +27,6 @@ KNOWN_FAILURES = {
             "test_affine_grid_2d",
             "test_center_crop_pad_crop",
             "test_col2im",
-            "test_cumprod_1d",
         ],
         _FROZEN,
     ),

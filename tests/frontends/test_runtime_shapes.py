@@ -120,3 +120,16 @@ def test_resize_to_run_time_sizes(tmp_path, attrs):
     feeds = [{"x": x, "sizes": np.array([1, 2, h, w], np.int64)} for h, w in ((7, 8), (2, 3), (6, 9), (1, 1))]
     _, shapes = _run_all(m, "y", feeds, tmp_path, rtol=1e-5, atol=1e-5)
     assert shapes == [(1, 2, 7, 8), (1, 2, 2, 3), (1, 2, 6, 9), (1, 2, 1, 1)]
+
+
+def test_cumprod_axis_fed_at_run_time(tmp_path):
+    """The axis decides no shape: the product along each axis, picked per run (decompose/standard_math.py)."""
+    x = np.random.default_rng(4).uniform(0.5, 1.5, (3, 4)).astype(np.float32)
+    m = make_model(
+        [helper.make_node("CumProd", ["x", "axis"], ["y"], reverse=1)],
+        {"x": x, "axis": np.array(0, np.int64)},
+        ["y"],
+        opset=26,
+    )
+    feeds = [{"x": x, "axis": np.array(a, np.int64)} for a in (0, 1, -1, -2)]
+    _run_all(m, "y", feeds, tmp_path, rtol=1e-6, atol=1e-6)
