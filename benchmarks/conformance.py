@@ -68,6 +68,9 @@ SHAPE_INPUTS = {
     "Split": (1,),
     "Resize": (1, 2, 3),
     "TopK": (1,),
+    "ConstantOfShape": (0,),
+    "Squeeze": (1,),
+    "Tile": (1,),
     **{op: (1,) for op in ("ReduceSum", "ReduceMean", "ReduceMax", "ReduceMin", "ReduceProd", "ReduceL1")},
     **{op: (1,) for op in ("ReduceL2", "ReduceLogSum", "ReduceLogSumExp", "ReduceSumSquare")},
 }

@@ -30,7 +30,6 @@ KNOWN_FAILURES = {
         ],
         _FROZEN,
     ),
-    "test_constantofshape_float_ones": "the output's shape is the input's value: no static shape even frozen",
     # ops with no ahead-of-time lowering: UnsupportedModelError naming the op
     "test_ai_onnx_ml_label_encoder_string_int": "ai.onnx.ml op on strings",
     "test_basic_deform_conv_with_padding": "DeformConv: no TVM converter, no rewrite yet",

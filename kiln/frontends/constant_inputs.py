@@ -13,15 +13,13 @@ from ..errors import UnsupportedModelError
 from .freeze import FLAG
 
 # op type -> indices of the inputs that must be constant (checked against TVM 0.27's converters). Not listed: TopK's
-# k, Reshape's and Expand's shapes, Split's sizes, Reduce*'s axes, Resize's sizes, which may be run-time tensors of
-# static length (tvm_converters.py, tvm_dynamic_shapes.py, tvm_reduce.py, tvm_resize.py)
+# k, Reshape's, Expand's and ConstantOfShape's shapes, Split's sizes, Tile's repeats, Reduce*'s and Squeeze's axes,
+# Resize's sizes: run-time tensors of static length (tvm_converters.py, tvm_dynamic_shapes.py, tvm_reduce.py,
+# tvm_resize.py)
 CONSTANT_INPUTS = {
-    "Squeeze": (1,),
     "Pad": (1, 3),  # its constant_value stays a run-time input (decompose/runtime_scalars.py)
-    "Tile": (1,),
     "OneHot": (1,),
     "CumSum": (1,),
-    "ConstantOfShape": (0,),
     "Range": (0, 1, 2),
     "Resize": (1, 2),  # its sizes may be fed at run time (tvm_resize.py)
     "Upsample": (1,),

@@ -29,11 +29,20 @@ from .tvm_assert import assert_converter
 from .tvm_bounds import BOUNDS as _BOUNDS
 from .tvm_bounds import bound as _bound
 from .tvm_bounds import upper as _upper
-from .tvm_dynamic_shapes import expand_converter, reshape_converter, split_converter
+from .tvm_dynamic_shapes import (
+    expand_converter,
+    reshape_converter,
+    runtime_dims,
+    runtime_tensor,
+    split_converter,
+    static_length,
+    tile_converter,
+)
 from .tvm_nms import nms_converter
 from .tvm_recurrence import OP_TYPE as RECURRENCE
 from .tvm_recurrence import recurrence_converter
 from .tvm_reduce import CONVERTERS as REDUCE_CONVERTERS
+from .tvm_reduce import squeeze_converter
 from .tvm_resize import resize_converter
 from .tvm_slice import slice_converter
 
@@ -108,7 +117,11 @@ def _constant_of_shape():
         @classmethod
         def _impl_v9(cls, bb, inputs, attr, params):
             shape = inputs[0]
-            if not _shape_value(shape):
+            if runtime_tensor(shape, params):  # a shape fed at run time, of static length: symbolic dims
+                node = attr["tvm_custom"]["name"] or "(unnamed)"
+                n = static_length(shape, "ConstantOfShape", node)
+                shape = relax.ShapeExpr(runtime_dims(bb, bb.normalize(relax.op.astype(shape, "int64")), n, "full"))
+            elif not _shape_value(shape):
                 return super()._impl_v9(bb, inputs, attr, params)
             value = f.get_numpy(attr["value"]) if attr.get("value") is not None else np.zeros(1, np.float32)
             return relax.op.full(shape, relax.const(value.reshape(()), str(value.dtype)), str(value.dtype))
@@ -219,6 +232,8 @@ OVERRIDES = {
     "Reshape": reshape_converter,  # run-time target shapes (tvm_dynamic_shapes.py)
     "Expand": expand_converter,
     "Split": split_converter,
+    "Tile": tile_converter,
+    "Squeeze": squeeze_converter,
     "Resize": resize_converter,  # sizes fed at run time (tvm_resize.py)
     RECURRENCE: recurrence_converter,  # Kiln's own node: an LSTM/GRU/RNN layer as one kernel (tvm_recurrence.py)
     ASSERT: assert_converter,  # Kiln's own node: the check that replaces an If branch that cannot run

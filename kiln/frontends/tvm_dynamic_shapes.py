@@ -188,3 +188,33 @@ def split_converter():
             return _slices(bb, data, axis, bounds)
 
     return Split
+
+
+def tile_converter():
+    from tvm import relax
+    from tvm.relax.frontend.onnx import onnx_frontend as f
+
+    class Tile(f.Tile):
+        """Repeats fed at run time: x [d0, d1, ...] as [1, d0, 1, d1, ...], broadcast to [r0, d0, r1, d1, ...]
+        and merged to [r0 * d0, r1 * d1, ...], the repeats symbolic dims."""
+
+        @classmethod
+        def _impl_v13(cls, bb, inputs, attr, params):
+            data, reps = inputs[0], inputs[1]
+            ty = getattr(data, "ty", None)
+            if not runtime_tensor(reps, params) or not isinstance(ty, relax.TensorType) or ty.shape is None:
+                return super()._impl_v13(bb, inputs, attr, params)
+            node = attr["tvm_custom"]["name"] or "(unnamed)"
+            dims, r = list(ty.shape.values), ty.ndim
+            if static_length(reps, "Tile", node) != r:
+                raise UnsupportedModelError(
+                    f"Tile node {node!r}: {static_length(reps, 'Tile', node)} repeats for a rank-{r} input",
+                    where="Tile",
+                    fix="check the model: ONNX takes one repeat per input dim",
+                )
+            rv = runtime_dims(bb, bb.normalize(relax.op.astype(reps, "int64")), r, "tile")
+            spread = relax.op.reshape(data, [v for d in dims for v in (1, d)])
+            wide = relax.op.broadcast_to(spread, relax.ShapeExpr([v for k, d in zip(rv, dims) for v in (k, d)]))
+            return relax.op.reshape(wide, relax.ShapeExpr([k * d for k, d in zip(rv, dims)]))
+
+    return Tile

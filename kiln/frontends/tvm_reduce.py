@@ -35,7 +35,7 @@ def _elementwise(name, x):
     return relax.op.multiply(x, x) if name == "square" else getattr(relax.op, name)(x)
 
 
-def _axis_mask(bb, axes, r: int):
+def axis_mask(bb, axes, r: int):
     """(r,) bool: axis d is one of the run-time axes (negative ones counted from the end)."""
     from tvm import relax
 
@@ -45,7 +45,7 @@ def _axis_mask(bb, axes, r: int):
     return bb.normalize(relax.op.astype(relax.op.max(relax.op.astype(hit, "int32"), axis=[0]), "bool"))
 
 
-def _kept_dims(bb, mask, dims, r: int, k: int):
+def kept_dims(bb, mask, dims, r: int, k: int):
     """(r - k,) int64: the input's dims on the axes not reduced, in order."""
     from tvm import relax
 
@@ -69,7 +69,7 @@ def reduce_runtime_axes(bb, op: str, data, axes, keepdims: int, noop: int, node:
             return relax.op.mean(data, None, bool(keepdims))
         y = getattr(relax.op, core)(y, None, bool(keepdims))
         return _elementwise(post, y) if post else y
-    mask = _axis_mask(bb, axes, r)
+    mask = axis_mask(bb, axes, r)
     count = relax.op.sum(relax.op.astype(mask, "int64"))
     check(bb, relax.op.equal(count, i64(k)), f"{op} node {node!r}: the axes fed at run time repeat or are out of range")
     y = bb.normalize(y)
@@ -88,8 +88,42 @@ def reduce_runtime_axes(bb, op: str, data, axes, keepdims: int, noop: int, node:
         return y
     if r == k:
         return relax.op.reshape(y, [])
-    kept = runtime_dims(bb, _kept_dims(bb, mask, dims, r, k), r - k, "kept")
+    kept = runtime_dims(bb, kept_dims(bb, mask, dims, r, k), r - k, "kept")
     return relax.op.reshape(y, relax.ShapeExpr(kept))
+
+
+def squeeze_converter():
+    """Squeeze's axes fed at run time: the input reshaped to the dims not named (rank r - k, static), each
+    named dim checked to be 1 at run time."""
+    from tvm import relax
+    from tvm.relax.frontend.onnx import onnx_frontend as f
+
+    class Squeeze(f.Squeeze):
+        @classmethod
+        def _impl_v13(cls, bb, inputs, attr, params):
+            data, axes = inputs[0], inputs[1] if len(inputs) > 1 else None
+            if not runtime_tensor(axes, params) or not isinstance(getattr(data, "ty", None), relax.TensorType):
+                return super()._impl_v13(bb, inputs, attr, params)
+            node = attr["tvm_custom"]["name"] or "(unnamed)"
+            r, k = data.ty.ndim, static_length(axes, "Squeeze", node)
+            mask, dims = axis_mask(bb, axes, r), dims_of(bb, data)
+            count = relax.op.sum(relax.op.astype(mask, "int64"))
+            ones = relax.op.logical_or(relax.op.logical_not(mask), relax.op.equal(dims, i64(1)))
+            fits = relax.op.logical_and(
+                relax.op.equal(count, i64(k)),
+                relax.op.equal(relax.op.min(relax.op.astype(ones, "int32")), relax.const(1, "int32")),
+            )
+            check(
+                bb,
+                fits,
+                f"Squeeze node {node!r}: the axes fed at run time repeat, are out of range or name a dim not 1",
+            )
+            if r == k:
+                return relax.op.reshape(data, [])
+            kept = runtime_dims(bb, kept_dims(bb, mask, dims, r, k), r - k, "squeezed")
+            return relax.op.reshape(data, relax.ShapeExpr(kept))
+
+    return Squeeze
 
 
 def reduce_converter(op: str):

@@ -133,3 +133,21 @@ def test_cumprod_axis_fed_at_run_time(tmp_path):
     )
     feeds = [{"x": x, "axis": np.array(a, np.int64)} for a in (0, 1, -1, -2)]
     _run_all(m, "y", feeds, tmp_path, rtol=1e-6, atol=1e-6)
+
+
+def test_constant_of_shape_squeeze_and_tile_with_run_time_values(tmp_path):
+    filled = helper.make_node("ConstantOfShape", ["s"], ["y"], value=helper.make_tensor("v", 7, [1], [3]))
+    m = make_model([filled], {"s": np.array([2, 3], np.int64)}, ["y"])
+    _, shapes = _run_all(m, "y", [{"s": np.array(s, np.int64)} for s in ([2, 3], [0, 4], [5, 1])], tmp_path)
+    assert shapes == [(2, 3), (0, 4), (5, 1)]
+    x = np.random.default_rng(5).standard_normal((1, 3, 1, 2)).astype(np.float32)
+    m = make_model([helper.make_node("Squeeze", ["x", "a"], ["y"])], {"x": x, "a": np.array([0, 2], np.int64)}, ["y"])
+    feeds = [{"x": x, "a": np.array(a, np.int64)} for a in ([0, 2], [-2, 0], [2, 0])]
+    art, shapes = _run_all(m, "y", feeds, tmp_path, rtol=0, atol=0)
+    assert shapes == [(3, 2)] * 3
+    with pytest.raises(kiln.InputError, match="Squeeze .* name a dim not 1"):
+        art.run({"x": x, "a": np.array([0, 1], np.int64)})
+    x = x[0, :, 0]  # (3, 2)
+    m = make_model([helper.make_node("Tile", ["x", "r"], ["y"])], {"x": x, "r": np.array([2, 3], np.int64)}, ["y"])
+    _, shapes = _run_all(m, "y", [{"x": x, "r": np.array(r, np.int64)} for r in ([2, 3], [1, 1], [0, 2])], tmp_path)
+    assert shapes == [(6, 6), (3, 2), (0, 4)]
