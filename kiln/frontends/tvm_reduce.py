@@ -26,6 +26,10 @@ REDUCTIONS = {
     "ReduceLogSumExp": ("sum", "exp", "log"),
     "ReduceSumSquare": ("sum", "square", None),
 }
+INF = float("inf")
+# the result over no elements (an input with a zero-size dim): onnx's reference
+EMPTY = {"ReduceMean": float("nan"), "ReduceMax": -INF, "ReduceMin": INF, "ReduceProd": 1.0, "ReduceLogSum": -INF}
+EMPTY["ReduceLogSumExp"] = -INF
 AXES_INPUT_SINCE = {"ReduceSum": 13}  # the opset whose converter takes axes as an input (18 for the others)
 
 
@@ -72,24 +76,47 @@ def reduce_runtime_axes(bb, op: str, data, axes, keepdims: int, noop: int, node:
     mask = axis_mask(bb, axes, r)
     count = relax.op.sum(relax.op.astype(mask, "int64"))
     check(bb, relax.op.equal(count, i64(k)), f"{op} node {node!r}: the axes fed at run time repeat or are out of range")
+    dims = dims_of(bb, data)
+    ends = runtime_dims(bb, bb.normalize(relax.op.where(mask, i64(1), dims)), r, "reduce")
+    if any(getattr(d, "value", 1) == 0 for d in data.ty.shape.values):  # no elements: the result is a constant
+        dtype = str(data.ty.dtype)
+        zeros = bb.normalize(relax.op.zeros(relax.ShapeExpr(ends), dtype))  # a full() of inf fails LegalizeOps
+        y = relax.op.add(zeros, _empty_value(op, dtype))
+        return _drop_reduced(bb, bb.normalize(y), mask, dims, r, k, keepdims)
     y = bb.normalize(y)
     for d in range(r):
         flag = bb.normalize(relax.op.take(mask, relax.const(d, "int64"), axis=0))
         y = bb.normalize(relax.op.where(flag, getattr(relax.op, core)(y, [d], True), y))
-    dims = dims_of(bb, data)
-    ends = runtime_dims(bb, bb.normalize(relax.op.where(mask, i64(1), dims)), r, "reduce")
     y = bb.normalize(relax.op.strided_slice(y, list(range(r)), [0] * r, ends, assume_inbound=True))
     if post == "mean":
         count = relax.op.prod(relax.op.where(mask, dims, i64(1)))
         y = bb.normalize(relax.op.divide(y, relax.op.astype(count, data.ty.dtype)))
     elif post:
         y = bb.normalize(_elementwise(post, y))
+    return _drop_reduced(bb, y, mask, dims, r, k, keepdims)
+
+
+def _drop_reduced(bb, y, mask, dims, r: int, k: int, keepdims: int):
+    """y (the reduced axes kept, size 1) without them unless keepdims."""
+    from tvm import relax
+
     if keepdims:
         return y
     if r == k:
         return relax.op.reshape(y, [])
     kept = runtime_dims(bb, kept_dims(bb, mask, dims, r, k), r - k, "kept")
     return relax.op.reshape(y, relax.ShapeExpr(kept))
+
+
+def _empty_value(op: str, dtype: str):
+    """EMPTY[op] (0 for the sums) as a constant of dtype; infinities of integer types are its extremes."""
+    from tvm import relax
+
+    v = EMPTY.get(op, 0.0)
+    if not dtype.startswith(("float", "bfloat")) and abs(v) == INF:
+        info = np.iinfo(dtype)
+        v = info.min if v < 0 else info.max
+    return relax.const(np.array(v).astype(dtype), dtype)
 
 
 def squeeze_converter():

@@ -151,3 +151,17 @@ def test_constant_of_shape_squeeze_and_tile_with_run_time_values(tmp_path):
     m = make_model([helper.make_node("Tile", ["x", "r"], ["y"])], {"x": x, "r": np.array([2, 3], np.int64)}, ["y"])
     _, shapes = _run_all(m, "y", [{"x": x, "r": np.array(r, np.int64)} for r in ([2, 3], [1, 1], [0, 2])], tmp_path)
     assert shapes == [(6, 6), (3, 2), (0, 4)]
+
+
+@pytest.mark.parametrize("op", ["ReduceSum", "ReduceMax", "ReduceProd", "ReduceLogSumExp"])
+def test_reduce_with_run_time_axes_over_an_empty_axis(tmp_path, op):
+    """An input with a zero-size dim: the reduced result is the op's value over no elements (0, -inf, 1, ...)."""
+    x = np.zeros((2, 0, 4), np.float32)
+    m = make_model(
+        [helper.make_node(op, ["x", "axes"], ["y"], keepdims=1)],
+        {"x": x, "axes": np.array([1], np.int64)},
+        ["y"],
+        opset=18,
+    )
+    _, shapes = _run_all(m, "y", [{"x": x, "axes": np.array(a, np.int64)} for a in ([1], [-2], [0])], tmp_path)
+    assert shapes == [(2, 1, 4), (2, 1, 4), (1, 0, 4)]
