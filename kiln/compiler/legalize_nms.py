@@ -74,18 +74,22 @@ def _sift_down(heap, top, size):
                 p[0] = size
 
 
-def _nms_rows(boxes, scores, iou_t, score_t, classes: int, limit: int, lanes: int):
+def _nms_rows(boxes, scores, iou_t, score_t, limit_t, classes: int, limit: int, lanes: int):
     """kept[r, :count[r]]: the box indices row r = batch * classes + class keeps, in score order.
     boxes: [batch * boxes, 4]; scores: [batch * classes, boxes]. Only candidates above the score threshold
-    are taken, into a heap popped until `limit` boxes are kept: no full sort of every row."""
+    are taken, into a heap popped until min(`limit`, the run-time limit_t) boxes are kept: no full sort of
+    every row. `limit` sizes the output; limit_t (a 0-d or 1-element int tensor) is the model's own limit,
+    read at run time (a detector export may take max_output_boxes_per_class as an input)."""
     rows, num_boxes = scores.shape
     step = 2 * lanes  # kept boxes compared per iteration: two vectors
     cap = max((limit + step - 1) // step * step, step)
 
-    def ir(bx, sc, it, st, kept, count):
+    def ir(bx, sc, it, st, lt, kept, count):
         with IRBuilder() as ib:
             bx, sc, kept, count = (T.buffer_proxy(b) for b in (bx, sc, kept, count))
             iou_thr, score_thr = _scalar(it), _scalar(st)
+            wanted = tirx.max(tirx.min(_scalar(lt), tirx.const(limit, lt.dtype)), tirx.const(0, lt.dtype))
+            stop = tirx.Cast("int32", wanted)
             with T.parallel(0, rows) as r:
                 # the candidates' heap, and the kept boxes' corners and areas in five planes of `cap` floats
                 hs = T.buffer_proxy(T.decl_buffer((num_boxes,), "float32", scope="global"))
@@ -106,7 +110,7 @@ def _nms_rows(boxes, scores, iou_t, score_t, classes: int, limit: int, lanes: in
                     _sift_down(heap, size[0] // 2 - 1 - t, size[0])
                 n[0] = T.int32(0)
                 base = (r // classes) * num_boxes
-                with T.While(tirx.all(size[0] > 0, n[0] < limit)):
+                with T.While(tirx.all(size[0] > 0, n[0] < stop)):
                     b[0] = hi[0]
                     size[0] = size[0] - 1
                     hs[0] = hs[size[0]]
@@ -152,7 +156,7 @@ def _nms_rows(boxes, scores, iou_t, score_t, classes: int, limit: int, lanes: in
 
     return te.extern(
         [(rows, max(limit, 1)), (rows,)],
-        [boxes, scores, iou_t, score_t],
+        [boxes, scores, iou_t, score_t, limit_t],
         lambda ins, outs: ir(*ins, *outs),
         dtype=["int32", "int32"],
         name="kiln_nms",
@@ -184,12 +188,12 @@ def _collect(kept, count, offsets, classes: int, total_rows: int):
     )
 
 
-def all_class_nms(boxes, scores, iou_t, score_t, limit: int, lanes: int):
+def all_class_nms(boxes, scores, iou_t, score_t, limit_t, limit: int, lanes: int):
     """(selected rows, padded to batch * classes * limit; their count as a (1,) int64 tensor)."""
     batch, classes, num_boxes = scores.shape
     flat = topi.reshape(scores, (batch * classes, num_boxes))
     flat_boxes = topi.reshape(boxes, (batch * num_boxes, 4))
-    kept, count = _nms_rows(flat_boxes, flat, iou_t, score_t, int(classes), limit, lanes)
+    kept, count = _nms_rows(flat_boxes, flat, iou_t, score_t, limit_t, int(classes), limit, lanes)
     offsets = topi.cumsum(count, exclusive=True, dtype="int64")
     total = topi.sum(topi.cast(count, "int64"), axis=0, keepdims=True)
     rows = _collect(kept, count, offsets, int(classes), int(batch * classes * max(limit, 1)))
@@ -204,22 +208,30 @@ def _slice_bounds(total):
     return begin, end, te.compute((2,), lambda i: one, name="strides")
 
 
+def _static_limit(limit, count: int | None) -> int | None:
+    """The rows each (batch, class) may keep, known at compile time: a constant limit (no more than the box
+    count where that is static); a run-time limit is bounded by a static box count; None: neither."""
+    if isinstance(limit, GenericConst):
+        n = max(int(limit.value.numpy().reshape(-1)[0]), 0)
+        return n if count is None else min(n, count)
+    return count
+
+
 def legalize(lanes: int, fallback):
     """The LegalizeOps entry for relax.vision.all_class_non_max_suppression: ONNX's output format with
     a constant per-class limit (what the ONNX frontend makes; the box count may be known only at run time,
-    as after a score filter) and static batch and class counts; anything else keeps
-    `fallback` (TVM's lowering)."""
+    as after a score filter) or a run-time limit over a static box count, and static batch and class counts;
+    anything else keeps `fallback` (TVM's lowering)."""
 
     def lower(bb, call):
         boxes, scores, limit, iou_t, score_t = call.args
         shape = scores.ty.shape
         static = shape is not None and all(isinstance(d, tirx.IntImm) for d in shape.values[:2])
-        if call.attrs.output_format != "onnx" or not isinstance(limit, GenericConst) or not static:
+        count = int(shape.values[-1]) if static and isinstance(shape.values[-1], tirx.IntImm) else None
+        n = _static_limit(limit, count)
+        if call.attrs.output_format != "onnx" or not static or n is None:
             return fallback(bb, call)
-        n = max(int(limit.value.numpy().reshape(-1)[0]), 0)
-        if isinstance(shape.values[-1], tirx.IntImm):
-            n = min(n, int(shape.values[-1]))
-        out = bb.call_te(all_class_nms, boxes, scores, iou_t, score_t, n, lanes, primfunc_name_hint="kiln_nms")
+        out = bb.call_te(all_class_nms, boxes, scores, iou_t, score_t, limit, n, lanes, primfunc_name_hint="kiln_nms")
         # its loops run as far as the data says: no FLOP count (the profile's GFLOP/s would be made up)
         gv = out.args[0]
         bb.update_func(gv, bb.get()[gv].with_attr(FLOPS_ATTR, 0))

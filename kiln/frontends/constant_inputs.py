@@ -1,7 +1,9 @@
-"""Op inputs TVM 0.27's importer needs as compile-time constants (a TopK's k, a Reduce's axes, an
-Expand's shape, ...): after folding, each must be a constant. One fed by the data at run time is
+"""Op inputs TVM 0.27's importer needs as compile-time constants (a Tile's repeats, a Range's limits,
+a Pad's pads, ...): after folding, each must be a constant. One fed by the data at run time is
 refused before TVM sees it, naming the graph inputs it comes from and the --freeze-input that makes
-it constant; TVM would otherwise stop with an assertion, or (Expand) silently compute a wrong shape."""
+it constant; TVM would otherwise stop with an assertion, or silently compute a wrong shape.
+Only inputs that decide a shape (or an axis) are listed: scalars that feed arithmetic (NonMaxSuppression's
+limit and thresholds, Clip's bounds, Pad's fill value, Dropout's ratio) compile as ordinary inputs."""
 
 from __future__ import annotations
 
@@ -10,37 +12,27 @@ import onnx
 from ..errors import UnsupportedModelError
 from .freeze import FLAG
 
-# op type -> indices of the inputs that must be constant (checked against TVM 0.27's converters)
+# op type -> indices of the inputs that must be constant (checked against TVM 0.27's converters). Not listed: TopK's
+# k, Reshape's, Expand's and ConstantOfShape's shapes, Split's sizes, Tile's repeats, Reduce*'s and Squeeze's axes,
+# Resize's sizes: run-time tensors of static length (tvm_converters.py, tvm_dynamic_shapes.py, tvm_reduce.py,
+# tvm_resize.py)
 CONSTANT_INPUTS = {
-    "TopK": (1,),
-    "Squeeze": (1,),
-    "Split": (1,),
-    "Pad": (1, 2, 3),
-    "Tile": (1,),
-    "Expand": (1,),
+    "Pad": (1, 3),  # its constant_value stays a run-time input (decompose/runtime_scalars.py)
     "OneHot": (1,),
     "CumSum": (1,),
-    "ConstantOfShape": (0,),
     "Range": (0, 1, 2),
-    "Resize": (1, 2, 3),
+    "Resize": (1, 2),  # its sizes may be fed at run time (tvm_resize.py)
     "Upsample": (1,),
-    "NonMaxSuppression": (2, 3, 4),
     "CenterCropPad": (1, 2),
     "Col2Im": (1, 2, 3),
     "AffineGrid": (1,),
     "MaxUnpool": (2,),
-    "Reshape": (1,),
-    "ReduceSum": (1,),
-    "ReduceMean": (1,),
-    "ReduceMax": (1,),
-    "ReduceMin": (1,),
-    "ReduceProd": (1,),
-    "ReduceL1": (1,),
-    "ReduceL2": (1,),
-    "ReduceLogSum": (1,),
-    "ReduceLogSumExp": (1,),
-    "ReduceSumSquare": (1,),
 }
+
+
+# why an op input must be known ahead of time, when it is not "it decides the output's shape"
+WHY = {"CumSum": "picks the axis", "Upsample": "decides the output's shape (scales)"}
+DECIDES_SHAPE = "decides the output's shape"
 
 
 def check_constant_inputs(model: onnx.ModelProto, where: str) -> None:
@@ -61,13 +53,15 @@ def check_constant_inputs(model: onnx.ModelProto, where: str) -> None:
     if not bad:
         return
     listing = "; ".join(
-        f"{n.op_type} node {n.name or n.output[0]!r} input {i} ({name!r}, from graph input(s) {src})"
+        f"{n.op_type} node {n.name or n.output[0]!r} input {i} ({name!r}, from graph input(s) {src}) "
+        f"{WHY.get(n.op_type, DECIDES_SHAPE)}"
         for n, i, name, src in bad
     )
     feeds = sorted({s for *_, src in bad for s in src})
     fix = (
         f"if these inputs are known when you deploy, freeze them: {FLAG} {feeds[0]}=VALUE (repeatable); "
-        "values computed from the data at run time cannot decide these ahead of time"
+        "values computed from the data at run time cannot decide these ahead of time (inputs that decide no "
+        "shape, such as thresholds or fill values, stay run-time inputs and need no freezing)"
     )
     raise UnsupportedModelError(
         f"{len(bad)} op input(s) must be known at compile time: {listing}",

@@ -9,9 +9,9 @@ import warnings
 
 import onnx
 
-from ..errors import CompileError, UnsupportedModelError, pass_errors
+from ..errors import CompileError, PassError, UnsupportedModelError, pass_errors
 from ..runtime.artifact import TensorSpec
-from . import preflight
+from . import impossible_branches, preflight
 from . import simplify as simplify_mod
 from .constant_inputs import check_constant_inputs
 from .decompose import decompose, rewrite_for
@@ -73,26 +73,55 @@ def import_onnx(
         simple, stats = prepare_onnx(model, input_shapes, where, frozen)
     finally:
         ONE_KERNEL.reset(token)
-    inputs = [
+    inputs = _input_specs(simple, where)
+    try:
+        mod = _tvm_import(simple, inputs, where)
+    except PassError as e:  # a branch that cannot run for these shapes? (impossible_branches.py)
+        simple, mod = _without_impossible_branches(simple, inputs, where, stats, e)
+    outputs = output_specs(mod, [o.name for o in simple.graph.output], where)
+    return ImportedModel(mod, inputs, outputs, preflight.opsets(model), stats, simple)
+
+
+def _input_specs(model: onnx.ModelProto, where: str) -> list[TensorSpec]:
+    return [
         TensorSpec(
             vi.name,
             tuple(d.dim_value for d in vi.type.tensor_type.shape.dim),
             _np_dtype(vi.type.tensor_type.elem_type, vi.name, where),
         )
-        for vi in graph_inputs(simple)
+        for vi in graph_inputs(model)
     ]
+
+
+def _tvm_import(model: onnx.ModelProto, inputs: list[TensorSpec], where: str):
+    """TVM's from_onnx with Kiln's converters; its failures are PassErrors of its stage."""
     from tvm.relax.frontend.onnx import from_onnx
 
     with pass_errors("TVM's ONNX importer", where), warnings.catch_warnings(), kiln_converters():
         warnings.simplefilter("ignore")
-        mod = from_onnx(
-            simple,
+        return from_onnx(
+            model,
             shape_dict={i.name: list(i.shape) for i in inputs},
             dtype_dict={i.name: i.dtype for i in inputs},
             keep_params_in_input=False,
         )
-    outputs = output_specs(mod, [o.name for o in simple.graph.output], where)
-    return ImportedModel(mod, inputs, outputs, preflight.opsets(model), stats, simple)
+
+
+def _without_impossible_branches(simple, inputs, where: str, stats: dict, error: PassError):
+    """The model with the If branches that cannot run for the pinned shapes dropped, and its import; the
+    original error when no branch was dropped or the model still fails."""
+    pruned_model, pruned = impossible_branches.prune(
+        simple, lambda sub: _tvm_import(sub, _input_specs(sub, where), where), where
+    )
+    if not pruned:
+        raise error
+    try:
+        mod = _tvm_import(pruned_model, inputs, where)
+    except PassError:
+        raise error from None
+    impossible_branches.warn(pruned, where)
+    stats["branches_dropped"] = len(pruned)
+    return pruned_model, mod
 
 
 def _decompose(model: onnx.ModelProto, where: str) -> int:
@@ -101,7 +130,7 @@ def _decompose(model: onnx.ModelProto, where: str) -> int:
     count = 0
     if any(rewrite_for(n) for n in model.graph.node):
         count = decompose(model, simplify_mod.static_shapes(model), consts, where)
-        simplify_mod._write_constants(model.graph, consts)
+        simplify_mod.write_constants(model.graph, consts)
     if any(n.op_type == "If" for n in model.graph.node):
 
         def branch(sub):

@@ -43,12 +43,12 @@ def simplify(model: onnx.ModelProto, where: str) -> tuple[onnx.ModelProto, dict[
                 nodes.append(node)
         del g.node[:]
         g.node.extend(nodes)
-        _write_constants(g, consts)
+        write_constants(g, consts)
         if not changed:
             break
     if any(n.op_type == "If" for n in g.node):
         _simplify_branches(m, consts, stats, where)
-        _write_constants(g, consts)
+        write_constants(g, consts)
     stats["nodes_after"] = len(g.node)
     return m, stats
 
@@ -70,29 +70,17 @@ def map_branches(m: onnx.ModelProto, consts: dict, fn) -> None:
     """Apply fn (model -> model) to each branch of the graph's If nodes, in place: the branch as a model
     of its own whose inputs are the outer values it reads, with their inferred types and shapes, and
     whose initializers include the outer constants it reads."""
-    typed = _typed_values(m)
+    typed = typed_values(m)
     for node in m.graph.node:
         if node.op_type != "If" or node.domain not in ("", "ai.onnx"):
             continue
         for a in node.attribute:
             if a.type != onnx.AttributeProto.GRAPH:
                 continue
-            outer = sorted(_outer_refs_of(a.g))
-            inputs = [
-                onnx.helper.make_tensor_value_info(n, typed[n][0], typed[n][1])
-                for n in outer
-                if n not in consts and n in typed
-            ]
-            if len(inputs) != len([n for n in outer if n not in consts]):
+            sub = branch_model(m, a.g, typed, consts)
+            if sub is None:
                 continue  # an outer value of unknown type: leave the branch as it is
-            inits = [numpy_helper.from_array(np.asarray(consts[n]), n) for n in outer if n in consts] + list(
-                a.g.initializer
-            )
-            sub = onnx.helper.make_model(
-                onnx.helper.make_graph(list(a.g.node), a.g.name, inputs, list(a.g.output), inits),
-                opset_imports=list(m.opset_import),
-                ir_version=m.ir_version,
-            )
+            outer = _outer_refs_of(a.g)
             done = fn(sub)
             del a.g.node[:]
             a.g.node.extend(done.graph.node)
@@ -100,6 +88,24 @@ def map_branches(m: onnx.ModelProto, consts: dict, fn) -> None:
             a.g.initializer.extend(i for i in done.graph.initializer if i.name not in outer or i.name not in consts)
             del a.g.output[:]
             a.g.output.extend(done.graph.output)
+
+
+def branch_model(m: onnx.ModelProto, g: onnx.GraphProto, typed: dict, consts: dict) -> onnx.ModelProto | None:
+    """An If branch g of model m as a model of its own: its inputs are the outer values it reads, typed as
+    in `typed` (typed_values of m), its initializers include the outer constants it reads; None when an
+    outer value it reads has no known type."""
+    outer = sorted(_outer_refs_of(g))
+    inputs = [
+        onnx.helper.make_tensor_value_info(n, typed[n][0], typed[n][1]) for n in outer if n not in consts and n in typed
+    ]
+    if len(inputs) != len([n for n in outer if n not in consts]):
+        return None
+    inits = [numpy_helper.from_array(np.asarray(consts[n]), n) for n in outer if n in consts] + list(g.initializer)
+    return onnx.helper.make_model(
+        onnx.helper.make_graph(list(g.node), g.name, inputs, list(g.output), inits),
+        opset_imports=list(m.opset_import),
+        ir_version=m.ir_version,
+    )
 
 
 def _outer_refs_of(g: onnx.GraphProto) -> set[str]:
@@ -113,7 +119,7 @@ def _outer_refs_of(g: onnx.GraphProto) -> set[str]:
     return reads - own
 
 
-def _typed_values(m: onnx.ModelProto) -> dict[str, tuple[int, list | None]]:
+def typed_values(m: onnx.ModelProto) -> dict[str, tuple[int, list | None]]:
     """name -> (element type, dims or None) of every value ONNX's shape inference types."""
     try:
         inferred = onnx.shape_inference.infer_shapes(m, strict_mode=False, data_prop=True)
@@ -158,7 +164,7 @@ def _try_fold(node, consts, shapes, opsets, out_nodes, stats, where) -> bool:
     if op == "If" and node.input[0] in consts:
         branch = "then_branch" if bool(np.asarray(consts[node.input[0]]).reshape(-1)[0]) else "else_branch"
         sub = next(a.g for a in node.attribute if a.name == branch)
-        _inline(node, sub, consts, out_nodes)
+        inline(node, sub, consts, out_nodes)
         stats["ifs_inlined"] += 1
         return True
     if op == "DequantizeLinear" and node.input[0] in consts and np.asarray(consts[node.input[0]]).dtype.kind in "iu":
@@ -232,7 +238,7 @@ def _one_node_model(node, feeds: dict, opsets: dict) -> onnx.ModelProto:
     return onnx.helper.make_model(g, opset_imports=[onnx.helper.make_opsetid(d, v) for d, v in opsets.items()])
 
 
-def _inline(node, sub: onnx.GraphProto, consts, out_nodes) -> None:
+def inline(node, sub: onnx.GraphProto, consts, out_nodes) -> None:
     """Splice an If branch into the outer graph, renaming its locals to stay unique."""
     prefix = f"{node.name or node.output[0]}/"
     local = {i.name for i in sub.initializer} | {o for n in sub.node for o in n.output if o}
@@ -282,7 +288,7 @@ def static_shapes(m: onnx.ModelProto) -> dict[str, tuple[int, ...]]:
     return out
 
 
-def _write_constants(g: onnx.GraphProto, consts: dict[str, np.ndarray]) -> None:
+def write_constants(g: onnx.GraphProto, consts: dict[str, np.ndarray]) -> None:
     """Keep as initializers exactly the constants still used; graph outputs that became constant
     are fed through an Identity so the importer still sees a node producing them."""
     used = {i for n in g.node for i in n.input} | _outer_refs(g)

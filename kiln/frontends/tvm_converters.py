@@ -8,9 +8,8 @@ converter map for the duration of one import (wrapped, not forked: every other o
 - ConstantOfShape of the shape of a run-time-sized tensor (`shape_of`, not a literal shape): TVM converts
   only literal shapes or tensors; relax full takes the shape value as it is.
 - Cast of such a shape value: made a tensor first (TVM's Cast converts only literal shapes).
-- NonMaxSuppression on boxes of unknown shape (TVM's type inference crashed the process on them):
-  match-cast to a symbolic shape first; non-constant limits are refused (TVM took its defaults).
-- Slice bounds and NMS's box limit beyond int32 (exporters write INT64_MAX / sys.maxsize for "no limit"):
+- NonMaxSuppression (tvm_nms.py): its limit and thresholds as run-time inputs (TVM took its defaults).
+- Slice bounds beyond int32 (exporters write INT64_MAX / sys.maxsize for "no limit"):
   clamped to INT32_MAX, the same value for any real tensor; TVM's legalization of run-time-sized
   tensors builds int32 index arithmetic and rejects the int64 literal.
 - Every converter's tensors of known rank but unknown shape (a dynamic strided slice, a broadcast of two
@@ -25,8 +24,26 @@ import contextlib
 
 import numpy as np
 
+from .tvm_assert import OP_TYPE as ASSERT
+from .tvm_assert import assert_converter
+from .tvm_bounds import BOUNDS as _BOUNDS
+from .tvm_bounds import bound as _bound
+from .tvm_bounds import upper as _upper
+from .tvm_dynamic_shapes import (
+    expand_converter,
+    reshape_converter,
+    runtime_dims,
+    runtime_tensor,
+    split_converter,
+    static_length,
+    tile_converter,
+)
+from .tvm_nms import nms_converter
 from .tvm_recurrence import OP_TYPE as RECURRENCE
 from .tvm_recurrence import recurrence_converter
+from .tvm_reduce import CONVERTERS as REDUCE_CONVERTERS
+from .tvm_reduce import squeeze_converter
+from .tvm_resize import resize_converter
 from .tvm_slice import slice_converter
 
 
@@ -100,7 +117,11 @@ def _constant_of_shape():
         @classmethod
         def _impl_v9(cls, bb, inputs, attr, params):
             shape = inputs[0]
-            if not _shape_value(shape):
+            if runtime_tensor(shape, params):  # a shape fed at run time, of static length: symbolic dims
+                node = attr["tvm_custom"]["name"] or "(unnamed)"
+                n = static_length(shape, "ConstantOfShape", node)
+                shape = relax.ShapeExpr(runtime_dims(bb, bb.normalize(relax.op.astype(shape, "int64")), n, "full"))
+            elif not _shape_value(shape):
                 return super()._impl_v9(bb, inputs, attr, params)
             value = f.get_numpy(attr["value"]) if attr.get("value") is not None else np.zeros(1, np.float32)
             return relax.op.full(shape, relax.const(value.reshape(()), str(value.dtype)), str(value.dtype))
@@ -143,93 +164,6 @@ def _cast():
             return super()._impl_v13(bb, inputs, attr, params)
 
     return Cast
-
-
-def _nms():
-    import tvm
-    from tvm import relax
-    from tvm.relax.frontend.onnx import onnx_frontend as f
-
-    class NonMaxSuppression(f.NonMaxSuppression):
-        @classmethod
-        def _impl_v10(cls, bb, inputs, attr, params):
-            ins = inputs  # TVM's onnx_input (None past its end): edited in place
-            for i in (0, 1):  # boxes, scores: give a tensor of unknown shape a symbolic one
-                ty = ins[i].ty
-                if isinstance(ty, relax.TensorType) and ty.shape is None and ty.ndim == 3:
-                    dims = [tvm.tirx.Var(f"nms{i}_{d}", "int64") for d in range(3)]
-                    ins[i] = bb.match_cast(ins[i], relax.TensorType(dims, ty.dtype))
-            for i in (2, 3, 4):  # TVM would silently take its defaults for anything but a constant
-                if i < len(ins) and ins[i] is not None:
-                    ins[i] = f.get_constant(ins[i], params)
-                    if not isinstance(ins[i], tvm.ir.GenericConst):
-                        raise ValueError(f"NonMaxSuppression input {i} must be a constant")
-            if len(ins) > 2 and ins[2] is not None:
-                ins[2] = _nms_limit(ins[2], ins[1])
-            return super()._impl_v10(bb, ins, attr, params)
-
-    return NonMaxSuppression
-
-
-# upper bounds of the symbolic dims made during one import (NonZero's count, TopK's k): tirx.Var -> int
-_BOUNDS: dict = {}
-NMS_ROWS_LIMIT = 1 << 24  # selected-index rows TVM's NMS may allocate (batch * classes * per-class limit)
-
-
-def _bound(var, of) -> None:
-    """Record var <= the static upper bound of the dim `of` (an int or an expression of bounded vars)."""
-    b = _upper(of)
-    if b is not None:
-        _BOUNDS[var] = b
-
-
-def _upper(expr) -> int | None:
-    import tvm
-
-    if isinstance(expr, int):
-        return expr
-    if isinstance(expr, tvm.tirx.IntImm):
-        return int(expr.value)
-    from tvm.sym import Analyzer
-
-    ana = Analyzer()
-    for v, b in _BOUNDS.items():
-        ana.bind(v, tvm.ir.Range.from_min_extent(tvm.tirx.const(0, "int64"), tvm.tirx.const(b + 1, "int64")))
-    r = ana.const_int_bound(expr)
-    return int(r.max_value) if r.max_value < (1 << 62) else None
-
-
-def _nms_limit(c, scores):
-    """NMS's max_output_boxes_per_class as a constant no larger than the box count's static bound. TVM's
-    NMS allocates batch * classes * limit rows of selected indices: torchvision writes sys.maxsize, which
-    asked for 2^31 rows (std::bad_alloc at run time); no class can keep more boxes than there are, so the
-    limit clamped to the count's bound selects the same. A count without a static bound (TVM would
-    size the output by a guess, and write past it) is refused."""
-    from tvm import relax
-
-    from ..errors import UnsupportedModelError
-
-    limit = int(np.asarray(c.value.numpy()).reshape(-1)[0])
-    ty = scores.ty
-    count = _upper(ty.shape.values[-1]) if isinstance(ty, relax.TensorType) and ty.shape is not None else None
-    if count is not None:
-        limit = min(limit, max(count, 1))
-    rows = limit
-    if isinstance(ty, relax.TensorType) and ty.shape is not None:
-        for d in ty.shape.values[:-1]:
-            u = _upper(d)
-            rows = rows * u if u is not None else None
-            if rows is None:
-                break
-    if rows is None or rows > NMS_ROWS_LIMIT:
-        raise UnsupportedModelError(
-            f"NonMaxSuppression with max_output_boxes_per_class={limit} on scores of shape {ty}: its output would need "
-            f"{'an unbounded number of' if rows is None else rows} rows (TVM sizes it as batch * classes * limit "
-            "and has no bound on a run-time box count)",
-            where="NonMaxSuppression",
-            fix="export with a smaller max_output_boxes_per_class, or with a static number of boxes",
-        )
-    return relax.const(np.array([limit], np.int64), "int64")
 
 
 def _roi_align():
@@ -292,10 +226,18 @@ OVERRIDES = {
     "TopK": _topk,
     "ConstantOfShape": _constant_of_shape,
     "Cast": _cast,
-    "NonMaxSuppression": _nms,
+    "NonMaxSuppression": nms_converter,
     "RoiAlign": _roi_align,
     "Slice": slice_converter,
+    "Reshape": reshape_converter,  # run-time target shapes (tvm_dynamic_shapes.py)
+    "Expand": expand_converter,
+    "Split": split_converter,
+    "Tile": tile_converter,
+    "Squeeze": squeeze_converter,
+    "Resize": resize_converter,  # sizes fed at run time (tvm_resize.py)
     RECURRENCE: recurrence_converter,  # Kiln's own node: an LSTM/GRU/RNN layer as one kernel (tvm_recurrence.py)
+    ASSERT: assert_converter,  # Kiln's own node: the check that replaces an If branch that cannot run
+    **REDUCE_CONVERTERS,  # Reduce* with run-time axes (tvm_reduce.py)
 }
 
 

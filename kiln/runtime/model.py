@@ -290,6 +290,14 @@ class Model:
                 return [self._result(o) for o in outs]
             except Exception as e:  # inputs matched the manifest: a Kiln bug, or a library edited after the build
                 msg = str(e).strip().splitlines()
+                checked = next((ln for ln in msg if INPUT_CHECK in ln), None)
+                if checked is not None:  # a check the compiler put in (an If branch it could not compile)
+                    raise InputError(
+                        checked[checked.index(INPUT_CHECK) + len(INPUT_CHECK) :].strip(),
+                        where=str(self.path),
+                        fix="feed values the model accepts for the shapes it was compiled for (the message says "
+                        "which), or compile it for these inputs (--input-shape)",
+                    ) from None
                 raise art.ArtifactError(
                     f"the compiled code of bucket {self.buckets[i].name!r} failed at run time: {type(e).__name__}: "
                     f"{msg[-1] if msg else ''}",
@@ -299,6 +307,9 @@ class Model:
                 ) from None
 
 
+# the prefix of a run-time check's message that the compiler emitted on purpose (frontends/tvm_assert.py):
+# the inputs, not Kiln, are outside what was compiled
+INPUT_CHECK = "kiln input check:"
 DEVICES = ("cpu", "cuda")
 DLPACK_DTYPES = frozenset(f"{k}{b}" for k in ("int", "uint") for b in (8, 16, 32, 64)) | {
     "float16",

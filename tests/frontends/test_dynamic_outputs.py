@@ -28,18 +28,35 @@ def test_nonzero_output_sized_per_run(tmp_path):
 
 
 def test_a_shape_deciding_graph_input_names_the_freeze_flag(tmp_path):
-    x = np.arange(12, dtype=np.float32).reshape(3, 4)
+    """Range's limit decides the output's length and TVM needs it as a constant: refused, naming the flag."""
+    n = np.array(4, np.float32)
     m = make_model(
-        [helper.make_node("TopK", ["x", "k"], ["v", "i"], axis=1)], {"x": x, "k": np.array([2], np.int64)}, ["v", "i"]
+        [helper.make_node("Range", ["zero", "n", "one"], ["y"])],
+        {"n": n},
+        ["y"],
+        {"zero": np.array(0, np.float32), "one": np.array(1, np.float32)},
     )
     with pytest.raises(
-        kiln.UnsupportedModelError, match=r"TopK node .* input 1 \('k', from graph input\(s\) \['k'\]\)"
+        kiln.UnsupportedModelError, match=r"Range node .* input 1 \('n', from graph input\(s\) \['n'\]\)"
     ) as e:
         kiln.compile(m, tmp_path / "m.kiln")
-    assert "--freeze-input k=VALUE" in e.value.fix
-    kiln.compile(m, tmp_path / "m.kiln", freeze_inputs={"k": [2]})
-    out = kiln.load(tmp_path / "m.kiln").run({"x": x})
-    np.testing.assert_array_equal(out["v"], [[3, 2], [7, 6], [11, 10]])
+    assert "--freeze-input n=VALUE" in e.value.fix
+    kiln.compile(m, tmp_path / "m.kiln", freeze_inputs={"n": 4})
+    out = kiln.load(tmp_path / "m.kiln").run({})
+    np.testing.assert_array_equal(out["y"], [0, 1, 2, 3])
+
+
+def test_topk_k_fed_at_run_time(tmp_path):
+    """k decides the output's length, but the rank is static: a symbolic dim sized per run (tvm_converters.py)."""
+    x = np.random.default_rng(0).standard_normal((3, 5)).astype(np.float32)
+    m = make_model(
+        [helper.make_node("TopK", ["x", "k"], ["v", "i"], axis=1, largest=0)],
+        {"x": x, "k": np.array([2], np.int64)},
+        ["v", "i"],
+    )
+    for k in (2, 5, 0):
+        out = check_against_ort(m, {"x": x, "k": np.array([k], np.int64)}, tmp_path, rtol=0, atol=0)
+        assert out["v"].shape == (3, k)
 
 
 def test_to_the_end_slice_of_run_time_dims_is_planned_at_run_time(tmp_path):

@@ -18,6 +18,7 @@ from .ml import ML_REWRITES
 from .quant import CONTRIB_REWRITES
 from .quant import REWRITES as QUANT_REWRITES
 from .rnn import decompose_gru, decompose_lstm, decompose_rnn
+from .runtime_scalars import REWRITES as RUNTIME_SCALAR_REWRITES
 from .sequences import REWRITES as SEQUENCE_REWRITES
 from .standard import REWRITES as STANDARD_REWRITES
 from .standard_math import REWRITES as MATH_REWRITES
@@ -33,6 +34,7 @@ REWRITES.update(CONTROL_FLOW_REWRITES)  # Loop/Scan with static trip counts, unr
 REWRITES.update(SEQUENCE_REWRITES)  # SplitToSequence as Split + SequenceConstruct (sequences.py)
 REWRITES.update(ACTIVATION_REWRITES)  # Elu with constants typed like its input (activations.py)
 REWRITES.update(CONTRIB_DEFAULT_REWRITES)  # onnxruntime's SimplifiedLayerNormalization (default domain)
+REWRITES.update(RUNTIME_SCALAR_REWRITES)  # Pad's fill value as a run-time input (runtime_scalars.py)
 # contrib domains: domain -> {op type -> rewrite}
 DOMAIN_REWRITES = {
     **CONTRIB_REWRITES,
@@ -102,7 +104,9 @@ def _decompose_once(model, shapes, consts, where, opset, first, only) -> tuple[i
         count += 1
         nested = node.op_type in SHAPELESS_OUTPUTS  # an unrolled body may hold the same op (a Loop in a Loop)
         todo |= {n.name for n in em.nodes if n.name and (nested or n.op_type != node.op_type) and rewrite_for(n)}
-        if node.op_type in SHAPELESS_OUTPUTS:
+        if node.op_type in SHAPELESS_OUTPUTS or any(o and o not in shapes for o in node.output):
+            # outputs ONNX's shape inference could not size before the rewrite (a contrib op's: the first of two
+            # stacked DynamicQuantizeLSTMs): what reads them is rewritten next round, with shapes inferred again
             fresh.update(o for o in node.output if o)
     del g.node[:]
     g.node.extend(out)

@@ -164,34 +164,43 @@ def equal(node, em: Emitter, shapes, consts, where):
 
 def cum_prod(node, em: Emitter, shapes, consts, where):
     """y[i] = prod of x[j] over j <= i (exclusive: j < i; reverse: j >= i): x broadcast against a constant
-    lower-triangular mask along the axis, the masked-out factors set to 1, then ReduceProd."""
+    lower-triangular mask along the axis, the masked-out factors set to 1, then ReduceProd. An axis fed at
+    run time (the rank is static): the product along every axis, the one the axis names picked by Where."""
     shape, axis_v = shapes.get(node.input[0]), const_int_of(node.input[1], consts)
     t = dtype_of(node.input[0], consts)
-    if axis_v is None:
-        raise UnsupportedModelError(
-            "CumProd needs a constant axis",
-            where=where,
-            fix="export it as an initializer, or freeze that input (--freeze-input)",
-        )
     if shape is None or t is None:
         return False
     a = attrs_of(node)
-    rank = len(shape)
-    axis = axis_of(int(axis_v.reshape(-1)[0]), rank)
-    n = shape[axis]
+    rank, flags = len(shape), (a.get("reverse", 0), a.get("exclusive", 0))
+    if axis_v is not None:
+        along = _cum_prod_along(em, node.input[0], shape, t, axis_of(int(axis_v.reshape(-1)[0]), rank), *flags, where)
+        em.op("Identity", [along], out=node.output[0])
+        return True
+    ax = node.input[1]
+    r = em.const(np.array(rank, np.int64), "rank")
+    ax = em.op("Cast", [ax], to=TensorProto.INT64)
+    ax = em.op("Where", [em.op("Less", [ax, em.const(np.array(0, np.int64), "zero")]), em.op("Add", [ax, r]), ax])
+    out = _cum_prod_along(em, node.input[0], shape, t, rank - 1, *flags, where)
+    for d in range(rank - 2, -1, -1):
+        pick = em.op("Equal", [ax, em.const(np.array(d, np.int64), "d")])
+        out = em.op("Where", [pick, _cum_prod_along(em, node.input[0], shape, t, d, *flags, where), out])
+    em.op("Identity", [out], out=node.output[0])
+    return True
+
+
+def _cum_prod_along(em: Emitter, x: str, shape, t: int, axis: int, rev: int, exc: int, where: str) -> str:
+    rank, n = len(shape), shape[axis]
     if n * int(np.prod(shape, dtype=np.int64)) > MAX_CONST * 4:
         raise UnsupportedModelError(
             f"CumProd over an axis of {n} is too large to unroll", where=where, fix="use a shorter axis"
         )
     i, j = np.arange(n)[:, None], np.arange(n)[None, :]
-    rev, exc = a.get("reverse", 0), a.get("exclusive", 0)
     mask = (j > i if exc else j >= i) if rev else (j < i if exc else j <= i)
     # x: [..., n(axis), ...] -> [..., 1, n, ...] so that mask [n(i), n(j)] lines up on (axis, axis + 1)
-    xu = em.op("Unsqueeze", [node.input[0], em.const(np.array([axis], np.int64), "ax")])
+    xu = em.op("Unsqueeze", [x, em.const(np.array([axis], np.int64), "ax")])
     m = mask.reshape((n, n) + (1,) * (rank - axis - 1))
     sel = em.op("Where", [em.const(m, "mask"), xu, em.const(np.ones((), np_of(t)), "one")])
-    em.op("Identity", [reduce_of(em, "ReduceProd", sel, [axis + 1], 0)], out=node.output[0])
-    return True
+    return reduce_of(em, "ReduceProd", sel, [axis + 1], 0)
 
 
 def lp_normalization(node, em: Emitter, shapes, consts, where):

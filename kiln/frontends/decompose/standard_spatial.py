@@ -195,6 +195,8 @@ def resize(node, em: Emitter, shapes, consts, where):
     if node.op_type == "Upsample":
         inputs = [""] + inputs[:1] + [""]
     missing = [i for i in inputs if i and i not in consts]
+    if node.op_type == "Resize" and missing == [inputs[2]] and not (inputs[1] and np.asarray(consts[inputs[1]]).size):
+        return False  # only the sizes are fed at run time: tvm_resize.py's converter takes them
     if missing:
         raise UnsupportedModelError(
             f"{node.op_type} needs constant roi/scales/sizes ({', '.join(missing)})",
