@@ -15,6 +15,7 @@ import signal
 import sys
 import time
 
+import numpy as np
 from aiohttp import web
 
 from ..errors import KilnError
@@ -24,10 +25,12 @@ from . import codec
 from .batcher import Batcher, QueueFull
 from .metrics import Metrics
 from .options import ServeOptions
+from .refused import Refused
+from .v2http import v2_routes
 
 
-def _error(status: int, message: str, **headers) -> web.Response:
-    return web.json_response({"error": message, "status": status}, status=status, headers=headers or None)
+def _v1_error(e: Refused) -> web.Response:
+    return web.json_response({"error": e.message, "status": e.status}, status=e.status, headers=e.headers)
 
 
 class Server:
@@ -41,8 +44,8 @@ class Server:
         self.load_error: str | None = None
         self.inflight = 0
         self._rng = random.Random(opts.seed)
-        self._versions = [v for v, _ in opts.models]
-        self._weights = [opts.weights()[v] for v in self._versions]
+        self.versions = [v for v, _ in opts.models]
+        self._weights = [opts.weights()[v] for v in self.versions]
         self.app = web.Application(client_max_size=int(opts.max_body_mb * 2**20))
         self.app.add_routes(
             [
@@ -50,6 +53,7 @@ class Server:
                 web.get("/metrics", self.metrics_page),
                 web.get("/v1/models", self.list_models),
                 web.post("/v1/models/{tail:.+}", self.predict),
+                *v2_routes(self),
             ]
         )
         self._runner: web.AppRunner | None = None
@@ -117,7 +121,7 @@ class Server:
             return web.json_response({"status": "draining"}, status=503)
         if not self.ready:
             return web.json_response({"status": "warming up"}, status=503, headers={"Retry-After": "1"})
-        return web.json_response({"status": "ready", "model": self.opts.served_name, "versions": self._versions})
+        return web.json_response({"status": "ready", "model": self.opts.served_name, "versions": self.versions})
 
     async def metrics_page(self, request: web.Request) -> web.Response:
         return web.Response(
@@ -152,68 +156,94 @@ class Server:
         name, _, rest = path.partition("/versions/")
         return name, (rest or None)
 
-    async def predict(self, request: web.Request) -> web.Response:
+    async def counted(self, handle, request: web.Request, render) -> web.Response:
+        """Run one inference request's handler: in flight while it runs (drain waits for it), counted in
+        /metrics by the version that served it (request["version"]) and its status; render turns a
+        Refused into the protocol's error body."""
         t0 = time.perf_counter()
-        version, status = "-", 500
+        status = 500
         self.inflight += 1
         try:
-            response, version = await self._predict(request)
+            try:
+                response = await handle(request)
+            except Refused as e:
+                response = render(e)
             status = response.status
             return response
         finally:
             self.inflight -= 1
-            self.metrics.request(version, status, time.perf_counter() - t0)
+            self.metrics.request(request.get("version", "-"), status, time.perf_counter() - t0)
 
-    def _queue_full(self) -> web.Response:
-        return _error(503, f"queue full ({self.opts.queue} waiting); retry later", **{"Retry-After": "1"})
-
-    async def _predict(self, request: web.Request) -> tuple[web.Response, str]:
-        name, version = self._route(request.match_info["tail"])
-        if name is None:
-            return _error(404, f"unknown path {request.path}; POST /v1/models/{self.opts.served_name}:predict"), "-"
+    def admit(self, request: web.Request, name: str, version: str | None) -> str:
+        """Decide on the request line and headers alone, before the body is read: the model and version
+        exist, the server takes requests, the version's queue has room, the body is not too large.
+        -> the version that serves it (the canary split picks one when none is asked for)."""
         if name != self.opts.served_name:
-            return _error(404, f"no model {name!r}; this server serves {self.opts.served_name!r}"), "-"
-        if version is not None and version not in self._versions:
-            return _error(404, f"no version {version!r}; the versions are {self._versions}"), "-"
+            raise Refused(404, f"no model {name!r}; this server serves {self.opts.served_name!r}")
+        if version is not None and version not in self.versions:
+            raise Refused(404, f"no version {version!r} of {name!r}; the versions are {self.versions}")
         if self.draining:
-            return _error(503, "the server is shutting down", **{"Retry-After": "1"}), "-"
+            raise Refused(503, "the server is shutting down", retry=True)
         if not self.ready:
-            return _error(503, self.load_error or "the model is still loading", **{"Retry-After": "1"}), "-"
-        version = version or self._rng.choices(self._versions, self._weights)[0]
-        model = self.models[version]
+            raise Refused(503, self.load_error or "the model is still loading", retry=True)
+        version = version or self._rng.choices(self.versions, self._weights)[0]
+        request["version"] = version
         if self.batchers[version].full():  # shed load before paying for the body: overload stays cheap
-            return self._queue_full(), version
+            raise self._queue_full()
         limit = int(self.opts.max_body_mb * 2**20)
         if request.content_length is not None and request.content_length > limit:
-            return _error(
-                413, f"body of {request.content_length} bytes exceeds the limit of {limit} (--max-body-mb)"
-            ), version
+            raise Refused(413, f"body of {request.content_length} bytes exceeds the limit of {limit} (--max-body-mb)")
+        return version
+
+    async def read_body(self, request: web.Request) -> bytes:
         try:
-            body = await request.read()
+            return await request.read()
         except web.HTTPRequestEntityTooLarge:
-            return _error(413, f"body exceeds the limit of {limit} bytes (--max-body-mb)"), version
-        as_npz = codec.is_npz(request.content_type)
+            limit = int(self.opts.max_body_mb * 2**20)
+            raise Refused(413, f"body exceeds the limit of {limit} bytes (--max-body-mb)") from None
+
+    def _queue_full(self) -> Refused:
+        return Refused(503, f"queue full ({self.opts.queue} waiting); retry later", retry=True)
+
+    async def infer(self, version: str, feed: dict) -> dict[str, np.ndarray]:
+        """Decoded inputs -> outputs by name, through the version's batcher (V1 and V2 alike)."""
+        model = self.models[version]
         try:
-            feed = codec.decode(body, request.content_type, model.inputs)
             arrays = model.validate(feed)
             model.select(arrays)  # a shape no bucket holds is the client's error, before it queues
         except KilnError as e:
-            return _error(400, str(e)), version
+            raise Refused(400, str(e)) from None
         try:
             fut = self.batchers[version].submit(arrays)
         except QueueFull:
-            return self._queue_full(), version
+            raise self._queue_full() from None
         try:
             outs = await asyncio.wait_for(asyncio.shield(fut), self.opts.timeout_ms / 1e3)
         except TimeoutError:
             fut.cancel()
-            return _error(504, f"no result within {self.opts.timeout_ms:g} ms (--timeout-ms)"), version
+            raise Refused(504, f"no result within {self.opts.timeout_ms:g} ms (--timeout-ms)") from None
         except KilnError as e:
-            return _error(400, str(e)), version
+            raise Refused(400, str(e)) from None
         except Exception as e:
-            return _error(500, f"internal error: {type(e).__name__}: {e}"), version
-        data, ctype = codec.encode({s.name: o for s, o in zip(model.outputs, outs)}, as_npz)
-        return web.Response(body=data, content_type=ctype, headers={"X-Kiln-Model-Version": version}), version
+            raise Refused(500, f"internal error: {type(e).__name__}: {e}") from None
+        return {s.name: o for s, o in zip(model.outputs, outs)}
+
+    async def predict(self, request: web.Request) -> web.Response:
+        return await self.counted(self._predict, request, _v1_error)
+
+    async def _predict(self, request: web.Request) -> web.Response:
+        name, version = self._route(request.match_info["tail"])
+        if name is None:
+            raise Refused(404, f"unknown path {request.path}; POST /v1/models/{self.opts.served_name}:predict")
+        version = self.admit(request, name, version)
+        body = await self.read_body(request)
+        as_npz = codec.is_npz(request.content_type)
+        try:
+            feed = codec.decode(body, request.content_type, self.models[version].inputs)
+        except KilnError as e:
+            raise Refused(400, str(e)) from None
+        data, ctype = codec.encode(await self.infer(version, feed), as_npz)
+        return web.Response(body=data, content_type=ctype, headers={"X-Kiln-Model-Version": version})
 
 
 async def _main(opts: ServeOptions, reuse_port: bool, announce) -> None:

@@ -26,6 +26,7 @@ class _Item:
     arrays: list[np.ndarray]
     future: asyncio.Future
     n: int  # samples (axis 0)
+    queued_at: float = dataclasses.field(default_factory=time.perf_counter)
 
     def key(self) -> tuple:
         return tuple((a.shape[1:], a.dtype.str) for a in self.arrays)
@@ -114,8 +115,13 @@ class Batcher:
                 if time.monotonic() >= deadline:
                     break
             self.metrics.batch(self.version, len(batch))
+            t = time.perf_counter()
+            self.metrics.stage(self.version, "queue", sum(t - b.queued_at for b in batch), len(batch))
             try:
                 outs = await loop.run_in_executor(self._pool, self._run, [b.arrays for b in batch])
+                self.metrics.stage(self.version, "compute_infer", time.perf_counter() - t, len(batch))
+                self.metrics.stage(self.version, "samples", 0.0, total)
+                self.metrics.last_inference_ms[self.version] = int(time.time() * 1e3)
             except Exception as e:  # a KilnError from the runtime, or a bug: every request of the batch gets it
                 for b in batch:
                     if not b.future.done():
