@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 
 import numpy as np
 
@@ -93,7 +94,7 @@ def _shape(t: dict, name: str) -> tuple[int, ...]:
 
 
 def _binary(raw: memoryview, offset: int, size, dtype: np.dtype, shape, name: str) -> np.ndarray:
-    count = int(np.prod(shape, dtype=np.int64))
+    count = math.prod(shape)  # Python ints: huge dims never wrap
     if type(size) is not int or size != count * dtype.itemsize:
         raise _bad(
             f"input {name!r}: binary_data_size is {size!r}, shape {list(shape)} of {datatype(dtype)} needs "
@@ -115,7 +116,7 @@ def _json_data(data, dtype: np.dtype, shape, name: str) -> np.ndarray:
         raise _bad(
             f"input {name!r}: data is not a rectangular array of numbers ({e})", "send flat or nested lists"
         ) from None
-    if a.size != int(np.prod(shape, dtype=np.int64)):
+    if a.size != math.prod(shape):
         raise _bad(f"input {name!r}: {a.size} values for shape {list(shape)}", "send one value per element")
     return a.reshape(shape)
 

@@ -4,6 +4,8 @@ health, metadata, config, stats, infer with JSON and binary tensors; results equ
 import concurrent.futures
 import json
 import re
+import urllib.error
+import urllib.request
 
 import numpy as np
 import pytest
@@ -116,3 +118,68 @@ def test_concurrent_v2_requests_batch_with_v1(server, served):
 def _batches(metrics: str, kind: str) -> int:
     m = re.search(rf'kiln_batch_size_{kind}\{{model="net",version="v1"\}} (\d+)', metrics)
     return int(m.group(1)) if m else 0
+
+
+def _body(x, datatype="FP32", shape=None, binary=False, name="input"):
+    t = {"name": name, "shape": list(x.shape) if shape is None else shape, "datatype": datatype}
+    if not binary:
+        return json.dumps({"inputs": [{**t, "data": x.ravel().tolist()}]}).encode(), None
+    header = json.dumps({"inputs": [{**t, "parameters": {"binary_data_size": x.nbytes}}]}).encode()
+    return header + x.tobytes(), len(header)
+
+
+def _post(server, path, body, header_length=None):
+    req = urllib.request.Request(server.url + path, data=body, headers={"Content-Type": "application/octet-stream"})
+    if header_length is not None:
+        req.add_header("Inference-Header-Content-Length", str(header_length))
+    try:
+        r = urllib.request.urlopen(req, timeout=30)
+        return r.status, json.loads(r.read())  # no binary outputs asked for: a JSON answer
+    except urllib.error.HTTPError as e:
+        return e.code, json.loads(e.read())
+
+
+def _bad_requests(x):
+    body, n = _body(x, binary=True)
+    return [
+        ("/v2/models/net/infer", *_body(x, datatype="FP64"), 400, "datatype 'FP64'"),
+        ("/v2/models/net/infer", *_body(x[0]), 400, "rank 3"),  # a sample without its batch axis
+        ("/v2/models/net/infer", *_body(x, shape=[1, 3, 16, 8]), 400, "values for shape"),
+        ("/v2/models/net/infer", *_body(x, name="image"), 400, "unknown input 'image'"),
+        ("/v2/models/net/infer", b'{"inputs": []}', None, 400, "missing ['input']"),
+        ("/v2/models/net/infer", body[:-100], n, 400, "100 bytes short"),  # truncated binary body
+        ("/v2/models/net/infer", body, len(body) + 1, 400, "Inference-Header-Content-Length"),
+        ("/v2/models/net/infer", b"{", None, 400, "not valid JSON"),
+        ("/v2/models/other/infer", body, n, 404, "no model 'other'"),
+        ("/v2/models/net/versions/v9/infer", body, n, 404, "no version 'v9'"),
+    ]
+
+
+def test_bad_v2_requests_get_v2_errors_and_the_server_keeps_serving(server):
+    import psutil
+
+    x = rand(1, 3, 16, 16, seed=9)
+    for path, body, n, code, what in _bad_requests(x):
+        got, doc = _post(server, path, body, n)
+        assert got == code and what in doc["error"] and set(doc) == {"error"}, (path, n, got, doc)
+    for path in ("/v2/models/other", "/v2/models/net/versions/v9", "/v2/models/other/config"):
+        code, _, raw = server.get(path)
+        assert code == 404 and "error" in json.loads(raw)
+    rss = psutil.Process(server.p.pid).memory_info().rss
+    for _ in range(30):  # nothing kept per bad request
+        for path, body, n, _, _ in _bad_requests(x):
+            _post(server, path, body, n)
+    assert psutil.Process(server.p.pid).memory_info().rss - rss < 20 * 2**20
+    good, n = _body(x, binary=True)
+    assert _post(server, "/v2/models/net/infer", good, n)[0] == 200
+
+
+def test_oversized_v2_body_is_413(served):
+    s = Proc(served[0], "--max-body-mb", "0.05")
+    try:
+        body, n = _body(rand(8, 3, 16, 16), binary=True)  # 24 KB binary: fits
+        assert _post(s, "/v2/models/net1/infer", body, n)[0] == 200
+        code, doc = _post(s, "/v2/models/net1/infer", *_body(rand(8, 3, 16, 16)))  # ~120 KB of JSON
+        assert code == 413 and "exceeds the limit" in doc["error"]
+    finally:
+        s.stop()
