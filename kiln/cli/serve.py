@@ -13,6 +13,7 @@ SERVE_FIELDS = (
     "name",
     "host",
     "port",
+    "grpc_port",
     "max_batch",
     "max_wait_ms",
     "queue",
@@ -35,6 +36,16 @@ def _serve(a) -> int:
             where="kiln serve",
             fix="pip install 'kiln[serve]' (or pip install aiohttp)",
         ) from None
+    if getattr(a, "grpc_port", None) is not None:
+        try:
+            import google.protobuf  # noqa: F401
+            import grpc  # noqa: F401
+        except ImportError:
+            raise OptionsError(
+                "--grpc-port needs grpcio and protobuf, which are not installed",
+                where="--grpc-port",
+                fix="pip install 'kiln[grpc]'",
+            ) from None
     opts = ServeOptions.make(
         ([a.model] if a.model else []) + a.models,
         split=a.split,

@@ -25,12 +25,13 @@ from . import codec
 from .batcher import Batcher, QueueFull
 from .metrics import Metrics
 from .options import ServeOptions
-from .refused import Refused
+from .refused import Refused, error_body
 from .v2http import v2_routes
 
 
 def _v1_error(e: Refused) -> web.Response:
-    return web.json_response({"error": e.message, "status": e.status}, status=e.status, headers=e.headers)
+    body = error_body(e.message, e.status)
+    return web.Response(body=body, status=e.status, content_type="application/json", headers=e.headers)
 
 
 class Server:
@@ -57,7 +58,9 @@ class Server:
             ]
         )
         self._runner: web.AppRunner | None = None
+        self._grpc = None
         self.port: int | None = None
+        self.grpc_port: int | None = None
 
     # life cycle -------------------------------------------------------------------------------
     async def start(self, reuse_port: bool = False) -> int:
@@ -71,6 +74,10 @@ class Server:
         site = web.TCPSite(self._runner, self.opts.host, self.opts.port, reuse_port=reuse_port or None)
         await site.start()
         self.port = self._runner.addresses[0][1]
+        if self.opts.grpc_port is not None:
+            from .v2grpc import start_grpc
+
+            self._grpc, self.grpc_port = await start_grpc(self, self.opts.host, self.opts.grpc_port)
         if not reuse_port:
             asyncio.get_running_loop().create_task(self._load())
         return self.port
@@ -108,6 +115,8 @@ class Server:
         deadline = time.monotonic() + (grace_s if grace_s is not None else self.opts.timeout_ms / 1e3 + 5)
         while self.inflight and time.monotonic() < deadline:
             await asyncio.sleep(0.01)
+        if self._grpc is not None:
+            await self._grpc.stop(grace=1.0)
         for b in self.batchers.values():
             await b.stop()
         if self._runner:
@@ -167,6 +176,7 @@ class Server:
             try:
                 response = await handle(request)
             except Refused as e:
+                request["version"] = e.version or request.get("version", "-")
                 response = render(e)
             status = response.status
             return response
@@ -174,7 +184,7 @@ class Server:
             self.inflight -= 1
             self.metrics.request(request.get("version", "-"), status, time.perf_counter() - t0)
 
-    def admit(self, request: web.Request, name: str, version: str | None) -> str:
+    def admit(self, name: str, version: str | None, content_length: int | None) -> str:
         """Decide on the request line and headers alone, before the body is read: the model and version
         exist, the server takes requests, the version's queue has room, the body is not too large.
         -> the version that serves it (the canary split picks one when none is asked for)."""
@@ -187,12 +197,15 @@ class Server:
         if not self.ready:
             raise Refused(503, self.load_error or "the model is still loading", retry=True)
         version = version or self._rng.choices(self.versions, self._weights)[0]
-        request["version"] = version
-        if self.batchers[version].full():  # shed load before paying for the body: overload stays cheap
-            raise self._queue_full()
         limit = int(self.opts.max_body_mb * 2**20)
-        if request.content_length is not None and request.content_length > limit:
-            raise Refused(413, f"body of {request.content_length} bytes exceeds the limit of {limit} (--max-body-mb)")
+        refused = None
+        if self.batchers[version].full():  # shed load before paying for the body: overload stays cheap
+            refused = self._queue_full()
+        elif content_length is not None and content_length > limit:
+            refused = Refused(413, f"body of {content_length} bytes exceeds the limit of {limit} (--max-body-mb)")
+        if refused:
+            refused.version = version
+            raise refused
         return version
 
     async def read_body(self, request: web.Request) -> bytes:
@@ -235,7 +248,7 @@ class Server:
         name, version = self._route(request.match_info["tail"])
         if name is None:
             raise Refused(404, f"unknown path {request.path}; POST /v1/models/{self.opts.served_name}:predict")
-        version = self.admit(request, name, version)
+        version = request["version"] = self.admit(name, version, request.content_length)
         body = await self.read_body(request)
         as_npz = codec.is_npz(request.content_type)
         try:
@@ -256,6 +269,7 @@ async def _main(opts: ServeOptions, reuse_port: bool, announce) -> None:
     announce(
         f"kiln serve: {opts.served_name} ({', '.join(f'{v}={p}' for v, p in opts.models)}) on http://{opts.host}:{port}"
         f"  POST /v1/models/{opts.served_name}:predict"
+        + (f"  gRPC on {opts.host}:{server.grpc_port}" if server.grpc_port is not None else "")
     )
     await stop.wait()
     announce("kiln serve: shutting down (finishing requests in flight)")

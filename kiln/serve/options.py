@@ -18,6 +18,9 @@ class ServeOptions:
     split: tuple[tuple[str, float], ...] = ()  # version -> share of traffic; the rest goes evenly to the others
     host: str = option("127.0.0.1", "address to listen on")
     port: int = option(8080, "0: any free port")
+    grpc_port: int | None = option(
+        None, "also serve the V2 protocol over gRPC on this port (0: any free port; the grpc extra)", type=int
+    )
     max_batch: int = option(8, "most requests per batch (capped by the largest batch bucket)")
     max_wait_ms: float = option(5.0, "how long the first request of a batch waits for more")
     queue: int = option(64, "bounded queue per version; full -> 503 with Retry-After")

@@ -160,7 +160,11 @@ def _outputs(doc: dict, names: list[str]) -> tuple[list[str] | None, dict[str, b
 def decode(body: bytes, header_length: str | None, inputs, outputs) -> Request:
     """inputs, outputs: the model's TensorSpecs. Shapes are checked against the buckets later."""
     header, raw = split_body(body, header_length)
-    doc = _json(header)
+    return decode_doc(_json(header), raw, inputs, outputs)
+
+
+def decode_doc(doc: dict, raw: memoryview, inputs, outputs) -> Request:
+    """The parsed JSON header and the binary data after it (gRPC builds both from its message)."""
     dtypes = {s.name: np.dtype(s.dtype) for s in inputs}
     feed, offset = {}, 0
     for t in doc["inputs"]:

@@ -9,14 +9,14 @@ from aiohttp import web
 
 from ..errors import KilnError
 from . import v2codec, v2meta
-from .refused import Refused
+from .refused import Refused, error_body
 
 MODEL = "/v2/models/{model}"
 VERSIONED = "/v2/models/{model}/versions/{version}"
 
 
 def v2_error(e: Refused) -> web.Response:
-    return web.json_response({"error": e.message}, status=e.status, headers=e.headers)
+    return web.Response(body=error_body(e.message), status=e.status, content_type="application/json", headers=e.headers)
 
 
 class V2:
@@ -84,7 +84,7 @@ class V2:
 
     async def _infer(self, request: web.Request) -> web.Response:
         name, version = request.match_info["model"], request.match_info.get("version")
-        version = self.s.admit(request, name, version)
+        version = request["version"] = self.s.admit(name, version, request.content_length)
         body = await self.s.read_body(request)
         model = self.s.models[version]
         try:

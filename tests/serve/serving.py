@@ -18,7 +18,7 @@ class Proc:
             stderr=subprocess.PIPE,
             text=True,
         )
-        line = self.p.stdout.readline()
+        self.line = line = self.p.stdout.readline()
         m = re.search(r"http://127\.0\.0\.1:(\d+)", line)
         assert m, (line, self.p.stderr.read() if self.p.poll() is not None else "")
         self.url = f"http://127.0.0.1:{m.group(1)}"
