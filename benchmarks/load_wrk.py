@@ -145,7 +145,7 @@ def main(argv=None) -> int:
             p.wait(60)
     cpu = (Path("/proc/cpuinfo").read_text().split("model name")[1].split(":")[1].split("\n")[0]).strip()
     lines = [
-        f"`kiln serve` driven by wrk 4.x on loopback (client on the same machine: {cpu}, {os.cpu_count()} vCPU, "
+        f"`kiln serve` driven by wrk on loopback (client on the same machine: {cpu}, {os.cpu_count()} vCPU, "
         f"shared), zoo transformer_encoder 1x16x128, batch buckets 1 and 4, --max-batch 4, queue 64, "
         f"{a.seconds:g} s per row (`benchmarks/load_wrk.py`). Capacity: 8 connections; 16 = 2x, 240 = 30x.",
         "",
