@@ -21,6 +21,7 @@ from aiohttp import web
 from ..errors import KilnError
 from ..runtime.hostinfo import physical_cores
 from ..runtime.model import Model
+from ..runtime.replica import THREADS_ENV, apply_cpus, default_threads
 from . import codec
 from .batcher import Batcher, QueueFull
 from .metrics import Metrics
@@ -87,7 +88,12 @@ class Server:
         """TVM threads: all cores but one, which the event loop needs (HTTP, decoding, shedding load).
         With every core for TVM the server served fewer requests under load and collapsed under overload
         (TVM's threads plus the event loop oversubscribe the cores; TVM's pool spins): benchmarks/history.md."""
-        return self.opts.threads or max(1, physical_cores() - 1)
+        if self.opts.threads:
+            return self.opts.threads
+        if os.environ.get(THREADS_ENV):
+            return default_threads()
+        apply_cpus()
+        return max(1, physical_cores() - 1)
 
     async def _load(self) -> None:
         loop = asyncio.get_running_loop()
