@@ -96,6 +96,12 @@ class ServeOptions:
             value, flag = float(o[name]), f"--{name.replace('_', '-')}"
             if value < 0 or value == 0 and not zero_ok:
                 raise OptionsError(f"{flag} must be positive", where=flag, fix=f"e.g. {flag} 5")
+        if int(o["workers"]) > 1 and o["grpc_port"] is not None:
+            raise OptionsError(
+                "--grpc-port serves from one process; --workers shares only the HTTP port",
+                where="--grpc-port",
+                fix="drop --workers, or run one server per gRPC port",
+            )
         return ServeOptions(tuple(parsed), split=tuple(shares), **o)
 
     @property

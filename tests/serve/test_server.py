@@ -173,6 +173,11 @@ def test_serve_options_errors(models, split, msg, served):
         ServeOptions.make(models, split)
 
 
+def test_grpc_port_is_refused_with_workers(served):
+    with pytest.raises(kiln.OptionsError, match="--grpc-port serves from one process"):
+        ServeOptions.make([str(served[0])], workers=2, grpc_port=8081)
+
+
 def test_healthz_reports_a_model_that_fails_to_load(tmp_path):
     bad = tmp_path / "bad.kiln"
     bad.write_bytes(b"not a zip")
