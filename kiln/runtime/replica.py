@@ -56,3 +56,16 @@ def default_threads() -> int:
     if not text.isdigit() or int(text) < 1:
         raise OptionsError(f"{THREADS_ENV}={text!r} is not a positive integer", where=THREADS_ENV, fix="e.g. 2")
     return int(text)
+
+
+def set_process_cpus(cpus) -> None:
+    """Narrow every thread of this process to cpus (a replica told its CPUs after it started, e.g. a Ray
+    actor, whose request threads already exist), and make that the mask the runtime restores."""
+    cpus = set(cpus)
+    for tid in os.listdir("/proc/self/task"):
+        try:
+            os.sched_setaffinity(int(tid), cpus)
+        except OSError:  # a thread that exited meanwhile
+            pass
+    apply_cpus.cache_clear()
+    physical_cores.cache_clear()
