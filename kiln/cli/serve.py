@@ -8,7 +8,10 @@ from ..errors import OptionsError
 from .flags import add_options, given, trusted_key, trusted_keys
 
 ORDER = 40
-COMMANDS = {"serve": "HTTP inference server with dynamic batching (POST /v1/models/<name>:predict)"}
+COMMANDS = {
+    "serve": "inference server with dynamic batching: V1 (POST /v1/models/<name>:predict) and the Open Inference "
+    "Protocol (KServe V2, HTTP and --grpc-port)"
+}
 SERVE_FIELDS = (
     "name",
     "host",

@@ -1,4 +1,6 @@
-"""`kiln serve`: an aiohttp server around one or more loaded artifacts (model versions).
+"""`kiln serve`: an aiohttp server around one or more loaded artifacts (model versions), speaking
+Kiln's V1 routes and the Open Inference Protocol (v2http.py; gRPC beside it with --grpc-port,
+v2grpc.py), all through one admission check (Server.admit) and one batcher per version.
 
 aiohttp: a maintained asyncio HTTP stack in one package, with its own server (no ASGI glue), so
 the event loop, the batcher and the graceful shutdown live in one place we control.
