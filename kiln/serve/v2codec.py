@@ -9,6 +9,7 @@ JSON. Every malformed body is an InputError (400), naming the input and what the
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import math
 
@@ -35,8 +36,9 @@ DATATYPES = {
 WHERE = "V2 infer request"
 
 
+@functools.lru_cache(maxsize=64)
 def datatype(dtype) -> str:
-    """The V2 datatype of a numpy dtype (or dtype name)."""
+    """The V2 datatype of a numpy dtype (or dtype name); cached: np.dtype(...).name took 26 us a call."""
     return DATATYPES.get(np.dtype(dtype).name, str(dtype).upper())
 
 
