@@ -255,6 +255,9 @@ def main(argv=None) -> int:
         f"{o['requests']} requests: status counts {o['codes']}, accepted {o['accepted_rps']} req/s, "
         f"accepted p50/p99 {o['p50_ms']}/{o['p99_ms']} ms, "
         f"server RSS {o['rss_mb']} MB (after n requests).",
+        "",
+        "Overload driven by an outside load generator (wrk; V1 JSON and V2 binary, 1 to 240 connections): "
+        "[load_wrk.md](load_wrk.md).",
     ]
     save(a.out, rows, lines)
     return 0

@@ -1,5 +1,6 @@
 """Longer fuzz runs with totals:
-    .venv/bin/python -m fuzz.run [--models N] [--artifacts N] [--pt2 N] [--tflite N] [--seed S] [--out fuzz/results]
+    .venv/bin/python -m fuzz.run [--models N] [--artifacts N] [--pt2 N] [--tflite N] [--v2 N] [--seed S]
+        [--out fuzz/results]
 Prints and writes the totals (cases, outcomes, distinct error kinds, findings with their cases)."""
 
 from __future__ import annotations
@@ -19,9 +20,16 @@ from .executor import Executor
 from .frontends import broken_pt2, broken_tflite
 from .mutators import broken_artifacts, broken_models, set_seed_artifact
 from .seeds import SEEDS
+from .v2 import broken_v2
 
 ACCEPTABLE = ("ok", "kiln_error")
-STRATEGIES = {"model": broken_models, "artifact": broken_artifacts, "pt2": broken_pt2, "tflite": broken_tflite}
+STRATEGIES = {
+    "model": broken_models,
+    "artifact": broken_artifacts,
+    "pt2": broken_pt2,
+    "tflite": broken_tflite,
+    "v2": broken_v2,
+}
 
 
 def seed_artifact() -> bytes:
@@ -83,6 +91,7 @@ def main(argv=None) -> int:
     ap.add_argument("--artifacts", type=int, default=500)
     ap.add_argument("--pt2", type=int, default=200)
     ap.add_argument("--tflite", type=int, default=300)
+    ap.add_argument("--v2", type=int, default=2000, help="V2 infer bodies through the server's codec")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--out", default="fuzz/results")
     a = ap.parse_args(argv)
@@ -90,7 +99,7 @@ def main(argv=None) -> int:
     report = {}
     try:
         runs = [("model", a.models, None), ("artifact", a.artifacts, seed_artifact())]
-        for kind, n, blob in runs + [("pt2", a.pt2, None), ("tflite", a.tflite, None)]:
+        for kind, n, blob in runs + [("pt2", a.pt2, None), ("tflite", a.tflite, None), ("v2", a.v2, None)]:
             t = time.perf_counter()
             r = campaign(kind, n, a.seed, ex, blob)
             report[kind] = {

@@ -52,6 +52,22 @@ def run_artifact(raw: bytes, tmp: Path) -> str:
     return f"ran: {len(res)} outputs"
 
 
+def run_v2(raw: bytes) -> str:
+    """A V2 infer body through the server's codec, then its answer encoded back."""
+    import struct
+
+    import numpy as np
+
+    from kiln.serve import v2codec
+
+    from .v2 import INPUTS, NO_HEADER, OUTPUTS
+
+    (n,) = struct.unpack("<I", raw[:4])
+    req = v2codec.decode(raw[4:], None if n == NO_HEADER else str(n), INPUTS, OUTPUTS)
+    body, _ = v2codec.encode(req, "m", "v1", {"y": req.feed.get("x", np.zeros((2, 3), np.float32))})
+    return f"decoded: {sorted(req.feed)}, {len(body)} bytes back"
+
+
 def main() -> int:
     resource.setrlimit(resource.RLIMIT_AS, (MEMORY_LIMIT, MEMORY_LIMIT))
     warnings.simplefilter("ignore")
@@ -78,7 +94,9 @@ def main() -> int:
 
                 time.sleep(3600)
             try:
-                if kind in ("pt2", "tflite"):  # the other frontends' readers, through the same compile
+                if kind == "v2":
+                    detail = run_v2(payload)
+                elif kind in ("pt2", "tflite"):  # the other frontends' readers, through the same compile
                     detail = run_model(payload, tmp, f".{kind}")
                 else:
                     detail = (run_model if kind == "model" else run_artifact)(payload, tmp)

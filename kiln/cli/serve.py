@@ -8,11 +8,15 @@ from ..errors import OptionsError
 from .flags import add_options, given, trusted_key, trusted_keys
 
 ORDER = 40
-COMMANDS = {"serve": "HTTP inference server with dynamic batching (POST /v1/models/<name>:predict)"}
+COMMANDS = {
+    "serve": "inference server with dynamic batching: V1 (POST /v1/models/<name>:predict) and the Open Inference "
+    "Protocol (KServe V2, HTTP and --grpc-port)"
+}
 SERVE_FIELDS = (
     "name",
     "host",
     "port",
+    "grpc_port",
     "max_batch",
     "max_wait_ms",
     "queue",
@@ -35,6 +39,16 @@ def _serve(a) -> int:
             where="kiln serve",
             fix="pip install 'kiln[serve]' (or pip install aiohttp)",
         ) from None
+    if getattr(a, "grpc_port", None) is not None:
+        try:
+            import google.protobuf  # noqa: F401
+            import grpc  # noqa: F401
+        except ImportError:
+            raise OptionsError(
+                "--grpc-port needs grpcio and protobuf, which are not installed",
+                where="--grpc-port",
+                fix="pip install 'kiln[grpc]'",
+            ) from None
     opts = ServeOptions.make(
         ([a.model] if a.model else []) + a.models,
         split=a.split,

@@ -16,7 +16,8 @@ from ..errors import IncompatibleArtifactError, InputError, OptionsError
 from . import artifact as art
 from . import buckets as bk
 from . import pool
-from .hostinfo import enable_amx, host_arch, host_cpu_flags, missing_cpu_features, physical_cores, raise_thread_pool_cap
+from .hostinfo import enable_amx, host_arch, host_cpu_flags, missing_cpu_features, raise_thread_pool_cap
+from .replica import apply_cpus, default_threads
 
 pool_lock = threading.Lock()
 _pool_threads: int | None = None
@@ -51,7 +52,9 @@ def configure_threads(tvm, n: int) -> None:
     (TVM_NUM_THREADS) is not possible once the pool exists; NumThreads reports what we got."""
     global _pool_threads
     if _pool_threads != n:
+        mask = apply_cpus()
         tvm.get_global_func("runtime.config_threadpool")(1, n)
+        os.sched_setaffinity(0, mask)  # TVM's pool widened the calling thread to every CPU: Kiln's pool inherits it
         pool.configure(n)  # Kiln's pool (pool.py), which the artifact's parallel loops run on
         _pool_threads = n
 
@@ -108,7 +111,8 @@ class Model:
                 where="bucket_policy",
                 fix=f"use one of {', '.join(art.BUCKET_POLICIES)}",
             )
-        self.num_threads = num_threads or physical_cores()
+        apply_cpus()  # KILN_CPUS, before any pool thread exists
+        self.num_threads = num_threads or default_threads()
         if trusted_keys is not None and (isinstance(trusted_keys, (str, bytes, os.PathLike)) or not list(trusted_keys)):
             raise OptionsError(
                 "trusted_keys must be a non-empty list of public keys",

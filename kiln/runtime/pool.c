@@ -22,6 +22,7 @@
 #include <sched.h>
 #include <stdint.h>
 #include <time.h>
+#include <unistd.h>
 
 #ifdef __cplusplus
 extern "C" {
@@ -95,10 +96,14 @@ static void run_chunks(unsigned s, int self, KilnLambda f, void* cdata, int n, i
 }
 
 /* Worker i runs on the (i+1)-th CPU the process may use (the caller usually keeps the first): two of
-   our threads time-sharing one core would run a loop's chunks one after the other. */
+   our threads time-sharing one core would run a loop's chunks one after the other. Only inside a CPU
+   set chosen for this process (taskset, a container's cpuset, KILN_CPUS, a Ray replica's CPUs): with
+   every online CPU allowed, each replica on the host would pin its worker i onto the same core, so
+   there the workers are left to the scheduler. */
 static void pin(int index) {
   cpu_set_t allowed, one;
   if (sched_getaffinity(0, sizeof(allowed), &allowed) != 0) return;
+  if (CPU_COUNT(&allowed) >= sysconf(_SC_NPROCESSORS_ONLN)) return;
   int count = CPU_COUNT(&allowed), want = (index + 1) % (count > 0 ? count : 1), k = 0;
   for (int c = 0; c < CPU_SETSIZE; c++) {
     if (!CPU_ISSET(c, &allowed)) continue;

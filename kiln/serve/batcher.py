@@ -1,14 +1,15 @@
 """Dynamic batching for one loaded model: requests wait in a bounded queue; the batcher takes the
 first, then more with the same per-sample shapes until the batch is full (the largest batch bucket,
 at most --max-batch) or --max-wait-ms has passed since the first arrived, runs them as one batch in
-a worker thread (the runtime pads to the nearest bucket and crops), and splits the outputs back
+the model's thread (the runtime pads to the nearest bucket and crops), and splits the outputs back
 along axis 0. A full queue refuses at once (the caller answers 503): memory stays bounded."""
 
 from __future__ import annotations
 
 import asyncio
-import concurrent.futures
+import collections
 import dataclasses
+import threading
 import time
 
 import numpy as np
@@ -26,6 +27,7 @@ class _Item:
     arrays: list[np.ndarray]
     future: asyncio.Future
     n: int  # samples (axis 0)
+    queued_at: float = dataclasses.field(default_factory=time.perf_counter)
 
     def key(self) -> tuple:
         return tuple((a.shape[1:], a.dtype.str) for a in self.arrays)
@@ -43,87 +45,102 @@ def batch_capacity(model: Model, max_batch: int) -> int:
 
 
 class Batcher:
+    """Batches form in the model's own thread, not on the event loop: under overload the loop is busy
+    refusing requests, and a batch that waited for it to come round left the model idle (at 240
+    connections the encoder served 48% of its capacity: benchmarks/load.md). The loop only enqueues
+    and gets results back (call_soon_threadsafe)."""
+
     def __init__(self, model: Model, version: str, metrics: Metrics, max_batch: int, max_wait_ms: float, queue: int):
         self.model, self.version, self.metrics = model, version, metrics
         self.capacity = batch_capacity(model, max_batch)
         self.max_wait = max_wait_ms / 1e3
-        self.queue: asyncio.Queue[_Item] = asyncio.Queue(maxsize=queue)
-        self._held: _Item | None = None  # dequeued but not compatible with the batch being formed
-        self._pool = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"kiln-{version}")
-        self._task: asyncio.Task | None = None
+        self.maxsize = queue
+        self._items: collections.deque[_Item] = collections.deque()
+        self._cond = threading.Condition()
+        self._held: _Item | None = None  # taken but not compatible with the batch being formed
+        self._stopping = False
+        self._thread = threading.Thread(target=self._loop, name=f"kiln-{version}", daemon=True)
+        self._loop_ref: asyncio.AbstractEventLoop | None = None
         metrics.queue_depth[version] = self.depth
 
     def depth(self) -> int:
-        return self.queue.qsize() + (self._held is not None)
+        return len(self._items) + (self._held is not None)
 
     def full(self) -> bool:
-        return self.queue.full()
+        """Read without the lock (a deque's length is atomic): the admission check costs next to nothing."""
+        return len(self._items) >= self.maxsize
 
     def start(self) -> None:
-        self._task = asyncio.get_running_loop().create_task(self._loop())
+        self._loop_ref = asyncio.get_running_loop()
+        self._thread.start()
 
     async def stop(self) -> None:
-        if self._task:
-            self._task.cancel()
-            try:
-                await self._task
-            except asyncio.CancelledError:
-                pass
-        self._pool.shutdown(wait=True)
+        with self._cond:
+            self._stopping = True
+            self._cond.notify_all()
+        if self._thread.is_alive():
+            await asyncio.get_running_loop().run_in_executor(None, self._thread.join)
 
     def submit(self, arrays: list[np.ndarray]) -> asyncio.Future:
         """Enqueue validated inputs; the future gets this request's outputs (a list of arrays)."""
-        fut = asyncio.get_running_loop().create_future()
+        fut = self._loop_ref.create_future()
         n = arrays[0].shape[0] if arrays and arrays[0].ndim else 1
-        try:
-            self.queue.put_nowait(_Item(arrays, fut, n))
-        except asyncio.QueueFull:
-            raise QueueFull() from None
+        with self._cond:
+            if len(self._items) >= self.maxsize:
+                raise QueueFull()
+            self._items.append(_Item(arrays, fut, n))
+            self._cond.notify()
         return fut
 
-    async def _next(self) -> _Item:
+    # the model's thread ------------------------------------------------------------------------
+    def _take(self, deadline: float | None) -> _Item | None:
+        """The next live item, waiting until the deadline (None: until one comes or the batcher stops)."""
         if self._held is not None:
             item, self._held = self._held, None
             return item
-        return await self.queue.get()
+        with self._cond:
+            while not self._items and not self._stopping:
+                left = None if deadline is None else deadline - time.monotonic()
+                if left is not None and left <= 0:
+                    return None
+                self._cond.wait(left)
+            return self._items.popleft() if self._items else None
 
-    async def _loop(self) -> None:
-        loop = asyncio.get_running_loop()
-        while True:
-            first = await self._next()
-            if first.future.done():  # timed out or cancelled while queued: skip the work
+    def _form(self) -> tuple[list[_Item], int] | None:
+        first = self._take(None)
+        while first is not None and first.future.done():  # timed out or cancelled while queued: skip it
+            first = self._take(None)
+        if first is None:
+            return None
+        batch, total = [first], first.n
+        deadline = time.monotonic() + self.max_wait
+        while total < self.capacity:
+            item = self._take(deadline)
+            if item is None:
+                break
+            if item.future.done():
                 continue
-            batch, total = [first], first.n
-            deadline = time.monotonic() + self.max_wait
-            while total < self.capacity:
-                try:
-                    item = (
-                        self.queue.get_nowait()
-                        if self.queue.qsize()
-                        else await asyncio.wait_for(self.queue.get(), max(0.0, deadline - time.monotonic()))
-                    )
-                except TimeoutError:
-                    break
-                if item.future.done():
-                    continue
-                if item.key() != first.key() or total + item.n > self.capacity:
-                    self._held = item
-                    break
-                batch.append(item)
-                total += item.n
-                if time.monotonic() >= deadline:
-                    break
+            if item.key() != first.key() or total + item.n > self.capacity:
+                self._held = item
+                break
+            batch.append(item)
+            total += item.n
+        return batch, total
+
+    def _loop(self) -> None:
+        while (formed := self._form()) is not None:
+            batch, total = formed
             self.metrics.batch(self.version, len(batch))
+            t = time.perf_counter()
+            self.metrics.stage(self.version, "queue", sum(t - b.queued_at for b in batch), len(batch))
             try:
-                outs = await loop.run_in_executor(self._pool, self._run, [b.arrays for b in batch])
+                outs, error = self._run([b.arrays for b in batch]), None
+                self.metrics.stage(self.version, "compute_infer", time.perf_counter() - t, len(batch))
+                self.metrics.stage(self.version, "samples", 0.0, total)
+                self.metrics.last_inference_ms[self.version] = int(time.time() * 1e3)
             except Exception as e:  # a KilnError from the runtime, or a bug: every request of the batch gets it
-                for b in batch:
-                    if not b.future.done():
-                        b.future.set_exception(e)
-                continue
-            for b, o in zip(batch, outs):
-                if not b.future.done():
-                    b.future.set_result(o)
+                outs, error = None, e
+            self._loop_ref.call_soon_threadsafe(_deliver, batch, outs, error)
 
     def _run(self, requests: list[list[np.ndarray]]) -> list[list[np.ndarray]]:
         names = [s.name for s in self.model.inputs]
@@ -135,3 +152,14 @@ class Batcher:
         sizes = np.cumsum([r[0].shape[0] for r in requests])[:-1]
         parts = [np.split(o, sizes) for o in out]
         return [[p[j] for p in parts] for j in range(len(requests))]
+
+
+def _deliver(batch: list[_Item], outs, error: Exception | None) -> None:
+    """On the event loop: each request's future gets its outputs (or the batch's error)."""
+    for i, b in enumerate(batch):
+        if b.future.done():
+            continue
+        if error is not None:
+            b.future.set_exception(error)
+        else:
+            b.future.set_result(outs[i])

@@ -25,6 +25,26 @@ class Metrics:
         self.batch_counts: dict[str, list[int]] = collections.defaultdict(lambda: [0] * (len(BATCH_BUCKETS) + 1))
         self.batch_sum: collections.Counter = collections.Counter()
         self.queue_depth: dict[str, callable] = {}
+        self.stages: collections.Counter = collections.Counter()  # (version, stage) -> [count, ns] as two keys
+        self.last_inference_ms: dict[str, int] = {}
+
+    def stage(self, version: str, name: str, seconds: float, count: int = 1) -> None:
+        """Time spent in one stage of serving (queue, compute), for Triton's statistics extension."""
+        with self._lock:
+            self.stages[(version, name, "count")] += count
+            self.stages[(version, name, "ns")] += int(seconds * 1e9)
+
+    def stage_stats(self, version: str, name: str) -> dict[str, int]:
+        with self._lock:
+            return {"count": self.stages[(version, name, "count")], "ns": self.stages[(version, name, "ns")]}
+
+    def outcomes(self, version: str) -> dict[str, dict[str, int]]:
+        """Successful and failed requests of one version: their count and total latency (ns)."""
+        with self._lock:
+            ok = self.requests[(version, 200)]
+            failed = sum(n for (v, c), n in self.requests.items() if v == version and c != 200)
+            ns = int(self.latency_sum[version] * 1e9)
+        return {"success": {"count": ok, "ns": ns}, "fail": {"count": failed, "ns": 0}}
 
     def request(self, version: str, code: int, seconds: float | None) -> None:
         with self._lock:

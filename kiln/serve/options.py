@@ -18,6 +18,9 @@ class ServeOptions:
     split: tuple[tuple[str, float], ...] = ()  # version -> share of traffic; the rest goes evenly to the others
     host: str = option("127.0.0.1", "address to listen on")
     port: int = option(8080, "0: any free port")
+    grpc_port: int | None = option(
+        None, "also serve the V2 protocol over gRPC on this port (0: any free port; the grpc extra)", type=int
+    )
     max_batch: int = option(8, "most requests per batch (capped by the largest batch bucket)")
     max_wait_ms: float = option(5.0, "how long the first request of a batch waits for more")
     queue: int = option(64, "bounded queue per version; full -> 503 with Retry-After")
@@ -93,6 +96,12 @@ class ServeOptions:
             value, flag = float(o[name]), f"--{name.replace('_', '-')}"
             if value < 0 or value == 0 and not zero_ok:
                 raise OptionsError(f"{flag} must be positive", where=flag, fix=f"e.g. {flag} 5")
+        if int(o["workers"]) > 1 and o["grpc_port"] is not None:
+            raise OptionsError(
+                "--grpc-port serves from one process; --workers shares only the HTTP port",
+                where="--grpc-port",
+                fix="drop --workers, or run one server per gRPC port",
+            )
         return ServeOptions(tuple(parsed), split=tuple(shares), **o)
 
     @property

@@ -42,6 +42,16 @@ def test_fuzz_other_frontends(executor, kind, n, extra):
     assert totals["outcomes"]["kiln_error"] > 0 and len(totals["kinds"]) >= 5
 
 
+def test_fuzz_v2_codec(executor):
+    """Damaged V2 infer bodies (JSON and binary: fields dropped or of the wrong type, truncated or extended
+    bodies, header lengths past the body) decode or raise a KilnError: the server answers 400, not 500."""
+    pytest.importorskip("aiohttp", reason="kiln.serve needs the serve extra: pip install 'kiln[serve]'")
+    totals = campaign("v2", 300, seed=14, executor=executor, raise_on_finding=True)
+    assert totals["cases"] >= 300 and not totals["findings"]
+    assert totals["outcomes"]["ok"] > 0 and totals["outcomes"]["kiln_error"] > 0
+    assert len(totals["kinds"]) >= 10
+
+
 def test_the_harness_reports_crashes_and_hangs():
     ex = Executor(timeout_s=2)
     try:

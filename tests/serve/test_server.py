@@ -13,79 +13,11 @@ import urllib.request
 
 import numpy as np
 import pytest
-from helpers import make_model, rand
-from onnx import helper
+from helpers import rand
+from serving import Proc
 
 import kiln
 from kiln.serve import ServeOptions
-
-
-@pytest.fixture(scope="module")
-def served(tmp_path_factory):
-    """A conv model with batch buckets 1, 2, 4, 8, and a second version with other weights."""
-    d = tmp_path_factory.mktemp("serve")
-    paths = []
-    for seed in (1, 7):
-        nodes = [
-            helper.make_node("Conv", ["input", "w", "b"], ["c"], pads=[1, 1, 1, 1]),
-            helper.make_node("Relu", ["c"], ["output"]),
-        ]
-        m = make_model(
-            nodes,
-            {"input": rand(1, 3, 16, 16)},
-            ["output"],
-            {"w": rand(8, 3, 3, 3, seed=seed), "b": rand(8, seed=2)},
-            in_shapes={"input": ["N", 3, 16, 16]},
-        )
-        p = d / f"net{seed}.kiln"
-        kiln.compile(m, p, shape_buckets="input:1x3x16x16,2x3x16x16,4x3x16x16,8x3x16x16")
-        paths.append(p)
-    return paths
-
-
-class Proc:
-    def __init__(self, *args):
-        self.p = subprocess.Popen(
-            [sys.executable, "-m", "kiln", "serve", "--port", "0", *map(str, args)],
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
-        line = self.p.stdout.readline()
-        m = re.search(r"http://127\.0\.0\.1:(\d+)", line)
-        assert m, (line, self.p.stderr.read() if self.p.poll() is not None else "")
-        self.url = f"http://127.0.0.1:{m.group(1)}"
-        deadline = time.time() + 60
-        while time.time() < deadline:
-            code, _, _ = self.get("/healthz")
-            if code == 200:
-                break
-            time.sleep(0.05)
-        else:
-            raise AssertionError("server never became ready")
-
-    def get(self, path):
-        try:
-            r = urllib.request.urlopen(self.url + path, timeout=30)
-            return r.status, r.headers, r.read()
-        except urllib.error.HTTPError as e:
-            return e.code, e.headers, e.read()
-
-    def post(self, path, body, ctype="application/json"):
-        req = urllib.request.Request(self.url + path, data=body, headers={"Content-Type": ctype})
-        try:
-            r = urllib.request.urlopen(req, timeout=30)
-            return r.status, r.headers, r.read()
-        except urllib.error.HTTPError as e:
-            return e.code, e.headers, e.read()
-
-    def predict(self, x, name="net1", **kw):
-        return self.post(f"/v1/models/{name}:predict", json.dumps({"inputs": {"input": x.tolist()}}).encode(), **kw)
-
-    def stop(self):
-        if self.p.poll() is None:
-            self.p.send_signal(signal.SIGTERM)
-        return self.p.wait(30)
 
 
 @pytest.fixture
@@ -239,6 +171,11 @@ def test_serve_options_errors(models, split, msg, served):
     models = [m if m != "MODEL" else str(served[0]) for m in models]
     with pytest.raises(kiln.OptionsError, match=msg):
         ServeOptions.make(models, split)
+
+
+def test_grpc_port_is_refused_with_workers(served):
+    with pytest.raises(kiln.OptionsError, match="--grpc-port serves from one process"):
+        ServeOptions.make([str(served[0])], workers=2, grpc_port=8081)
 
 
 def test_healthz_reports_a_model_that_fails_to_load(tmp_path):
