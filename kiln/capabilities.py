@@ -199,10 +199,9 @@ class GpuCapabilities:
 
 
 @functools.cache
-def capabilities(target: Target) -> Capabilities | GpuCapabilities:  # noqa: F821 - kiln.target.Target (imports this module)
-    """The capabilities of a parsed (frozen) Target, computed once per target."""
-    if target.is_gpu:
-        return _gpu(target)
+def capabilities(target: Target) -> Capabilities:  # noqa: F821 - kiln.target.Target (imports this module)
+    """The capabilities of a parsed (frozen) CPU Target, computed once per target (Target.caps asks
+    gpu_capabilities for a GPU)."""
     from tvm.target import codegen
 
     feats = frozenset(str(f) for f in codegen.llvm_get_cpu_features(target.tvm()))
@@ -248,7 +247,9 @@ def from_features(feats: frozenset[str], *, arch: str, cpu: str = "generic", tar
     )
 
 
-def _gpu(target: Target) -> GpuCapabilities:  # noqa: F821
+@functools.cache
+def gpu_capabilities(target: Target) -> GpuCapabilities:  # noqa: F821
+    """The capabilities of a parsed (frozen) cuda Target, from its sm architecture."""
     sm = target.gpu_arch or "sm_80"
     cc = int("".join(c for c in sm[3:] if c.isdigit()) or 0)
     return GpuCapabilities(

@@ -25,6 +25,7 @@ import difflib
 import os
 import shlex
 
+from .accel import KINDS as ACCELERATORS  # the accelerator kinds (re-exported)
 from .errors import TargetError
 
 ACCEPTED_FORMS = (
@@ -74,7 +75,6 @@ CUDA_ARCHS = (
     "sm_121",
     "sm_121a",
 )
-ACCELERATORS = ("vta-sim",)
 ACCEL_OPTIONS = ("board", "config")
 _A64 = {"mtriple": "aarch64-linux-gnu", "mattr": ("+neon",)}
 PRESETS = {
@@ -232,9 +232,9 @@ class Target:
     @property
     def caps(self):
         """What the hardware can do (kiln.capabilities): Capabilities, or GpuCapabilities for cuda. Cached."""
-        from .capabilities import capabilities
+        from .capabilities import capabilities, gpu_capabilities
 
-        return capabilities(self)
+        return gpu_capabilities(self) if self.is_gpu else capabilities(self)
 
     def required_features(self) -> list[str]:
         """ISA features (LLVM names) that code generated for this target may use."""

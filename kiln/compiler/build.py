@@ -5,8 +5,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
-import tempfile
 import time
 import warnings
 from pathlib import Path
@@ -15,27 +13,21 @@ import onnx
 
 from .. import __version__
 from .._io import atomic_write_text
+from ..env import shipped_tuning_logs
 from ..errors import CompileError, KilnWarning, PassError, tvm_errors
 from ..frontends.importer import import_onnx
 from ..frontends.shapes import check_shape_buckets
 from ..frontends.sources import load_source
 from ..result import CompileResult
 from ..runtime import artifact as art
-from ..runtime.hostinfo import host_arch
-from ..schedules.shipped import describe as describe_records
 from .autolayout import choose_layout
-from .executable import build_executable
 from .fallback import blame, with_fallback
 from .flows import run_flow
 from .kernel_info import for_manifest
 from .limits import check_planned_memory, check_tensor_sizes, io_bytes
 from .optimize import optimize
-from .options import CompileOptions, shipped_tuning_logs
-from .pipeline import precision_note
+from .options import CompileOptions
 from .reproduce import DISABLE_ENV, compile_flags, reduce_failure, write_reproducer
-
-CROSS_COMPILERS = {"aarch64": "aarch64-linux-gnu-g++"}
-POOL_SOURCE = str(Path(art.__file__).with_name("pool.c"))  # the runtime's thread pool, linked into CPU libraries
 
 
 def _where(model) -> str:
@@ -70,7 +62,8 @@ def compile_model(
 
     options = options or CompileOptions.make(**kwargs)
     t0 = time.perf_counter()
-    note = precision_note(options) if not options.target.is_gpu else None
+    backend = options.backend  # asked once, in CompileOptions.make
+    note = backend.precision_note(options)
     if note:
         warnings.warn(f"--precision {options.precision}: {note}", KilnWarning, stacklevel=2)
     source = load_source(model)  # read and checked once for every bucket, whatever its format
@@ -98,7 +91,7 @@ def compile_model(
                 opt.report, io_bytes(imported.inputs + imported.outputs), opts.max_memory, where
             )  # before building
             t = time.perf_counter()
-            return opt, build_executable(opt.mod, opts, where), time.perf_counter() - t
+            return opt, backend.build(opt.mod, opts, where), time.perf_counter() - t
 
         repro = _reproducer(imported.onnx_model, options, layout, where, output) if model is not None else None
         (opt, exe, build_s), skipped = with_fallback(attempt, options, layout, where, model, repro)
@@ -106,11 +99,11 @@ def compile_model(
         report = opt.report
         report["passes_skipped"] = report.get("passes_skipped", []) + skipped
         report["precision_note"] = note
-        report["tuning_records"] = describe_records(options.tuning_db, options.target, shipped_tuning_logs())
+        report["tuning_records"] = backend.tuning_records(options.tuning_db, options.target, shipped_tuning_logs())
         if skipped:
             report["layout"] = skipped[0]["layout"]
         with tvm_errors("Exporting the library", where):
-            library = _export(exe, options.target.arch, where, _c_kernels(opt.mod), pool=not options.target.is_gpu)
+            library = backend.export(exe, options, where, opt.mod)
         report["pass_seconds"] = {
             "import": round(import_s, 4),
             **report["pass_seconds"],
@@ -142,14 +135,15 @@ def compile_model(
     members = {b["library"]: b.pop("_blob") for b in buckets}
     members[art.WEIGHTS] = weights_blob
     members.update(accel_members)
+    section = backend.manifest_section(options, accel_members)
     manifest = {
         "kiln_version": __version__,
         "tvm_version": tvm.__version__,
         "target": str(options.target),
         "target_dict": options.target.to_dict(),
         "arch": options.target.arch,
-        "device": "cuda" if options.target.is_gpu else "cpu",
-        "cpu_features": options.target.required_features(),
+        "device": section.device,
+        "cpu_features": section.cpu_features,
         "inputs": buckets[0]["inputs"],
         "outputs": buckets[0]["outputs"],
         "weights": weights_index,
@@ -162,7 +156,7 @@ def compile_model(
         "import_stats": first.stats,
         "kernels": report["kernels"],
         "quantization": _quant_summary(report.get("quantization")),
-        "accelerator": _accel_summary(options.target, accel_members),
+        "accelerator": section.accelerator,
         "created_unix": int(time.time()),
     }
     art.write_artifact(output, manifest, members)
@@ -181,7 +175,7 @@ def _import(model: onnx.ModelProto, shapes, options: CompileOptions, where: str,
             where,
             checked=True,
             frozen=options.freeze_inputs,
-            recurrence_kernel=not options.target.is_gpu,
+            recurrence_kernel=options.backend.recurrence_kernel,
         )
     except PassError as e:
 
@@ -232,7 +226,7 @@ def _reproducer(simple: onnx.ModelProto, options: CompileOptions, layout: str, w
             try:
                 opt = run_flow(import_onnx(cand, where=where, checked=True), options, layout, where)
                 if stage == "tvm.compile":
-                    build_executable(opt.mod, options, where)
+                    options.backend.build(opt.mod, options, where)
             except CompileError as e:
                 return getattr(e, "stage", None) == stage
             return False
@@ -241,20 +235,6 @@ def _reproducer(simple: onnx.ModelProto, options: CompileOptions, layout: str, w
         return write_reproducer(found, output, compile_flags(options)) if found and write else found
 
     return reproduce
-
-
-def _accel_summary(target, members: dict) -> dict | None:
-    if not target.accel:
-        return None
-    from ..accel.vta import runtime as vta_rt
-
-    return {
-        "kind": target.accel,
-        "board": target.board,
-        "config": target.accel_config,
-        "members": list(vta_rt.MEMBERS),
-        "digest": vta_rt.digest(members),
-    }
 
 
 def _quant_summary(q: dict | None) -> dict | None:
@@ -293,49 +273,3 @@ class _WeightPool:
                 self.arrays.append(a)
             ids.append(self._index[key])
         return ids
-
-
-def _c_kernels(mod) -> list[str]:
-    """Object files of Kiln's C kernels the module calls (linked into its library)."""
-    from .passes.bf16_conv_kernel import C_KERNELS
-
-    sources = {
-        C_KERNELS[bool(int(f.attrs["kiln.bf16_conv"][8]))][1]
-        for f in mod.functions.values()
-        if f.attrs is not None and "kiln.bf16_conv" in f.attrs
-    }
-    if not sources:
-        return []
-    from ..schedules.kernels import build
-
-    return [build(s)[0] for s in sorted(sources)]
-
-
-def _export(exe, arch: str, where: str, objects: list[str] = (), pool: bool = True) -> bytes:
-    """The executable as a shared library, linked with Kiln's C kernels (`objects`) and, for CPU
-    targets (`pool`), the runtime's thread pool (kiln/runtime/pool.c, compiled for the target's arch)."""
-    from tvm.support import cc as tvm_cc
-
-    extra = [*objects, *([POOL_SOURCE] if pool else [])]
-    flags = ["-O2", "-pthread"]
-    kwargs = {}
-    if arch != host_arch():
-        cc = CROSS_COMPILERS.get(arch)
-        if cc is None or shutil.which(cc) is None:
-            raise CompileError(
-                f"cross-compiling for {arch} needs the linker {cc or '?'}, which is not installed",
-                where=where,
-                fix="apt-get install g++-aarch64-linux-gnu (or compile on the target machine)",
-            )
-        kwargs["fcompile"] = tvm_cc.cross_compiler(cc, options=flags, add_files=[POOL_SOURCE] if pool else None)
-    elif extra:
-
-        def fcompile(output, files, options=None, **kw):
-            return tvm_cc.create_shared(output, list(files) + extra, options=[*(options or []), *flags], **kw)
-
-        fcompile.output_format = "so"
-        kwargs["fcompile"] = fcompile
-    with tempfile.TemporaryDirectory(prefix="kiln-build-") as tmp:
-        lib = Path(tmp) / art.LIBRARY
-        exe.export_library(str(lib), **kwargs)
-        return lib.read_bytes()

@@ -11,10 +11,8 @@ import tvm
 
 from ..errors import KilnWarning, PassError, pass_errors, tvm_errors
 from . import analysis, ir
-from .options import CompileOptions
 from .passes import LiftWeights
 from .passes.convert_layout import count_layout_transforms
-from .pipeline import pipeline_for
 
 COUNTERS = (
     "batchnorm_folded",
@@ -60,16 +58,17 @@ SPLIT = "Quantize"  # part="pre" runs the rows before it, part="post" the rest (
 
 def optimize(
     mod: tvm.IRModule,
-    options: CompileOptions,
+    options,
     layout: str | None = None,
     where: str = "<model>",
     part: str = "all",
     quantize=None,
 ) -> Optimized:
-    """Pipeline + weight lifting. `layout` overrides options.layout (used by layout=auto). A TVM
-    failure inside (a model TVM's passes reject, e.g. convolution parameters with no valid output)
-    is a CompileError naming the pass. part="pre" stops before the Quantize row (no lowering, no
-    lifting: the graph calibration taps); `quantize` is the pass the Quantize row runs."""
+    """Pipeline + weight lifting: the rows of the options' backend (CompileOptions.backend). `layout`
+    overrides options.layout (used by layout=auto). A TVM failure inside (a model TVM's passes reject, e.g.
+    convolution parameters with no valid output) is a CompileError naming the pass. part="pre" stops before
+    the Quantize row (no lowering, no lifting: the graph calibration taps); `quantize` is the pass the
+    Quantize row runs."""
     with tvm_errors("Kiln's optimization pipeline", where, "rerun with --debug for the full trace"):
         return _optimize(mod, options, layout, part, quantize, where)
 
@@ -104,7 +103,7 @@ def _rows(specs, part: str):
 
 def _optimize(
     mod: tvm.IRModule,
-    options: CompileOptions,
+    options,
     layout: str | None,
     part: str = "all",
     quantize=None,
@@ -121,7 +120,7 @@ def _optimize(
         "pass_seconds": {},
         "passes_skipped": [],
     }
-    specs = _rows(pipeline_for(options.target.kind, options.opt_level, options.disabled_passes), part)
+    specs = _rows(options.backend.pipeline(options.opt_level, options.disabled_passes), part)
     transforms_in_model = count_layout_transforms(mod)
     seconds: Counter = Counter()
     with options.target.tvm(), tvm.transform.PassContext(opt_level=3):
