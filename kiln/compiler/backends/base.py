@@ -6,23 +6,10 @@ of target. A new target kind is a new module here and a line in `backend_for`.""
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Callable
 
+from ..manifest import ManifestSection
 from ..pipeline import STAGES, PassSpec, Stage, pass_names, select_rows
-
-
-@dataclasses.dataclass(frozen=True)
-class ManifestSection:
-    """What a backend writes into the artifact's manifest: the runtime device the library needs, the
-    host CPU features its code uses, and the accelerator's entry (None without one)."""
-
-    device: str
-    cpu_features: list[str]
-    accelerator: dict | None = None
-
-    def to_json(self) -> dict:
-        return {"device": self.device, "cpu_features": self.cpu_features, "accelerator": self.accelerator}
 
 
 class Backend:
