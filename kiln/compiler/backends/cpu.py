@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from tvm import relax
 
+from ...capabilities import BF16
 from ...schedules import ApplyDefaultSchedules, ApplyTuningDatabase
 from ...schedules.int8 import int8_kernel
 from .. import passes as kp
@@ -63,7 +64,7 @@ def _min_reduced_winograd_tile(o) -> int:
     all direct against 13.15 ms with its six F(4x4) convs (benchmarks/history.md)."""
     if "BF16ConvKernel" not in _conv_kernels(o):
         return 2
-    return 8 if o.target.caps.bf16 == "amx-bf16" else 4
+    return 8 if o.target.caps.bf16 is BF16.AMX else 4
 
 
 def channel_multiple(o) -> int:
@@ -106,7 +107,7 @@ GRAPH_ROWS: tuple[PassSpec, ...] = (
     PassSpec("PropagateBlockedLayout", lambda o: kp.PropagateBlockedLayout(o.layout), 2),
     PassSpec("Winograd", lambda o: kp.Winograd(min_reduced_tile=_min_reduced_winograd_tile(o)), 2),
     PassSpec(
-        "BF16ConvKernel", lambda o: kp.BF16ConvKernel(o.target.caps.bf16 == "amx-bf16") if vdpbf16ps(o) else None, 2
+        "BF16ConvKernel", lambda o: kp.BF16ConvKernel(o.target.caps.bf16 is BF16.AMX) if vdpbf16ps(o) else None, 2
     ),  # the bf16 convs Winograd did not take
     PassSpec("FuseBF16Epilogue", lambda o: kp.FuseBF16Epilogue() if vdpbf16ps(o) else None, 2),
     PassSpec("FuseDepthwisePointwise", lambda o: kp.FuseDepthwisePointwise(), 2),

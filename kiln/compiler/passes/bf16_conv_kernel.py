@@ -162,7 +162,7 @@ def _to_kernel(builder, call, amx: bool):
 
 @tvm.transform.module_pass(opt_level=2, name="BF16ConvKernel")
 class BF16ConvKernel:
-    """amx: the target has AMX-BF16 (caps.bf16 == "amx-bf16"): the tile kernel instead of vdpbf16ps."""
+    """amx: the target has AMX-BF16 (caps.bf16 is BF16.AMX): the tile kernel instead of vdpbf16ps."""
 
     def __init__(self, amx: bool = False):
         self.amx = amx

@@ -32,6 +32,7 @@ import tvm
 from tvm import relax
 from tvm.ir.expr import GenericConst
 
+from ...capabilities import Int8Path
 from ...schedules.int8 import Int8Kernel, conv_blocks
 from ..ir import out_dtype
 from .convert_layout import widest_block
@@ -104,7 +105,7 @@ class _Narrow(relax.PyExprMutator):
         wa = w.value.numpy()
         o, i, kh, kw = wa.shape
         padded = o
-        if wa.dtype == np.int8 and self.int8 is not None and self.int8.path != "amx-int8":
+        if wa.dtype == np.int8 and self.int8 is not None and self.int8.path != Int8Path.AMX_INT8:
             if (blocks := conv_blocks(self.int8, i, o)) is None:
                 return call
             bi, bo = blocks
