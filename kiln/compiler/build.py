@@ -18,7 +18,7 @@ from pathlib import Path
 import onnx
 
 from .._io import atomic_write_text
-from ..env import shipped_tuning_logs
+from ..env import reproducer_disabled, shipped_tuning_logs
 from ..errors import CompileError, KilnWarning, PassError, tvm_errors
 from ..frontends.importer import ImportedModel, import_onnx
 from ..frontends.shapes import check_shape_buckets
@@ -33,7 +33,7 @@ from .limits import check_planned_memory, check_tensor_sizes, io_bytes
 from .manifest import BucketEntry, ManifestParts, WeightPool, manifest, source_entry
 from .optimize import Optimized, optimize
 from .options import CompileOptions
-from .reproduce import DISABLE_ENV, compile_flags, reduce_failure, write_reproducer
+from .reproduce import compile_flags, reduce_failure, write_reproducer
 
 
 def _where(model) -> str:
@@ -285,7 +285,7 @@ def reproducer(simple, fails, options: CompileOptions, output):
 
     def reproduce(err, budget_s, write):
         stage = getattr(err, "stage", None)
-        if os.environ.get(DISABLE_ENV) or stage is None:
+        if reproducer_disabled() or stage is None:
             return None
         found = reduce_failure(simple(), lambda cand: fails(cand, stage), budget_s)
         return write_reproducer(found, output, compile_flags(options)) if found and write else found

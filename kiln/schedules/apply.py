@@ -8,12 +8,12 @@ with KILN_STRICT_RULES=1 (the test suite) it propagates."""
 
 from __future__ import annotations
 
-import os
 import warnings
 
 import tvm
 from tvm import s_tir, tirx
 
+from ..env import strict_rules
 from ..errors import KilnWarning
 from .dynamic import dynamic
 from .kinds import strip
@@ -22,7 +22,6 @@ from .registry import FALLBACK, REGISTER_TILED, RULES, classify, target_family
 from .rules import vectorize_leftovers
 
 # the test suite sets it: a rule bug then fails the compile instead of leaving one kernel unscheduled
-STRICT_ENV = "KILN_STRICT_RULES"
 
 
 def first_rule_that_applies(func, family: str, lanes: int, registers: int = 16):
@@ -115,7 +114,7 @@ class ApplyDefaultSchedules:
                 else:  # sized at run time (detection heads): the rules read static extents, this one does not
                     kind, sch = "dynamic", _dynamic(func, self.lanes, self.registers)
             except Exception as e:  # a bug in a rule: this kernel stays unscheduled, named, not the whole model
-                if os.environ.get(STRICT_ENV) == "1":
+                if strict_rules():
                     raise
                 kind, sch = None, None
                 self._rule_error(gv.name_hint, e)
