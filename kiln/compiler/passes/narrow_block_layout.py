@@ -33,6 +33,7 @@ from tvm import relax
 from tvm.ir.expr import GenericConst
 
 from ...capabilities import Int8Path
+from ...counters import Counter
 from ...schedules.int8 import Int8Kernel, conv_blocks
 from ..ir import out_dtype
 from .convert_layout import widest_block
@@ -136,8 +137,17 @@ class _Narrow(relax.PyExprMutator):
         return {("float32", "float32"), ("uint8", "int8")} if self.int8 is not None else {("float32", "float32")}
 
 
+# what NarrowBlockLayout counts in the report (kiln/counters.py)
+COUNTERS: tuple[Counter, ...] = (
+    Counter("convs_blocked", int, "convs given a narrower channel block"),
+    Counter("convs_padded", int, "convs whose channels were padded to the block"),
+)
+
+
 @tvm.transform.module_pass(opt_level=2, name="NarrowBlockLayout")
 class NarrowBlockLayout:
+    COUNTERS = COUNTERS
+
     def __init__(self, layout: str, block: int, int8: Int8Kernel | None = None):
         self.layout, self.block, self.int8 = layout, block, int8
         self.stats = {"convs_blocked": 0, "convs_padded": 0}
