@@ -23,11 +23,13 @@ test: $(STAMP)
 	@$(MAKE) -s edge-deps || echo "make test: could not install the edge tools (cross toolchain, qemu-user, aarch64 TVM runtime): tests/edge will skip"
 	$(BIN)/python -m pytest -q -rs -n $(TEST_WORKERS) --dist worksteal --durations=15
 
-# ruff at 120 columns (pyproject's [tool.ruff]): lint, then formatting; .ci/run calls it before make test
-LINTED := kiln tests benchmarks fuzz
+# ruff at 120 columns (pyproject's [tool.ruff]): lint, then formatting, then the size budget (no function over 80
+# lines, no file over 500; today's offenders in tools/size_budget_allow.txt); .ci/run calls it before make test
+LINTED := kiln tests benchmarks fuzz tools
 lint: $(STAMP)
 	$(BIN)/ruff check $(LINTED)
 	$(BIN)/ruff format --check $(LINTED)
+	$(BIN)/python tools/size_budget.py
 
 # The edge checks: cross toolchain and qemu-user (Debian packages), the aarch64 TVM runtime (from the
 # aarch64 apache-tvm wheel), then the C++ runner's tests. `make test` runs them too when these are there.

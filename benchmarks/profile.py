@@ -27,7 +27,7 @@ def main(argv=None) -> int:
     from tvm import relax
 
     from kiln import zoo
-    from kiln.compiler.build import build_executable
+    from kiln.compiler.executable import build_executable
     from kiln.compiler.optimize import optimize
     from kiln.compiler.options import CompileOptions
     from kiln.frontends.importer import import_onnx

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import enum
 import functools
 import os
 from collections.abc import Iterable
@@ -63,20 +64,56 @@ DTYPE_BITS = {
     "int8": 8,
     "uint8": 8,
 }
+
+
+class ISA(enum.StrEnum):
+    """The widest vector family. A StrEnum: its values are the strings manifests and reports carry."""
+
+    AVX512 = "avx512"
+    AVX2 = "avx2"
+    AVX = "avx"
+    SSE = "sse"
+    NEON = "neon"
+    GENERIC = "generic"  # no SIMD
+
+
+class Int8Path(enum.StrEnum):
+    """An int8 kernel family: a dot-product instruction (the first five), or a widening multiply-add."""
+
+    AMX_INT8 = "amx-int8"
+    AVX512_VNNI = "avx512-vnni"
+    AVX_VNNI = "avx-vnni"
+    I8MM = "i8mm"
+    DOTPROD = "dotprod"
+    AVX512_PMADDUBSW = "avx512-pmaddubsw"
+    AVX2_PMADDUBSW = "avx2-pmaddubsw"
+    SSE_PMADDUBSW = "sse-pmaddubsw"
+    NEON_SMLAL = "neon-smlal"
+    GENERIC = "generic"
+
+
+class BF16(enum.StrEnum):
+    """A bf16 arithmetic instruction family."""
+
+    AMX = "amx-bf16"
+    AVX512 = "avx512-bf16"
+    ARM = "arm-bf16"
+
+
 _INT8_DOT = (
-    ("amx-int8", "amx-int8"),
-    ("avx512vnni", "avx512-vnni"),
-    ("avxvnni", "avx-vnni"),
-    ("i8mm", "i8mm"),
-    ("dotprod", "dotprod"),
+    ("amx-int8", Int8Path.AMX_INT8),
+    ("avx512vnni", Int8Path.AVX512_VNNI),
+    ("avxvnni", Int8Path.AVX_VNNI),
+    ("i8mm", Int8Path.I8MM),
+    ("dotprod", Int8Path.DOTPROD),
 )
 _INT8_FALLBACK = (
-    ("avx512bw", "avx512-pmaddubsw"),
-    ("avx2", "avx2-pmaddubsw"),
-    ("ssse3", "sse-pmaddubsw"),
-    ("neon", "neon-smlal"),
+    ("avx512bw", Int8Path.AVX512_PMADDUBSW),
+    ("avx2", Int8Path.AVX2_PMADDUBSW),
+    ("ssse3", Int8Path.SSE_PMADDUBSW),
+    ("neon", Int8Path.NEON_SMLAL),
 )
-_BF16 = (("amx-bf16", "amx-bf16"), ("avx512bf16", "avx512-bf16"), ("bf16", "arm-bf16"))
+_BF16 = (("amx-bf16", BF16.AMX), ("avx512bf16", BF16.AVX512), ("bf16", BF16.ARM))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -86,15 +123,15 @@ class Capabilities:
     target: str  # the target string these were computed for
     arch: str  # "x86_64", "aarch64", or the triple's first word
     cpu: str  # LLVM -mcpu, "generic" when none was given
-    isa: str  # widest vector family: "avx512", "avx2", "avx", "sse", "neon", "generic" (no SIMD)
+    isa: ISA  # widest vector family
     vector_bits: int  # width of one vector register (0: generic); NEON even where SVE is wider
     vector_registers: int  # architectural vector registers: 32 zmm, 16 ymm/xmm, 32 NEON q
     f32_block: int  # float32 channel block of NCHWc layouts (convert_layout.vector_block): 16, 8 or 4
     fma: bool  # fused multiply-add on vectors (x86 FMA3 / AVX-512, NEON fmla)
     fma_bits: int  # width of one vector FMA (0 without)
-    int8_dot: str | None  # dot-product instruction for uint8/int8 x int8 -> int32
-    int8_path: str  # the int8 kernel family that applies: int8_dot, or the multiply-add fallback
-    bf16: str | None  # bf16 arithmetic instruction
+    int8_dot: Int8Path | None  # dot-product instruction for uint8/int8 x int8 -> int32
+    int8_path: Int8Path  # the int8 kernel family that applies: int8_dot, or the multiply-add fallback
+    bf16: BF16 | None  # bf16 arithmetic instruction
     native_fp16: bool  # fp16 arithmetic in vectors (AVX512-FP16, ARMv8.2 fullfp16), not just conversion
     amx: bool  # Intel AMX tiles
     sve: bool  # Arm SVE (Kiln's kernels use NEON; recorded for schedules that want it)
@@ -199,10 +236,9 @@ class GpuCapabilities:
 
 
 @functools.cache
-def capabilities(target: Target) -> Capabilities | GpuCapabilities:  # noqa: F821 - kiln.target.Target (imports this module)
-    """The capabilities of a parsed (frozen) Target, computed once per target."""
-    if target.is_gpu:
-        return _gpu(target)
+def capabilities(target: Target) -> Capabilities:  # noqa: F821 - kiln.target.Target (imports this module)
+    """The capabilities of a parsed (frozen) CPU Target, computed once per target (Target.caps asks
+    gpu_capabilities for a GPU)."""
     from tvm.target import codegen
 
     feats = frozenset(str(f) for f in codegen.llvm_get_cpu_features(target.tvm()))
@@ -214,18 +250,18 @@ def from_features(feats: frozenset[str], *, arch: str, cpu: str = "generic", tar
     has = feats.__contains__
     x86, arm = arch == "x86_64", arch == "aarch64"
     if x86 and has("avx512f"):
-        isa, bits, regs, block = "avx512", 512, 32, 16
+        isa, bits, regs, block = ISA.AVX512, 512, 32, 16
     elif x86 and (has("avx2") or has("avx")):
-        isa, bits, regs, block = ("avx2" if has("avx2") else "avx"), 256, 16, 8
+        isa, bits, regs, block = (ISA.AVX2 if has("avx2") else ISA.AVX), 256, 16, 8
     elif x86 and has("sse2"):
-        isa, bits, regs, block = "sse", 128, 16, 4
+        isa, bits, regs, block = ISA.SSE, 128, 16, 4
     elif arm and has("neon"):
-        isa, bits, regs, block = "neon", 128, 32, 4
+        isa, bits, regs, block = ISA.NEON, 128, 32, 4
     else:
-        isa, bits, regs, block = "generic", 0, 0, 4  # block 4 as convert_layout.vector_block
-    fma = (x86 and has("fma") and bits >= 256) or (arm and isa == "neon")
+        isa, bits, regs, block = ISA.GENERIC, 0, 0, 4  # block 4 as convert_layout.vector_block
+    fma = (x86 and has("fma") and bits >= 256) or (arm and isa is ISA.NEON)
     int8_dot = next((name for f, name in _INT8_DOT if has(f)), None)
-    int8_path = int8_dot or next((name for f, name in _INT8_FALLBACK if has(f)), "generic")
+    int8_path = int8_dot or next((name for f, name in _INT8_FALLBACK if has(f)), Int8Path.GENERIC)
     bf16 = next((name for f, name in _BF16 if has(f) and (f != "bf16" or arm)), None)
     return Capabilities(
         target=target,
@@ -248,7 +284,9 @@ def from_features(feats: frozenset[str], *, arch: str, cpu: str = "generic", tar
     )
 
 
-def _gpu(target: Target) -> GpuCapabilities:  # noqa: F821
+@functools.cache
+def gpu_capabilities(target: Target) -> GpuCapabilities:  # noqa: F821
+    """The capabilities of a parsed (frozen) cuda Target, from its sm architecture."""
     sm = target.gpu_arch or "sm_80"
     cc = int("".join(c for c in sm[3:] if c.isdigit()) or 0)
     return GpuCapabilities(

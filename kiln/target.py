@@ -22,9 +22,10 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
-import os
 import shlex
 
+from .accel import KINDS as ACCELERATORS  # the accelerator kinds (re-exported)
+from .env import default_target
 from .errors import TargetError
 
 ACCEPTED_FORMS = (
@@ -74,7 +75,6 @@ CUDA_ARCHS = (
     "sm_121",
     "sm_121a",
 )
-ACCELERATORS = ("vta-sim",)
 ACCEL_OPTIONS = ("board", "config")
 _A64 = {"mtriple": "aarch64-linux-gnu", "mattr": ("+neon",)}
 PRESETS = {
@@ -88,7 +88,6 @@ PRESETS = {
     "graviton3": {**_A64, "mcpu": "neoverse-v1"},
 }
 LLVM_OPTIONS = ("mcpu", "mtriple", "mattr", "num-cores")
-DEFAULT_ENV = "KILN_TARGET"  # the target used when none is given (unset: the host CPU)
 
 from .capabilities import ISA_FEATURES  # noqa: E402,F401 - re-exported: the features an artifact may depend on
 
@@ -110,10 +109,8 @@ class Target:
     def parse(spec: str | Target | None = None) -> Target:
         if isinstance(spec, Target):
             return spec
-        if spec is None and os.environ.get(DEFAULT_ENV, "").strip():
-            spec = os.environ[
-                DEFAULT_ENV
-            ]  # the default target of this environment (e.g. CI standing in for another CPU)
+        if spec is None:
+            spec = default_target()  # KILN_TARGET: this environment's default (e.g. CI standing in for another CPU)
         if spec is None or spec.strip() in ("", "host", "llvm"):
             return Target.host()
         try:
@@ -232,9 +229,9 @@ class Target:
     @property
     def caps(self):
         """What the hardware can do (kiln.capabilities): Capabilities, or GpuCapabilities for cuda. Cached."""
-        from .capabilities import capabilities
+        from .capabilities import capabilities, gpu_capabilities
 
-        return capabilities(self)
+        return gpu_capabilities(self) if self.is_gpu else capabilities(self)
 
     def required_features(self) -> list[str]:
         """ISA features (LLVM names) that code generated for this target may use."""

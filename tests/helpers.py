@@ -68,7 +68,7 @@ def check_against_ort(model, feeds: dict, tmp_path, input_shapes=None, rtol=1e-4
 
 def compiled_asm(model, spec: str) -> tuple[str, dict]:
     """The model compiled for target `spec` (not run): its kernels' assembly, and the compile report."""
-    from kiln.compiler.build import build_executable
+    from kiln.compiler.executable import build_executable
     from kiln.compiler.optimize import optimize
     from kiln.compiler.options import CompileOptions
     from kiln.frontends.importer import import_onnx

@@ -142,10 +142,10 @@ def test_spatial_buckets_on_a_model_with_symbolic_spatial_dims(tmp_path):
 
 
 def test_opt_level_takes_only_what_the_pipeline_has(tmp_path, capsys):
+    from kiln.compiler.backends import BACKENDS
     from kiln.compiler.options import OPT_LEVELS
-    from kiln.compiler.pipeline import PIPELINES
 
-    assert OPT_LEVELS == tuple(range(max(s.opt_level for p in PIPELINES.values() for s in p) + 1))
+    assert OPT_LEVELS == tuple(range(max(s.opt_level for b in BACKENDS.values() for s in b.all_rows()) + 1))
     with pytest.raises(SystemExit) as e:
         main(["compile", "m.onnx", "-o", str(tmp_path / "m.kiln"), "--opt-level", "3"])
     assert e.value.code == 2 and "invalid choice: 3 (choose from 0, 1, 2)" in capsys.readouterr().err
@@ -230,7 +230,7 @@ def test_flags_take_their_defaults_from_the_dataclasses():
     assert given(CompileOptions, a) == {}  # nothing restated: the dataclass fills every default in
     o = CompileOptions.make()
     for f in dataclasses.fields(CompileOptions):
-        if f.name not in ("target", "tuning_db"):
+        if f.name not in ("target", "tuning_db", "backend"):
             assert getattr(o, f.name) == f.default, f.name
     a = build_parser().parse_args(["bench", "m.kiln", "--repeat", "3"])
     assert BenchOptions(**given(BenchOptions, a)) == BenchOptions(repeat=3)

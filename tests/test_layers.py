@@ -23,7 +23,12 @@ FORBIDDEN = (
     ("kiln.runtime", "kiln.compiler", (), "the runtime never imports the compiler (a deployment has none)"),
     ("kiln.runtime", "kiln.frontends", (), "the runtime never imports the frontends"),
     ("kiln.runtime", "kiln.schedules", (), "the runtime never imports the schedules"),
+    ("kiln.accel", "kiln.compiler", (), "an accelerator is a device model; the compiler's backends build for it"),
+    ("kiln.accel", "kiln.schedules", (), "an accelerator is a device model; the compiler's backends build for it"),
 )
+# Only these import kiln.compiler.backends (the driver, the options that resolve the target's backend once, the
+# tuning driver, and the backends themselves): every other module gets its backend handed down (options.backend).
+BACKEND_IMPORTERS = ("kiln.compiler.build", "kiln.compiler.options", "kiln.compiler.tune", "kiln.compiler.backends")
 # (importer, imported) -> why: single edges a FORBIDDEN row refuses, allowed by name
 ALLOWED: dict[tuple[str, str], str] = {}
 
@@ -142,6 +147,15 @@ def test_no_forbidden_edges():
         and (e.src, e.dst) not in ALLOWED
     ]
     assert not problems, "imports the layering forbids:\n" + "\n".join(problems)
+
+
+def test_only_the_driver_tune_and_backends_import_backends():
+    problems = [
+        f"{e.at}: {e.src} imports {e.dst} (the backend is handed down: use options.backend)"
+        for e in edges()
+        if _matches(e.dst, "kiln.compiler.backends") and not any(_matches(e.src, m) for m in BACKEND_IMPORTERS)
+    ]
+    assert not problems, "imports of the backends outside the driver:\n" + "\n".join(problems)
 
 
 def test_no_private_names_across_modules():

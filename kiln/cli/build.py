@@ -39,20 +39,15 @@ def _frontend_line(src: dict) -> str:
 
 
 def _tune(a) -> int:
-    from ..compiler.tune import tune
-    from ..schedules.tuning import TuneOptions, format_summary
+    from ..compiler.tune import compact, summary, tune
+    from ..schedules.tuning import TuneOptions
 
     opts = TuneOptions(**given(TuneOptions, a))
     co = compile_options(a)
     r = tune(a.model, co, opts, progress=lambda line: print(line, flush=True), start=a.started)
-    if co.target.accel:  # the accelerator's records (kiln/accel/vta/tune.py)
-        from ..accel.vta.records import compact
-        from ..accel.vta.tune import format_summary
-    else:
-        from ..schedules.database import compact
-    print(format_summary(r))
+    print(summary(co, r))  # in the words of the target's tuner (backends/)
     if a.compact:
-        before, after = compact(r["db"])
+        before, after = compact(co, r["db"])
         print(f"compacted {r['db']}: {before} records -> {after} (the best of each workload)")
     return 0
 

@@ -1,41 +1,39 @@
-"""ONNX model -> one .kiln artifact: import, optimize (the report), build with TVM, export the
-library, write the artifact (and the report) atomically."""
+"""The compile driver: a model -> one .kiln artifact, as a short sequence of stages with typed results,
+
+  read (Source) -> import (Imported) -> optimize + build (Built: the flow, code generation and export,
+  under the fallback ladder) -> package (Artifact: the manifest and members) -> write
+
+one Imported and one Built per shape bucket. What differs between target kinds is the options'
+backend's (kiln/compiler/backends), asked once in CompileOptions.make and handed down here."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
-import shutil
-import tempfile
 import time
 import warnings
 from pathlib import Path
 
 import onnx
 
-from .. import __version__
 from .._io import atomic_write_text
+from ..env import reproducer_disabled, shipped_tuning_logs
 from ..errors import CompileError, KilnWarning, PassError, tvm_errors
-from ..frontends.importer import import_onnx
+from ..frontends.importer import ImportedModel, import_onnx
 from ..frontends.shapes import check_shape_buckets
-from ..frontends.sources import load_source
+from ..frontends.sources import Source, load_source
 from ..result import CompileResult
 from ..runtime import artifact as art
-from ..runtime.hostinfo import host_arch
-from ..schedules.shipped import describe as describe_records
 from .autolayout import choose_layout
-from .executable import build_executable
 from .fallback import blame, with_fallback
 from .flows import run_flow
 from .kernel_info import for_manifest
 from .limits import check_planned_memory, check_tensor_sizes, io_bytes
-from .optimize import optimize
-from .options import CompileOptions, shipped_tuning_logs
-from .pipeline import precision_note
-from .reproduce import DISABLE_ENV, compile_flags, reduce_failure, write_reproducer
-
-CROSS_COMPILERS = {"aarch64": "aarch64-linux-gnu-g++"}
-POOL_SOURCE = str(Path(art.__file__).with_name("pool.c"))  # the runtime's thread pool, linked into CPU libraries
+from .manifest import BucketEntry, ManifestParts, WeightPool, manifest, source_entry
+from .optimize import Optimized, optimize
+from .options import CompileOptions
+from .reproduce import compile_flags, reduce_failure, write_reproducer
 
 
 def _where(model) -> str:
@@ -54,6 +52,36 @@ def analyze_model(model, options: CompileOptions | None = None, **kwargs) -> dic
     return report
 
 
+@dataclasses.dataclass
+class Imported:
+    """One bucket's model imported to Relax, with the seconds the import took."""
+
+    model: ImportedModel
+    seconds: float
+
+
+@dataclasses.dataclass
+class Built:
+    """One bucket built: the flow's result (module, weights, report, members) and its library's bytes."""
+
+    imported: Imported
+    optimized: Optimized
+    library: bytes
+
+    @property
+    def report(self) -> dict:
+        return self.optimized.report
+
+
+@dataclasses.dataclass
+class Artifact:
+    """What is written: the manifest, the members (libraries, weights, a backend's own) and the report."""
+
+    manifest: dict
+    members: dict[str, bytes]
+    report: dict
+
+
 def compile_model(
     model: str | os.PathLike | onnx.ModelProto,
     output: str | os.PathLike,
@@ -66,111 +94,130 @@ def compile_model(
     (target=, input_shapes=, opt_level=, disabled_passes=, layout=, shape_buckets=, bucket_policy=)
     when `options` is not given. With shape buckets, each bucket is its own function (its own
     library and memory plan) in the one artifact; identical weights are stored once."""
-    import tvm
-
     options = options or CompileOptions.make(**kwargs)
     t0 = time.perf_counter()
-    note = precision_note(options) if not options.target.is_gpu else None
+    note = _precision_note(options)
+    source = read_source(model, options)
+    layout, layout_ms, built = options.layout, None, []
+    for shapes in options.bucket_shapes():
+        imported = import_stage(source, shapes, options, output)
+        if layout == "auto":  # measured once, on the first bucket
+            layout, layout_ms = choose_layout(imported.model.mod, options, source.where)
+        built.append(build_stage(imported, options, layout, source, output, note))
+    artifact = package(source, built, options, layout, layout_ms)
+    return write(artifact, output, report_path, t0)
+
+
+def _precision_note(options) -> str | None:
+    """The backend's word on --precision (warned about here, and carried in the report)."""
+    note = options.backend.precision_note(options)
     if note:
-        warnings.warn(f"--precision {options.precision}: {note}", KilnWarning, stacklevel=2)
-    source = load_source(model)  # read and checked once for every bucket, whatever its format
-    where, model = source.where, source.onnx  # model: the ModelProto of an ONNX source, else None
-    if model is not None:
-        check_shape_buckets(model, options)  # every bucket before any is built, naming --shape-buckets
-    layout, layout_ms = options.layout, None
-    weights = _WeightPool()
-    buckets, reports, first = [], [], None
-    accel_members: dict = {}
-    for i, shapes in enumerate(options.bucket_shapes()):
+        warnings.warn(f"--precision {options.precision}: {note}", KilnWarning, stacklevel=3)
+    return note
+
+
+def read_source(model, options) -> Source:
+    """Read and check the model once for every bucket, whatever its format; an ONNX model's buckets are
+    all checked before any is built (naming --shape-buckets)."""
+    source = load_source(model)
+    if source.onnx is not None:
+        check_shape_buckets(source.onnx, options)
+    return source
+
+
+def import_stage(source: Source, shapes, options, output) -> Imported:
+    """One bucket's import: an ONNX model through Kiln's importer (a failure gets a reproducer), a .pt2 or
+    .tflite through its own frontend; the tensor sizes checked against --max-memory."""
+    t = time.perf_counter()
+    if source.onnx is None:
+        model = source.import_bucket(shapes, options)
+    else:
+        model = _import(source.onnx, shapes, options, source.where, output)
+    seconds = time.perf_counter() - t
+    check_tensor_sizes(model.mod, options.max_memory, source.where)
+    return Imported(model, seconds)
+
+
+def build_stage(imported: Imported, options, layout: str, source: Source, output, note) -> Built:
+    """The backend's flow (optimize), its code generation and its export, retried down the fallback
+    ladder (compiler/fallback.py) when a pass or the build fails; the bucket's report completed."""
+    backend, where, model = options.backend, source.where, imported.model
+
+    def attempt(opts, lay):
+        opt = run_flow(model, opts, lay, where)  # the flow's members: opt.members
+        check_planned_memory(opt.report, io_bytes(model.inputs + model.outputs), opts.max_memory, where)
         t = time.perf_counter()
-        if model is None:  # a .pt2 or .tflite: its own frontend
-            imported = source.import_bucket(shapes, options)
-        else:
-            imported = _import(model, shapes, options, where, output)
-        import_s = time.perf_counter() - t
-        check_tensor_sizes(imported.mod, options.max_memory, where)
-        if layout == "auto":
-            layout, layout_ms = choose_layout(imported.mod, options, where)
+        return opt, backend.build(opt.mod, opts, where), time.perf_counter() - t
 
-        def attempt(opts, lay, imported=imported):
-            opt = run_flow(imported, opts, lay, where)  # the flow's members: opt.members
-            check_planned_memory(
-                opt.report, io_bytes(imported.inputs + imported.outputs), opts.max_memory, where
-            )  # before building
-            t = time.perf_counter()
-            return opt, build_executable(opt.mod, opts, where), time.perf_counter() - t
+    repro = None
+    if source.onnx is not None:
+        repro = _flow_reproducer(model.onnx_model, options, layout, where, output)
+    (opt, exe, build_s), skipped = with_fallback(attempt, options, layout, where, source.onnx, repro)
+    report = opt.report
+    report["passes_skipped"] = report.get("passes_skipped", []) + skipped
+    report["precision_note"] = note
+    report["tuning_records"] = backend.tuning_records(options.tuning_db, options.target, shipped_tuning_logs())
+    if skipped:
+        report["layout"] = skipped[0]["layout"]
+    with tvm_errors("Exporting the library", where):
+        library = backend.export(exe, options, where, opt.mod)
+    report["pass_seconds"] = {
+        "import": round(imported.seconds, 4),
+        **report["pass_seconds"],
+        "tvm.compile": round(build_s, 4),
+    }
+    return Built(imported, opt, library)
 
-        repro = _reproducer(imported.onnx_model, options, layout, where, output) if model is not None else None
-        (opt, exe, build_s), skipped = with_fallback(attempt, options, layout, where, model, repro)
-        accel_members = opt.members
-        report = opt.report
-        report["passes_skipped"] = report.get("passes_skipped", []) + skipped
-        report["precision_note"] = note
-        report["tuning_records"] = describe_records(options.tuning_db, options.target, shipped_tuning_logs())
-        if skipped:
-            report["layout"] = skipped[0]["layout"]
-        with tvm_errors("Exporting the library", where):
-            library = _export(exe, options.target.arch, where, _c_kernels(opt.mod), pool=not options.target.is_gpu)
-        report["pass_seconds"] = {
-            "import": round(import_s, 4),
-            **report["pass_seconds"],
-            "tvm.compile": round(build_s, 4),
-        }
+
+def package(source: Source, built: list[Built], options, layout: str, layout_ms) -> Artifact:
+    """The buckets as one artifact: one library per bucket, each distinct weight stored once, the
+    backend's members (an accelerator's programs: the last bucket's) and the manifest."""
+    weights, entries, members = WeightPool(), [], {}
+    for i, b in enumerate(built):
         name = art.LIBRARY if i == 0 else f"model.b{i}.so"
-        buckets.append(
-            {
-                "name": "+".join(f"{s.name}:{'x'.join(map(str, s.shape))}" for s in imported.inputs),
-                "inputs": [s.to_json() for s in imported.inputs],
-                "outputs": [s.to_json() for s in imported.outputs],
-                "library": name,
-                "weights": weights.add_all(opt.weights),
-                "kernels": report["kernels"],
-                "kernel_info": for_manifest(opt.mod, imported.onnx_model, options.precision, options.target.caps),
-                "_blob": library,
-            }
-        )
-        reports.append(report)
-        first = first or imported
-    report = (
-        reports[0]
-        if len(reports) == 1
-        else dict(reports[0], buckets=[{"name": b["name"], **r} for b, r in zip(buckets, reports)])
+        m = b.imported.model
+        ids = weights.add_all(b.optimized.weights)
+        info = for_manifest(b.optimized.mod, m.onnx_model, options.precision, options.target.caps)
+        entries.append(BucketEntry(m.inputs, m.outputs, name, ids, b.report["kernels"], info))
+        members[name] = b.library
+    report = _combined_report(built, entries, layout_ms)
+    weights_blob, weights_index = art.pack_weights(weights.arrays)
+    members[art.WEIGHTS] = weights_blob
+    extra = built[-1].optimized.members
+    members.update(extra)
+    first = built[0].imported.model
+    parts = ManifestParts(
+        options,
+        options.backend.manifest_section(options, extra),
+        entries,
+        weights_index,
+        source_entry(source.where, first.opsets, source.manifest()),
+        first.stats,
+        report,
+        layout,
     )
+    return Artifact(manifest(parts), members, report)
+
+
+def _combined_report(built: list[Built], entries: list[BucketEntry], layout_ms) -> dict:
+    """The first bucket's report; with several, each bucket's under `buckets`."""
+    reports = [b.report for b in built]
+    report = reports[0]
+    if len(reports) > 1:
+        report = dict(report, buckets=[{"name": e.name, **r} for e, r in zip(entries, reports)])
     if layout_ms is not None:
         report["layout_candidates_ms"] = layout_ms
-    weights_blob, weights_index = art.pack_weights(weights.arrays)
-    members = {b["library"]: b.pop("_blob") for b in buckets}
-    members[art.WEIGHTS] = weights_blob
-    members.update(accel_members)
-    manifest = {
-        "kiln_version": __version__,
-        "tvm_version": tvm.__version__,
-        "target": str(options.target),
-        "target_dict": options.target.to_dict(),
-        "arch": options.target.arch,
-        "device": "cuda" if options.target.is_gpu else "cpu",
-        "cpu_features": options.target.required_features(),
-        "inputs": buckets[0]["inputs"],
-        "outputs": buckets[0]["outputs"],
-        "weights": weights_index,
-        "buckets": buckets,
-        "bucket_policy": options.bucket_policy,
-        "pad_values": dict(options.pad_values),
-        "entry": "main",
-        "compile_options": dict(options.to_json(), layout_chosen=report.get("layout", layout)),
-        "passes_skipped": report.get("passes_skipped", []),
-        "source": {"file": Path(where).name, "opsets": first.opsets, **source.manifest()},
-        "import_stats": first.stats,
-        "kernels": report["kernels"],
-        "quantization": _quant_summary(report.get("quantization")),
-        "accelerator": _accel_summary(options.target, accel_members),
-        "created_unix": int(time.time()),
-    }
-    art.write_artifact(output, manifest, members)
+    return report
+
+
+def write(artifact: Artifact, output, report_path, t0: float) -> CompileResult:
+    """The artifact (atomically), then the report with the compile's total seconds."""
+    art.write_artifact(output, artifact.manifest, artifact.members)
+    report = artifact.report
     report["pass_seconds"]["total"] = round(time.perf_counter() - t0, 4)
     if report_path is not None:
         atomic_write_text(report_path, json.dumps(report, indent=2))
-    return CompileResult(Path(output), manifest, report)
+    return CompileResult(Path(output), artifact.manifest, report)
 
 
 def _import(model: onnx.ModelProto, shapes, options: CompileOptions, where: str, output):
@@ -182,28 +229,24 @@ def _import(model: onnx.ModelProto, shapes, options: CompileOptions, where: str,
             where,
             checked=True,
             frozen=options.freeze_inputs,
-            recurrence_kernel=not options.target.is_gpu,
+            recurrence_kernel=options.backend.recurrence_kernel,
         )
     except PassError as e:
 
-        def reproduce(err, budget_s, write):
-            if os.environ.get(DISABLE_ENV):
-                return None
+        def simple():
             from ..frontends.importer import prepare_onnx
 
-            simple, _ = prepare_onnx(model, shapes, where, options.freeze_inputs)
+            return prepare_onnx(model, shapes, where, options.freeze_inputs)[0]
 
-            def fails(cand):
-                try:
-                    import_onnx(cand, where=where, checked=True)
-                except PassError as pe:
-                    return pe.stage == err.stage
-                return False
+        def fails(cand, stage):
+            try:
+                import_onnx(cand, where=where, checked=True)
+            except PassError as pe:
+                return pe.stage == stage
+            return False
 
-            found = reduce_failure(simple, fails, budget_s)
-            return write_reproducer(found, output, compile_flags(options)) if found and write else found
-
-        raise blame(e, model, where, reproduce, hint=_if_hint(model)) from None
+        repro = reproducer(simple, fails, options, output)
+        raise blame(e, model, where, repro, hint=_if_hint(model)) from None
 
 
 def _if_hint(model: onnx.ModelProto) -> str | None:
@@ -220,127 +263,31 @@ def _if_hint(model: onnx.ModelProto) -> str | None:
     )
 
 
-def _reproducer(simple: onnx.ModelProto, options: CompileOptions, layout: str, where: str, output):
-    """reproduce(err, budget_s, write) for compiler/fallback.py: the smallest subgraph of the imported
-    model that fails at err's stage with these options (written beside the output when write)."""
+def _flow_reproducer(simple: onnx.ModelProto, options: CompileOptions, layout: str, where: str, output):
+    """The reproducer of a failure in the flow or the build: a candidate fails when the same stage fails."""
+
+    def fails(cand, stage):
+        try:
+            opt = run_flow(import_onnx(cand, where=where, checked=True), options, layout, where)
+            if stage == "tvm.compile":
+                options.backend.build(opt.mod, options, where)
+        except CompileError as e:
+            return getattr(e, "stage", None) == stage
+        return False
+
+    return reproducer(lambda: simple, fails, options, output)
+
+
+def reproducer(simple, fails, options: CompileOptions, output):
+    """reproduce(err, budget_s, write) for compiler/fallback.py: the smallest subgraph of the model
+    `simple()` gives for which `fails(candidate, stage)` holds at err's stage, with these options
+    (written beside the output when write). None when KILN_NO_REPRODUCER is set or err has no stage."""
 
     def reproduce(err, budget_s, write):
         stage = getattr(err, "stage", None)
-        if os.environ.get(DISABLE_ENV) or stage is None:
+        if reproducer_disabled() or stage is None:
             return None
-
-        def fails(cand):
-            try:
-                opt = run_flow(import_onnx(cand, where=where, checked=True), options, layout, where)
-                if stage == "tvm.compile":
-                    build_executable(opt.mod, options, where)
-            except CompileError as e:
-                return getattr(e, "stage", None) == stage
-            return False
-
-        found = reduce_failure(simple, fails, budget_s)
+        found = reduce_failure(simple(), lambda cand: fails(cand, stage), budget_s)
         return write_reproducer(found, output, compile_flags(options)) if found and write else found
 
     return reproduce
-
-
-def _accel_summary(target, members: dict) -> dict | None:
-    if not target.accel:
-        return None
-    from ..accel.vta import runtime as vta_rt
-
-    return {
-        "kind": target.accel,
-        "board": target.board,
-        "config": target.accel_config,
-        "members": list(vta_rt.MEMBERS),
-        "digest": vta_rt.digest(members),
-    }
-
-
-def _quant_summary(q: dict | None) -> dict | None:
-    """What the manifest says of a quantized compile (the report has the full accuracy check)."""
-    if q is None:
-        return None
-    acc = q["accuracy"]
-    return {
-        "mode": q["mode"],
-        "calib_method": q["calib_method"],
-        "calib_samples": q["calib_samples"],
-        "calibration_sha256": q["calibration_sha256"],
-        "int8_layers": len(q["int8_layers"]),
-        "float_layers": q["float_layers"],
-        "accuracy": {"samples": acc["samples"], "held_out": acc["held_out"], "outputs": acc["outputs"]},
-    }
-
-
-class _WeightPool:
-    """Weights of all buckets, each distinct array stored once (buckets of one model share them)."""
-
-    def __init__(self):
-        self.arrays, self._index = [], {}
-
-    def add_all(self, arrays) -> list[int]:
-        import hashlib
-
-        import numpy as np
-
-        ids = []
-        for a in arrays:
-            a = np.ascontiguousarray(a)
-            key = (str(a.dtype), a.shape, hashlib.sha256(a.tobytes()).digest())
-            if key not in self._index:
-                self._index[key] = len(self.arrays)
-                self.arrays.append(a)
-            ids.append(self._index[key])
-        return ids
-
-
-def _c_kernels(mod) -> list[str]:
-    """Object files of Kiln's C kernels the module calls (linked into its library)."""
-    from .passes.bf16_conv_kernel import C_KERNELS
-
-    sources = {
-        C_KERNELS[bool(int(f.attrs["kiln.bf16_conv"][8]))][1]
-        for f in mod.functions.values()
-        if f.attrs is not None and "kiln.bf16_conv" in f.attrs
-    } | {
-        str(f.attrs["kiln.c_kernel"])
-        for f in mod.functions.values()
-        if f.attrs is not None and "kiln.c_kernel" in f.attrs
-    }
-    if not sources:
-        return []
-    from ..schedules.kernels import build
-
-    return [build(s)[0] for s in sorted(sources)]
-
-
-def _export(exe, arch: str, where: str, objects: list[str] = (), pool: bool = True) -> bytes:
-    """The executable as a shared library, linked with Kiln's C kernels (`objects`) and, for CPU
-    targets (`pool`), the runtime's thread pool (kiln/runtime/pool.c, compiled for the target's arch)."""
-    from tvm.support import cc as tvm_cc
-
-    extra = [*objects, *([POOL_SOURCE] if pool else [])]
-    flags = ["-O2", "-pthread"]
-    kwargs = {}
-    if arch != host_arch():
-        cc = CROSS_COMPILERS.get(arch)
-        if cc is None or shutil.which(cc) is None:
-            raise CompileError(
-                f"cross-compiling for {arch} needs the linker {cc or '?'}, which is not installed",
-                where=where,
-                fix="apt-get install g++-aarch64-linux-gnu (or compile on the target machine)",
-            )
-        kwargs["fcompile"] = tvm_cc.cross_compiler(cc, options=flags, add_files=[POOL_SOURCE] if pool else None)
-    elif extra:
-
-        def fcompile(output, files, options=None, **kw):
-            return tvm_cc.create_shared(output, list(files) + extra, options=[*(options or []), *flags], **kw)
-
-        fcompile.output_format = "so"
-        kwargs["fcompile"] = fcompile
-    with tempfile.TemporaryDirectory(prefix="kiln-build-") as tmp:
-        lib = Path(tmp) / art.LIBRARY
-        exe.export_library(str(lib), **kwargs)
-        return lib.read_bytes()

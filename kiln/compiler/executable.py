@@ -11,7 +11,6 @@ that is not well formed is kept unplanned (each tensor from the VM's pooled allo
 from __future__ import annotations
 
 from ..errors import pass_errors
-from .options import CompileOptions
 
 
 def _guarded_plan():
@@ -67,7 +66,8 @@ def relax_pipeline():
     )
 
 
-def build_executable(mod, options: CompileOptions, where: str):
+def build_executable(mod, options, where: str):
+    """tvm.compile for the target of `options` (a CompileOptions), Kiln's Relax pipeline."""
     import tvm
 
     with pass_errors("tvm.compile", where), options.target.tvm():

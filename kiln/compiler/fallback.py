@@ -14,7 +14,6 @@ from collections.abc import Callable
 import onnx
 
 from ..errors import CompileError, InternalError, KilnWarning, ModelLoadError
-from .pipeline import pipeline_for
 
 # rows whose output the user asked for: skipping them would change what the model computes
 SEMANTIC_ROWS = frozenset({"Quantize", "MixedPrecision", "LowerQDQ"})
@@ -29,7 +28,7 @@ class Rung:
 
 
 def _optional(options, graph: bool | None) -> tuple[str, ...]:
-    rows = pipeline_for(options.target.kind, options.opt_level, options.disabled_passes)
+    rows = options.backend.pipeline(options.opt_level, options.disabled_passes)
     return tuple(
         dict.fromkeys(
             s.name

@@ -1,16 +1,15 @@
-"""The build flows as data, beside the pass pipeline (pipeline.PIPELINES). A flow turns the
+"""The build flows as data, beside the pass pipeline (kiln/compiler/pipeline.py). A flow turns the
 imported model (frontends.importer.ImportedModel, whatever the frontend) into what the driver
 builds: `run(imported, options, layout, where)` -> optimize.Optimized (the module, its lifted
 weights, the report with the flow's own section, and artifact members beside the library and
-weights). FLOWS is ordered: a compile takes the first flow whose `applies(options)` holds.
-Adding a flow is adding a row."""
+weights). A backend picks its flow (`Backend.flow`): these are the ones every LLVM/TVM backend
+shares, in order (the first whose `applies(options)` holds); an accelerator brings its own."""
 
 from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable
 
-from ..accel.vta.offload import vta_flow
 from .optimize import Optimized, optimize
 from .quantize.flow import quantize_flow
 
@@ -28,17 +27,16 @@ def plain_flow(imported, options, layout: str, where: str) -> Optimized:
 
 
 FLOWS: dict[str, Flow] = {
-    "vta": Flow(lambda o: bool(o.target.accel), vta_flow, "an accelerator target: conv/dense chains offloaded"),
     "int8": Flow(lambda o: o.quantize, quantize_flow, "--quantize: calibrated post-training int8"),
     "plain": Flow(lambda o: True, plain_flow, "the pass pipeline as is"),
 }
 
 
-def select(options) -> str:
-    """The first flow (in table order) these options ask for."""
-    return next(name for name, f in FLOWS.items() if f.applies(options))
+def default_flow(options) -> Flow:
+    """The first shared flow (in table order) these options ask for."""
+    return next(f for f in FLOWS.values() if f.applies(options))
 
 
 def run_flow(imported, options, layout: str, where: str) -> Optimized:
-    """The build flow for these options."""
-    return FLOWS[select(options)].run(imported, options, layout, where)
+    """The build flow of the options' backend."""
+    return options.backend.flow(options).run(imported, options, layout, where)

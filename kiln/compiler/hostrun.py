@@ -12,9 +12,8 @@ from ..runtime.hostinfo import host_arch, missing_cpu_features
 
 
 def missing_on_host(target) -> list[str]:
-    """What this host lacks to run CPU code built for `target` (empty: it can run it)."""
-    if target.is_gpu:
-        return []
+    """What this host lacks to run CPU code built for `target` (empty: it can run it). A GPU target's host
+    code is generic for this host's arch and requires no CPU feature."""
     if target.arch != host_arch():
         return [f"an {target.arch} CPU (this host is {host_arch()})"]
     return missing_cpu_features(target.required_features())

@@ -12,6 +12,7 @@ from __future__ import annotations
 import tvm
 from tvm import te, topi
 
+from ..capabilities import Int8Path
 from ..schedules.int8 import ANNOTATION, STEP, Int8Kernel, kernel_for_channels, kernel_for_lanes, rounded_rows
 from . import legalize_amx
 
@@ -141,7 +142,7 @@ def conv2d(bb, call, kernel: Int8Kernel | None):
         and str(a.kernel_layout).startswith("OIHW")
         and str(a.out_layout).startswith("NCHW")
     )
-    if blocked and kernel.path == "amx-int8" and legalize_amx.fits(call):  # any channel blocks, in and out
+    if blocked and kernel.path == Int8Path.AMX_INT8 and legalize_amx.fits(call):  # any channel blocks, in and out
         return legalize_amx.conv2d(bb, call)
     if not blocked or int(x.shape[4]) % STEP:
         return None
@@ -169,7 +170,7 @@ def matmul(bb, call, kernel: Int8Kernel | None):
     w = call.args[1].ty
     if kernel is None or not _u8s8(call) or len(w.shape) != 2 or int(w.shape[0]) % STEP:
         return None
-    if kernel.path == "amx-int8" and legalize_amx.matmul_fits(call):
+    if kernel.path == Int8Path.AMX_INT8 and legalize_amx.matmul_fits(call):
         return legalize_amx.matmul(bb, call)
     kernel = kernel_for_channels(kernel, int(w.shape[1]))
     if kernel is None:

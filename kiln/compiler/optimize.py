@@ -11,39 +11,11 @@ import tvm
 
 from ..errors import KilnWarning, PassError, pass_errors, tvm_errors
 from . import analysis, ir
-from .options import CompileOptions
 from .passes import LiftWeights
 from .passes.convert_layout import count_layout_transforms
-from .pipeline import pipeline_for
+from .report_keys import ALWAYS
 
-COUNTERS = (
-    "batchnorm_folded",
-    "batchnorm_to_affine",
-    "constants_folded",
-    "noops_removed",
-    "layout_transforms",
-    "epilogues_fused",
-    "dead_removed",
-    "kernels_scheduled",
-    "kernels_unscheduled",
-    "recurrence_kernels",
-    "tuned_kernels",
-    "tuned_coverage",
-    "qdq_lowered",
-    "mixed_precision_ops",
-    "mixed_precision_kept",
-    "bf16_kernel_convs",
-    "bf16_epilogues_fused",
-    "winograd_convs",
-    "dense_packed",
-    "dense_padded",
-    "dense_rows_rounded",
-    "attention_fused",
-    "bf16_kernel_matmuls",
-    "depthwise_fused",
-    "zero_channels_removed",
-    "zero_channel_flops_removed",
-)
+COUNTERS = ALWAYS  # the passes' counters every report holds, from 0 (declared in each pass module)
 
 
 @dataclasses.dataclass
@@ -63,16 +35,17 @@ SPLIT = "Quantize"  # part="pre" runs the rows before it, part="post" the rest (
 
 def optimize(
     mod: tvm.IRModule,
-    options: CompileOptions,
+    options,
     layout: str | None = None,
     where: str = "<model>",
     part: str = "all",
     quantize=None,
 ) -> Optimized:
-    """Pipeline + weight lifting. `layout` overrides options.layout (used by layout=auto). A TVM
-    failure inside (a model TVM's passes reject, e.g. convolution parameters with no valid output)
-    is a CompileError naming the pass. part="pre" stops before the Quantize row (no lowering, no
-    lifting: the graph calibration taps); `quantize` is the pass the Quantize row runs."""
+    """Pipeline + weight lifting: the rows of the options' backend (CompileOptions.backend). `layout`
+    overrides options.layout (used by layout=auto). A TVM failure inside (a model TVM's passes reject, e.g.
+    convolution parameters with no valid output) is a CompileError naming the pass. part="pre" stops before
+    the Quantize row (no lowering, no lifting: the graph calibration taps); `quantize` is the pass the
+    Quantize row runs."""
     with tvm_errors("Kiln's optimization pipeline", where, "rerun with --debug for the full trace"):
         return _optimize(mod, options, layout, part, quantize, where)
 
@@ -107,7 +80,7 @@ def _rows(specs, part: str):
 
 def _optimize(
     mod: tvm.IRModule,
-    options: CompileOptions,
+    options,
     layout: str | None,
     part: str = "all",
     quantize=None,
@@ -124,7 +97,7 @@ def _optimize(
         "pass_seconds": {},
         "passes_skipped": [],
     }
-    specs = _rows(pipeline_for(options.target.kind, options.opt_level, options.disabled_passes), part)
+    specs = _rows(options.backend.pipeline(options.opt_level, options.disabled_passes), part)
     transforms_in_model = count_layout_transforms(mod)
     seconds: Counter = Counter()
     with options.target.tvm(), tvm.transform.PassContext(opt_level=3):

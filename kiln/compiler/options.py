@@ -4,7 +4,6 @@ into the artifact's manifest (`to_json`)."""
 from __future__ import annotations
 
 import dataclasses
-import os
 from pathlib import Path
 
 from ..errors import OptionsError
@@ -114,6 +113,9 @@ class CompileOptions:
         repeat=True,
     )
 
+    # the target's backend (kiln/compiler/backends), resolved by make(); not an option of its own
+    backend: object = dataclasses.field(default=None, compare=False, repr=False)  # a backends.Backend
+
     @staticmethod
     def make(**given) -> CompileOptions:
         """Parse and check raw options (shape strings, sizes like '2G', pass names in any case); the
@@ -155,22 +157,19 @@ class CompileOptions:
             quantize, calibration, o["calib_method"], o["calib_samples"], o["min_agreement"], precision, buckets
         )
         t = Target.parse(o.get("target"))
-        if t.accel and (quantize != "int8" or buckets or o["layout"] == "auto"):
-            raise OptionsError(
-                f"target {t.accel} runs int8 convolutions: it needs --quantize int8 --calibration DATA"
-                + (" and no shape buckets or --layout auto" if buckets or o["layout"] == "auto" else ""),
-                where="--target",
-                fix=f"kiln compile MODEL --target {t.accel} --quantize int8 --calibration DATA.npz",
-            )
+        from .backends import backend_for
+
+        backend = backend_for(t)  # asked once: the options carry it to every stage
+        backend.check_options(t, quantize, buckets, o["layout"])
         from .pipeline import resolve_pass_names
 
         return CompileOptions(
             t,
             tuple(sorted(shapes.items())),
             int(o["opt_level"]),
-            resolve_pass_names(t.kind, o["disabled_passes"]),
+            resolve_pass_names(backend.all_rows(), o["disabled_passes"]),
             o["layout"],
-            resolve_tuning_db(o["tuning_db"], t),
+            resolve_tuning_db(o["tuning_db"], t, backend),
             tuple(tuple(sorted(b.items())) for b in buckets),
             o["bucket_policy"],
             parse_size(o["max_memory"]),
@@ -183,6 +182,7 @@ class CompileOptions:
             precision,
             frozen,
             _pad_values(o["pad_values"], {n for b in buckets for n in b}),
+            backend,
         )
 
     @property
@@ -341,49 +341,10 @@ def parse_size(text) -> int | None:
     return int(value)
 
 
-SHIPPED_TUNING_LOGS = Path(__file__).resolve().parents[2] / "tuning_logs"  # records Kiln ships, per target key
-SHIPPED_ENV = "KILN_TUNING_LOGS"  # another folder to look for shipped records in, or "none" (the test suite sets it)
-
-
-def shipped_tuning_logs() -> Path | None:
-    env = os.environ.get(SHIPPED_ENV)
-    if env is None:
-        return SHIPPED_TUNING_LOGS
-    return None if env.strip().lower() == "none" else Path(env)
-
-
-def resolve_tuning_db(path, target: Target) -> str | None:
-    """A tuning database root (holding one folder per target key) or a target's folder itself.
-    None (the default): the records Kiln ships in tuning_logs/ for this target or one whose capabilities
-    match (schedules/shipped.py), so a compile on a machine whose records ship gets tuned kernels with
-    no tuning run; "none": no
-    database. A root without this target's folder is an error naming the key."""
-    from ..schedules.database import FILES, target_key
-
-    if target.accel:  # the accelerator's own records (kiln/accel/vta/tune.py), keyed by its configuration
-        from ..accel.vta.records import resolve_db
-
-        return resolve_db(path, target.vta_config())
-    if path is None:
-        root = shipped_tuning_logs()
-        if root is None:
-            return None
-        from ..schedules.shipped import select
-
-        chosen, _why = select(root, target)  # by capabilities; the report says which, or why none
-        return None if chosen is None else str(chosen)
-    if str(path).lower() == "none":
-        return None
-    p = Path(path)
-    if (p / FILES[0]).exists():
-        return str(p)
-    if (p / target_key(target) / FILES[0]).exists():
-        return str(p / target_key(target))
-    raise OptionsError(
-        f"no tuning records for target {str(target)!r} in {p}",
-        where=str(p),
-        fix=f"run `kiln tune ... --db {p}` first (records live in {p}/{target_key(target)}/), or pass --tuning-db none",
-    )
+def resolve_tuning_db(path, target: Target, backend) -> str | None:
+    """A tuning database root (holding one folder per target key) or a target's folder itself, resolved by
+    the target's backend (kiln/compiler/backends: MetaSchedule records, or an accelerator's own)."""
+    return backend.tuning_db(path, target)
 
 
 def _db_digest(path) -> str | None:

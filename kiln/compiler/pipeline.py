@@ -1,217 +1,55 @@
-"""The compile pipeline as data: ordered rows of (name, factory, opt level, required) per target
-kind. `--disable-pass NAME` drops every row of that name; `--opt-level N` drops rows above N.
-Adding a pass is adding a row.
+"""The compile pipeline as data: ordered rows of (name, factory, opt level, required) that a backend
+(kiln/compiler/backends/) lists per stage. `--disable-pass NAME` drops every row of that name;
+`--opt-level N` drops rows above N. Adding a pass is adding a row to the backends that run it.
 
   level 0  what the build needs: legalization to TIR
   level 1  graph clean-up: constants, no-ops, BatchNorm folding, dead code, TVM's fusion
   level 2  epilogue fusion and layout conversion (the default)
+
+This module holds only what every backend's rows share (the row type, the stages, selecting rows by
+level and name); it knows no target kind.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable
-
-from tvm import relax
+import enum
+from collections.abc import Callable, Sequence
 
 from ..errors import OptionsError
-from ..schedules import ApplyDefaultSchedules, ApplyTuningDatabase
-from ..schedules.gpu import ApplyGPUSchedules
-from ..schedules.int8 import int8_kernel
-from . import passes as kp
-from .legalize import legalize_map
+
+
+class Stage(enum.Enum):
+    """Where a row runs: Kiln's graph passes, TVM's lowering to TIR and fusion, then kernel schedules."""
+
+    GRAPH = "graph"
+    LOWER = "lower"
+    SCHEDULE = "schedule"
+
+
+STAGES = tuple(Stage)
 
 
 @dataclasses.dataclass(frozen=True)
 class PassSpec:
     name: str
-    make: Callable  # (options) -> tvm pass
+    make: Callable  # (options) -> tvm pass, or None where the row does nothing for these options
     opt_level: int
     required: bool = False
     graph: bool = True  # Kiln's graph passes (before lowering); ops_after is measured after them
 
 
-def _default_schedules(o):
-    caps = o.target.caps
-    return ApplyDefaultSchedules(o.target.tvm(), caps.f32_block, caps.vector_registers)
+def pass_names(rows: Sequence[PassSpec]) -> list[str]:
+    """The rows' names, each once, in order."""
+    return list(dict.fromkeys(s.name for s in rows))
 
 
-def _apply_tuning_database(o):
-    """CPU targets give it their default rules' arguments, to tell records tuned against today's default
-    from stale ones; GPU targets (dlight defaults, no ledger of CPU rules) apply their records as they are."""
-    if o.target.is_gpu:
-        return ApplyTuningDatabase(o.tuning_db)
-    caps = o.target.caps
-    return ApplyTuningDatabase(o.tuning_db, o.target.tvm(), caps.f32_block, caps.vector_registers)
-
-
-def _attention_kernel(o) -> str | None:
-    """The fused attention kernel's build (passes/fuse_attention.kernel_isa), else None."""
-    from .passes.fuse_attention import kernel_isa
-
-    return kernel_isa(o.target.caps) if not o.target.is_gpu else None  # float32 chains only, in any build
-
-
-def _vdpbf16ps(o) -> bool:
-    """bf16 convs can run on Kiln's vdpbf16ps kernel (BF16ConvKernel): bf16 on a CPU with AVX512-BF16."""
-    return o.precision == "bf16" and o.target.caps.has_vdpbf16ps
-
-
-def precision_note(o) -> str | None:
-    """Why --precision fp16/bf16 will not be faster on this target (None where it has the instructions):
-    without them the reduced type is only storage, converted to float32 around every op."""
-    caps = o.target.caps
-    if o.precision == "bf16" and not caps.bf16:
-        return (
-            f"{caps.cpu} has no bf16 arithmetic (AVX512-BF16, AMX-BF16 or Arm BF16): bf16 is converted to float32 "
-            "around every op, so the build will not be faster than float32 and may be slower; use --precision fp32 here"
-        )
-    if o.precision == "fp16" and not caps.native_fp16:
-        return (
-            f"{caps.cpu} has no fp16 arithmetic (AVX512-FP16 or Arm FP16): fp16 is converted to float32 around "
-            "every op, so the build will not be faster than float32 and may be slower; use --precision fp32 here"
-        )
-    return None
-
-
-def _conv_kernels(o) -> frozenset:
-    """The passes of this build that give reduced-precision convs a kernel of their own (MixedPrecision
-    converts only what they take): under bf16, BF16ConvKernel where the CPU has AVX512-BF16 and convs run blocked."""
-    on = {s.name for s in pipeline_for(o.target.kind, o.opt_level, o.disabled_passes)}
-    if not (_vdpbf16ps(o) and o.layout == "NCHWc" and "BF16ConvKernel" in on):
-        return frozenset()
-    return frozenset(on & {"BF16ConvKernel", "Winograd"})
-
-
-def _min_reduced_winograd_tile(o) -> int:
-    """The smallest Winograd F(m x m) a bf16/fp16 conv takes: 2 with no bf16 conv kernel; 4 on the vdpbf16ps
-    kernel (F(2x2) ran slower than it); none on AMX tiles (8: no such tile), where ResNet-50 bf16 ran 11.95 ms
-    all direct against 13.15 ms with its six F(4x4) convs (benchmarks/history.md)."""
-    if "BF16ConvKernel" not in _conv_kernels(o):
-        return 2
-    return 8 if o.target.caps.bf16 == "amx-bf16" else 4
-
-
-def _channel_multiple(o) -> int:
-    """What RemoveZeroChannels keeps channel counts a multiple of: the NCHWc block, so pruned convs stay blocked."""
-    return 1 if o.target.is_gpu or o.layout in ("NCHW", "NHWC") else o.target.caps.f32_block
-
-
-CPU_PIPELINE: list[PassSpec] = [
-    PassSpec("StaticDataflow", lambda o: kp.StaticDataflow(), 0, required=True),  # TVM's passes see dataflow only
-    PassSpec("LowerQDQ", lambda o: kp.LowerQDQ(o.target.caps), 1),  # before FoldConstants folds the weights' DQ
-    PassSpec("FoldConstants", lambda o: kp.FoldConstants(), 1),
-    PassSpec("CanonicalizeClip", lambda o: kp.CanonicalizeClip(), 1),
-    PassSpec("RemoveNoOps", lambda o: kp.RemoveNoOps(), 1),
-    PassSpec("FoldBatchNorm", lambda o: kp.FoldBatchNorm(), 1),
-    PassSpec("RemoveZeroChannels", lambda o: kp.RemoveZeroChannels(_channel_multiple(o)), 1),  # pruned channels out
-    PassSpec("DropDeadConvTaps", lambda o: kp.DropDeadConvTaps(), 1),  # taps that read only padding
-    # strided 1x1 convs read a dense slice; not on an accelerator target: its convs stride in hardware, and a CPU
-    # slice between two offloaded layers would break their int8 hand-off
-    PassSpec("SubsampleStridedPointwise", lambda o: None if o.target.accel else kp.SubsampleStridedPointwise(), 2),
-    PassSpec("ConvTransposeAsConv", lambda o: kp.ConvTransposeAsConv(), 1),  # after FoldBatchNorm folds into it
-    PassSpec("ResizeAsMatmul", lambda o: kp.ResizeAsMatmul(), 1),
-    PassSpec("Quantize", lambda o: None, 1),  # the calibrated QuantizeGraph, given by the quantize flow
-    PassSpec(
-        "MixedPrecision",
-        lambda o: kp.MixedPrecision(o.precision, _conv_kernels(o)) if o.precision != "fp32" else None,
-        1,
-    ),
-    PassSpec(
-        "Conv1dAsConv2d",
-        lambda o: kp.Conv1dAsConv2d(o.target.caps.f32_block) if o.layout in ("NCHWc", "NHWC") else None,
-        2,
-    ),
-    PassSpec("ConvertLayout", lambda o: kp.ConvertLayout(o.layout, o.target.caps.f32_block), 2),
-    PassSpec(
-        "NarrowBlockLayout",
-        lambda o: kp.NarrowBlockLayout(o.layout, o.target.caps.f32_block, int8_kernel(o.target.caps)),
-        2,
-    ),
-    PassSpec("BlockGroupedConv", lambda o: kp.BlockGroupedConv(o.layout, o.target.caps.f32_block), 2),
-    PassSpec("PropagateBlockedLayout", lambda o: kp.PropagateBlockedLayout(o.layout), 2),
-    PassSpec("Winograd", lambda o: kp.Winograd(min_reduced_tile=_min_reduced_winograd_tile(o)), 2),
-    PassSpec(
-        "BF16ConvKernel", lambda o: kp.BF16ConvKernel(o.target.caps.bf16 == "amx-bf16") if _vdpbf16ps(o) else None, 2
-    ),  # the bf16 convs Winograd did not take
-    PassSpec("FuseBF16Epilogue", lambda o: kp.FuseBF16Epilogue() if _vdpbf16ps(o) else None, 2),
-    PassSpec("FuseDepthwisePointwise", lambda o: kp.FuseDepthwisePointwise(), 2),
-    PassSpec("MergeSiblingMatmuls", lambda o: kp.MergeSiblingMatmuls(), 2),  # before PackDenseWeights packs each
-    PassSpec("FuseAttention", lambda o: kp.FuseAttention(isa) if (isa := _attention_kernel(o)) else None, 2),
-    PassSpec("BF16MatmulKernel", lambda o: kp.BF16MatmulKernel() if _vdpbf16ps(o) else None, 2),
-    PassSpec(
-        "PackDenseWeights", lambda o: kp.PackDenseWeights(o.target.caps.f32_block, o.target.caps.vector_registers), 2
-    ),
-    PassSpec("DeadCode", lambda o: kp.DeadCode(), 1),
-    PassSpec("DecomposeOpsForInference", lambda o: relax.transform.DecomposeOpsForInference(), 0, required=True),
-    PassSpec("FuseEpilogue", lambda o: kp.FuseEpilogue(), 2),
-    # lowering: TVM's passes (tvm.compile does not fuse on CPU by itself)
-    PassSpec(
-        "LegalizeOps",
-        lambda o: relax.transform.LegalizeOps(customize_legalize_map=legalize_map(o.target.caps)),
-        0,
-        required=True,
-        graph=False,
-    ),
-    PassSpec("AnnotateTIROpPattern", lambda o: relax.transform.AnnotateTIROpPattern(), 0, required=True, graph=False),
-    PassSpec("FoldConstantTIR", lambda o: relax.transform.FoldConstant(), 1, graph=False),
-    PassSpec("FuseOps", lambda o: relax.transform.FuseOps(), 1, graph=False),
-    PassSpec("FuseTIR", lambda o: relax.transform.FuseTIR(), 0, required=True, graph=False),
-    PassSpec(
-        "DeadCodeElimination", lambda o: relax.transform.DeadCodeElimination(["main"]), 0, required=True, graph=False
-    ),
-    # kernels: tuned records where the database has them, else Kiln's default schedules
-    PassSpec("ApplyTuningDatabase", lambda o: _apply_tuning_database(o), 0, graph=False),
-    PassSpec("DefaultSchedules", _default_schedules, 2, graph=False),
-]
-
-# GPUs: the graph clean-up, TVM's lowering and fusion, then tuned records or dlight's GPU rules.
-# No NCHWc layout and no CPU epilogue/legalization tricks (they are CPU schedules' needs).
-GPU_ROWS = (
-    "StaticDataflow",
-    "LowerQDQ",
-    "FoldConstants",
-    "CanonicalizeClip",
-    "RemoveNoOps",
-    "FoldBatchNorm",
-    "RemoveZeroChannels",
-    "DropDeadConvTaps",
-    "ConvTransposeAsConv",
-    "ResizeAsMatmul",
-    "Quantize",
-    "MixedPrecision",
-    "DeadCode",
-    "DecomposeOpsForInference",
-    "AnnotateTIROpPattern",
-    "FoldConstantTIR",
-    "FuseOps",
-    "FuseTIR",
-    "DeadCodeElimination",
-    "ApplyTuningDatabase",
-)
-GPU_PIPELINE: list[PassSpec] = [s for s in CPU_PIPELINE if s.name in GPU_ROWS]
-GPU_PIPELINE.insert(
-    [s.name for s in GPU_PIPELINE].index("AnnotateTIROpPattern"),
-    PassSpec("LegalizeOps", lambda o: relax.transform.LegalizeOps(), 0, required=True, graph=False),
-)
-GPU_PIPELINE.append(
-    PassSpec("GPUSchedules", lambda o: ApplyGPUSchedules(o.target.tvm()), 0, graph=False)
-)  # kiln tune disables it
-SCHEDULE_ROW = {"llvm": "DefaultSchedules", "cuda": "GPUSchedules"}  # what MetaSchedule tunes instead
-
-PIPELINES = {"llvm": CPU_PIPELINE, "cuda": GPU_PIPELINE}
-
-
-def pass_names(target_kind: str = "llvm") -> list[str]:
-    return list(dict.fromkeys(s.name for s in PIPELINES[target_kind]))
-
-
-def resolve_pass_names(target_kind: str, given) -> tuple[str, ...]:
+def resolve_pass_names(rows: Sequence[PassSpec], given) -> tuple[str, ...]:
     """The pipeline's names for `given` pass names, matched case-insensitively (each once, in order);
     an unknown name fails with the closest known ones."""
     import difflib
 
-    names = pass_names(target_kind)
+    names = pass_names(rows)
     by_lower = {n.lower(): n for n in names}
     unknown = [g for g in given if str(g).lower() not in by_lower]
     if unknown:
@@ -225,11 +63,11 @@ def resolve_pass_names(target_kind: str, given) -> tuple[str, ...]:
     return tuple(dict.fromkeys(by_lower[str(g).lower()] for g in given))
 
 
-def pipeline_for(target_kind: str, opt_level: int, disabled: tuple[str, ...] = ()) -> list[PassSpec]:
-    specs = PIPELINES[target_kind]
-    names = pass_names(target_kind)
-    disabled = resolve_pass_names(target_kind, disabled)
-    needed = {s.name for s in specs if s.required}
+def select_rows(rows: Sequence[PassSpec], opt_level: int, disabled: tuple[str, ...] = ()) -> list[PassSpec]:
+    """The rows a compile at `opt_level` runs with `disabled` dropped; a required row cannot be dropped."""
+    names = pass_names(rows)
+    disabled = resolve_pass_names(rows, disabled)
+    needed = {s.name for s in rows if s.required}
     required = sorted(set(disabled) & needed)
     if required:
         raise OptionsError(
@@ -237,4 +75,4 @@ def pipeline_for(target_kind: str, opt_level: int, disabled: tuple[str, ...] = (
             where="--disable-pass",
             fix=f"optional passes are: {', '.join(n for n in names if n not in needed)}",
         )
-    return [s for s in specs if s.name not in disabled and s.opt_level <= opt_level]
+    return [s for s in rows if s.name not in disabled and s.opt_level <= opt_level]

@@ -18,8 +18,6 @@ import onnx
 
 from .._io import atomic_write_bytes
 
-DISABLE_ENV = "KILN_NO_REPRODUCER"  # set (e.g. by the fuzzer) to skip the search
-
 
 def reduce_failure(model: onnx.ModelProto, fails: Callable[[onnx.ModelProto], bool], budget_s: float) -> dict | None:
     """{"model": smallest failing model, "node": its last node's name, "op": op type, "nodes": count}."""

@@ -18,33 +18,41 @@ def prepare(model, compile_options):
     default schedules): what MetaSchedule searches from."""
     from ..frontends.importer import import_onnx
     from .optimize import optimize
-    from .pipeline import SCHEDULE_ROW
 
-    row = SCHEDULE_ROW[compile_options.target.kind]
+    backend = compile_options.backend
+    row = backend.schedule_row
     co = dataclasses.replace(
         compile_options, tuning_db=None, disabled_passes=tuple(dict.fromkeys(compile_options.disabled_passes + (row,)))
     )
-    imported = import_onnx(model, co.shapes, frozen=co.freeze_inputs, recurrence_kernel=not co.target.is_gpu)
+    imported = import_onnx(model, co.shapes, frozen=co.freeze_inputs, recurrence_kernel=backend.recurrence_kernel)
     layout = co.layout if co.layout != "auto" else "NCHWc"
     mod = optimize(imported.mod, co, layout=layout).mod
-    target = co.target
-    if not target.is_gpu and not target.num_cores:  # MetaSchedule needs num-cores ("llvm -mcpu=znver3" has none)
-        from ..runtime.hostinfo import physical_cores
-
-        target = dataclasses.replace(target, num_cores=physical_cores())
-    return mod, target.tvm(), co.target.caps
+    return mod, backend.tuning_target(co.target).tvm(), co.target.caps
 
 
 def tune(
     model, compile_options, opts: TuneOptions, progress: Callable[[str], None] = print, start: float | None = None
 ) -> dict:
-    """Import and optimize the model as `kiln compile` would, then tune its kernels (under --budget,
-    the import and optimization count against it: the budget is the command's wall time, from `start`,
-    a perf_counter the CLI takes before it imports TVM)."""
-    if compile_options.target.accel:  # the accelerator's layers, measured by its simulator's cycle count
-        from ..accel.vta.tune import tune as tune_accelerator
+    """`kiln tune`: the tuner of the target's backend (MetaSchedule's is tune_kernels, an accelerator
+    brings its own). Under --budget the import and optimization count against it: the budget is the
+    command's wall time, from `start`, a perf_counter the CLI takes before it imports TVM."""
+    return compile_options.backend.tune(model, compile_options, opts, progress, start)
 
-        return tune_accelerator(model, compile_options, opts, progress)
+
+def summary(compile_options, result: dict) -> str:
+    """The closing lines `kiln tune` prints, in the words of the backend's tuner."""
+    return compile_options.backend.tune_summary(result)
+
+
+def compact(compile_options, db) -> tuple[int, int]:
+    """(records before, after) keeping the best of each workload in the backend's database `db`."""
+    return compile_options.backend.compact_records(db)
+
+
+def tune_kernels(
+    model, compile_options, opts: TuneOptions, progress: Callable[[str], None] = print, start: float | None = None
+) -> dict:
+    """MetaSchedule: import and optimize the model as `kiln compile` would, then tune its kernels."""
     start = time.perf_counter() if start is None else start
     if not opts.rpc_tracker:
         from .hostrun import require_host_runs

@@ -39,7 +39,7 @@ class Source:
         if self.format == "onnx":
             from .importer import import_onnx
 
-            cpu = options is None or not options.target.is_gpu
+            cpu = options is None or options.backend.recurrence_kernel  # the recurrence kernel is CPU code
             return import_onnx(self.program, shapes, self.where, checked=True, frozen=frozen, recurrence_kernel=cpu)
         if frozen:
             raise OptionsError(

@@ -342,20 +342,22 @@ def _device(tvm, manifest: dict, where: str):
 
 
 def _register_accelerator(manifest: dict, members: dict, backend: str, where: str):
-    """For an artifact with offloaded layers: register their packed functions; returns the layer
-    runners (their simulator stats), or None."""
+    """For an artifact with offloaded layers: register their packed functions with the runtime of the
+    manifest's accelerator kind (kiln.accel.runtime_for); returns the layer runners (their simulator
+    stats), or None."""
     acc = manifest.get("accelerator")
     if not acc:
         return None
-    from ..accel.vta import runtime as vta_rt
+    from ..accel import runtime_for
 
-    if backend not in vta_rt.BACKENDS:
+    vta_rt = runtime_for(acc.get("kind") if isinstance(acc, dict) else None)
+    if vta_rt is not None and backend not in vta_rt.BACKENDS:
         raise OptionsError(
             f"accelerator backend {backend!r} is not valid",
             where="accelerator",
             fix=f"use one of {', '.join(vta_rt.BACKENDS)}",
         )
-    if not isinstance(acc, dict) or acc.get("kind") != "vta-sim" or any(m not in members for m in vta_rt.MEMBERS):
+    if vta_rt is None or any(m not in members for m in vta_rt.MEMBERS):
         raise art.ArtifactError(
             f"the manifest names accelerator {acc!r} but its programs are missing or unknown",
             where=where,

@@ -8,12 +8,13 @@ with KILN_STRICT_RULES=1 (the test suite) it propagates."""
 
 from __future__ import annotations
 
-import os
 import warnings
 
 import tvm
 from tvm import s_tir, tirx
 
+from ..counters import Counter
+from ..env import strict_rules
 from ..errors import KilnWarning
 from .dynamic import dynamic
 from .kinds import strip
@@ -22,7 +23,6 @@ from .registry import FALLBACK, REGISTER_TILED, RULES, classify, target_family
 from .rules import vectorize_leftovers
 
 # the test suite sets it: a rule bug then fails the compile instead of leaving one kernel unscheduled
-STRICT_ENV = "KILN_STRICT_RULES"
 
 
 def first_rule_that_applies(func, family: str, lanes: int, registers: int = 16):
@@ -84,8 +84,19 @@ FLOPS_ATTR = "kiln.flops"
 TUNED_ATTR = "kiln.tuned"  # a kernel scheduled from a database record that beat its default schedule
 
 
+# what ApplyDefaultSchedules counts in the report (kiln/counters.py)
+DEFAULT_SCHEDULE_COUNTERS: tuple[Counter, ...] = (
+    Counter("kernels_scheduled", int, "kernels given a schedule", always=True),
+    Counter("kernels_unscheduled", int, "kernels left with no schedule", always=True),
+    Counter("recurrence_kernels", int, "recurrence loops as Kiln's CPU kernel", always=True),
+    Counter("rule_errors", list, "default rules that failed: kernel and error"),
+)
+
+
 @tvm.transform.module_pass(opt_level=2, name="DefaultSchedules")
 class ApplyDefaultSchedules:
+    COUNTERS = DEFAULT_SCHEDULE_COUNTERS
+
     def __init__(self, target, lanes: int, registers: int = 16):
         self.target, self.lanes, self.registers = target, lanes, registers
         self.stats = {"kernels_scheduled": 0, "kernels_unscheduled": 0}
@@ -115,7 +126,7 @@ class ApplyDefaultSchedules:
                 else:  # sized at run time (detection heads): the rules read static extents, this one does not
                     kind, sch = "dynamic", _dynamic(func, self.lanes, self.registers)
             except Exception as e:  # a bug in a rule: this kernel stays unscheduled, named, not the whole model
-                if os.environ.get(STRICT_ENV) == "1":
+                if strict_rules():
                     raise
                 kind, sch = None, None
                 self._rule_error(gv.name_hint, e)
@@ -138,6 +149,16 @@ class ApplyDefaultSchedules:
         )
 
 
+# what ApplyTuningDatabase counts in the report (kiln/counters.py)
+TUNING_COUNTERS: tuple[Counter, ...] = (
+    Counter("stale_records", int, "tuning records tuned against an older default, skipped"),
+    Counter("tuned_coverage", float, "share of kernels with a tuned record", always=True),
+    Counter("tuned_default_kernels", int, "kernels whose best record is the default schedule"),
+    Counter("tuned_faster_kernels", int, "kernels with a record faster than the default"),
+    Counter("tuned_kernels", int, "kernels given a tuned record", always=True),
+)
+
+
 @tvm.transform.module_pass(opt_level=0, name="ApplyTuningDatabase")
 class ApplyTuningDatabase:
     """Use the best record of every kernel the database has one for (the rest get DefaultSchedules).
@@ -150,6 +171,8 @@ class ApplyTuningDatabase:
     default (or stale); tuned_coverage: the share of the model's FLOPs (a stand-in for its latency)
     on kernels whose record beat the default (a database without a ledger counts every record as
     faster)."""
+
+    COUNTERS = TUNING_COUNTERS
 
     def __init__(self, db_dir: str | None, target=None, lanes: int = 16, registers: int = 16):
         self.db_dir = db_dir

@@ -7,11 +7,20 @@ from __future__ import annotations
 import tvm
 from tvm import tirx
 
+from ..counters import Counter
 from .apply import is_scheduled
+
+# what ApplyGPUSchedules counts in the report (kiln/counters.py)
+COUNTERS: tuple[Counter, ...] = (
+    Counter("kernels_scheduled", int, "kernels given a schedule", always=True),
+    Counter("kernels_unscheduled", int, "kernels left with no schedule", always=True),
+)
 
 
 @tvm.transform.module_pass(opt_level=0, name="GPUSchedules")
 class ApplyGPUSchedules:
+    COUNTERS = COUNTERS
+
     def __init__(self, target):
         self.target = target
         self.stats = {"kernels_scheduled": 0, "kernels_unscheduled": 0}

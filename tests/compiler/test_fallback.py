@@ -13,6 +13,7 @@ from onnx import helper
 import kiln
 from kiln.cli import main as cli_main
 from kiln.compiler import pipeline
+from kiln.compiler.backends import cpu
 from kiln.errors import InternalError, KilnWarning
 
 
@@ -46,10 +47,10 @@ def _bug_on(op_name: str, stage_of=None):
 
 
 def _patch_row(monkeypatch, name, make):
-    rows = list(pipeline.PIPELINES["llvm"])
+    rows = list(cpu.ROWS)
     i = [s.name for s in rows].index(name)
     rows[i] = pipeline.PassSpec(name, make, rows[i].opt_level, rows[i].required, rows[i].graph)
-    monkeypatch.setitem(pipeline.PIPELINES, "llvm", rows)
+    monkeypatch.setattr(cpu, "ROWS", tuple(rows))
 
 
 def test_optional_pass_bug_is_skipped_with_a_warning(tmp_path, monkeypatch):
@@ -65,7 +66,7 @@ def test_optional_pass_bug_is_skipped_with_a_warning(tmp_path, monkeypatch):
 
 def test_a_later_failure_falls_back_to_nchw(tmp_path, monkeypatch):
     # LegalizeOps (required) fails only on the blocked layout: the ladder's first rung builds
-    legal = next(s for s in pipeline.CPU_PIPELINE if s.name == "LegalizeOps")
+    legal = next(s for s in cpu.ROWS if s.name == "LegalizeOps")
     _patch_row(monkeypatch, "LegalizeOps", _bug_on("conv2d", stage_of=legal))
     x = rand(1, 3, 8, 8, seed=4)
     with warnings.catch_warnings(record=True) as w:
@@ -104,7 +105,7 @@ def test_a_kiln_bug_is_an_internal_error_with_a_reproducer(tmp_path, monkeypatch
 
 
 def _legalize_bug():
-    legal = next(s for s in pipeline.CPU_PIPELINE if s.name == "LegalizeOps")
+    legal = next(s for s in cpu.ROWS if s.name == "LegalizeOps")
 
     def make(o):
         real = legal.make(o)

@@ -15,7 +15,6 @@ from onnx import helper
 import kiln
 from kiln.compiler import CompileOptions, analysis
 from kiln.compiler.passes.convert_layout import count_layout_transforms
-from kiln.compiler.pipeline import pipeline_for
 from kiln.frontends import import_onnx
 
 TARGET = "llvm -mcpu=znver4"  # AVX-512: NCHW16c, and NarrowBlockLayout's NCHW8c for channels 16 does not divide
@@ -407,7 +406,7 @@ def _graph_passes(model):
     co = CompileOptions.make(target=TARGET)
     mod = import_onnx(model, {}).mod
     with co.target.tvm(), tvm.transform.PassContext(opt_level=3):
-        for spec in pipeline_for("llvm", 2, co.disabled_passes):
+        for spec in co.backend.pipeline(2, co.disabled_passes):
             if not spec.graph:
                 break
             p = spec.make(co)

@@ -12,13 +12,13 @@ def test_max_memory_refuses_before_building(tmp_path, monkeypatch):
     from helpers import make_model
     from onnx import helper
 
-    from kiln.compiler import build
+    from kiln.compiler import executable
 
     model = make_model(
         [helper.make_node("MatMul", ["x", "w"], ["y"])], {"x": rand(1, 256)}, ["y"], {"w": rand(256, 256)}
     )
     built = []
-    monkeypatch.setattr(build, "build_executable", lambda *a, **k: built.append(1))
+    monkeypatch.setattr(executable, "build_executable", lambda *a, **k: built.append(1))
     # every tensor fits 10 KiB, but the 256 KiB of weights do not
     with pytest.raises(
         kiln.ResourceError,

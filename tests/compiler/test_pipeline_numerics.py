@@ -8,7 +8,7 @@ from helpers import ort_run
 
 import kiln
 from kiln import zoo
-from kiln.compiler.pipeline import CPU_PIPELINE
+from kiln.compiler.backends.cpu import ROWS as CPU_PIPELINE
 from kiln.target import Target
 
 # passes with work to do on these float models in NHWC (LowerQDQ, Quantize, MixedPrecision and

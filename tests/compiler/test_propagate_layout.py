@@ -10,7 +10,6 @@ from onnx import helper
 
 from kiln.compiler import CompileOptions, analysis
 from kiln.compiler.passes.convert_layout import count_layout_transforms
-from kiln.compiler.pipeline import pipeline_for
 from kiln.frontends import import_onnx
 
 
@@ -21,7 +20,7 @@ def _graph_passes(model, disabled=()):
     mod = import_onnx(model, {}).mod
     stats = {}
     with co.target.tvm(), tvm.transform.PassContext(opt_level=3):
-        for spec in pipeline_for("llvm", 2, co.disabled_passes):
+        for spec in co.backend.pipeline(2, co.disabled_passes):
             if not spec.graph:
                 break
             p = spec.make(co)

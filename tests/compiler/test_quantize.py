@@ -104,7 +104,7 @@ def test_int8_kernels_use_vnni(tmp_path, op):
     """The uint8 x int8 kernels are tensorized: the generated code has vpdpbusd (tdpbusd for convs on
     an AMX host: tests/schedules/test_amx.py)."""
     pytest.importorskip("tvm")
-    from kiln.compiler.build import build_executable
+    from kiln.compiler.executable import build_executable
     from kiln.compiler.optimize import optimize
     from kiln.compiler.options import CompileOptions
     from kiln.frontends.importer import import_onnx

@@ -221,11 +221,11 @@ def test_a_failing_pass_is_skipped_not_fatal(tmp_path, monkeypatch):
 
 @pytest.mark.parametrize("disabled", [("RemoveZeroChannels",)])
 def test_the_row_can_be_disabled(disabled):
-    from kiln.compiler.pipeline import pipeline_for
+    from kiln.compiler.backends import BACKENDS
 
-    assert "RemoveZeroChannels" in [s.name for s in pipeline_for("llvm", 2)]
-    assert "RemoveZeroChannels" not in [s.name for s in pipeline_for("llvm", 2, disabled)]
-    assert "RemoveZeroChannels" in [s.name for s in pipeline_for("cuda", 2)]
+    assert "RemoveZeroChannels" in [s.name for s in BACKENDS["cpu"].pipeline(2)]
+    assert "RemoveZeroChannels" not in [s.name for s in BACKENDS["cpu"].pipeline(2, disabled)]
+    assert "RemoveZeroChannels" in [s.name for s in BACKENDS["cuda"].pipeline(2)]
 
 
 def test_a_zero_scale_batchnorm_after_an_activation_and_zero_input_weights_remove_their_channels(tmp_path):

@@ -9,8 +9,8 @@ import pytest
 import kiln
 from kiln import zoo
 from kiln.cli import main
+from kiln.compiler.backends import CPU
 from kiln.compiler.build import analyze_model
-from kiln.compiler.pipeline import pass_names, pipeline_for
 
 KEYS = {
     "ops_before",
@@ -135,9 +135,9 @@ def test_pass_options_are_validated(small_conv_model, tmp_path):
 
 
 def test_pipeline_is_a_list_per_target():
-    names = [s.name for s in pipeline_for("llvm", 2)]
+    names = [s.name for s in CPU.pipeline(2)]
     assert names[:5] == ["StaticDataflow", "LowerQDQ", "FoldConstants", "CanonicalizeClip", "RemoveNoOps"]
-    assert [s.name for s in pipeline_for("llvm", 0)] == [
+    assert [s.name for s in CPU.pipeline(0)] == [
         n
         for n in names
         if n
@@ -151,8 +151,8 @@ def test_pipeline_is_a_list_per_target():
             "ApplyTuningDatabase",
         )
     ]
-    assert "FuseEpilogue" not in [s.name for s in pipeline_for("llvm", 2, ("FuseEpilogue",))]
-    assert set(pass_names()) >= set(names)
+    assert "FuseEpilogue" not in [s.name for s in CPU.pipeline(2, ("FuseEpilogue",))]
+    assert set(CPU.pass_names()) >= set(names)
 
 
 def test_layout_auto_measures_both_and_records_the_choice(tmp_path):

@@ -314,8 +314,8 @@ def test_recorded_default_schedule_replays_to_the_default(tmp_path, tiny):
     import tvm_ffi
     from tvm.s_tir import meta_schedule as ms
 
+    from kiln.compiler.backends import CPU
     from kiln.compiler.optimize import optimize
-    from kiln.compiler.pipeline import SCHEDULE_ROW
     from kiln.frontends.importer import import_onnx
     from kiln.schedules.apply import first_rule_that_applies
     from kiln.schedules.baseline import workload
@@ -323,7 +323,7 @@ def test_recorded_default_schedule_replays_to_the_default(tmp_path, tiny):
     from kiln.schedules.tuning import extract, record_default_schedules
 
     co = CompileOptions.make()
-    co = dataclasses.replace(co, disabled_passes=(SCHEDULE_ROW["llvm"],))
+    co = dataclasses.replace(co, disabled_passes=(CPU.schedule_row,))
     mod = optimize(import_onnx(tiny, co.shapes).mod, co).mod
     target = co.target.tvm()
     tasks = extract(mod, target)
@@ -372,15 +372,15 @@ def test_compacted_database_does_not_measure_its_defaults_again(tmp_path, tiny):
     from tvm.s_tir import meta_schedule as ms
     from tvm.s_tir.meta_schedule.arg_info import ArgInfo
 
+    from kiln.compiler.backends import CPU
     from kiln.compiler.optimize import optimize
-    from kiln.compiler.pipeline import SCHEDULE_ROW
     from kiln.frontends.importer import import_onnx
     from kiln.schedules.baseline import workload
     from kiln.schedules.builder import WorkerBuilder
     from kiln.schedules.database import DEFAULTS, compact
     from kiln.schedules.tuning import extract, record_default_schedules
 
-    co = dataclasses.replace(CompileOptions.make(), disabled_passes=(SCHEDULE_ROW["llvm"],))
+    co = dataclasses.replace(CompileOptions.make(), disabled_passes=(CPU.schedule_row,))
     tasks = extract(optimize(import_onnx(tiny, co.shapes).mod, co).mod, co.target.tvm())
     target, path, builder, runner = (
         co.target.tvm(),
@@ -452,7 +452,7 @@ def test_a_runaway_build_is_killed_and_the_next_one_builds(tmp_path):
 def test_the_shipped_tuning_logs_load():
     """Every target folder Kiln ships in tuning_logs/ is a database that loads, one record per
     workload (compacted), each with a measured time; named by a target key."""
-    from kiln.compiler.options import SHIPPED_TUNING_LOGS
+    from kiln.env import SHIPPED_TUNING_LOGS
 
     folders = [d for d in SHIPPED_TUNING_LOGS.iterdir() if d.is_dir()]
     assert folders, "Kiln ships tuning records for at least the machine they were made on"

@@ -1,5 +1,5 @@
 """The accelerator's tuning records: one JSON-lines file under DB/<db_key>/, keyed by the
-accelerator configuration. Read by `kiln compile --tuning-db` and written by kiln/accel/vta/tune.py;
+accelerator configuration. Read by `kiln compile --tuning-db` and written by kiln/compiler/backends/vta/tune.py;
 imports nothing of the compiler."""
 
 from __future__ import annotations

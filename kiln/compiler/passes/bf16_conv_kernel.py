@@ -20,6 +20,7 @@ import tvm.script
 from tvm import relax
 from tvm.ir.expr import GenericConst
 
+from ...counters import Counter
 from .module_map import rewrite_calls
 
 CHANNEL_TASKS = (
@@ -160,9 +161,17 @@ def _to_kernel(builder, call, amx: bool):
     )
 
 
+# what BF16ConvKernel counts in the report (kiln/counters.py)
+COUNTERS: tuple[Counter, ...] = (
+    Counter("bf16_kernel_convs", int, "bf16 convs on Kiln's vdpbf16ps/AMX conv kernel", always=True),
+)
+
+
 @tvm.transform.module_pass(opt_level=2, name="BF16ConvKernel")
 class BF16ConvKernel:
-    """amx: the target has AMX-BF16 (caps.bf16 == "amx-bf16"): the tile kernel instead of vdpbf16ps."""
+    """amx: the target has AMX-BF16 (caps.bf16 is BF16.AMX): the tile kernel instead of vdpbf16ps."""
+
+    COUNTERS = COUNTERS
 
     def __init__(self, amx: bool = False):
         self.amx = amx

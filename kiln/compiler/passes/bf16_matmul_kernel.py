@@ -17,6 +17,7 @@ import tvm.script
 from tvm import relax
 from tvm.ir.expr import GenericConst
 
+from ...counters import Counter
 from ..ir import op_name, var_uses
 from .module_map import rewrite_calls
 
@@ -124,8 +125,16 @@ def _rewrite(builder, call, uses, lookup, absorbed: list):
     return relax.call_tir(gv, args, relax.TensorType([*x_shape[:-1], int(w.shape[1])], "float32"))
 
 
+# what BF16MatmulKernel counts in the report (kiln/counters.py)
+COUNTERS: tuple[Counter, ...] = (
+    Counter("bf16_kernel_matmuls", int, "matmuls on Kiln's vdpbf16ps matmul kernel", always=True),
+)
+
+
 @tvm.transform.module_pass(opt_level=2, name="BF16MatmulKernel")
 class BF16MatmulKernel:
+    COUNTERS = COUNTERS
+
     def __init__(self):
         self.stats = {"bf16_kernel_matmuls": 0}
 

@@ -28,6 +28,7 @@ import tvm
 from tvm import relax
 from tvm.ir.expr import GenericConst
 
+from ...counters import Counter
 from .convert_layout import widest_block
 from .counting import static_shape
 from .module_map import rewrite_calls
@@ -100,8 +101,17 @@ def _blocked(builder, call, block: int, merged: list):
     return relax.op.layout_transform(builder.emit(conv), index_map=unblock_map(b))
 
 
+# what BlockGroupedConv counts in the report (kiln/counters.py)
+COUNTERS: tuple[Counter, ...] = (
+    Counter("grouped_convs_blocked", int, "grouped convs rewritten to run blocked"),
+    Counter("groups_merged", int, "groups merged into wider blocked convs"),
+)
+
+
 @tvm.transform.module_pass(opt_level=2, name="BlockGroupedConv")
 class BlockGroupedConv:
+    COUNTERS = COUNTERS
+
     def __init__(self, layout: str, block: int):
         self.layout, self.block = layout, block
         self.stats = {"grouped_convs_blocked": 0, "groups_merged": 0}

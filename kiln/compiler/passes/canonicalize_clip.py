@@ -14,6 +14,8 @@ import tvm
 from tvm import relax
 from tvm.ir.expr import GenericConst
 
+from ...counters import Counter
+
 KERNEL = re.compile(r"^(maximum|minimum)\d*$")
 
 
@@ -65,8 +67,14 @@ class _Rewriter(relax.PyExprMutator):
         return call
 
 
+# what CanonicalizeClip counts in the report (kiln/counters.py)
+COUNTERS: tuple[Counter, ...] = (Counter("clips_canonicalized", int, "constant-bound Clips back to relu/clip"),)
+
+
 @tvm.transform.module_pass(opt_level=1, name="CanonicalizeClip")
 class CanonicalizeClip:
+    COUNTERS = COUNTERS
+
     def __init__(self):
         self.stats = {"clips_canonicalized": 0}
 

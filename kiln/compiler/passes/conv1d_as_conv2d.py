@@ -28,6 +28,7 @@ import tvm
 from tvm import relax
 from tvm.ir.expr import GenericConst
 
+from ...counters import Counter
 from ..ir import op_name, out_dtype
 from .convert_layout import widest_block
 from .module_map import rewrite_functions
@@ -152,8 +153,17 @@ class _Rewriter(relax.PyExprMutator):
         return call
 
 
+# what Conv1dAsConv2d counts in the report (kiln/counters.py)
+COUNTERS: tuple[Counter, ...] = (
+    Counter("conv1d_as_conv2d", int, "conv1d ops run as conv2d"),
+    Counter("conv1d_as_matmul", int, "conv1d ops run as matmul"),
+)
+
+
 @tvm.transform.module_pass(opt_level=2, name="Conv1dAsConv2d")
 class Conv1dAsConv2d:
+    COUNTERS = COUNTERS
+
     def __init__(self, block: int = 16):
         self.block = block
         self.stats = {"conv1d_as_conv2d": 0, "conv1d_as_matmul": 0}

@@ -21,6 +21,7 @@ import tvm
 from tvm import relax
 from tvm.ir.expr import GenericConst
 
+from ...counters import Counter
 from ..ir import op_name, out_dtype
 from .counting import static_shape
 from .module_map import rewrite_calls
@@ -78,8 +79,16 @@ def _rewrite(builder, call):
     return y
 
 
+# what ConvTransposeAsConv counts in the report (kiln/counters.py)
+COUNTERS: tuple[Counter, ...] = (
+    Counter("conv_transpose_as_conv", int, "ConvTranspose ops as one conv2d and a depth-to-space"),
+)
+
+
 @tvm.transform.module_pass(opt_level=1, name="ConvTransposeAsConv")
 class ConvTransposeAsConv:
+    COUNTERS = COUNTERS
+
     def __init__(self):
         self.stats = {"conv_transpose_as_conv": 0}
 

@@ -10,6 +10,7 @@ import tvm
 from tvm import relax
 from tvm.ir.expr import GenericConst
 
+from ...counters import Counter
 from ...errors import OptionsError
 from . import numpy_fold
 from .layout_guards import guard, unguard
@@ -93,8 +94,16 @@ def _bool_transform_as_uint8(builder, call):
     return relax.op.astype(moved, "bool")
 
 
+# what ConvertLayout counts in the report (kiln/counters.py)
+COUNTERS: tuple[Counter, ...] = (
+    Counter("layout_transforms", int, "layout transforms left after the graph passes", always=True),
+)
+
+
 @tvm.transform.module_pass(opt_level=2, name="ConvertLayout")
 class ConvertLayout:
+    COUNTERS = COUNTERS
+
     def __init__(self, layout: str = "NCHW", block: int = 16):
         if layout not in LAYOUTS:
             raise OptionsError(

@@ -6,11 +6,17 @@ from __future__ import annotations
 import tvm
 from tvm import relax
 
+from ...counters import Counter
 from .counting import count_calls
+
+# what DeadCode counts in the report (kiln/counters.py)
+COUNTERS: tuple[Counter, ...] = (Counter("dead_removed", int, "op calls removed as dead code", always=True),)
 
 
 @tvm.transform.module_pass(opt_level=1, name="DeadCode")
 class DeadCode:
+    COUNTERS = COUNTERS
+
     def __init__(self):
         self.stats = {"dead_removed": 0}
 

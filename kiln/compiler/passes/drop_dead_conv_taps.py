@@ -27,6 +27,7 @@ import tvm
 from tvm import relax
 from tvm.ir.expr import GenericConst
 
+from ...counters import Counter
 from ..ir import op_name, out_dtype
 from .counting import static_shape
 from .module_map import rewrite_functions
@@ -165,8 +166,17 @@ class _Rewriter(relax.PyExprMutator):
         return call
 
 
+# what DropDeadConvTaps counts in the report (kiln/counters.py)
+COUNTERS: tuple[Counter, ...] = (
+    Counter("conv_band_split", int, "convs split into border bands"),
+    Counter("conv_taps_dropped", int, "convs whose padding-only taps were cut"),
+)
+
+
 @tvm.transform.module_pass(opt_level=1, name="DropDeadConvTaps")
 class DropDeadConvTaps:
+    COUNTERS = COUNTERS
+
     def __init__(self):
         self.stats = {"conv_taps_dropped": 0, "conv_band_split": 0}
 

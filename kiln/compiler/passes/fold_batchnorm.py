@@ -13,6 +13,7 @@ import tvm
 from tvm import relax
 from tvm.relax.dpl import TupleGetItemPattern, is_const, is_op, rewrite_call, wildcard
 
+from ...counters import Counter
 from .module_map import rewrite_functions
 
 PRODUCERS = ("relax.nn.conv2d", "relax.nn.conv2d_transpose", "relax.matmul")
@@ -39,8 +40,17 @@ def _scaled_weight(op_name: str, attrs, w: np.ndarray, s: np.ndarray, out_rank: 
     return w * s.reshape(1, -1)
 
 
+# what FoldBatchNorm counts in the report (kiln/counters.py)
+COUNTERS: tuple[Counter, ...] = (
+    Counter("batchnorm_folded", int, "BatchNorms folded into weights", always=True),
+    Counter("batchnorm_to_affine", int, "BatchNorms left as x*s+t", always=True),
+)
+
+
 @tvm.transform.module_pass(opt_level=1, name="FoldBatchNorm")
 class FoldBatchNorm:
+    COUNTERS = COUNTERS
+
     def __init__(self):
         self.stats = {"batchnorm_folded": 0, "batchnorm_to_affine": 0}
         self.x, self.w, self.b = wildcard(), is_const(), is_const()

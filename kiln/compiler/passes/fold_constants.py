@@ -14,6 +14,7 @@ from __future__ import annotations
 import tvm
 from tvm import relax
 
+from ...counters import Counter
 from ..ir import calls
 from . import numpy_fold
 from .counting import count_calls
@@ -59,8 +60,14 @@ def dangling_calls(mod: tvm.IRModule) -> list[str]:
     return out
 
 
+# what FoldConstants counts in the report (kiln/counters.py)
+COUNTERS: tuple[Counter, ...] = (Counter("constants_folded", int, "subgraphs over constants evaluated", always=True),)
+
+
 @tvm.transform.module_pass(opt_level=1, name="FoldConstants")
 class FoldConstants:
+    COUNTERS = COUNTERS
+
     def __init__(self):
         self.stats = {"constants_folded": 0}
 

@@ -23,6 +23,7 @@ import tvm.script
 from tvm import relax, te
 from tvm.ir.expr import GenericConst
 
+from ...counters import Counter
 from ..ir import op_name, var_uses
 from .module_map import rewrite_calls
 
@@ -191,8 +192,16 @@ def kernel_isa(caps) -> str | None:
     return caps.isa if caps.isa in KERNELS else None
 
 
+# what FuseAttention counts in the report (kiln/counters.py)
+COUNTERS: tuple[Counter, ...] = (
+    Counter("attention_fused", int, "attention chains on the fused streaming-softmax kernel", always=True),
+)
+
+
 @tvm.transform.module_pass(opt_level=2, name="FuseAttention")
 class FuseAttention:
+    COUNTERS = COUNTERS
+
     def __init__(self, isa: str):
         self.isa = isa
         self.stats = {"attention_fused": 0}

@@ -13,6 +13,7 @@ import tvm
 from tvm import relax
 from tvm.ir.expr import GenericConst
 
+from ...counters import Counter
 from ..ir import op_name, var_users, var_uses
 from .bf16_conv_kernel import EXTERN, Epilogue, kernel_func
 from .counting import static_shape
@@ -147,8 +148,16 @@ def _fuse_block(mod, builder, block, uses, stats):
     )
 
 
+# what FuseBF16Epilogue counts in the report (kiln/counters.py)
+COUNTERS: tuple[Counter, ...] = (
+    Counter("bf16_epilogues_fused", int, "bf16 conv kernels that took an epilogue", always=True),
+)
+
+
 @tvm.transform.module_pass(opt_level=2, name="FuseBF16Epilogue")
 class FuseBF16Epilogue:
+    COUNTERS = COUNTERS
+
     def __init__(self):
         self.stats = {"bf16_epilogues_fused": 0}
 

@@ -17,6 +17,7 @@ from tvm import relax, te, tirx, topi
 from tvm.ir.expr import GenericConst
 from tvm.ir.prim.expr import FloatImm
 
+from ...counters import Counter
 from ...schedules.dwpw import MAX_ROW_FLOATS
 from ...schedules.kinds import declare
 from ..ir import register_kernel, var_uses
@@ -168,8 +169,16 @@ class _Fuser(relax.PyExprMutator):
         )
 
 
+# what FuseDepthwisePointwise counts in the report (kiln/counters.py)
+COUNTERS: tuple[Counter, ...] = (
+    Counter("depthwise_fused", int, "depthwise + 1x1 conv pairs as one kernel", always=True),
+)
+
+
 @tvm.transform.module_pass(opt_level=2, name="FuseDepthwisePointwise")
 class FuseDepthwisePointwise:
+    COUNTERS = COUNTERS
+
     def __init__(self):
         self.stats = {"depthwise_fused": 0}
 

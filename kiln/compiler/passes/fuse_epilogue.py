@@ -14,6 +14,7 @@ from tvm import relax
 from tvm.relax.backend.utils import has_leaking_intermediate_variables
 from tvm.relax.dpl import is_call_tir, is_const, is_op, wildcard
 
+from ...counters import Counter
 from .fuse_depthwise_pointwise import PRIMFUNC as DWPW
 from .pack_dense_weights import PRIMFUNC as PACKED_MATMUL
 from .winograd import PRIMFUNC, REDUCED
@@ -109,8 +110,14 @@ def _float_narrowing(ctx) -> bool:
     return _no_leaks(ctx) and str(cast.args[0].ty.dtype) == "float32" and str(cast.ty.dtype) in REDUCED
 
 
+# what FuseEpilogue counts in the report (kiln/counters.py)
+COUNTERS: tuple[Counter, ...] = (Counter("epilogues_fused", int, "epilogues fused into their producer", always=True),)
+
+
 @tvm.transform.module_pass(opt_level=2, name="FuseEpilogue")
 class FuseEpilogue:
+    COUNTERS = COUNTERS
+
     def __init__(self):
         self.stats = {"epilogues_fused": 0}
 

@@ -18,6 +18,7 @@ import tvm
 from tvm import relax
 from tvm.ir.expr import GenericConst
 
+from ...counters import Counter
 from ...schedules.int8 import qdq_float_reason
 from ..quantize.rewrite import integer_layer
 from .module_map import rewrite_functions
@@ -137,10 +138,19 @@ def _add_weight_zero_point(bb, y, xq, zp, m: np.ndarray):
     return op.add(bb.emit(y), bb.emit(op.multiply(rows, relax.const(m.astype(np.float32)))))
 
 
+# what LowerQDQ counts in the report (kiln/counters.py)
+COUNTERS: tuple[Counter, ...] = (
+    Counter("qdq_kept_float", int, "QDQ patterns left in float"),
+    Counter("qdq_lowered", int, "QDQ patterns lowered to integer kernels", always=True),
+)
+
+
 @tvm.transform.module_pass(opt_level=1, name="LowerQDQ")
 class LowerQDQ:
     """caps: the target's capabilities; layers its int8 kernel would not run faster than float32 (or
     not exactly: schedules/int8.qdq_float_reason) stay fake-quantized float, counted in qdq_kept_float."""
+
+    COUNTERS = COUNTERS
 
     def __init__(self, caps=None):
         self.caps = caps

@@ -17,6 +17,7 @@ import tvm
 from tvm import relax
 from tvm.ir.expr import GenericConst
 
+from ...counters import Counter
 from ..ir import op_name
 from .module_map import rewrite_with
 from .pack_dense_weights import float_matmul_by_constant
@@ -122,8 +123,17 @@ class _Merger(relax.PyExprMutator):
         self.count += 1
 
 
+# what MergeSiblingMatmuls counts in the report (kiln/counters.py)
+COUNTERS: tuple[Counter, ...] = (
+    Counter("matmul_groups", int, "groups of sibling matmuls merged"),
+    Counter("matmuls_merged", int, "matmuls merged into a sibling group"),
+)
+
+
 @tvm.transform.module_pass(opt_level=2, name="MergeSiblingMatmuls")
 class MergeSiblingMatmuls:
+    COUNTERS = COUNTERS
+
     def __init__(self):
         self.stats = {"matmuls_merged": 0, "matmul_groups": 0}
 

@@ -21,6 +21,7 @@ import tvm
 from tvm import relax
 from tvm.ir.expr import GenericConst
 
+from ...counters import Counter
 from .counting import REDUCED_TYPES
 from .module_map import rewrite_functions
 from .winograd import geometry as winograd_geometry
@@ -86,8 +87,17 @@ class _Cast(relax.PyExprMutator):
         )
 
 
+# what MixedPrecision counts in the report (kiln/counters.py)
+COUNTERS: tuple[Counter, ...] = (
+    Counter("mixed_precision_kept", int, "ops kept in float32 under --precision", always=True),
+    Counter("mixed_precision_ops", int, "ops converted to the reduced precision", always=True),
+)
+
+
 @tvm.transform.module_pass(opt_level=1, name="MixedPrecision")
 class MixedPrecision:
+    COUNTERS = COUNTERS
+
     def __init__(self, precision: str, kernels=frozenset()):
         self.dtype, self.np_dtype = REDUCED_TYPES[precision]
         self.kernels = frozenset(kernels)

@@ -32,6 +32,8 @@ import tvm
 from tvm import relax
 from tvm.ir.expr import GenericConst
 
+from ...capabilities import Int8Path
+from ...counters import Counter
 from ...schedules.int8 import MIN_CHANNELS, Int8Kernel, conv_blocks
 from ..ir import out_dtype
 from .convert_layout import widest_block
@@ -106,7 +108,7 @@ class _Narrow(relax.PyExprMutator):
         padded = o
         # AMX's tile conv takes any channel blocks but not a stem (fewer input channels than a dot-product step):
         # a stem takes the VNNI blocking every AMX CPU also runs (the AMX kernel entry's intrinsic is VNNI)
-        if wa.dtype == np.int8 and self.int8 is not None and (self.int8.path != "amx-int8" or i < MIN_CHANNELS):
+        if wa.dtype == np.int8 and self.int8 is not None and (self.int8.path != Int8Path.AMX_INT8 or i < MIN_CHANNELS):
             if (blocks := conv_blocks(self.int8, i, o)) is None:
                 return call
             bi, bo = blocks
@@ -137,8 +139,17 @@ class _Narrow(relax.PyExprMutator):
         return {("float32", "float32"), ("uint8", "int8")} if self.int8 is not None else {("float32", "float32")}
 
 
+# what NarrowBlockLayout counts in the report (kiln/counters.py)
+COUNTERS: tuple[Counter, ...] = (
+    Counter("convs_blocked", int, "convs given a narrower channel block"),
+    Counter("convs_padded", int, "convs whose channels were padded to the block"),
+)
+
+
 @tvm.transform.module_pass(opt_level=2, name="NarrowBlockLayout")
 class NarrowBlockLayout:
+    COUNTERS = COUNTERS
+
     def __init__(self, layout: str, block: int, int8: Int8Kernel | None = None):
         self.layout, self.block, self.int8 = layout, block, int8
         self.stats = {"convs_blocked": 0, "convs_padded": 0}

@@ -32,6 +32,7 @@ import tvm
 from tvm import relax, te
 from tvm.ir.expr import GenericConst
 
+from ...counters import Counter
 from ...schedules.dynamic import dynamic_tile
 from ...schedules.kinds import declare
 from ...schedules.tiles import rounded_rows
@@ -218,8 +219,19 @@ def _folded_transpose(call, lookup):
     return relax.Call(call.op, [call.args[0], relax.const(np.ascontiguousarray(w.value.numpy().T))], call.attrs)
 
 
+# what PackDenseWeights counts in the report (kiln/counters.py)
+COUNTERS: tuple[Counter, ...] = (
+    Counter("dense_packed", int, "dense weights packed for the matmul kernel", always=True),
+    Counter("dense_packed_dynamic", int, "dense weights packed for a dynamic-shape matmul"),
+    Counter("dense_padded", int, "dense weights padded to the block", always=True),
+    Counter("dense_rows_rounded", int, "matmuls computed over rows rounded up to the register tile", always=True),
+)
+
+
 @tvm.transform.module_pass(opt_level=2, name="PackDenseWeights")
 class PackDenseWeights:
+    COUNTERS = COUNTERS
+
     def __init__(self, block: int, registers: int = 16):
         self.block, self.registers = block, registers
         self.stats = {"dense_packed": 0, "dense_packed_dynamic": 0, "dense_padded": 0, "dense_rows_rounded": 0}

@@ -36,6 +36,7 @@ import tvm
 from tvm import relax
 from tvm.ir.expr import GenericConst
 
+from ...counters import Counter
 from ..ir import op_name
 from .counting import bound_call, static_shape
 from .module_map import rewrite_functions
@@ -286,8 +287,14 @@ class _Propagate(relax.PyExprMutator):
         return self._unblock(blocked_conv2d(a, x, w_c, c, c, groups=channels, kernel_layout=f"OIHW1i{c}o"))
 
 
+# what PropagateBlockedLayout counts in the report (kiln/counters.py)
+COUNTERS: tuple[Counter, ...] = (Counter("transforms_moved", int, "layout transforms moved across elementwise ops"),)
+
+
 @tvm.transform.module_pass(opt_level=2, name="PropagateBlockedLayout")
 class PropagateBlockedLayout:
+    COUNTERS = COUNTERS
+
     def __init__(self, layout: str):
         self.layout = layout
         self.stats = {"transforms_moved": 0}

@@ -9,6 +9,7 @@ from __future__ import annotations
 import tvm
 from tvm import relax
 
+from ...counters import Counter
 from .counting import static_shape
 from .module_map import rewrite_functions
 
@@ -97,8 +98,14 @@ def _one_piece(attrs) -> bool:
     return len(ios) == 0
 
 
+# what RemoveNoOps counts in the report (kiln/counters.py)
+COUNTERS: tuple[Counter, ...] = (Counter("noops_removed", int, "ops that compute nothing, removed", always=True),)
+
+
 @tvm.transform.module_pass(opt_level=1, name="RemoveNoOps")
 class RemoveNoOps:
+    COUNTERS = COUNTERS
+
     def __init__(self):
         self.stats = {"noops_removed": 0}
 

@@ -23,6 +23,7 @@ import tvm_ffi
 from tvm import relax
 from tvm.ir.expr import GenericConst
 
+from ...counters import Counter
 from ..channels import ChannelTies
 from ..ir import op_name, out_dtype, var_users, var_uses
 from .counting import static_shape
@@ -446,8 +447,18 @@ class _Shrink(relax.PyExprMutator):
         return relax.Call(new.op, args, new.attrs, new.ty_args) if args != list(new.args) else new
 
 
+# what RemoveZeroChannels counts in the report (kiln/counters.py)
+COUNTERS: tuple[Counter, ...] = (
+    Counter("zero_channel_flops_removed", int, "FLOPs of the constant channels removed", always=True),
+    Counter("zero_channel_layers", list, "per layer: channels and FLOPs before and after"),
+    Counter("zero_channels_removed", int, "constant channels removed", always=True),
+)
+
+
 @tvm.transform.module_pass(opt_level=1, name="RemoveZeroChannels")
 class RemoveZeroChannels:
+    COUNTERS = COUNTERS
+
     def __init__(self, multiple: int = 1):
         """multiple: channel counts it divides stay multiples of it (the target's NCHWc block)."""
         self.multiple = multiple

@@ -19,6 +19,7 @@ import numpy as np
 import tvm
 from tvm import relax, te
 
+from ...counters import Counter
 from ..ir import op_name
 from .counting import static_shape
 from .module_map import rewrite_calls
@@ -103,8 +104,14 @@ def _rewrite(builder, call):
     return mix_rows(builder, builder.emit(relax.op.matmul(x, rw_t)), h, oh, mode)
 
 
+# what ResizeAsMatmul counts in the report (kiln/counters.py)
+COUNTERS: tuple[Counter, ...] = (Counter("resize_as_matmul", int, "bilinear resizes as matmuls"),)
+
+
 @tvm.transform.module_pass(opt_level=1, name="ResizeAsMatmul")
 class ResizeAsMatmul:
+    COUNTERS = COUNTERS
+
     def __init__(self):
         self.stats = {"resize_as_matmul": 0}
 

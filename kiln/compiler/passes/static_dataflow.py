@@ -17,6 +17,8 @@ import tvm
 from tvm import relax
 from tvm.relax.analysis import contains_impure_call, tir_vars_in_type
 
+from ...counters import Counter
+
 MIN_RUN = 2  # shorter runs are not worth a block
 
 
@@ -64,8 +66,14 @@ def _regroup(func: relax.Function) -> tuple[relax.Function, int]:
     return new, made
 
 
+# what StaticDataflow counts in the report (kiln/counters.py)
+COUNTERS: tuple[Counter, ...] = (Counter("dataflow_regions", int, "bindings moved back into dataflow blocks"),)
+
+
 @tvm.transform.module_pass(opt_level=0, name="StaticDataflow")
 class StaticDataflow:
+    COUNTERS = COUNTERS
+
     def __init__(self):
         self.stats = {"dataflow_regions": 0}
 

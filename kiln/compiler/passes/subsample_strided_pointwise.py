@@ -16,6 +16,7 @@ from __future__ import annotations
 import tvm
 from tvm import relax
 
+from ...counters import Counter
 from ..ir import op_name, out_dtype
 from .counting import static_shape
 from .module_map import rewrite_calls
@@ -49,8 +50,16 @@ def _subsample(builder, call):
     )
 
 
+# what SubsampleStridedPointwise counts in the report (kiln/counters.py)
+COUNTERS: tuple[Counter, ...] = (
+    Counter("strided_pointwise_subsampled", int, "strided 1x1 convs on a subsampled input"),
+)
+
+
 @tvm.transform.module_pass(opt_level=1, name="SubsampleStridedPointwise")
 class SubsampleStridedPointwise:
+    COUNTERS = COUNTERS
+
     def __init__(self):
         self.stats = {"strided_pointwise_subsampled": 0}
 

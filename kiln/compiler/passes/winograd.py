@@ -19,6 +19,7 @@ import tvm
 from tvm import relax
 from tvm.ir.expr import GenericConst
 
+from ...counters import Counter
 from ..ir import register_kernel
 from ..winograd import conv2d_winograd_nchwc, tile_size, transform_weight
 from .counting import REDUCED_TYPES, bound_call, float32_conv, nchwc_block
@@ -98,8 +99,14 @@ def _to_winograd(builder, call, lookup_binding, min_reduced_tile: int):
     return builder.call_te(conv2d_winograd_nchwc, data, relax.const(u, dtype), m, primfunc_name_hint=PRIMFUNC)
 
 
+# what Winograd counts in the report (kiln/counters.py)
+COUNTERS: tuple[Counter, ...] = (Counter("winograd_convs", int, "3x3 stride-1 convs as Winograd kernels", always=True),)
+
+
 @tvm.transform.module_pass(opt_level=2, name="Winograd")
 class Winograd:
+    COUNTERS = COUNTERS
+
     def __init__(self, min_reduced_tile: int = 2):
         self.min_reduced_tile = min_reduced_tile
         self.stats = {"winograd_convs": 0}

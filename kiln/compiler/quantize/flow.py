@@ -11,14 +11,13 @@ import time
 from ...errors import tvm_errors
 from ..hostrun import missing_on_host
 from ..optimize import Optimized, optimize
-from ..options import CompileOptions
 from .accuracy import check_agreement, compare
 from .calibrate import build_tapped, calibrate, finish
 from .rewrite import CalibrationTaps, QuantizeGraph
 from .speed import predict, warn_if_slower
 
 
-def quantize_flow(imported, options: CompileOptions, layout: str, where: str) -> Optimized:
+def quantize_flow(imported, options, layout: str, where: str) -> Optimized:
     """The optimized int8 module; its report's `quantization` section says which layers are int8,
     which stay float and why, and how close the int8 build is to the float one."""
     t0 = time.perf_counter()

@@ -14,6 +14,7 @@ import subprocess
 import tempfile
 from pathlib import Path
 
+from ...env import kernel_cache
 from ...errors import CompileError
 
 SOURCES = {
@@ -53,7 +54,7 @@ def build(name: str) -> tuple[str, str]:
         )
     headers = b"".join(h.read_bytes() for h in sorted(src.parent.glob("*.h")))  # what the sources include
     digest = hashlib.sha256(src.read_bytes() + headers + " ".join(FLAGS + arch).encode()).hexdigest()[:16]
-    root = Path(os.environ.get("KILN_CACHE", Path(tempfile.gettempdir()) / f"kiln-kernels-{os.getuid()}"))
+    root = kernel_cache()
     root.mkdir(parents=True, exist_ok=True)
     obj, so = root / f"{name}-{digest}.o", root / f"{name}-{digest}.so"
     if not so.exists():

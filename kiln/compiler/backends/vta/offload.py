@@ -20,13 +20,13 @@ import tvm
 from tvm import relax
 from tvm.ir.expr import GenericConst
 
-from ...compiler.ir import op_name as _op
-from ...compiler.ir import var_users, var_uses
-from ...compiler.optimize import Optimized, optimize
-from ...compiler.quantize.calibrate import calibrate, finish
-from ...compiler.quantize.layers import LayerNames, candidate, with_taps
-from . import codegen, conv, runtime
-from .config import VTAConfig
+from ....accel.vta import codegen, conv, runtime
+from ....accel.vta.config import VTAConfig
+from ...ir import op_name as _op
+from ...ir import var_users, var_uses
+from ...optimize import Optimized, optimize
+from ...quantize.calibrate import calibrate, finish
+from ...quantize.layers import LayerNames, candidate, with_taps
 from .lower import offloaded
 
 
@@ -250,7 +250,7 @@ def tapped(mod, chains):
 
 
 def vta_flow(imported, options, layout: str, where: str) -> Optimized:
-    """The accelerator row of compiler/flows.py: the optimized module with each offloadable chain
+    """The VTA backend's build flow: the optimized module with each offloadable chain
     calling its layer's program, the programs as artifact members, and the report's `vta` section."""
     import time
 
@@ -273,7 +273,7 @@ def vta_flow(imported, options, layout: str, where: str) -> Optimized:
 
 def tuned_records(db_dir) -> dict:
     """The best schedule of each workload in an accelerator tuning database folder ({} for none)."""
-    from .records import best_schedules, load_records
+    from ....accel.vta.records import best_schedules, load_records
 
     return best_schedules(load_records(db_dir)) if db_dir else {}
 
@@ -281,7 +281,7 @@ def tuned_records(db_dir) -> dict:
 def offload_plan(model, options, cfg: VTAConfig) -> dict[str, list[str]]:
     """{workload key: [layer names]} of the layers a compile with these options offloads (shapes
     only: no calibration), for `kiln tune`."""
-    from ...frontends.importer import import_onnx
+    from ....frontends.importer import import_onnx
 
     imported = import_onnx(model, options.shapes, frozen=options.freeze_inputs)
     layout = options.layout
@@ -326,7 +326,7 @@ def simulate_report(cfg: VTAConfig, layers, chains) -> dict:
     """Simulated cycles per offloaded layer (the timing model does not depend on the data: a
     timing-only run of the stored stream), totals, achieved GOPS at the board's clock and
     utilization of the MAC array; with each layer's cycles under the default schedule beside."""
-    from .sim import Simulator
+    from ....accel.vta.sim import Simulator
 
     per, total, gemm, macs = [], 0, 0, 0
     for ch, prog, info in layers:

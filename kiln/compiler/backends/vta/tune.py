@@ -22,10 +22,10 @@ from pathlib import Path
 
 import numpy as np
 
-from ...errors import OptionsError
-from . import codegen, conv
-from .config import VTAConfig
-from .records import FILE, best_schedules, db_key, load_records
+from ....accel.vta import codegen, conv
+from ....accel.vta.config import VTAConfig
+from ....accel.vta.records import FILE, best_schedules, db_key, load_records
+from ....errors import OptionsError
 
 SAFETY = 1.15  # a round is started only if its estimated time, times this, fits in what is left of the budget
 
@@ -82,7 +82,7 @@ def shape_layer(layer_like: dict) -> conv.ConvLayer:
 
 def tune_layers(workloads: dict[str, list[str]], cfg: VTAConfig, db_dir: Path, opts, progress, start: float) -> dict:
     """Tune each workload (key -> the layer names that have it) into db_dir."""
-    from ...schedules.tuning import pick_tasks
+    from ....schedules.tuning import pick_tasks
 
     db_dir.mkdir(parents=True, exist_ok=True)
     records = load_records(db_dir)

@@ -12,8 +12,8 @@ import numpy as np
 import tvm
 from tvm import relax
 
-from ...compiler.ir import op_name as _op
-from . import runtime
+from ....accel.vta import runtime
+from ...ir import op_name as _op
 
 
 def _quantize(bb, x, scale: float):

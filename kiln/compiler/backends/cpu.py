@@ -1,0 +1,183 @@
+"""The CPU backend (LLVM: x86-64 and aarch64, the host or cross-compiled): Kiln's graph passes and
+blocked layouts, TVM's lowering and fusion, then tuned records or Kiln's default schedules; the
+library links Kiln's C kernels and the runtime's thread pool; `kiln tune` runs MetaSchedule."""
+
+from __future__ import annotations
+
+from tvm import relax
+
+from ...capabilities import BF16
+from ...schedules import ApplyDefaultSchedules, ApplyTuningDatabase
+from ...schedules.int8 import int8_kernel
+from .. import passes as kp
+from ..legalize import legalize_map
+from ..pipeline import PassSpec, Stage, select_rows
+from .base import Backend
+
+
+def _default_schedules(o):
+    caps = o.target.caps
+    return ApplyDefaultSchedules(o.target.tvm(), caps.f32_block, caps.vector_registers)
+
+
+def _apply_tuning_database(o):
+    """CPU targets give it their default rules' arguments, to tell records tuned against today's default
+    from stale ones (GPU targets apply their records as they are: backends/cuda.py)."""
+    caps = o.target.caps
+    return ApplyTuningDatabase(o.tuning_db, o.target.tvm(), caps.f32_block, caps.vector_registers)
+
+
+def attention_kernel(o) -> str | None:
+    """The fused attention kernel's build for this target (passes/fuse_attention.kernel_isa), else None."""
+    from ..passes.fuse_attention import kernel_isa
+
+    return kernel_isa(o.target.caps)
+
+
+def vdpbf16ps(o) -> bool:
+    """bf16 convs can run on Kiln's vdpbf16ps kernel (BF16ConvKernel): bf16 on a CPU with AVX512-BF16."""
+    return o.precision == "bf16" and o.target.caps.has_vdpbf16ps
+
+
+def precision_note(o) -> str | None:
+    """Why --precision fp16/bf16 will not be faster on this target (None where it has the instructions):
+    without them the reduced type is only storage, converted to float32 around every op."""
+    caps = o.target.caps
+    if o.precision == "bf16" and not caps.bf16:
+        return (
+            f"{caps.cpu} has no bf16 arithmetic (AVX512-BF16, AMX-BF16 or Arm BF16): bf16 is converted to float32 "
+            "around every op, so the build will not be faster than float32 and may be slower; use --precision fp32 here"
+        )
+    if o.precision == "fp16" and not caps.native_fp16:
+        return (
+            f"{caps.cpu} has no fp16 arithmetic (AVX512-FP16 or Arm FP16): fp16 is converted to float32 around "
+            "every op, so the build will not be faster than float32 and may be slower; use --precision fp32 here"
+        )
+    return None
+
+
+def _conv_kernels(o) -> frozenset:
+    """The passes of this build that give reduced-precision convs a kernel of their own (MixedPrecision
+    converts only what they take): under bf16, BF16ConvKernel where the CPU has AVX512-BF16 and convs run blocked."""
+    on = {s.name for s in select_rows(ROWS, o.opt_level, o.disabled_passes)}
+    if not (vdpbf16ps(o) and o.layout == "NCHWc" and "BF16ConvKernel" in on):
+        return frozenset()
+    return frozenset(on & {"BF16ConvKernel", "Winograd"})
+
+
+def _min_reduced_winograd_tile(o) -> int:
+    """The smallest Winograd F(m x m) a bf16/fp16 conv takes: 2 with no bf16 conv kernel; 4 on the vdpbf16ps
+    kernel (F(2x2) ran slower than it); none on AMX tiles (8: no such tile), where ResNet-50 bf16 ran 11.95 ms
+    all direct against 13.15 ms with its six F(4x4) convs (benchmarks/history.md)."""
+    if "BF16ConvKernel" not in _conv_kernels(o):
+        return 2
+    return 8 if o.target.caps.bf16 is BF16.AMX else 4
+
+
+def channel_multiple(o) -> int:
+    """What RemoveZeroChannels keeps channel counts a multiple of: the NCHWc block, so pruned convs stay blocked."""
+    return 1 if o.layout in ("NCHW", "NHWC") else o.target.caps.f32_block
+
+
+# Kiln's graph passes (before lowering)
+GRAPH_ROWS: tuple[PassSpec, ...] = (
+    PassSpec("StaticDataflow", lambda o: kp.StaticDataflow(), 0, required=True),  # TVM's passes see dataflow only
+    PassSpec("LowerQDQ", lambda o: kp.LowerQDQ(o.target.caps), 1),  # before FoldConstants folds the weights' DQ
+    PassSpec("FoldConstants", lambda o: kp.FoldConstants(), 1),
+    PassSpec("CanonicalizeClip", lambda o: kp.CanonicalizeClip(), 1),
+    PassSpec("RemoveNoOps", lambda o: kp.RemoveNoOps(), 1),
+    PassSpec("FoldBatchNorm", lambda o: kp.FoldBatchNorm(), 1),
+    PassSpec("RemoveZeroChannels", lambda o: kp.RemoveZeroChannels(channel_multiple(o)), 1),  # pruned channels out
+    PassSpec("DropDeadConvTaps", lambda o: kp.DropDeadConvTaps(), 1),  # taps that read only padding
+    # strided 1x1 convs read a dense slice (not on an accelerator target: backends/vta)
+    PassSpec("SubsampleStridedPointwise", lambda o: kp.SubsampleStridedPointwise(), 2),
+    PassSpec("ConvTransposeAsConv", lambda o: kp.ConvTransposeAsConv(), 1),  # after FoldBatchNorm folds into it
+    PassSpec("ResizeAsMatmul", lambda o: kp.ResizeAsMatmul(), 1),
+    PassSpec("Quantize", lambda o: None, 1),  # the calibrated QuantizeGraph, given by the quantize flow
+    PassSpec(
+        "MixedPrecision",
+        lambda o: kp.MixedPrecision(o.precision, _conv_kernels(o)) if o.precision != "fp32" else None,
+        1,
+    ),
+    PassSpec(
+        "Conv1dAsConv2d",
+        lambda o: kp.Conv1dAsConv2d(o.target.caps.f32_block) if o.layout in ("NCHWc", "NHWC") else None,
+        2,
+    ),
+    PassSpec("ConvertLayout", lambda o: kp.ConvertLayout(o.layout, o.target.caps.f32_block), 2),
+    PassSpec(
+        "NarrowBlockLayout",
+        lambda o: kp.NarrowBlockLayout(o.layout, o.target.caps.f32_block, int8_kernel(o.target.caps)),
+        2,
+    ),
+    PassSpec("BlockGroupedConv", lambda o: kp.BlockGroupedConv(o.layout, o.target.caps.f32_block), 2),
+    PassSpec("PropagateBlockedLayout", lambda o: kp.PropagateBlockedLayout(o.layout), 2),
+    PassSpec("Winograd", lambda o: kp.Winograd(min_reduced_tile=_min_reduced_winograd_tile(o)), 2),
+    PassSpec(
+        "BF16ConvKernel", lambda o: kp.BF16ConvKernel(o.target.caps.bf16 is BF16.AMX) if vdpbf16ps(o) else None, 2
+    ),  # the bf16 convs Winograd did not take
+    PassSpec("FuseBF16Epilogue", lambda o: kp.FuseBF16Epilogue() if vdpbf16ps(o) else None, 2),
+    PassSpec("FuseDepthwisePointwise", lambda o: kp.FuseDepthwisePointwise(), 2),
+    PassSpec("MergeSiblingMatmuls", lambda o: kp.MergeSiblingMatmuls(), 2),  # before PackDenseWeights packs each
+    PassSpec("FuseAttention", lambda o: kp.FuseAttention(isa) if (isa := attention_kernel(o)) else None, 2),
+    PassSpec("BF16MatmulKernel", lambda o: kp.BF16MatmulKernel() if vdpbf16ps(o) else None, 2),
+    PassSpec(
+        "PackDenseWeights", lambda o: kp.PackDenseWeights(o.target.caps.f32_block, o.target.caps.vector_registers), 2
+    ),
+    PassSpec("DeadCode", lambda o: kp.DeadCode(), 1),
+    PassSpec("DecomposeOpsForInference", lambda o: relax.transform.DecomposeOpsForInference(), 0, required=True),
+    PassSpec("FuseEpilogue", lambda o: kp.FuseEpilogue(), 2),
+    # lowering: TVM's passes (tvm.compile does not fuse on CPU by itself)
+)
+# lowering: TVM's passes (tvm.compile does not fuse on CPU by itself)
+LOWER_ROWS: tuple[PassSpec, ...] = (
+    PassSpec(
+        "LegalizeOps",
+        lambda o: relax.transform.LegalizeOps(customize_legalize_map=legalize_map(o.target.caps)),
+        0,
+        required=True,
+        graph=False,
+    ),
+    PassSpec("AnnotateTIROpPattern", lambda o: relax.transform.AnnotateTIROpPattern(), 0, required=True, graph=False),
+    PassSpec("FoldConstantTIR", lambda o: relax.transform.FoldConstant(), 1, graph=False),
+    PassSpec("FuseOps", lambda o: relax.transform.FuseOps(), 1, graph=False),
+    PassSpec("FuseTIR", lambda o: relax.transform.FuseTIR(), 0, required=True, graph=False),
+    PassSpec(
+        "DeadCodeElimination", lambda o: relax.transform.DeadCodeElimination(["main"]), 0, required=True, graph=False
+    ),
+)
+# kernels: tuned records where the database has them, else Kiln's default schedules
+SCHEDULE_ROWS: tuple[PassSpec, ...] = (
+    PassSpec("ApplyTuningDatabase", lambda o: _apply_tuning_database(o), 0, graph=False),
+    PassSpec("DefaultSchedules", _default_schedules, 2, graph=False),
+)
+
+ROWS: tuple[PassSpec, ...] = GRAPH_ROWS + LOWER_ROWS + SCHEDULE_ROWS
+
+
+class CPUBackend(Backend):
+    kind = "cpu"
+    schedule_row = "DefaultSchedules"
+
+    def rows(self, stage: Stage) -> tuple[PassSpec, ...]:
+        by_stage = {Stage.GRAPH: GRAPH_ROWS, Stage.LOWER: LOWER_ROWS, Stage.SCHEDULE: SCHEDULE_ROWS}
+        return by_stage[stage]
+
+    def all_rows(self) -> list[PassSpec]:
+        return list(ROWS)
+
+    def precision_note(self, options) -> str | None:
+        return precision_note(options)
+
+    def tuning_target(self, target):
+        """MetaSchedule needs num-cores ("llvm -mcpu=znver3" has none): this host's physical cores."""
+        if target.num_cores:
+            return target
+        import dataclasses
+
+        from ...runtime.hostinfo import physical_cores
+
+        return dataclasses.replace(target, num_cores=physical_cores())
+
+
+CPU = CPUBackend()

@@ -1,0 +1,45 @@
+"""Every KILN_* environment variable Kiln's Python code reads, read here (docs/cli.md lists them all). A
+knob read deep inside a module is a knob nobody finds; one module keeps them named, documented and few.
+(The runtime's thread pool reads KILN_THREAD_POOL in kiln/runtime/pool.py and the C++ runner, which
+must not depend on this module's callers; it is listed here and in the docs all the same.)"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from pathlib import Path
+
+TARGET = "KILN_TARGET"  # the target used when none is given (unset: the host CPU); CI stands in for another CPU
+TUNING_LOGS = "KILN_TUNING_LOGS"  # another folder to look for shipped records in, or "none" (the test suite sets it)
+NO_REPRODUCER = "KILN_NO_REPRODUCER"  # set (e.g. by the fuzzer) to skip the reproducer search of a failed compile
+STRICT_RULES = "KILN_STRICT_RULES"  # "1" (the test suite): a default schedule rule's failure propagates
+CACHE = "KILN_CACHE"  # where Kiln's C kernels are compiled to (default: a per-user folder under the temp dir)
+THREAD_POOL = "KILN_THREAD_POOL"  # "tvm": keep TVM's thread pool (read by kiln/runtime/pool.py and kiln_run)
+
+SHIPPED_TUNING_LOGS = Path(__file__).resolve().parents[1] / "tuning_logs"  # records Kiln ships, per target key
+
+
+def default_target() -> str | None:
+    """KILN_TARGET, or None where it is unset or blank."""
+    return os.environ.get(TARGET, "").strip() or None
+
+
+def shipped_tuning_logs() -> Path | None:
+    """The folder of shipped tuning records: tuning_logs/, the folder KILN_TUNING_LOGS names, or None ("none")."""
+    env = os.environ.get(TUNING_LOGS)
+    if env is None:
+        return SHIPPED_TUNING_LOGS
+    return None if env.strip().lower() == "none" else Path(env)
+
+
+def reproducer_disabled() -> bool:
+    return bool(os.environ.get(NO_REPRODUCER))
+
+
+def strict_rules() -> bool:
+    return os.environ.get(STRICT_RULES) == "1"
+
+
+def kernel_cache() -> Path:
+    """The folder Kiln's C kernels are built in (not created here)."""
+    return Path(os.environ.get(CACHE, Path(tempfile.gettempdir()) / f"kiln-kernels-{os.getuid()}"))
