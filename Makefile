@@ -11,7 +11,7 @@ $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
 	$(BIN)/python -m pip install -q 'torch==2.13.0'  # first, so the extra below finds it (the +cpu wheel on this machine)
-	$(BIN)/python -m pip install -q -e '.[dev,torch,tflite]'
+	$(BIN)/python -m pip install -q -e '.[dev,torch,tflite,grpc,serve-clients]'
 	touch $(STAMP)
 
 demo: $(STAMP)
