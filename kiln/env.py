@@ -14,6 +14,8 @@ TUNING_LOGS = "KILN_TUNING_LOGS"  # another folder to look for shipped records i
 NO_REPRODUCER = "KILN_NO_REPRODUCER"  # set (e.g. by the fuzzer) to skip the reproducer search of a failed compile
 STRICT_RULES = "KILN_STRICT_RULES"  # "1" (the test suite): a default schedule rule's failure propagates
 CACHE = "KILN_CACHE"  # where Kiln's C kernels are compiled to (default: a per-user folder under the temp dir)
+CPUS = "KILN_CPUS"  # a replica's CPU list ("2-3", "0,4"): the runtime narrows its process to it (runtime/replica.py)
+NUM_THREADS = "KILN_NUM_THREADS"  # the threads a model uses where the caller gives none (runtime/replica.py)
 THREAD_POOL = "KILN_THREAD_POOL"  # "tvm": keep TVM's thread pool (read by kiln/runtime/pool.py and kiln_run)
 
 SHIPPED_TUNING_LOGS = Path(__file__).resolve().parents[1] / "tuning_logs"  # records Kiln ships, per target key
@@ -43,3 +45,13 @@ def strict_rules() -> bool:
 def kernel_cache() -> Path:
     """The folder Kiln's C kernels are built in (not created here)."""
     return Path(os.environ.get(CACHE, Path(tempfile.gettempdir()) / f"kiln-kernels-{os.getuid()}"))
+
+
+def replica_cpus() -> str | None:
+    """KILN_CPUS as given, or None where it is unset or blank."""
+    return os.environ.get(CPUS, "").strip() or None
+
+
+def num_threads() -> str | None:
+    """KILN_NUM_THREADS as given (checked by its reader), or None where it is unset."""
+    return os.environ.get(NUM_THREADS)

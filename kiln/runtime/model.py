@@ -111,7 +111,7 @@ class Model:
                 where="bucket_policy",
                 fix=f"use one of {', '.join(art.BUCKET_POLICIES)}",
             )
-        apply_cpus()  # KILN_CPUS, before any pool thread exists
+        apply_cpus()  # the replica's CPU list (kiln/env.py), before any pool thread exists
         self.num_threads = num_threads or default_threads()
         if trusted_keys is not None and (isinstance(trusted_keys, (str, bytes, os.PathLike)) or not list(trusted_keys)):
             raise OptionsError(

@@ -9,11 +9,11 @@ from __future__ import annotations
 import functools
 import os
 
+from .. import env
 from ..errors import OptionsError
 from .hostinfo import physical_cores
 
-CPUS_ENV = "KILN_CPUS"
-THREADS_ENV = "KILN_NUM_THREADS"
+CPUS_ENV, THREADS_ENV = env.CPUS, env.NUM_THREADS
 
 
 def parse_cpus(text: str) -> set[int]:
@@ -34,7 +34,7 @@ def parse_cpus(text: str) -> set[int]:
 def apply_cpus() -> set[int]:
     """Narrow this process to KILN_CPUS (once, before any pool thread exists); -> the CPUs it may use
     (KILN_CPUS, or the mask it started with: what TVM's pool set-up widens is restored to it)."""
-    text = os.environ.get(CPUS_ENV)
+    text = env.replica_cpus()
     if text:
         cpus = parse_cpus(text)
         try:
@@ -50,7 +50,7 @@ def apply_cpus() -> set[int]:
 def default_threads() -> int:
     """KILN_NUM_THREADS, else the physical cores of this process's CPUs."""
     apply_cpus()
-    text = os.environ.get(THREADS_ENV)
+    text = env.num_threads()
     if text is None:
         return physical_cores()
     if not text.isdigit() or int(text) < 1:

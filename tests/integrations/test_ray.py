@@ -15,7 +15,10 @@ import kiln
 
 pytestmark = [pytest.mark.slow, pytest.mark.ray]
 ray = pytest.importorskip("ray", reason="pip install 'kiln[ray]'")
-serve = pytest.importorskip("ray.serve")
+try:  # Ray Serve imports gRPC stubs that refuse an older protobuf runtime (a VersionError, not an ImportError)
+    from ray import serve
+except Exception as e:
+    pytest.skip(f"ray.serve does not import here: {type(e).__name__}: {e}", allow_module_level=True)
 
 
 @pytest.fixture(scope="module")
