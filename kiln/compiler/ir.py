@@ -62,6 +62,15 @@ def var_uses(func: relax.Function) -> dict:
     return counts
 
 
+def module_var_uses(mod) -> dict:
+    """var_uses over every Relax function of a module."""
+    uses: dict = {}
+    for f in mod.functions.values():
+        if isinstance(f, relax.Function):
+            uses |= var_uses(f)
+    return uses
+
+
 def var_users(bindings) -> dict:
     """Var -> indices of the bindings (in order) whose call reads it as an argument."""
     users: dict = {}

@@ -18,7 +18,8 @@ from tvm import relax
 from tvm.ir.expr import GenericConst
 
 from ...counters import Counter
-from ..ir import op_name, var_uses
+from ..ir import module_var_uses, op_name
+from .counting import float32_shape
 from .module_map import rewrite_calls
 
 SOURCE, FUNCTION = "bf16_matmul", "kiln_bf16_matmul"
@@ -26,21 +27,11 @@ TASK_ROWS, TASK_BLOCKS = 48, 4  # a task's rows (the kernel's MAX_ROWS) and bloc
 BLOCK = 16
 
 
-def _static(e) -> list[int] | None:
-    ty = e.ty
-    if not isinstance(ty, relax.TensorType) or ty.shape is None or str(ty.dtype) != "float32":
-        return None
-    try:
-        return [int(d) for d in ty.shape.values]
-    except TypeError:
-        return None
-
-
 def takes(call) -> bool:
     """A float32 matmul of static activations [..., M, K] by constant weights [K, N], N a multiple of 16."""
     if op_name(call) != "relax.matmul" or not isinstance(call.args[1], GenericConst):
         return False
-    x, w = _static(call.args[0]), list(call.args[1].value.shape)
+    x, w = float32_shape(call.args[0]), list(call.args[1].value.shape)
     return (
         x is not None
         and len(w) == 2
@@ -116,7 +107,7 @@ def _rewrite(builder, call, uses, lookup, absorbed: list):
     if fused is None and (not takes(call) or any(call.args[1].same_as(w) for w in absorbed)):
         return None
     w = mm.args[1].value.numpy()
-    x_shape = _static(mm.args[0])
+    x_shape = float32_shape(mm.args[0])
     func = kernel_func(x_shape, w.shape[0], w.shape[1], b is not None)
     gv = builder.add_func(func.without_attr("global_symbol"), "bf16_matmul")
     args = [mm.args[0], relax.const(pack(w), "uint16")]
@@ -139,10 +130,7 @@ class BF16MatmulKernel:
         self.stats = {"bf16_kernel_matmuls": 0}
 
     def transform_module(self, mod: tvm.IRModule, ctx) -> tvm.IRModule:
-        uses = {}
-        for f in mod.functions.values():
-            if isinstance(f, relax.Function):
-                uses |= var_uses(f)
+        uses = module_var_uses(mod)
         absorbed = _absorbed(mod, uses)
         out, count = rewrite_calls(mod, lambda b, call, lookup: _rewrite(b, call, uses, lookup, absorbed), lookup=True)
         if not count:

@@ -54,6 +54,15 @@ def static_shape(e) -> tuple | None:
     return None
 
 
+def float32_shape(e) -> list[int] | None:
+    """The static shape of a float32 tensor expression, or None (another dtype, or a dimension known at run time)."""
+    ty = e.ty
+    if not isinstance(ty, relax.TensorType) or str(ty.dtype) != "float32":
+        return None
+    shape = static_shape(e)
+    return None if shape is None else list(shape)
+
+
 def bound_call(e, lookup_binding, op: str | None = None):
     """The op call a Var is bound to (through var aliases), or None; with `op`, only a call of that op."""
     while isinstance(e, relax.Var):

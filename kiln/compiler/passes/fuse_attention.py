@@ -24,7 +24,8 @@ from tvm import relax, te
 from tvm.ir.expr import GenericConst
 
 from ...counters import Counter
-from ..ir import op_name, var_uses
+from ..ir import module_var_uses, op_name
+from .counting import float32_shape
 from .module_map import rewrite_calls
 
 ROWS_PER_TASK = 24  # query rows per parallel task: a multiple of the kernel's tile rows (6 on AVX-512, 4 on AVX2)
@@ -45,16 +46,6 @@ class Attention:
     v: relax.Expr
     scale: float
     mask: relax.Expr | None
-
-
-def _shape(e) -> list[int] | None:
-    ty = e.ty
-    if not isinstance(ty, relax.TensorType) or ty.shape is None or str(ty.dtype) != "float32":
-        return None
-    try:
-        return [int(d) for d in ty.shape.values]
-    except TypeError:
-        return None
 
 
 def _scalar(e) -> float | None:
@@ -109,7 +100,7 @@ def match(call, uses: dict, lookup) -> Attention | None:
 
 def geometry(a: Attention, lanes: int) -> dict | None:
     """The kernel's sizes and mask strides for a match, or None when its shapes are not the kernel's."""
-    q, kt, v = (_shape(e) for e in (a.q, a.kt, a.v))
+    q, kt, v = (float32_shape(e) for e in (a.q, a.kt, a.v))
     if q is None or kt is None or v is None or len(q) not in (3, 4) or not len(q) == len(kt) == len(v):
         return None
     *lead, m, d = q
@@ -119,7 +110,7 @@ def geometry(a: Attention, lanes: int) -> dict | None:
     g = {"lead": lead, "M": m, "N": n, "D": d, "DV": v[-1], "bh": int(np.prod(lead)), "mask": None}
     if a.mask is None:
         return g
-    mask = _shape(a.mask)
+    mask = float32_shape(a.mask)
     if mask is None or len(mask) > 4 or mask[-1] != n:
         return None
     mb, mh, mm = ([1] * (4 - len(mask)) + mask)[:3]
@@ -179,7 +170,7 @@ def _rewrite(builder, call, uses, lookup, isa: str):
     keys = builder.emit(builder.call_te(pack_keys, a.kt, kb, primfunc_name_hint="attention_keys"))
     args = [a.q, keys, a.v]
     if a.mask is not None:
-        g["mask_shape"] = _shape(a.mask)
+        g["mask_shape"] = float32_shape(a.mask)
         args.append(a.mask)
     gv = builder.add_func(kernel_func(g, a.scale, function, source, kb).without_attr("global_symbol"), "attention")
     return relax.call_tir(gv, args, relax.TensorType([*g["lead"], g["M"], g["DV"]], "float32"))
@@ -207,10 +198,7 @@ class FuseAttention:
         self.stats = {"attention_fused": 0}
 
     def transform_module(self, mod: tvm.IRModule, ctx) -> tvm.IRModule:
-        uses = {}
-        for f in mod.functions.values():
-            if isinstance(f, relax.Function):
-                uses |= var_uses(f)
+        uses = module_var_uses(mod)
         out, count = rewrite_calls(mod, lambda b, call, lookup: _rewrite(b, call, uses, lookup, self.isa), lookup=True)
         if not count:
             return mod
