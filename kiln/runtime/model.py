@@ -83,6 +83,54 @@ def load(
     )
 
 
+def _check_options(num_threads, bucket_policy) -> None:
+    if num_threads is not None and (not isinstance(num_threads, int) or num_threads < 1):
+        raise OptionsError(
+            f"num_threads must be a positive integer, got {num_threads!r}",
+            where="num_threads",
+            fix="e.g. num_threads=2",
+        )
+    if bucket_policy is not None and bucket_policy not in art.BUCKET_POLICIES:
+        raise OptionsError(
+            f"bucket policy {bucket_policy!r} is not valid",
+            where="bucket_policy",
+            fix=f"use one of {', '.join(art.BUCKET_POLICIES)}",
+        )
+
+
+def _check_trusted_keys(trusted_keys) -> None:
+    if trusted_keys is not None and (isinstance(trusted_keys, (str, bytes, os.PathLike)) or not list(trusted_keys)):
+        raise OptionsError(
+            "trusted_keys must be a non-empty list of public keys",
+            where="trusted_keys",
+            fix="e.g. trusted_keys=['kiln.pub']",
+        )
+
+
+def _check_host(manifest: dict, where: str) -> None:
+    """The artifact's architecture and CPU features (AMX only where Linux grants the tiles) are this host's."""
+    if manifest["arch"] != host_arch():
+        raise IncompatibleArtifactError(
+            f"artifact is built for {manifest['arch']}, this host is {host_arch()}",
+            where=where,
+            fix=f"recompile for this host (kiln compile without --target), or run it on {_a(manifest['arch'])} machine",
+        )
+    if "amx-tile" in manifest["cpu_features"] and "amx_tile" in host_cpu_flags() and (why := enable_amx()):
+        raise IncompatibleArtifactError(
+            f"artifact uses AMX tiles and {why}",
+            where=where,
+            fix="run it on a newer kernel, or recompile with --target 'llvm -mcpu=... -mattr=-amx-tile'",
+        )
+    missing = missing_cpu_features(manifest["cpu_features"])
+    if missing:
+        raise IncompatibleArtifactError(
+            f"artifact needs CPU features this host lacks: {', '.join(missing)} "
+            f"(built for target {manifest['target']!r})",
+            where=where,
+            fix="recompile on this host, or with a --target whose -mcpu this host supports",
+        )
+
+
 class Model:
     """A loaded artifact. `run({name: array}) -> {output name: array}`. Calls are serialized by a
     lock (TVM's VM is not thread-safe). With shape buckets, `run` picks the bucket (see
@@ -99,49 +147,13 @@ class Model:
     ):
         self.path = Path(path)
         where = str(path)
-        if num_threads is not None and (not isinstance(num_threads, int) or num_threads < 1):
-            raise OptionsError(
-                f"num_threads must be a positive integer, got {num_threads!r}",
-                where="num_threads",
-                fix="e.g. num_threads=2",
-            )
-        if bucket_policy is not None and bucket_policy not in art.BUCKET_POLICIES:
-            raise OptionsError(
-                f"bucket policy {bucket_policy!r} is not valid",
-                where="bucket_policy",
-                fix=f"use one of {', '.join(art.BUCKET_POLICIES)}",
-            )
+        _check_options(num_threads, bucket_policy)
         apply_cpus()  # the replica's CPU list (kiln/env.py), before any pool thread exists
         self.num_threads = num_threads or default_threads()
-        if trusted_keys is not None and (isinstance(trusted_keys, (str, bytes, os.PathLike)) or not list(trusted_keys)):
-            raise OptionsError(
-                "trusted_keys must be a non-empty list of public keys",
-                where="trusted_keys",
-                fix="e.g. trusted_keys=['kiln.pub']",
-            )
+        _check_trusted_keys(trusted_keys)
         manifest, members = art.read_artifact(path, trusted_keys=None if trusted_keys is None else list(trusted_keys))
         self.manifest = manifest
-        if manifest["arch"] != host_arch():
-            raise IncompatibleArtifactError(
-                f"artifact is built for {manifest['arch']}, this host is {host_arch()}",
-                where=where,
-                fix="recompile for this host (kiln compile without --target), "
-                f"or run it on {_a(manifest['arch'])} machine",
-            )
-        if "amx-tile" in manifest["cpu_features"] and "amx_tile" in host_cpu_flags() and (why := enable_amx()):
-            raise IncompatibleArtifactError(
-                f"artifact uses AMX tiles and {why}",
-                where=where,
-                fix="run it on a newer kernel, or recompile with --target 'llvm -mcpu=... -mattr=-amx-tile'",
-            )
-        missing = missing_cpu_features(manifest["cpu_features"])
-        if missing:
-            raise IncompatibleArtifactError(
-                f"artifact needs CPU features this host lacks: {', '.join(missing)} "
-                f"(built for target {manifest['target']!r})",
-                where=where,
-                fix="recompile on this host, or with a --target whose -mcpu this host supports",
-            )
+        _check_host(manifest, where)
         tvm, VirtualMachine = _import_tvm_runtime()
         if _minor(tvm.__version__) != _minor(manifest["tvm_version"]):
             raise IncompatibleArtifactError(
@@ -158,6 +170,23 @@ class Model:
         ]
         self.accelerator = _register_accelerator(manifest, members, accelerator, where)  # before any VM exists
         self.buckets, self._fns = [], []
+        self._load_buckets(manifest, members, weights, VirtualMachine)
+        self.inputs, self.outputs = list(self.buckets[0].inputs), list(self.buckets[0].outputs)
+        self._dtypes = [np.dtype(s.dtype) for s in self.inputs]
+        co = manifest.get("compile_options", {})
+        self._pinned = frozenset(set(co.get("input_shapes", {})).union(*(b for b in co.get("shape_buckets", []))))
+        self._on_cpu = self._dev.dlpack_device_type() == 1
+        self._lock = threading.Lock()
+        self._staging: dict = {}  # input index -> (aligned TVM tensor, numpy view of it): _argument
+        self.warmup_ms: list[float] = []
+        if warmup:
+            self.warm_up()
+
+    def _load_buckets(self, manifest: dict, members: dict, weights: list, VirtualMachine) -> None:
+        """Each bucket's library loaded (on Kiln's thread pool for CPU code), its VM entry and its weights."""
+        tvm, where = self._tvm, str(self.path)
+        pad_values = tuple(sorted((manifest.get("pad_values") or {}).items()))
+        entry = manifest.get("entry", "main")
         with tempfile.TemporaryDirectory(prefix="kiln-load-") as tmp:
             for b in _bucket_entries(manifest, where):
                 lib_path = Path(tmp) / b["library"]
@@ -170,30 +199,19 @@ class Model:
                         b["name"],
                         tuple(map(art.TensorSpec.from_json, b["inputs"])),
                         tuple(map(art.TensorSpec.from_json, b["outputs"])),
-                        tuple(sorted((manifest.get("pad_values") or {}).items())),
+                        pad_values,
                     )
                 )
                 vm = VirtualMachine(lib, self._dev)
-                entry = manifest.get("entry", "main")
                 try:
                     fn = vm[entry]
                 except Exception:  # a manifest edited to name a function the library lacks
                     raise art.ArtifactError(
                         f"the library has no entry function {entry!r}",
-                        where=str(self.path),
+                        where=where,
                         fix="the manifest does not match the library; recompile the model",
                     ) from None
                 self._fns.append((vm, fn, [weights[i] for i in b["weights"]]))
-        self.inputs, self.outputs = list(self.buckets[0].inputs), list(self.buckets[0].outputs)
-        self._dtypes = [np.dtype(s.dtype) for s in self.inputs]
-        co = manifest.get("compile_options", {})
-        self._pinned = frozenset(set(co.get("input_shapes", {})).union(*(b for b in co.get("shape_buckets", []))))
-        self._on_cpu = self._dev.dlpack_device_type() == 1
-        self._lock = threading.Lock()
-        self._staging: dict = {}  # input index -> (aligned TVM tensor, numpy view of it): _argument
-        self.warmup_ms: list[float] = []
-        if warmup:
-            self.warm_up()
 
     def warm_up(self) -> list[float]:
         """Run every bucket once on zeros; returns (and keeps) each run's milliseconds."""
