@@ -74,6 +74,45 @@ def _sift_down(heap, top, size):
                 p[0] = size
 
 
+def _heap_of_candidates(sc, r, num_boxes: int, score_thr, heap, size) -> None:
+    """Row r's boxes scoring above the threshold, pushed and heapified (score-ordered, highest first)."""
+    hs, hi = heap[0], heap[1]
+    size[0] = T.int32(0)
+    with T.serial(0, num_boxes) as j:
+        with T.If(sc[r, j] > score_thr):
+            with T.Then():
+                hs[size[0]] = sc[r, j]
+                hi[size[0]] = j
+                size[0] = size[0] + 1
+    with T.serial(0, size[0] // 2) as t:
+        _sift_down(heap, size[0] // 2 - 1 - t, size[0])
+
+
+def _overlaps_kept(sel, cap: int, n, box, scratch, step: int, iou_thr) -> None:
+    """hit[0] = whether `box` (y1, x1, y2, x2, area) overlaps a kept box (sel's planes, n[0] of them) above the
+    IoU threshold: the intersections of `step` kept boxes first, the IoU's division only where one is positive."""
+    y1, x1, y2, x2, area = box
+    k, hit, hits, inter = scratch
+    hit[0] = T.int32(0)
+    k[0] = T.int32(0)
+    with T.While(tirx.all(k[0] < n[0], hit[0] == 0)):
+        with T.vectorized(0, step) as v:
+            s = k[0] + v
+            iy = tirx.max(tirx.min(y2, sel[2 * cap + s]) - tirx.max(y1, sel[s]), T.float32(0))
+            ix = tirx.max(tirx.min(x2, sel[3 * cap + s]) - tirx.max(x1, sel[cap + s]), T.float32(0))
+            inter[v] = tirx.Select(s < n[0], iy * ix, T.float32(0))
+            hits[v] = tirx.Select(inter[v] > T.float32(0), T.int32(1), T.int32(0))
+        with T.If(_any(hits, step) != 0):
+            with T.Then():
+                with T.vectorized(0, step) as v:
+                    union = area + sel[4 * cap + k[0] + v] - inter[v]
+                    over = tirx.all(inter[v] > T.float32(0), union > T.float32(0))
+                    iou = inter[v] / tirx.Select(over, union, T.float32(1))
+                    hits[v] = tirx.Select(tirx.all(over, iou > iou_thr), T.int32(1), T.int32(0))
+                hit[0] = _any(hits, step)
+        k[0] = k[0] + step
+
+
 def _nms_rows(boxes, scores, iou_t, score_t, limit_t, classes: int, limit: int, lanes: int):
     """kept[r, :count[r]]: the box indices row r = batch * classes + class keeps, in score order.
     boxes: [batch * boxes, 4]; scores: [batch * classes, boxes]. Only candidates above the score threshold
@@ -99,15 +138,7 @@ def _nms_rows(boxes, scores, iou_t, score_t, limit_t, classes: int, limit: int, 
                 hits, inter = _local("int32", step), _local("float32", step)
                 tf, box = _local("float32"), _local("float32", 5)
                 heap = (hs, hi, p, c, ti, tf)
-                size[0] = T.int32(0)
-                with T.serial(0, num_boxes) as j:
-                    with T.If(sc[r, j] > score_thr):
-                        with T.Then():
-                            hs[size[0]] = sc[r, j]
-                            hi[size[0]] = j
-                            size[0] = size[0] + 1
-                with T.serial(0, size[0] // 2) as t:
-                    _sift_down(heap, size[0] // 2 - 1 - t, size[0])
+                _heap_of_candidates(sc, r, num_boxes, score_thr, heap, size)
                 n[0] = T.int32(0)
                 base = (r // classes) * num_boxes
                 with T.While(tirx.all(size[0] > 0, n[0] < stop)):
@@ -122,25 +153,7 @@ def _nms_rows(boxes, scores, iou_t, score_t, limit_t, classes: int, limit: int, 
                     box[2], box[3] = tirx.max(p0, p2), tirx.max(p1, p3)
                     box[4] = (box[2] - box[0]) * (box[3] - box[1])
                     y1, x1, y2, x2, area = (box[i] for i in range(5))
-                    hit[0] = T.int32(0)
-                    k[0] = T.int32(0)
-                    with T.While(tirx.all(k[0] < n[0], hit[0] == 0)):
-                        # intersections of `step` kept boxes first; the IoU's division only where one is positive
-                        with T.vectorized(0, step) as v:
-                            s = k[0] + v
-                            iy = tirx.max(tirx.min(y2, sel[2 * cap + s]) - tirx.max(y1, sel[s]), T.float32(0))
-                            ix = tirx.max(tirx.min(x2, sel[3 * cap + s]) - tirx.max(x1, sel[cap + s]), T.float32(0))
-                            inter[v] = tirx.Select(s < n[0], iy * ix, T.float32(0))
-                            hits[v] = tirx.Select(inter[v] > T.float32(0), T.int32(1), T.int32(0))
-                        with T.If(_any(hits, step) != 0):
-                            with T.Then():
-                                with T.vectorized(0, step) as v:
-                                    union = area + sel[4 * cap + k[0] + v] - inter[v]
-                                    over = tirx.all(inter[v] > T.float32(0), union > T.float32(0))
-                                    iou = inter[v] / tirx.Select(over, union, T.float32(1))
-                                    hits[v] = tirx.Select(tirx.all(over, iou > iou_thr), T.int32(1), T.int32(0))
-                                hit[0] = _any(hits, step)
-                        k[0] = k[0] + step
+                    _overlaps_kept(sel, cap, n, (y1, x1, y2, x2, area), (k, hit, hits, inter), step, iou_thr)
                     with T.If(hit[0] == 0):
                         with T.Then():
                             m = n[0]
