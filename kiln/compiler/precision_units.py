@@ -8,9 +8,8 @@ registers, also where its operands are stored in bf16 or fp16 (TVM 0.27 converts
 
 from __future__ import annotations
 
-MULTIPLY_ADD = frozenset(
-    {"conv2d", "conv2d_nchw", "depthwise_nchw", "conv3d", "matmul", "winograd", "depthwise_pointwise", "attention"}
-)
+from ..runtime.profile import MULTIPLY_ADD  # the kinds whose FLOPs are multiply-adds (the bf16 ones return first)
+
 WHY_WIDER = {  # a float32 multiply-add kernel of a bf16/fp16 build: what no reduced-precision kernel takes
     "attention": "activations x activations (Q K^T, P V): the fused float32 attention kernel",
     "matmul": "no bf16 kernel for it: operands both activations, or columns not a multiple of 16",

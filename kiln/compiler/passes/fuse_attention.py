@@ -119,7 +119,7 @@ def geometry(a: Attention, lanes: int) -> dict | None:
         return None
     slab = mm * n if mb * mh > 1 else 0  # one [rows, N] slab of the mask
     div, mod = (heads, mb) if mh == 1 else (1, mh * mb)
-    g["mask"] = {"bh": slab, "row": n if mm == m else 0, "div": div, "mod": mod}
+    g["mask"] = {"bh": slab, "row": n if mm == m else 0, "div": div, "mod": mod, "shape": mask}
     return g
 
 
@@ -142,7 +142,7 @@ def kernel_func(g: dict, scale: float, function: str, source: str, kb: int):
     params = [("q", [*lead, m, d]), ("kt", [*lead, -(-n // kb), d, kb]), ("v", [*lead, n, dv])]
     mk = g["mask"] or {"bh": 0, "row": 0, "div": 1, "mod": 1}
     if g["mask"] is not None:
-        params.append(("mask", g["mask_shape"]))
+        params.append(("mask", g["mask"]["shape"]))
     params.append(("out", [*lead, m, dv]))
     per_head = -(-m // ROWS_PER_TASK)
     flops = 2 * g["bh"] * m * n * (d + dv)
@@ -170,7 +170,6 @@ def _rewrite(builder, call, uses, lookup, isa: str):
     keys = builder.emit(builder.call_te(pack_keys, a.kt, kb, primfunc_name_hint="attention_keys"))
     args = [a.q, keys, a.v]
     if a.mask is not None:
-        g["mask_shape"] = float32_shape(a.mask)
         args.append(a.mask)
     gv = builder.add_func(kernel_func(g, a.scale, function, source, kb).without_attr("global_symbol"), "attention")
     return relax.call_tir(gv, args, relax.TensorType([*g["lead"], g["M"], g["DV"]], "float32"))
