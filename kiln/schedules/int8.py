@@ -17,7 +17,7 @@ from tvm import s_tir
 from . import intrinsics as ti
 from .matmul import cropping_consumers
 from .rules import extent, inline_all_but, parallel_vectorize, tile_consumers, vectorize_tails
-from .tiles import ROUND_ROWS_GAIN, divisor_at_most
+from .tiles import divisor_at_most, round_to_tile
 
 ANNOTATION = "kiln.int8_kernel"  # block annotation of the int8 computes: the Int8Kernel's path
 
@@ -146,18 +146,11 @@ def _kernel_of(sch: s_tir.Schedule, anchor) -> Int8Kernel:
 def rounded_rows(rows: int, blocks: int, accumulators: int) -> int | None:
     """The row count an int8 matmul's rows are rounded up to when no divisor of `rows` gives a register tile
     within ROUND_ROWS_GAIN of the best one (ViT's 197 tokens, a prime: 1-row tiles read every weight vector
-    per dot product, 48 GOP/s on Zen 4); None when the rows tile well. Mirrors tiles.rounded_rows (float32)."""
-    best, best_key = 1, 0.0
-    for b in range(1, min(blocks, accumulators) + 1):
-        if blocks % b == 0 and (t := accumulators // b) * b / (t + b) > best_key:
-            best, best_key = t, t * b / (t + b)
-    t, b = register_tile(rows, blocks, accumulators)
-    if rows % best == 0 or best_key <= ROUND_ROWS_GAIN * t * b / (t + b):
-        return None
-    return -(-rows // best) * best
+    per dot product, 48 GOP/s on Zen 4); None when the rows tile well (tiles.round_to_tile, as float32's)."""
+    return round_to_tile(rows, lambda m: register_tile(m, blocks, accumulators))
 
 
-def register_tile(pixels: int, blocks: int, accumulators: int) -> tuple[int, int]:
+def register_tile(pixels: int | None, blocks: int, accumulators: int) -> tuple[int, int]:
     """(pixels, channel blocks) of a register tile: divisors of the extents (no tails for tensorize),
     at most `accumulators`, with the most dot products per operand loaded (t broadcasts + b weight
     vectors for t x b dot products), then the most accumulators. The weights are read again for every
@@ -167,7 +160,7 @@ def register_tile(pixels: int, blocks: int, accumulators: int) -> tuple[int, int
     for b in range(1, min(blocks, accumulators) + 1):
         if blocks % b:
             continue
-        t = divisor_at_most(pixels, accumulators // b)
+        t = accumulators // b if pixels is None else divisor_at_most(pixels, accumulators // b)  # None: any rows
         key = (t * b / (t + b), t * b)
         if key > best_key:
             best, best_key = (t, b), key

@@ -34,16 +34,21 @@ def matmul_tile(rows: int | None, vectors: int, registers: int) -> tuple[int, in
     return best
 
 
-def rounded_rows(rows: int, vectors: int, registers: int) -> int | None:
-    """The row count a matmul's rows are rounded up to (the padding rows computed and dropped) when no
-    divisor of `rows` gives a register tile within ROUND_ROWS_GAIN of the best tile: 197 tokens (prime)
-    have only 1-row tiles, which read a weight vector per FMA (27-31% of peak), where 6 x 4 zmm tiles
-    read one per 2.4 FMAs. None when the rows tile well as they are."""
-    r, v = matmul_tile(None, vectors, registers)
-    have = matmul_tile(rows, vectors, registers)
+def round_to_tile(rows: int, tile) -> int | None:
+    """The row count a matmul's rows are rounded up to (the padding rows computed and dropped) when no divisor of
+    `rows` gives a register tile within ROUND_ROWS_GAIN of the best tile; None when the rows tile well as they
+    are. tile(rows or None) -> (r, v): the best tile whose r divides `rows`, or any r for None."""
+    r, v = tile(None)
+    have = tile(rows)
     if rows % r == 0 or r * v / (r + v) <= ROUND_ROWS_GAIN * have[0] * have[1] / sum(have):
         return None
     return -(-rows // r) * r
+
+
+def rounded_rows(rows: int, vectors: int, registers: int) -> int | None:
+    """round_to_tile for the float32 matmul tile: 197 tokens (prime) have only 1-row tiles, which read a weight
+    vector per FMA (27-31% of peak), where 6 x 4 zmm tiles read one per 2.4 FMAs."""
+    return round_to_tile(rows, lambda m: matmul_tile(m, vectors, registers))
 
 
 def padded_tile(rows: int, vectors: int, registers: int) -> tuple[int, int, int, int]:
