@@ -235,3 +235,15 @@ def text_encoder() -> onnx.ModelProto:
     out = helper.make_tensor_value_info("output", TensorProto.FLOAT, [1, "seq", HIDDEN])
     g = helper.make_graph(nodes, "text", [ids, mask], [out], inits)
     return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def batchable_conv() -> onnx.ModelProto:
+    """A 3x3 conv 3 -> 4 channels on 8x8 inputs with a symbolic batch: the serving integrations' model."""
+    nodes = [helper.make_node("Conv", ["input", "w"], ["output"], pads=[1, 1, 1, 1])]
+    return make_model(
+        nodes,
+        {"input": rand(1, 3, 8, 8)},
+        ["output"],
+        {"w": rand(4, 3, 3, 3, seed=3)},
+        in_shapes={"input": ["N", 3, 8, 8]},
+    )

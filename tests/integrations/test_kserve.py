@@ -10,8 +10,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from helpers import make_model, rand
-from onnx import helper
+from helpers import batchable_conv, rand
 
 import kiln
 
@@ -27,14 +26,7 @@ def _python() -> str:
 
 def test_kserve_client_against_kiln_model(tmp_path):
     py = _python()
-    nodes = [helper.make_node("Conv", ["input", "w"], ["output"], pads=[1, 1, 1, 1])]
-    m = make_model(
-        nodes,
-        {"input": rand(1, 3, 8, 8)},
-        ["output"],
-        {"w": rand(4, 3, 3, 3, seed=3)},
-        in_shapes={"input": ["N", 3, 8, 8]},
-    )
+    m = batchable_conv()
     kiln.compile(m, tmp_path / "net.kiln", shape_buckets="input:1x3x8x8,2x3x8x8")
     x = rand(2, 3, 8, 8, seed=4)
     np.save(tmp_path / "x.npy", x)

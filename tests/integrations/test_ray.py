@@ -8,8 +8,7 @@ import urllib.request
 
 import numpy as np
 import pytest
-from helpers import make_model, rand
-from onnx import helper
+from helpers import batchable_conv, rand
 
 import kiln
 
@@ -25,14 +24,7 @@ except Exception as e:
 def app(tmp_path_factory):
     from kiln.integrations.ray import deployment
 
-    nodes = [helper.make_node("Conv", ["input", "w"], ["output"], pads=[1, 1, 1, 1])]
-    m = make_model(
-        nodes,
-        {"input": rand(1, 3, 8, 8)},
-        ["output"],
-        {"w": rand(4, 3, 3, 3, seed=3)},
-        in_shapes={"input": ["N", 3, 8, 8]},
-    )
+    m = batchable_conv()
     path = tmp_path_factory.mktemp("ray") / "net.kiln"
     kiln.compile(m, path, shape_buckets="input:1x3x8x8,4x3x8x8")
     with socket.socket() as s:
