@@ -176,8 +176,9 @@ def _padded(builder, call, block: int):
     return relax.op.strided_slice(y, axes=[call.ty.ndim - 1], begin=[0], end=[n])
 
 
-def _to_packed(builder, call, block: int, registers: int):
-    b, rows, ragged = column_block(call, block), None, ragged_rows(call, block, registers)
+def _to_packed(builder, call, block: int, registers: int, ragged: tuple[int, int] | None):
+    """The packed matmul for `call`, or None; ragged: its ragged_rows (b, rows), computed once by the caller."""
+    b, rows = column_block(call, block), None
     if ragged is not None:
         b, rows = ragged
         padded = int(call.args[1].value.shape[1])
@@ -242,9 +243,9 @@ class PackDenseWeights:
         def pack(builder, call, lookup):
             folded = _folded_transpose(call, lookup)
             call = call if folded is call else builder.normalize(folded)
-            if ragged_rows(call, self.block, self.registers) is not None:
-                self.stats["dense_rows_rounded"] += 1
-            new = _to_packed(builder, call, self.block, self.registers)
+            ragged = ragged_rows(call, self.block, self.registers)
+            self.stats["dense_rows_rounded"] += ragged is not None
+            new = _to_packed(builder, call, self.block, self.registers, ragged)
             if new is not None and static_shape(call.args[0]) is None:
                 dynamic.append(call)
             if new is None:
