@@ -1,12 +1,14 @@
 """BF16MatmulKernel: with --precision bf16 on a CPU with AVX512-BF16, a float32 matmul by constant weights
 (a transformer's projections and MLP, a classifier) runs on Kiln's vdpbf16ps C kernel
 (kiln/schedules/kernels/bf16_matmul.c): the weights converted to bf16 and packed at compile time into
-[N/16, K/2, 16, 2], the activations converted to bf16 by the kernel once per task, float32 accumulation,
-the bias added as the tile is stored. TVM 0.27 computes bf16 matmuls in float32 registers, so before this
-`--precision bf16` left transformers' matmuls in float32 (bit-identical to the fp32 build). One
-vdpbf16ps does 32 multiply-adds where an fp32 FMA does 16: [128, 768] x [768, 3072] ran at 217 GFLOP/s on
-one Zen 4 core (numpy's fp32, 2 threads: 186). Each matmul becomes a call_tir to a PrimFunc calling the
-kernel over (48 rows x 256 columns) tasks in parallel. `stats["bf16_kernel_matmuls"]` counts them."""
+[N/16, K/2, 16, 2], float32 accumulation, the bias added as the tile is stored. The activations are cast to
+bf16 by an astype this pass inserts, which FuseOps fuses into their producer (LayerNorm, GELU, the attention
+output's transpose), so the producer writes bf16 once instead of every task converting its rows (an odd K,
+whose rows are not whole bf16 pairs, is converted by the kernel). TVM 0.27 computes bf16 matmuls in float32
+registers, so before this `--precision bf16` left transformers' matmuls in float32 (bit-identical to the fp32
+build). One vdpbf16ps does 32 multiply-adds where an fp32 FMA does 16. Each matmul becomes a call_tir to a
+PrimFunc calling the kernel over its tasks (`tasks`) in parallel; timings in benchmarks/history.md.
+`stats["bf16_kernel_matmuls"]` counts them."""
 
 from __future__ import annotations
 
@@ -23,7 +25,9 @@ from .counting import float32_shape
 from .module_map import rewrite_calls
 
 SOURCE, FUNCTION = "bf16_matmul", "kiln_bf16_matmul"
-TASK_ROWS, TASK_BLOCKS = 48, 4  # a task's rows (the kernel's MAX_ROWS) and blocks of 16 columns
+TASK_BLOCKS = 4  # a task's blocks of 16 columns: the kernel's register tile
+MIN_TASKS = 8  # fewer column tasks than this split the rows too (2 threads x 4 tasks each)
+TILE_ROWS = 6  # the kernel's register tile rows: a task's rows are a multiple
 BLOCK = 16
 
 
@@ -52,21 +56,34 @@ def pack(w: np.ndarray) -> np.ndarray:
     return np.ascontiguousarray(bits.reshape(k2, 2, n // BLOCK, BLOCK).transpose(2, 0, 3, 1))
 
 
-def kernel_func(x_shape: list[int], k: int, n: int, bias: bool):
-    """The PrimFunc calling the kernel for every (48 rows, 256 columns) task in parallel."""
+def tasks(m: int, blocks: int) -> tuple[int, int]:
+    """(rows per task, column tasks): a task is one group of 4 column blocks over all rows (its weights read
+    into cache once), the rows split as well where there are fewer than MIN_TASKS groups. Against 48-row tasks,
+    [128, 768] x [768, 3072] on 2 Zen 4 threads went from 77% to 82% of the bf16 peak: three row tasks (48,
+    48, 32) split unevenly over two threads."""
+    col_tasks = -(-blocks // TASK_BLOCKS)
+    row_tasks = min(-(-MIN_TASKS // col_tasks), -(-m // TILE_ROWS))
+    per = -(-m // row_tasks)
+    return -(-per // TILE_ROWS) * TILE_ROWS, col_tasks
+
+
+def kernel_func(x_shape: list[int], k: int, n: int, bias: bool, x_bf16: bool):
+    """The PrimFunc calling the kernel for every task in parallel; x_bf16: x comes as bf16 (K even)."""
     m = int(np.prod(x_shape[:-1]))
     k2, blocks = -(-k // 2), n // BLOCK
-    row_tasks, col_tasks = -(-m // TASK_ROWS), -(-blocks // TASK_BLOCKS)
-    params = [("x", x_shape, "float32"), ("w", [blocks, k2, BLOCK, 2], "uint16")]
+    task_rows, col_tasks = tasks(m, blocks)
+    row_tasks = -(-m // task_rows)
+    params = [("x", x_shape, "bfloat16" if x_bf16 else "float32"), ("w", [blocks, k2, BLOCK, 2], "uint16")]
     params += [("bias", [n], "float32")] * bias + [("out", [*x_shape[:-1], n], "float32")]
+    x_args = "T.int64(0), x.data" if x_bf16 else "x.data, T.int64(0)"
     src = f"""
 @T.prim_func
 def func({", ".join(f'{p}: T.Buffer({tuple(s)}, "{d}")' for p, s, d in params)}):
     T.func_attr({{"tirx.noalias": True, "tirx.is_scheduled": True, "op_pattern": 8,
                  "kiln.kernel_kind": "bf16_matmul", "kiln.c_kernel": "{SOURCE}", "kiln.flops": {2 * m * k * n}}})
     for t in T.parallel({row_tasks * col_tasks}):
-        T.evaluate(T.call_extern("int32", "{FUNCTION}", x.data, w.data, {"bias.data" if bias else "T.int64(0)"},
-                                 out.data, {m}, {n}, {k}, t // {col_tasks} * {TASK_ROWS}, {TASK_ROWS},
+        T.evaluate(T.call_extern("int32", "{FUNCTION}", {x_args}, w.data, {"bias.data" if bias else "T.int64(0)"},
+                                 out.data, {m}, {n}, {k}, t // {col_tasks} * {task_rows}, {task_rows},
                                  t % {col_tasks} * {TASK_BLOCKS}, T.min(t % {col_tasks} * {TASK_BLOCKS} + {TASK_BLOCKS},
                                  {blocks})))
 """  # 8: opaque, FuseOps leaves it alone
@@ -108,9 +125,11 @@ def _rewrite(builder, call, uses, lookup, absorbed: list):
         return None
     w = mm.args[1].value.numpy()
     x_shape = float32_shape(mm.args[0])
-    func = kernel_func(x_shape, w.shape[0], w.shape[1], b is not None)
+    x_bf16 = w.shape[0] % 2 == 0  # the cast fuses into x's producer, which then writes bf16
+    func = kernel_func(x_shape, w.shape[0], w.shape[1], b is not None, x_bf16)
     gv = builder.add_func(func.without_attr("global_symbol"), "bf16_matmul")
-    args = [mm.args[0], relax.const(pack(w), "uint16")]
+    x = builder.emit(relax.op.astype(mm.args[0], "bfloat16")) if x_bf16 else mm.args[0]
+    args = [x, relax.const(pack(w), "uint16")]
     if b is not None:
         args.append(relax.const(np.ascontiguousarray(b.value.numpy().reshape(-1)), "float32"))
     return relax.call_tir(gv, args, relax.TensorType([*x_shape[:-1], int(w.shape[1])], "float32"))
