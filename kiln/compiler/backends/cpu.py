@@ -121,6 +121,7 @@ GRAPH_ROWS: tuple[PassSpec, ...] = (
     PassSpec("MergeSiblingMatmuls", lambda o: kp.MergeSiblingMatmuls(), 2),  # before PackDenseWeights packs each
     PassSpec("FuseAttention", lambda o: kp.FuseAttention(isa) if (isa := attention_kernel(o)) else None, 2),
     PassSpec("BF16MatmulKernel", lambda o: kp.BF16MatmulKernel() if vdpbf16ps(o) else None, 2),
+    PassSpec("FuseBF16MatmulEpilogue", lambda o: kp.FuseBF16MatmulEpilogue() if vdpbf16ps(o) else None, 2),
     PassSpec(
         "PackDenseWeights", lambda o: kp.PackDenseWeights(o.target.caps.f32_block, o.target.caps.vector_registers), 2
     ),

@@ -13,6 +13,7 @@ from .fold_batchnorm import FoldBatchNorm
 from .fold_constants import FoldConstants
 from .fuse_attention import FuseAttention
 from .fuse_bf16_epilogue import FuseBF16Epilogue
+from .fuse_bf16_matmul_epilogue import FuseBF16MatmulEpilogue
 from .fuse_depthwise_pointwise import FuseDepthwisePointwise
 from .fuse_epilogue import FuseEpilogue
 from .lift_weights import LiftWeights
@@ -43,6 +44,7 @@ __all__ = [
     "FoldConstants",
     "FuseAttention",
     "FuseBF16Epilogue",
+    "FuseBF16MatmulEpilogue",
     "FuseDepthwisePointwise",
     "FuseEpilogue",
     "LiftWeights",

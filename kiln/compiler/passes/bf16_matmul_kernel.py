@@ -12,6 +12,8 @@ PrimFunc calling the kernel over its tasks (`tasks`) in parallel; timings in ben
 
 from __future__ import annotations
 
+import dataclasses
+
 import ml_dtypes
 import numpy as np
 import tvm
@@ -67,34 +69,63 @@ def tasks(m: int, blocks: int) -> tuple[int, int]:
     return -(-per // TILE_ROWS) * TILE_ROWS, col_tasks
 
 
-def kernel_func(x_shape: list[int], k: int, n: int, bias: bool, x_bf16: bool):
-    """The PrimFunc calling the kernel for every task in parallel; x_bf16: x comes as bf16 (K even)."""
+ACTIVATIONS = {"gelu_erf": 2, "gelu_tanh": 4, "relu": 8}  # bf16_matmul.c: MM_GELU_ERF, MM_GELU_TANH, MM_RELU
+
+
+@dataclasses.dataclass(frozen=True)
+class MatmulEpilogue:
+    """What the kernel does to each output vector as it stores it: + bias, the activation, + residual, in that
+    order; written in float32 and/or bf16 (for the bf16 matmul that reads it next)."""
+
+    bias: bool = False
+    residual: bool = False
+    activation: str | None = None  # a key of ACTIVATIONS
+    float32: bool = True
+    bf16: bool = False
+
+    @property
+    def flags(self) -> int:  # bf16_matmul.c: MM_RES | the activation's flag
+        return self.residual | ACTIVATIONS.get(self.activation, 0)
+
+
+def kernel_func(x_shape: list[int], k: int, n: int, x_bf16: bool, ep: MatmulEpilogue = MatmulEpilogue()):
+    """The PrimFunc calling the kernel for every task in parallel; x_bf16: x comes as bf16 (K even). Its
+    parameters: x, the packed weights, the epilogue's bias [N] and residual (float32, the output's shape) where
+    it has them, then its outputs (float32, bf16). The epilogue is kept in the `kiln.bf16_matmul` attribute
+    (bias, flags, outputs) so FuseBF16MatmulEpilogue knows which kernels it has not extended yet."""
     m = int(np.prod(x_shape[:-1]))
     k2, blocks = -(-k // 2), n // BLOCK
     task_rows, col_tasks = tasks(m, blocks)
     row_tasks = -(-m // task_rows)
+    out_shape = [*x_shape[:-1], n]
     params = [("x", x_shape, "bfloat16" if x_bf16 else "float32"), ("w", [blocks, k2, BLOCK, 2], "uint16")]
-    params += [("bias", [n], "float32")] * bias + [("out", [*x_shape[:-1], n], "float32")]
+    params += [("bias", [n], "float32")] * ep.bias + [("res", out_shape, "float32")] * ep.residual
+    params += [("out", out_shape, "float32")] * ep.float32 + [("out16", out_shape, "bfloat16")] * ep.bf16
+    names = {p for p, _, _ in params}
+    ptrs = ", ".join(f"{p}.data" if p in names else "T.int64(0)" for p in ("bias", "res", "out", "out16"))
     x_args = "T.int64(0), x.data" if x_bf16 else "x.data, T.int64(0)"
+    info = [int(ep.bias), ep.flags, int(ep.float32), int(ep.bf16)]
     src = f"""
 @T.prim_func
 def func({", ".join(f'{p}: T.Buffer({tuple(s)}, "{d}")' for p, s, d in params)}):
-    T.func_attr({{"tirx.noalias": True, "tirx.is_scheduled": True, "op_pattern": 8,
+    T.func_attr({{"tirx.noalias": True, "tirx.is_scheduled": True, "op_pattern": 8, "kiln.bf16_matmul": {info},
                  "kiln.kernel_kind": "bf16_matmul", "kiln.c_kernel": "{SOURCE}", "kiln.flops": {2 * m * k * n}}})
     for t in T.parallel({row_tasks * col_tasks}):
-        T.evaluate(T.call_extern("int32", "{FUNCTION}", {x_args}, w.data, {"bias.data" if bias else "T.int64(0)"},
-                                 out.data, {m}, {n}, {k}, t // {col_tasks} * {task_rows}, {task_rows},
-                                 t % {col_tasks} * {TASK_BLOCKS}, T.min(t % {col_tasks} * {TASK_BLOCKS} + {TASK_BLOCKS},
-                                 {blocks})))
+        T.evaluate(T.call_extern("int32", "{FUNCTION}", {x_args}, w.data, {ptrs}, {ep.flags}, {m}, {n}, {k},
+                                 t // {col_tasks} * {task_rows}, {task_rows}, t % {col_tasks} * {TASK_BLOCKS},
+                                 T.min(t % {col_tasks} * {TASK_BLOCKS} + {TASK_BLOCKS}, {blocks})))
 """  # 8: opaque, FuseOps leaves it alone
     return tvm.script.from_source(src)
 
 
 def _bias(call, uses: dict, lookup):
-    """(matmul call, bias constant) for add(matmul, [N] constant) whose matmul is read only there, else None."""
-    if op_name(call) != "relax.add" or not isinstance(call.args[1], GenericConst):
+    """(matmul call, bias constant) for add(matmul, [N] constant) in either order (the TorchScript exporter
+    writes add(bias, matmul)) whose matmul is read only there, else None."""
+    if op_name(call) != "relax.add":
         return None
-    mm, b = call.args
+    mm, b = call.args if isinstance(call.args[1], GenericConst) else (call.args[1], call.args[0])
+    if not isinstance(b, GenericConst):
+        return None
     inner = lookup(mm) if isinstance(mm, relax.Var) and uses.get(mm, 0) == 1 else None
     if inner is None or not takes(inner) or str(b.value.dtype) != "float32":
         return None
@@ -126,7 +157,7 @@ def _rewrite(builder, call, uses, lookup, absorbed: list):
     w = mm.args[1].value.numpy()
     x_shape = float32_shape(mm.args[0])
     x_bf16 = w.shape[0] % 2 == 0  # the cast fuses into x's producer, which then writes bf16
-    func = kernel_func(x_shape, w.shape[0], w.shape[1], b is not None, x_bf16)
+    func = kernel_func(x_shape, w.shape[0], w.shape[1], x_bf16, MatmulEpilogue(bias=b is not None))
     gv = builder.add_func(func.without_attr("global_symbol"), "bf16_matmul")
     x = builder.emit(relax.op.astype(mm.args[0], "bfloat16")) if x_bf16 else mm.args[0]
     args = [x, relax.const(pack(w), "uint16")]

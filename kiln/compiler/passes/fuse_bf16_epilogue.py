@@ -17,6 +17,7 @@ from ...counters import Counter
 from ..ir import op_name, var_users, var_uses
 from .bf16_conv_kernel import EXTERN, Epilogue, kernel_func
 from .counting import static_shape
+from .epilogue_outputs import bf16_casts, output_types, rebind, rebuilt
 from .module_map import keep_added_functions, rewrite_functions
 
 CALL_TIR = tvm.ir.Op.get("relax.call_tir")
@@ -97,13 +98,7 @@ def _fuse_block(mod, builder, block, uses, stats):
             continue
         bias, residual, clamp, chain = _chain(bindings, i, uses, users, claimed)
         final = bindings[chain[-1]].var
-        casts = [
-            k
-            for k in users.get(final, [])
-            if op_name(bindings[k].value) == "relax.astype"
-            and str(bindings[k].value.attrs.dtype) == "bfloat16"
-            and k not in claimed
-        ]
+        casts = bf16_casts(bindings, users, final, claimed)
         if len(chain) == 1 and not casts:
             continue
         ep = Epilogue(
@@ -117,35 +112,12 @@ def _fuse_block(mod, builder, block, uses, stats):
         new, out_shape = kernel_func(static_shape(data), out_blocks, (kh, kw), (sh, sw), pads, ep, bool(amx))
         gv = builder.add_func(new.without_attr("global_symbol"), EXTERN)
         args = [data, packed] + [bias] * ep.bias + [residual] * ep.residual
-        types = [relax.TensorType(list(out_shape), "float32")] * ep.float32 + [
-            relax.TensorType(list(out_shape), "bfloat16")
-        ] * ep.bf16
+        types = output_types(out_shape, ep.float32, ep.bf16)
         call = relax.call_tir(gv, args, types if len(types) > 1 else types[0])
         claimed.update(chain, casts)
-        for k in chain[:-1]:
-            replace[k] = []
-        if len(types) == 1:  # the call is the one value: bound to the chain's var, or to the first cast
-            first = final if ep.float32 else bindings[casts[0]].var
-            replace[chain[-1]] = [relax.VarBinding(first, call)] if ep.float32 else []
-            if not ep.float32:
-                replace[casts[0]] = [relax.VarBinding(first, call)]
-            for k in casts[0 if ep.float32 else 1 :]:
-                replace[k] = [relax.VarBinding(bindings[k].var, first)]
-        else:
-            var = relax.DataflowVar if isinstance(block, relax.DataflowBlock) else relax.Var
-            both = var(f"{final.name}_ep", relax.TupleType(types))
-            replace[chain[-1]] = [relax.VarBinding(both, call), relax.VarBinding(final, relax.TupleGetItem(both, 0))]
-            for k in casts:
-                replace[k] = [relax.VarBinding(bindings[k].var, relax.TupleGetItem(both, 1))]
+        rebind(block, bindings, chain, casts, call, types, replace)
         stats["bf16_epilogues_fused"] += 1
-    if not replace:
-        return block
-    new_bindings = [nb for i, b in enumerate(bindings) for nb in replace.get(i, [b])]
-    return (
-        relax.DataflowBlock(new_bindings)
-        if isinstance(block, relax.DataflowBlock)
-        else relax.BindingBlock(new_bindings)
-    )
+    return rebuilt(block, bindings, replace)
 
 
 # what FuseBF16Epilogue counts in the report (kiln/counters.py)

@@ -1,13 +1,17 @@
 /* Kiln's bf16 matmul micro-kernel for --precision bf16 on AVX512-BF16 (Zen 4/5, Cooper Lake, Sapphire Rapids):
- * out[M, N] = x[M, K] x w (bf16, packed at compile time) (+ bias), accumulated in float32 by vdpbf16ps: 16 outputs x 2 inputs per instruction, twice the multiply-adds
- * of an fp32 FMA. TVM 0.27 cannot emit vdpbf16ps (its LLVM code generator has no bfloat vector type), so this
- * file is compiled into each artifact's library and called from TIR (kiln/compiler/passes/bf16_matmul_kernel.py).
+ * out[M, N] = epilogue(x[M, K] x w) with w in bf16 (packed at compile time), accumulated in float32 by vdpbf16ps:
+ * 16 outputs x 2 inputs per instruction, twice the multiply-adds of an fp32 FMA. TVM 0.27 cannot emit vdpbf16ps
+ * (its LLVM code generator has no bfloat vector type), so this file is compiled into each artifact's library and
+ * called from TIR (kiln/compiler/passes/bf16_matmul_kernel.py, fuse_bf16_matmul_epilogue.py).
  *
- * x16  [M, K]            bf16 rows (K even), converted by the producer's kernel (its epilogue), or NULL and
- * x    [M, K]            float32 rows, converted to bf16 here, 48 rows at a time (an odd K)
- * w    [N/16, K2, 16, 2] bf16 bits, K2 = K/2 rounded up (a zero row past an odd K): input pairs x 16 outputs
- * bias [N]               float32, or NULL
- * out  [M, N]            float32
+ * x16   [M, K]            bf16 rows (K even), converted by the producer's kernel (its epilogue), or NULL and
+ * x     [M, K]            float32 rows, converted to bf16 here, 48 rows at a time (an odd K)
+ * w     [N/16, K2, 16, 2] bf16 bits, K2 = K/2 rounded up (a zero row past an odd K): input pairs x 16 outputs
+ * bias  [N]               float32, or NULL
+ * res   [M, N]            float32 residual (flags & MM_RES), or NULL
+ * out   [M, N]            float32, or NULL;  out16 [M, N] bf16 (what the next bf16 matmul reads), or NULL
+ * The epilogue, on each 16-column vector while it is in registers: + bias, then the activation (GELU in its erf
+ * or tanh form, ReLU), then + residual; stored in float32 and/or bf16.
  * A task computes rows [m0, m0 + rows) x column blocks [nb0, nb1) of 16; its register tiles are R rows x NB <= 4
  * blocks (24 of the 32 zmm as accumulators), each over all of K. */
 #include <immintrin.h>
@@ -16,6 +20,64 @@
 
 #define R 6
 #define MAX_ROWS 48 /* rows of float32 x a task converts at once (its bf16 copy lives on the stack) */
+
+enum { MM_RES = 1, MM_GELU_ERF = 2, MM_GELU_TANH = 4, MM_RELU = 8 }; /* fuse_bf16_matmul_epilogue.py: FLAGS */
+
+typedef struct {
+  const float *bias, *res;
+  float *out;
+  uint16_t *out16;
+  int flags, N;
+} mm_epilogue;
+
+/* odd polynomial p(x) / even q(x) in x^2: Eigen's rational erf and tanh (clamped), max error 4e-7 */
+static inline __m512 rational(__m512 x, const float *a, int na, const float *b, int nb) {
+  __m512 x2 = _mm512_mul_ps(x, x), p = _mm512_set1_ps(a[na - 1]), q = _mm512_set1_ps(b[nb - 1]);
+  for (int i = na - 2; i >= 0; --i) p = _mm512_fmadd_ps(p, x2, _mm512_set1_ps(a[i]));
+  for (int i = nb - 2; i >= 0; --i) q = _mm512_fmadd_ps(q, x2, _mm512_set1_ps(b[i]));
+  __m512 r = _mm512_rcp14_ps(q); /* 1 / q to 14 bits, then one Newton step (vdivps costs 5 cycles a vector) */
+  r = _mm512_mul_ps(r, _mm512_fnmadd_ps(q, r, _mm512_set1_ps(2.0f)));
+  return _mm512_mul_ps(_mm512_mul_ps(p, x), r);
+}
+
+static inline __m512 clamp(__m512 x, float lim) {
+  return _mm512_min_ps(_mm512_max_ps(x, _mm512_set1_ps(-lim)), _mm512_set1_ps(lim));
+}
+
+static const float ERF_A[7] = {-1.60960333262415e-02f, -2.95459980854025e-03f, -7.34990630326855e-04f,
+                               -5.69250639462346e-05f, -2.10102402082508e-06f, 2.77068142495902e-08f,
+                               -2.72614225801306e-10f};
+static const float ERF_B[5] = {-1.42647390514189e-02f, -7.37332916720468e-03f, -1.68282697438203e-03f,
+                               -2.13374055278905e-04f, -1.45660718464996e-05f};
+static const float TANH_A[7] = {4.89352455891786e-03f,  6.37261928875436e-04f,  1.48572235717979e-05f,
+                                5.12229709037114e-08f,  -8.60467152213735e-11f, 2.00018790482477e-13f,
+                                -2.76076847742355e-16f};
+static const float TANH_B[4] = {4.89352518554385e-03f, 2.26843463243900e-03f, 1.18534705686654e-04f,
+                                1.19825839466702e-06f};
+
+/* GELU: 0.5 v (1 + erf(v / sqrt 2)), or its tanh form 0.5 v (1 + tanh(sqrt(2 / pi) (v + 0.044715 v^3))) */
+static inline __m512 activate(__m512 v, int flags) {
+  if (flags & MM_RELU) return _mm512_max_ps(v, _mm512_setzero_ps());
+  __m512 t;
+  if (flags & MM_GELU_ERF) {
+    t = rational(clamp(_mm512_mul_ps(v, _mm512_set1_ps(0.70710678118654752f)), 4.0f), ERF_A, 7, ERF_B, 5);
+  } else if (flags & MM_GELU_TANH) {
+    __m512 inner = _mm512_fmadd_ps(_mm512_mul_ps(_mm512_mul_ps(v, v), v), _mm512_set1_ps(0.044715f), v);
+    t = rational(clamp(_mm512_mul_ps(inner, _mm512_set1_ps(0.79788456080286536f)), 7.90531110763549805f), TANH_A,
+                 7, TANH_B, 4);
+  } else {
+    return v;
+  }
+  return _mm512_mul_ps(_mm512_mul_ps(v, _mm512_set1_ps(0.5f)), _mm512_add_ps(t, _mm512_set1_ps(1.0f)));
+}
+
+/* the epilogue of one 16-column vector of output row r (its offset o = r * N + column) */
+static inline void store(const mm_epilogue *ep, __m512 v, int64_t o) {
+  v = activate(v, ep->flags);
+  if (ep->flags & MM_RES) v = _mm512_add_ps(v, _mm512_loadu_ps(ep->res + o));
+  if (ep->out) _mm512_storeu_ps(ep->out + o, v);
+  if (ep->out16) _mm256_storeu_si256((__m256i *)(ep->out16 + o), (__m256i)_mm512_cvtneps_pbh(v));
+}
 
 /* rows of x as bf16 pairs (round to nearest even; a zero past an odd K) */
 static void to_bf16(const float *x, int K, int K2, int rows, int32_t *xb) {
@@ -37,8 +99,8 @@ static void to_bf16(const float *x, int K, int K2, int rows, int32_t *xb) {
 }
 
 #define DEFINE_TILE(NB)                                                                                           \
-  static void tile##NB(const int32_t *xb, const uint16_t *w, const float *bias, float *out, int N, int K2,        \
-                       int rows, int nb) {                                                                        \
+  static void tile##NB(const int32_t *xb, const uint16_t *w, const mm_epilogue *ep, int64_t r0, int K2, int rows, \
+                       int nb) {                                                                                  \
     __m512 acc[R][NB];                                                                                            \
     for (int r = 0; r < R; ++r)                                                                                   \
       for (int b = 0; b < NB; ++b) acc[r][b] = _mm512_setzero_ps();                                               \
@@ -54,8 +116,9 @@ static void to_bf16(const float *x, int K, int K2, int rows, int32_t *xb) {
       }                                                                                                           \
     }                                                                                                             \
     for (int b = 0; b < NB; ++b) {                                                                                \
-      __m512 bv = bias ? _mm512_loadu_ps(bias + (nb + b) * 16) : _mm512_setzero_ps();                             \
-      for (int r = 0; r < rows && r < R; ++r) _mm512_storeu_ps(out + (int64_t)r * N + (nb + b) * 16, _mm512_add_ps(acc[r][b], bv)); \
+      __m512 bv = ep->bias ? _mm512_loadu_ps(ep->bias + (nb + b) * 16) : _mm512_setzero_ps();                     \
+      for (int r = 0; r < rows && r < R; ++r)                                                                     \
+        store(ep, _mm512_add_ps(acc[r][b], bv), (r0 + r) * ep->N + (nb + b) * 16);                                \
     }                                                                                                             \
   }
 DEFINE_TILE(1)
@@ -63,13 +126,14 @@ DEFINE_TILE(2)
 DEFINE_TILE(3)
 DEFINE_TILE(4)
 
-typedef void (*tile_fn)(const int32_t *, const uint16_t *, const float *, float *, int, int, int, int);
+typedef void (*tile_fn)(const int32_t *, const uint16_t *, const mm_epilogue *, int64_t, int, int, int);
 static const tile_fn TILES[4] = {tile1, tile2, tile3, tile4};
 
 /* one task: rows [m0, m0 + rows) x column blocks [nb0, nb1) of 16; a column group of 4 blocks at a time over
  * all the task's rows, so the group's weights (4 x K2 x 64 bytes) stay in L2 while every row tile reads them */
-int kiln_bf16_matmul(const float *x, const int32_t *x16, const uint16_t *w, const float *bias, float *out, int M,
-                     int N, int K, int m0, int rows, int nb0, int nb1) {
+int kiln_bf16_matmul(const float *x, const int32_t *x16, const uint16_t *w, const float *bias, const float *res,
+                     float *out, uint16_t *out16, int flags, int M, int N, int K, int m0, int rows, int nb0, int nb1) {
+  const mm_epilogue ep = {bias, res, out, out16, flags, N};
   int K2 = (K + 1) / 2;
   int end = m0 + rows < M ? m0 + rows : M;
   for (int r0 = m0; r0 < end; r0 += MAX_ROWS) {
@@ -85,7 +149,7 @@ int kiln_bf16_matmul(const float *x, const int32_t *x16, const uint16_t *w, cons
     for (int nb = nb0; nb < nb1; nb += 4) {
       int blocks = nb1 - nb < 4 ? nb1 - nb : 4;
       for (int r = 0; r < n; r += R)
-        TILES[blocks - 1](xb + (int64_t)r * K2, w, bias, out + (int64_t)(r0 + r) * N, N, K2, n - r, nb);
+        TILES[blocks - 1](xb + (int64_t)r * K2, w, &ep, r0 + r, K2, n - r, nb);
     }
   }
   return 0;

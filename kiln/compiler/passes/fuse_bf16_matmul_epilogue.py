@@ -1,0 +1,127 @@
+"""FuseBF16MatmulEpilogue: the activation, residual add and bf16 cast that follow a BF16MatmulKernel matmul
+run inside its C kernel, on each output vector while it is in registers, instead of as TVM kernels that read
+the float32 result back and write it again. A transformer's FFN-up matmul then writes GELU(x W + b) in bf16,
+which the FFN-down matmul reads directly; the attention-output and FFN-down matmuls add the residual as they
+store. From each kernel call (its bias already inside) it follows: [an activation: GELU in any spelling, or
+ReLU (activation_region)] -> [+ residual tensor of the output's shape]; the chain's value is written in bf16
+for the casts to bf16 that read it and in float32 where anything else does. Timings in benchmarks/history.md.
+`stats["bf16_matmul_epilogues_fused"]` counts the kernels that took an epilogue."""
+
+from __future__ import annotations
+
+import tvm
+from tvm import relax
+
+from ...counters import Counter
+from ..ir import op_name, var_users, var_uses
+from .activation_region import identify, region
+from .bf16_matmul_kernel import MatmulEpilogue, kernel_func
+from .counting import static_shape
+from .epilogue_outputs import bf16_casts, output_types, rebind, rebuilt
+from .module_map import keep_added_functions, rewrite_functions
+
+CALL_TIR = tvm.ir.Op.get("relax.call_tir")
+
+
+def _kernel(mod, value):
+    """The BF16MatmulKernel PrimFunc a binding's value calls with no epilogue past its bias, else None."""
+    if not (
+        isinstance(value, relax.Call) and value.op.same_as(CALL_TIR) and isinstance(value.args[0], tvm.ir.GlobalVar)
+    ):
+        return None
+    func = mod[value.args[0]]
+    info = (func.attrs or {}).get("kiln.bf16_matmul") if isinstance(func, tvm.tirx.PrimFunc) else None
+    return func if info is not None and [int(v) for v in info][1:] == [0, 1, 0] else None
+
+
+def _tensor(e):
+    shape = static_shape(e)
+    return None if shape is None else (tuple(shape), str(e.ty.dtype))
+
+
+def _residual(bindings, users, cur, uses, claimed):
+    """(binding index, residual var) for the one use of `cur` that adds a float32 tensor of its shape."""
+    readers = users.get(cur, [])
+    if uses.get(cur, 0) != 1 or len(readers) != 1 or readers[0] in claimed:
+        return None
+    value = bindings[readers[0]].value
+    if op_name(value) != "relax.add":
+        return None
+    other = value.args[1] if value.args[0].same_as(cur) else value.args[0]
+    if isinstance(other, relax.Var) and not other.same_as(cur) and _tensor(other) == _tensor(cur):
+        return readers[0], other
+    return None
+
+
+def _chain(bindings, i, uses, users, claimed):
+    """(activation, residual, chain indices) after kernel binding i."""
+    cur, chain, activation, residual = bindings[i].var, [i], None, None
+    found = region(bindings, i, cur, uses, claimed)
+    if found is not None and (name := identify(bindings, found[0], cur, found[1])) is not None:
+        activation, chain, cur = name, chain + found[0], found[1]
+    got = _residual(bindings, users, cur, uses, claimed)
+    if got is not None:
+        residual = got[1]
+        chain.append(got[0])
+    return activation, residual, chain
+
+
+def _fuse_block(mod, builder, block, uses, stats):
+    bindings = list(block.bindings)
+    users = var_users(bindings)
+    claimed: set = set()
+    replace: dict = {}  # binding index -> the bindings that take its place ([] drops it)
+    for i, b in enumerate(bindings):
+        func = _kernel(mod, b.value) if i not in claimed else None
+        if func is None:
+            continue
+        activation, residual, chain = _chain(bindings, i, uses, users, claimed)
+        final = bindings[chain[-1]].var
+        casts = bf16_casts(bindings, users, final, claimed)
+        if len(chain) == 1 and not casts:
+            continue
+        float32 = uses.get(final, 0) > len(casts)
+        bias = bool(int(func.attrs["kiln.bf16_matmul"][0]))
+        ep = MatmulEpilogue(bias, residual is not None, activation, float32=float32, bf16=bool(casts))
+        x, packed, *rest = b.value.args[1].fields
+        k, n = static_shape(x)[-1], static_shape(packed)[0] * 16
+        new = kernel_func(static_shape(x), k, n, str(x.ty.dtype) == "bfloat16", ep)
+        gv = builder.add_func(new.without_attr("global_symbol"), "bf16_matmul")
+        types = output_types(static_shape(final), ep.float32, ep.bf16)
+        call = relax.call_tir(gv, [x, packed, *rest] + [residual] * ep.residual, types if len(types) > 1 else types[0])
+        claimed.update(chain, casts)
+        rebind(block, bindings, chain, casts, call, types, replace)
+        stats["bf16_matmul_epilogues_fused"] += 1
+    return rebuilt(block, bindings, replace)
+
+
+# what FuseBF16MatmulEpilogue counts in the report (kiln/counters.py)
+COUNTERS: tuple[Counter, ...] = (
+    Counter("bf16_matmul_epilogues_fused", int, "bf16 matmul kernels that took an epilogue", always=True),
+)
+
+
+@tvm.transform.module_pass(opt_level=2, name="FuseBF16MatmulEpilogue")
+class FuseBF16MatmulEpilogue:
+    COUNTERS = COUNTERS
+
+    def __init__(self):
+        self.stats = {"bf16_matmul_epilogues_fused": 0}
+
+    def transform_module(self, mod: tvm.IRModule, ctx) -> tvm.IRModule:
+        builder = relax.BlockBuilder(mod)
+
+        def rewrite(f):
+            if not isinstance(f.body, relax.SeqExpr):
+                return f
+            uses = var_uses(f)
+            blocks = [_fuse_block(mod, builder, blk, uses, self.stats) for blk in f.body.blocks]
+            return relax.Function(f.params, relax.SeqExpr(blocks, f.body.body), f.ret_ty, f.is_pure, f.attrs)
+
+        out = rewrite_functions(mod, rewrite)
+        if not self.stats["bf16_matmul_epilogues_fused"]:
+            return mod
+        return relax.transform.DeadCodeElimination(["main"])(keep_added_functions(out, mod, builder))
+
+
+__all__ = ["FuseBF16MatmulEpilogue"]
