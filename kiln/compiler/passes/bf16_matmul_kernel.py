@@ -27,9 +27,8 @@ from .counting import float32_shape
 from .module_map import rewrite_calls
 
 SOURCE, FUNCTION = "bf16_matmul", "kiln_bf16_matmul"
-TASK_BLOCKS = 4  # a task's blocks of 16 columns: the kernel's register tile
 MIN_TASKS = 8  # fewer column tasks than this split the rows too (2 threads x 4 tasks each)
-TILE_ROWS = 6  # the kernel's register tile rows: a task's rows are a multiple
+TILES = {6: 4, 8: 3}  # the kernel's register tiles: rows -> blocks of 16 columns (24 accumulators either way)
 BLOCK = 16
 
 
@@ -58,15 +57,23 @@ def pack(w: np.ndarray) -> np.ndarray:
     return np.ascontiguousarray(bits.reshape(k2, 2, n // BLOCK, BLOCK).transpose(2, 0, 3, 1))
 
 
-def tasks(m: int, blocks: int) -> tuple[int, int]:
-    """(rows per task, column tasks): a task is one group of 4 column blocks over all rows (its weights read
-    into cache once), the rows split as well where there are fewer than MIN_TASKS groups. Against 48-row tasks,
-    [128, 768] x [768, 3072] on 2 Zen 4 threads went from 77% to 82% of the bf16 peak: three row tasks (48,
-    48, 32) split unevenly over two threads."""
-    col_tasks = -(-blocks // TASK_BLOCKS)
-    row_tasks = min(-(-MIN_TASKS // col_tasks), -(-m // TILE_ROWS))
+def tile_rows(m: int) -> int:
+    """The register tile's rows for M rows: the tile that pads M less; at equal padding 8 x 3 up to 256 rows (it
+    loads fewer weight vectors per row) and 6 x 4 above (its fewer column groups re-read a large x fewer
+    times). Single-core timings of both in benchmarks/history.md."""
+    p8, p6 = -(-m // 8) * 8, -(-m // 6) * 6
+    return 8 if p8 < p6 or (p8 == p6 and m <= 256) else 6
+
+
+def tasks(m: int, blocks: int) -> tuple[int, int, int]:
+    """(rows per task, column tasks, tile rows): a task is one column group (the tile's blocks) over all rows,
+    its weights read into cache once; the rows are split as well where there are fewer than MIN_TASKS groups,
+    in multiples of the tile's rows (evenly: uneven row tasks leave a thread idle)."""
+    tile = tile_rows(m)
+    col_tasks = -(-blocks // TILES[tile])
+    row_tasks = min(-(-MIN_TASKS // col_tasks), -(-m // tile))
     per = -(-m // row_tasks)
-    return -(-per // TILE_ROWS) * TILE_ROWS, col_tasks
+    return -(-per // tile) * tile, col_tasks, tile
 
 
 ACTIVATIONS = {"gelu_erf": 2, "gelu_tanh": 4, "relu": 8}  # bf16_matmul.c: MM_GELU_ERF, MM_GELU_TANH, MM_RELU
@@ -95,7 +102,8 @@ def kernel_func(x_shape: list[int], k: int, n: int, x_bf16: bool, ep: MatmulEpil
     (bias, flags, outputs) so FuseBF16MatmulEpilogue knows which kernels it has not extended yet."""
     m = int(np.prod(x_shape[:-1]))
     k2, blocks = -(-k // 2), n // BLOCK
-    task_rows, col_tasks = tasks(m, blocks)
+    task_rows, col_tasks, tile = tasks(m, blocks)
+    group = TILES[tile]
     row_tasks = -(-m // task_rows)
     out_shape = [*x_shape[:-1], n]
     params = [("x", x_shape, "bfloat16" if x_bf16 else "float32"), ("w", [blocks, k2, BLOCK, 2], "uint16")]
@@ -111,9 +119,9 @@ def func({", ".join(f'{p}: T.Buffer({tuple(s)}, "{d}")' for p, s, d in params)})
     T.func_attr({{"tirx.noalias": True, "tirx.is_scheduled": True, "op_pattern": 8, "kiln.bf16_matmul": {info},
                  "kiln.kernel_kind": "bf16_matmul", "kiln.c_kernel": "{SOURCE}", "kiln.flops": {2 * m * k * n}}})
     for t in T.parallel({row_tasks * col_tasks}):
-        T.evaluate(T.call_extern("int32", "{FUNCTION}", {x_args}, w.data, {ptrs}, {ep.flags}, {m}, {n}, {k},
-                                 t // {col_tasks} * {task_rows}, {task_rows}, t % {col_tasks} * {TASK_BLOCKS},
-                                 T.min(t % {col_tasks} * {TASK_BLOCKS} + {TASK_BLOCKS}, {blocks})))
+        T.evaluate(T.call_extern("int32", "{FUNCTION}", {x_args}, w.data, {ptrs}, {ep.flags}, {tile}, {m}, {n}, {k},
+                                 t // {col_tasks} * {task_rows}, {task_rows}, t % {col_tasks} * {group},
+                                 T.min(t % {col_tasks} * {group} + {group}, {blocks})))
 """  # 8: opaque, FuseOps leaves it alone
     return tvm.script.from_source(src)
 

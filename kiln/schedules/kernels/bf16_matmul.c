@@ -12,13 +12,15 @@
  * out   [M, N]            float32, or NULL;  out16 [M, N] bf16 (what the next bf16 matmul reads), or NULL
  * The epilogue, on each 16-column vector while it is in registers: + bias, then the activation (GELU in its erf
  * or tanh form, ReLU), then + residual; stored in float32 and/or bf16.
- * A task computes rows [m0, m0 + rows) x column blocks [nb0, nb1) of 16; its register tiles are R rows x NB <= 4
- * blocks (24 of the 32 zmm as accumulators), each over all of K. */
+ * A task computes rows [m0, m0 + rows) x column blocks [nb0, nb1) of 16; its register tiles are 6 rows x 4 blocks
+ * or 8 rows x 3 (tile_rows: 24 of the 32 zmm as accumulators either way), each over all of K. 8 x 3 fills a
+ * 128-row matmul exactly (6 x 4 computes 132 rows) and loads fewer weight vectors per row; where x is larger
+ * than L2 (M > 256 at K = 768), its extra column groups re-read x and 6 x 4 is faster
+ * (bf16_matmul_kernel.tile_rows). */
 #include <immintrin.h>
 #include <stdint.h>
 #include <string.h>
 
-#define R 6
 #define MAX_ROWS 48 /* rows of float32 x a task converts at once (its bf16 copy lives on the stack) */
 
 enum { MM_RES = 1, MM_GELU_ERF = 2, MM_GELU_TANH = 4, MM_RELU = 8 }; /* fuse_bf16_matmul_epilogue.py: FLAGS */
@@ -98,9 +100,9 @@ static void to_bf16(const float *x, int K, int K2, int rows, int32_t *xb) {
   }
 }
 
-#define DEFINE_TILE(NB)                                                                                           \
-  static void tile##NB(const int32_t *xb, const uint16_t *w, const mm_epilogue *ep, int64_t r0, int K2, int rows, \
-                       int nb) {                                                                                  \
+#define DEFINE_TILE(R, NB)                                                                                        \
+  static void tile##R##x##NB(const int32_t *xb, const uint16_t *w, const mm_epilogue *ep, int64_t r0, int K2,     \
+                             int rows, int nb) {                                                                  \
     __m512 acc[R][NB];                                                                                            \
     for (int r = 0; r < R; ++r)                                                                                   \
       for (int b = 0; b < NB; ++b) acc[r][b] = _mm512_setzero_ps();                                               \
@@ -121,18 +123,23 @@ static void to_bf16(const float *x, int K, int K2, int rows, int32_t *xb) {
         store(ep, _mm512_add_ps(acc[r][b], bv), (r0 + r) * ep->N + (nb + b) * 16);                                \
     }                                                                                                             \
   }
-DEFINE_TILE(1)
-DEFINE_TILE(2)
-DEFINE_TILE(3)
-DEFINE_TILE(4)
+DEFINE_TILE(6, 1)
+DEFINE_TILE(6, 2)
+DEFINE_TILE(6, 3)
+DEFINE_TILE(6, 4)
+DEFINE_TILE(8, 1)
+DEFINE_TILE(8, 2)
+DEFINE_TILE(8, 3)
 
 typedef void (*tile_fn)(const int32_t *, const uint16_t *, const mm_epilogue *, int64_t, int, int, int);
-static const tile_fn TILES[4] = {tile1, tile2, tile3, tile4};
+static const tile_fn TILES6[4] = {tile6x1, tile6x2, tile6x3, tile6x4};
+static const tile_fn TILES8[3] = {tile8x1, tile8x2, tile8x3};
 
-/* one task: rows [m0, m0 + rows) x column blocks [nb0, nb1) of 16; a column group of 4 blocks at a time over
- * all the task's rows, so the group's weights (4 x K2 x 64 bytes) stay in L2 while every row tile reads them */
+/* one task: rows [m0, m0 + rows) x column blocks [nb0, nb1) of 16; a column group of G blocks at a time over
+ * all the task's rows, so the group's weights (G x K2 x 64 bytes) stay in L2 while every row tile reads them */
 int kiln_bf16_matmul(const float *x, const int32_t *x16, const uint16_t *w, const float *bias, const float *res,
-                     float *out, uint16_t *out16, int flags, int M, int N, int K, int m0, int rows, int nb0, int nb1) {
+                     float *out, uint16_t *out16, int flags, int tile_rows, int M, int N, int K, int m0, int rows, int nb0,
+                     int nb1) {
   const mm_epilogue ep = {bias, res, out, out16, flags, N};
   int K2 = (K + 1) / 2;
   int end = m0 + rows < M ? m0 + rows : M;
@@ -146,10 +153,12 @@ int kiln_bf16_matmul(const float *x, const int32_t *x16, const uint16_t *w, cons
       to_bf16(x + (int64_t)r0 * K, K, K2, n, buf);
       xb = buf;
     }
-    for (int nb = nb0; nb < nb1; nb += 4) {
-      int blocks = nb1 - nb < 4 ? nb1 - nb : 4;
+    const int R = tile_rows == 8 ? 8 : 6, G = R == 8 ? 3 : 4; /* G: blocks of 16 columns a tile holds */
+    const tile_fn *tiles = R == 8 ? TILES8 : TILES6;
+    for (int nb = nb0; nb < nb1; nb += G) {
+      int blocks = nb1 - nb < G ? nb1 - nb : G;
       for (int r = 0; r < n; r += R)
-        TILES[blocks - 1](xb + (int64_t)r * K2, w, &ep, r0 + r, K2, n - r, nb);
+        tiles[blocks - 1](xb + (int64_t)r * K2, w, &ep, r0 + r, K2, n - r, nb);
     }
   }
   return 0;
