@@ -31,7 +31,7 @@ def attention_kernel(o) -> str | None:
     """The fused attention kernel's build for this target (passes/fuse_attention.kernel_isa), else None."""
     from ..passes.fuse_attention import kernel_isa
 
-    return kernel_isa(o.target.caps)
+    return kernel_isa(o.target.caps, bf16=vdpbf16ps(o))
 
 
 def vdpbf16ps(o) -> bool:

@@ -11,7 +11,9 @@ rows] -> softmax(axis=-1) -> matmul(·, V), each intermediate read only by the n
 transposed ([..., D, N]: a key's features down a column, as the exporters' Transpose leaves it), V
 [..., N, DV] with DV a multiple of the vector width. Hugging Face's SDPA path, which scales Q and Kᵀ
 separately, matches with no scale. Only x86 targets with AVX-512 or AVX2+FMA have the kernel (one source,
-built for each); elsewhere the chain stays as three kernels. `stats["attention_fused"]` counts them."""
+built for each); elsewhere the chain stays as three kernels. With --precision bf16 on AVX512-BF16 (bf16=True)
+a third build runs both matmuls on vdpbf16ps: Q cast to bf16 by its producer, Kᵀ and V packed in bf16 pairs,
+the softmax in float32. `stats["attention_fused"]` counts them; `stats["attention_bf16"]` the bf16 ones."""
 
 from __future__ import annotations
 
@@ -34,6 +36,7 @@ ROWS_PER_TASK = 24  # query rows per parallel task: a multiple of the kernel's t
 KERNELS = {
     "avx512": ("kiln_attention_f32", "attention_avx512", 16, 128),
     "avx2": ("kiln_attention_f32_avx2", "attention_avx2", 8, 32),
+    "avx512_bf16": ("kiln_attention_bf16", "attention_bf16", 16, 128),
 }
 
 
@@ -136,20 +139,52 @@ def pack_keys(kt, kb: int):
     return te.compute((*lead, nb, d, kb), at, name="attention_keys")
 
 
-def kernel_func(g: dict, scale: float, function: str, source: str, kb: int):
-    """The PrimFunc calling the C kernel for every (batch x head, block of ROWS_PER_TASK rows) in parallel."""
+def pack_keys_bf16(kt, kb: int):
+    """K^T [..., D, N] float32 -> [..., N/kb, D/2, kb, 2] bf16 (N rounded up, zeros past it): pairs of a key's
+    features, as the bf16 kernel's vdpbf16ps reads them."""
+    *lead, d, n = (int(v) for v in kt.shape)
+
+    def at(*i):
+        j, f = i[-4] * kb + i[-2], 2 * i[-3] + i[-1]
+        value = kt[(*i[:-4], f, te.min(j, n - 1))].astype("bfloat16")
+        return te.if_then_else(j < n, value, tvm.tirx.const(0, "bfloat16"))
+
+    return te.compute((*lead, -(-n // kb), d // 2, kb, 2), at, name="attention_keys_bf16")
+
+
+def pack_values_bf16(v, kb: int):
+    """V [..., N, DV] float32 -> [..., N/kb * kb/2, DV, 2] bf16 (zeros past N): pairs of keys per feature."""
+    *lead, n, dv = (int(x) for x in v.shape)
+    rows = -(-n // kb) * kb
+
+    def at(*i):
+        j = 2 * i[-3] + i[-1]
+        value = v[(*i[:-3], te.min(j, n - 1), i[-2])].astype("bfloat16")
+        return te.if_then_else(j < n, value, tvm.tirx.const(0, "bfloat16"))
+
+    return te.compute((*lead, rows // 2, dv, 2), at, name="attention_values_bf16")
+
+
+def kernel_func(g: dict, scale: float, function: str, source: str, kb: int, bf16: bool = False):
+    """The PrimFunc calling the C kernel for every (batch x head, block of ROWS_PER_TASK rows) in parallel;
+    bf16: q, K^T and V in bf16, packed as pack_keys_bf16 and pack_values_bf16 write them."""
     lead, m, n, d, dv = g["lead"], g["M"], g["N"], g["D"], g["DV"]
-    params = [("q", [*lead, m, d]), ("kt", [*lead, -(-n // kb), d, kb]), ("v", [*lead, n, dv])]
+    nb, t = -(-n // kb), "bfloat16" if bf16 else "float32"
+    params = [("q", [*lead, m, d], t)]
+    if bf16:
+        params += [("kt", [*lead, nb, d // 2, kb, 2], t), ("v", [*lead, nb * kb // 2, dv, 2], t)]
+    else:
+        params += [("kt", [*lead, nb, d, kb], t), ("v", [*lead, n, dv], t)]
     mk = g["mask"] or {"bh": 0, "row": 0, "div": 1, "mod": 1}
     if g["mask"] is not None:
-        params.append(("mask", g["mask"]["shape"]))
-    params.append(("out", [*lead, m, dv]))
+        params.append(("mask", g["mask"]["shape"], "float32"))
+    params.append(("out", [*lead, m, dv], "float32"))
     per_head = -(-m // ROWS_PER_TASK)
     flops = 2 * g["bh"] * m * n * (d + dv)
     mask_ptr = "mask.data" if g["mask"] is not None else "T.int64(0)"  # the kernel reads no mask
     src = f"""
 @T.prim_func
-def func({", ".join(f'{p}: T.Buffer({tuple(s)}, "float32")' for p, s in params)}):
+def func({", ".join(f'{p}: T.Buffer({tuple(s)}, "{dt}")' for p, s, dt in params)}):
     T.func_attr({{"tirx.noalias": True, "tirx.is_scheduled": True, "op_pattern": 8, "kiln.kernel_kind": "attention",
                  "kiln.c_kernel": "{source}", "kiln.flops": {flops}}})
     for t in T.parallel({g["bh"] * per_head}):
@@ -161,30 +196,40 @@ def func({", ".join(f'{p}: T.Buffer({tuple(s)}, "float32")' for p, s in params)}
     return tvm.script.from_source(src)
 
 
-def _rewrite(builder, call, uses, lookup, isa: str):
+def _rewrite(builder, call, uses, lookup, isa: str, stats: dict):
     a = match(call, uses, lookup)
-    function, source, lanes, kb = KERNELS[isa]
-    g = geometry(a, lanes) if a is not None else None
+    g = geometry(a, KERNELS[isa][2]) if a is not None else None
     if g is None:
         return None
-    keys = builder.emit(builder.call_te(pack_keys, a.kt, kb, primfunc_name_hint="attention_keys"))
-    args = [a.q, keys, a.v]
+    bf16 = isa == "avx512_bf16" and g["D"] % 2 == 0
+    function, source, _, kb = KERNELS[isa if bf16 else isa.removesuffix("_bf16")]
+    if bf16:  # q's cast fuses into its producer; the packs read float32 and write bf16
+        q = builder.emit(relax.op.astype(a.q, "bfloat16"))
+        keys = builder.emit(builder.call_te(pack_keys_bf16, a.kt, kb, primfunc_name_hint="attention_keys"))
+        values = builder.emit(builder.call_te(pack_values_bf16, a.v, kb, primfunc_name_hint="attention_values"))
+        args = [q, keys, values]
+        stats["attention_bf16"] += 1
+    else:
+        args = [a.q, builder.emit(builder.call_te(pack_keys, a.kt, kb, primfunc_name_hint="attention_keys")), a.v]
     if a.mask is not None:
         args.append(a.mask)
-    gv = builder.add_func(kernel_func(g, a.scale, function, source, kb).without_attr("global_symbol"), "attention")
+    func = kernel_func(g, a.scale, function, source, kb, bf16)
+    gv = builder.add_func(func.without_attr("global_symbol"), "attention")
     return relax.call_tir(gv, args, relax.TensorType([*g["lead"], g["M"], g["DV"]], "float32"))
 
 
-def kernel_isa(caps) -> str | None:
-    """The attention kernel build for a target's capabilities, or None where it has none."""
-    if caps.arch != "x86_64" or not caps.fma:
+def kernel_isa(caps, bf16: bool = False) -> str | None:
+    """The attention kernel build for a target's capabilities, or None where it has none; bf16: the bf16
+    build (--precision bf16 on a CPU with vdpbf16ps)."""
+    if caps.arch != "x86_64" or not caps.fma or caps.isa not in KERNELS:
         return None
-    return caps.isa if caps.isa in KERNELS else None
+    return "avx512_bf16" if bf16 and caps.isa == "avx512" and caps.has_vdpbf16ps else caps.isa
 
 
 # what FuseAttention counts in the report (kiln/counters.py)
 COUNTERS: tuple[Counter, ...] = (
     Counter("attention_fused", int, "attention chains on the fused streaming-softmax kernel", always=True),
+    Counter("attention_bf16", int, "fused attention kernels whose matmuls run in bf16 (vdpbf16ps)"),
 )
 
 
@@ -194,16 +239,19 @@ class FuseAttention:
 
     def __init__(self, isa: str):
         self.isa = isa
-        self.stats = {"attention_fused": 0}
+        self.stats = {"attention_fused": 0, "attention_bf16": 0}
 
     def transform_module(self, mod: tvm.IRModule, ctx) -> tvm.IRModule:
         uses = module_var_uses(mod)
-        out, count = rewrite_calls(mod, lambda b, call, lookup: _rewrite(b, call, uses, lookup, self.isa), lookup=True)
+        out, count = rewrite_calls(
+            mod, lambda b, call, lookup: _rewrite(b, call, uses, lookup, self.isa, self.stats), lookup=True
+        )
         if not count:
             return mod
         from ...schedules.kernels import build
 
-        build(KERNELS[self.isa][1])  # compiled and loaded before anything references its symbol
+        for isa in {self.isa, self.isa.removesuffix("_bf16")}:  # compiled and loaded before anything calls them
+            build(KERNELS[isa][1])
         self.stats["attention_fused"] += count
         return relax.transform.DeadCodeElimination(["main"])(out)
 

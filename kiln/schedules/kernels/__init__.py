@@ -32,6 +32,10 @@ SOURCES = {
             "-mno-avx256-split-unaligned-store",
         ],
     ),
+    "attention_bf16": (
+        Path(__file__).parent / "attention.c",
+        ["-mavx512f", "-mavx512bf16", "-DKILN_BF16", "-DKILN_ATTENTION=kiln_attention_bf16"],
+    ),
     "bf16_matmul": (Path(__file__).parent / "bf16_matmul.c", ["-mavx512f", "-mavx512bw", "-mavx512bf16"]),
     "amx_bf16_conv": (
         Path(__file__).parent / "amx_bf16_conv.c",

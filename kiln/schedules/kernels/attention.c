@@ -15,7 +15,20 @@
  * mask additive, element (bh, i, j) at mask[(bh / mh_div % mh_mod) * mask_bh + i * mask_row + j]
  *      (strides 0 where it broadcasts), or NULL
  * out  [BH, M, DV]   float32
- * Rows [row0, row0 + rows) of head bh are computed. causal: key j > query i + causal_offset is masked. */
+ * Rows [row0, row0 + rows) of head bh are computed. causal: key j > query i + causal_offset is masked.
+ *
+ * KILN_BF16 (AVX512-BF16, --precision bf16): both matmuls on vdpbf16ps, 2 multiply-adds per lane, accumulated
+ * in float32; the softmax stays float32 and P is rounded to bf16 for P V. Then q is bf16 [BH, M, D] (D even),
+ * kt bf16 pairs of features [BH, NB, D/2, KB, 2] and v bf16 pairs of keys [BH, NB * KB / 2, DV, 2] (zeros past
+ * N, so no block of values is partial); each pair read as one int32. */
+#ifdef KILN_BF16
+#include <immintrin.h>
+typedef int32_t elem; /* a pair of bf16 */
+#define PAIR 2
+#else
+typedef float elem;
+#define PAIR 1
+#endif
 #include <math.h> /* INFINITY */
 #include <stdint.h>
 #include <string.h>
@@ -102,19 +115,31 @@ typedef struct {
 } masking;
 
 /* S[R][NV * VL] for query rows qi[R] over keys [j0, j0 + NV * VL) of kt (ldk: its row stride), NV <= SV:
- * one function per NV so the accumulators stay in registers; a partial last block computes only its vectors */
+ * one function per NV so the accumulators stay in registers; a partial last block computes only its vectors.
+ * DP: the elems of a row of q (D, or D / 2 pairs). */
+/* acc + a * b: a float32 FMA, or on bf16 pairs vdpbf16ps (2 products a lane); bcast: one elem to every lane */
+#ifdef KILN_BF16
+static inline vf bcast(elem x) { return (vf)_mm512_set1_epi32(x); }
+static inline vf madd(vf acc, vf a, vf b) { return (vf)_mm512_dpbf16_ps((__m512)acc, (__m512bh)a, (__m512bh)b); }
+#else
+static inline vf bcast(elem x) { return splat(x); }
+static inline vf madd(vf acc, vf a, vf b) { return acc + a * b; }
+#endif
+static inline vf load_elems(const elem *p) { return load((const float *)p); }
+
 #define DEFINE_SCORES(NV)                                                                                        \
-  static void scores##NV(const float *const qi[R], const float *kt, int64_t ldk, int D, float scale, vf s[R][KV], int c0) { \
+  static void scores##NV(const elem *const qi[R], const elem *kt, int64_t ldk, int DP, float scale, vf s[R][KV],  \
+                         int c0) {                                                                               \
     vf acc[R][NV];                                                                                               \
     for (int r = 0; r < R; ++r)                                                                                  \
       for (int c = 0; c < NV; ++c) acc[r][c] = splat(0.0f);                                                      \
-    for (int d = 0; d < D; ++d) {                                                                                \
-      const float *k = kt + (int64_t)d * ldk;                                                                    \
+    for (int d = 0; d < DP; ++d) {                                                                               \
+      const elem *k = kt + (int64_t)d * ldk;                                                                     \
       vf kv[NV];                                                                                                 \
-      for (int c = 0; c < NV; ++c) kv[c] = load(k + c * VL);                                                     \
+      for (int c = 0; c < NV; ++c) kv[c] = load_elems(k + c * VL);                                               \
       for (int r = 0; r < R; ++r) {                                                                              \
-        vf q = splat(qi[r][d]);                                                                                  \
-        for (int c = 0; c < NV; ++c) acc[r][c] += q * kv[c];                                                     \
+        vf q = bcast(qi[r][d]);                                                                                  \
+        for (int c = 0; c < NV; ++c) acc[r][c] = madd(acc[r][c], q, kv[c]);                                      \
       }                                                                                                          \
     }                                                                                                            \
     for (int r = 0; r < R; ++r)                                                                                  \
@@ -127,7 +152,7 @@ DEFINE_SCORES(3)
 DEFINE_SCORES(4)
 #endif
 
-static void scores(int nv, const float *const qi[R], const float *kt, int64_t ldk, int D, float scale, vf s[R][KV],
+static void scores(int nv, const elem *const qi[R], const elem *kt, int64_t ldk, int D, float scale, vf s[R][KV],
                    int c0) {
   switch (nv) {
     case 1: scores1(qi, kt, ldk, D, scale, s, c0); break;
@@ -162,14 +187,64 @@ static void apply_mask(const masking *mk, int bh, const int i[R], int j0, int va
   }
 }
 
+/* P as the elems P V reads: float32, or bf16 pairs of keys (pp's rows hold 16 pairs past KB / 2: a last vector
+ * of 16 keys converts with 16 zeros) */
+#ifdef KILN_BF16
+#define PP_ROW (KB / 2 + VL)
+static void p_elems(float p[R][KB], int keys, elem pp[R][PP_ROW]) {
+  for (int r = 0; r < R; ++r)
+    for (int c = 0; c < keys; c += 2 * VL) {
+      __m512 hi = c + VL < keys ? _mm512_loadu_ps(p[r] + c + VL) : _mm512_setzero_ps();
+      _mm512_storeu_si512((void *)(pp[r] + c / 2), (__m512i)_mm512_cvtne2ps_pbh(hi, _mm512_loadu_ps(p[r] + c)));
+    }
+}
+#endif
+
+/* O = alpha O + P V over one block of `keys` keys (a multiple of VL): vb's rows of DV elems, one per key (a pair
+ * of keys in bf16); pe: P's rows as elems */
+static void values(float o[R][MAX_DV], const float alpha[R], const elem *pe, int pe_row, const elem *vb, int keys,
+                   int DV) {
+  const int steps = keys / PAIR;
+  for (int e0 = 0; e0 < DV; e0 += OV * VL) {
+    int ne = DV - e0 < OV * VL ? (DV - e0) / VL : OV;
+    if (ne == OV) {
+      vf acc[R][OV];
+      for (int r = 0; r < R; ++r)
+        for (int c = 0; c < OV; ++c) acc[r][c] = load(o[r] + e0 + c * VL) * alpha[r];
+      for (int j = 0; j < steps; ++j) {
+        const elem *vr = vb + (int64_t)j * DV + e0;
+        vf vv[OV];
+        for (int c = 0; c < OV; ++c) vv[c] = load_elems(vr + c * VL);
+        for (int r = 0; r < R; ++r) {
+          vf pr = bcast(pe[r * pe_row + j]);
+          for (int c = 0; c < OV; ++c) acc[r][c] = madd(acc[r][c], pr, vv[c]);
+        }
+      }
+      for (int r = 0; r < R; ++r)
+        for (int c = 0; c < OV; ++c) store(o[r] + e0 + c * VL, acc[r][c]);
+    } else {
+      for (int c = 0; c < ne; ++c) {
+        vf acc[R];
+        for (int r = 0; r < R; ++r) acc[r] = load(o[r] + e0 + c * VL) * alpha[r];
+        for (int j = 0; j < steps; ++j) {
+          vf vv = load_elems(vb + (int64_t)j * DV + e0 + c * VL);
+          for (int r = 0; r < R; ++r) acc[r] = madd(acc[r], bcast(pe[r * pe_row + j]), vv);
+        }
+        for (int r = 0; r < R; ++r) store(o[r] + e0 + c * VL, acc[r]);
+      }
+    }
+  }
+}
+
 /* One tile of R query rows over every key block: online softmax, O accumulated in o[R][DV]. */
-static void tile(const float *q, const float *kt, const float *v, const float *v_tail,
-                 const masking *mk, float *out, int bh, int M, int N, int D, int DV, float scale, int row) {
-  const float *qi[R];
+static void tile(const elem *q, const elem *kt, const elem *v, const elem *v_tail, const masking *mk, float *out,
+                 int bh, int M, int N, int D, int DV, float scale, int row) {
+  const int DP = D / PAIR; /* elems of a row of q, of a column of a key block */
+  const elem *qi[R];
   int idx[R];
   for (int r = 0; r < R; ++r) {
     idx[r] = row + r < M ? row + r : M - 1; /* past the last row: recompute it, store nothing */
-    qi[r] = q + (int64_t)idx[r] * D;
+    qi[r] = q + (int64_t)idx[r] * DP;
   }
   float o[R][MAX_DV] __attribute__((aligned(64)));
   float m[R], l[R];
@@ -185,7 +260,7 @@ static void tile(const float *q, const float *kt, const float *v, const float *v
     vf s[R][KV] __attribute__((aligned(64)));
     int nv = (valid + VL - 1) / VL, keys = nv * VL; /* a partial last block: only its vectors */
     for (int c0 = 0; c0 < nv; c0 += SV)
-      scores(nv - c0 < SV ? nv - c0 : SV, qi, kt + (int64_t)j0 * D + c0 * VL, KB, D, scale, s, c0);
+      scores(nv - c0 < SV ? nv - c0 : SV, qi, kt + (int64_t)j0 * DP + c0 * VL, KB, DP, scale, s, c0);
     if (need_mask || tail) apply_mask(mk, bh, idx, j0, valid, s);
     float alpha[R], p[R][KB] __attribute__((aligned(64)));
     for (int r = 0; r < R; ++r) {
@@ -205,36 +280,14 @@ static void tile(const float *q, const float *kt, const float *v, const float *v
       }
       l[r] = l[r] * alpha[r] + hsum(sum);
     }
-    const float *vb = tail ? v_tail : v + (int64_t)j0 * DV;
-    for (int e0 = 0; e0 < DV; e0 += OV * VL) {
-      int ne = DV - e0 < OV * VL ? (DV - e0) / VL : OV;
-      if (ne == OV) {
-        vf acc[R][OV];
-        for (int r = 0; r < R; ++r)
-          for (int c = 0; c < OV; ++c) acc[r][c] = load(o[r] + e0 + c * VL) * alpha[r];
-        for (int j = 0; j < keys; ++j) {
-          const float *vr = vb + (int64_t)j * DV + e0;
-          vf vv[OV];
-          for (int c = 0; c < OV; ++c) vv[c] = load(vr + c * VL);
-          for (int r = 0; r < R; ++r) {
-            vf pr = splat(p[r][j]);
-            for (int c = 0; c < OV; ++c) acc[r][c] += pr * vv[c];
-          }
-        }
-        for (int r = 0; r < R; ++r)
-          for (int c = 0; c < OV; ++c) store(o[r] + e0 + c * VL, acc[r][c]);
-      } else {
-        for (int c = 0; c < ne; ++c) {
-          vf acc[R];
-          for (int r = 0; r < R; ++r) acc[r] = load(o[r] + e0 + c * VL) * alpha[r];
-          for (int j = 0; j < keys; ++j) {
-            vf vv = load(vb + (int64_t)j * DV + e0 + c * VL);
-            for (int r = 0; r < R; ++r) acc[r] += splat(p[r][j]) * vv;
-          }
-          for (int r = 0; r < R; ++r) store(o[r] + e0 + c * VL, acc[r]);
-        }
-      }
-    }
+#ifdef KILN_BF16
+    elem pp[R][PP_ROW] __attribute__((aligned(64)));
+    p_elems(p, keys, pp);
+    values(o, alpha, &pp[0][0], PP_ROW, v + (int64_t)j0 / 2 * DV, keys, DV); /* v is zero-padded to whole blocks */
+    (void)v_tail;
+#else
+    values(o, alpha, &p[0][0], KB, tail ? v_tail : v + (int64_t)j0 * DV, keys, DV);
+#endif
   }
   for (int r = 0; r < R && row + r < M; ++r) {
     vf inv = splat(l[r] > 0.0f ? 1.0f / l[r] : 0.0f); /* a row with every key masked by -inf: 0 (not NaN) */
@@ -248,22 +301,28 @@ static void tile(const float *q, const float *kt, const float *v, const float *v
 /* the keys per block this build packs K^T by (kiln_attention_f32_key_block, ..._avx2_key_block) */
 int CAT(KILN_ATTENTION, _key_block)(void) { return KB; }
 
-int KILN_ATTENTION(const float *q, const float *kt, const float *v, const float *mask, float *out, int M, int N,
-                   int D, int DV, float scale, int64_t mask_bh, int64_t mask_row, int mh_div, int mh_mod, int causal,
+int KILN_ATTENTION(const elem *q, const elem *kt, const elem *v, const float *mask, float *out, int M, int N, int D,
+                   int DV, float scale, int64_t mask_bh, int64_t mask_row, int mh_div, int mh_mod, int causal,
                    int causal_offset, int bh, int row0, int rows) {
-  if (DV % VL || DV > MAX_DV) return -1;
-  int nb = (N + KB - 1) / KB;
-  const float *qh = q + (int64_t)bh * M * D, *kth = kt + (int64_t)bh * nb * D * KB, *vh = v + (int64_t)bh * N * DV;
+  if (DV % VL || DV > MAX_DV || D % PAIR) return -1;
+  const int nb = (N + KB - 1) / KB, DP = D / PAIR;
+  const elem *qh = q + (int64_t)bh * M * DP, *kth = kt + (int64_t)bh * nb * DP * KB;
   float *oh = out + (int64_t)bh * M * DV;
+  const elem *v_tail = NULL;
+#ifdef KILN_BF16
+  const elem *vh = v + (int64_t)bh * nb * (KB / 2) * DV; /* packed to whole blocks */
+#else
+  const elem *vh = v + (int64_t)bh * N * DV;
   /* the last block of values, if partial, copied once into a zero-padded buffer (no load past the tensor) */
   int tail0 = N / KB * KB, ntail = N - tail0;
-  float *v_tail = NULL;
   float stack_v[KB * 64];
   if (ntail) {
-    v_tail = DV <= 64 ? stack_v : (float *)__builtin_alloca(sizeof(float) * KB * DV);
-    memset(v_tail, 0, sizeof(float) * KB * DV);
-    memcpy(v_tail, vh + (int64_t)tail0 * DV, sizeof(float) * ntail * DV);
+    float *buf = DV <= 64 ? stack_v : (float *)__builtin_alloca(sizeof(float) * KB * DV);
+    memset(buf, 0, sizeof(float) * KB * DV);
+    memcpy(buf, vh + (int64_t)tail0 * DV, sizeof(float) * ntail * DV);
+    v_tail = buf;
   }
+#endif
   masking mk = {mask, mask_bh, mask_row, mh_div > 0 ? mh_div : 1, mh_mod > 0 ? mh_mod : 1, causal, causal_offset};
   int end = row0 + rows < M ? row0 + rows : M;
   for (int row = row0; row < end; row += R) tile(qh, kth, vh, v_tail, &mk, oh, bh, M, N, D, DV, scale, row);

@@ -1,0 +1,75 @@
+"""FuseAttention's bf16 build (--precision bf16 on AVX512-BF16): Q Kᵀ and P V on vdpbf16ps, the softmax in
+float32. Numerics against a float64 reference with the kernel's bf16 roundings (Q, K, V and P) and against
+onnxruntime fp32, with masks and lengths that leave partial key blocks; which targets and precisions take it."""
+
+import ml_dtypes
+import numpy as np
+import pytest
+from helpers import ort_run
+from test_fuse_attention import _attention
+
+import kiln
+from kiln.runtime.hostinfo import host_cpu_flags
+
+needs_bf16 = pytest.mark.skipif("avx512_bf16" not in host_cpu_flags(), reason="running it needs AVX512-BF16")
+
+
+def _bf16(a):
+    return np.asarray(a, np.float32).astype(ml_dtypes.bfloat16).astype(np.float64)
+
+
+def _reference(feeds, dim: int, causal_keys: int | None = None):
+    q, k, v = (_bf16(feeds[n]) for n in "qkv")
+    s = q @ np.swapaxes(k, -1, -2) * np.float64(np.float32(dim**-0.5))
+    if "mask" in feeds:
+        s = s + feeds["mask"]
+    if causal_keys is not None:
+        seq = s.shape[-2]
+        s = s + np.triu(np.full((seq, causal_keys), -np.inf), k=causal_keys - seq + 1)
+    p = np.exp(s - s.max(-1, keepdims=True))
+    # the kernel rounds the unnormalized probabilities to bf16 for P V and divides by their float32 sum
+    return (_bf16(p) @ v) / p.sum(-1, keepdims=True)
+
+
+@needs_bf16
+@pytest.mark.parametrize("mask", ["none", "padding", "causal"])
+@pytest.mark.parametrize("seq, keys", [(197, None), (31, None), (5, None), (20, 300)])
+def test_bf16_attention_matches_a_bf16_reference(tmp_path, seq, keys, mask):
+    if keys and mask == "causal":
+        pytest.skip("the causal case has as many keys as queries here")
+    model, feeds = _attention(seq, mask=mask, keys=keys)
+    r = kiln.compile(model, tmp_path / "m.kiln", precision="bf16")
+    assert r.report["attention_fused"] == 1 and r.report["attention_bf16"] == 1
+    out = kiln.load(tmp_path / "m.kiln").run(feeds)["output"]
+    ref = _reference(feeds, 64, causal_keys=seq if mask == "causal" else None)
+    np.testing.assert_allclose(out, ref, rtol=0, atol=2e-3 * np.abs(ref).max())
+    fp32 = ort_run(model, feeds)[0]
+    assert float((out.ravel() @ fp32.ravel()) / np.linalg.norm(out) / np.linalg.norm(fp32)) > 0.9999
+
+
+@pytest.mark.parametrize(
+    "target, precision, bf16",
+    [
+        ("llvm -mcpu=znver4", "bf16", 1),
+        ("llvm -mcpu=znver4", "fp32", 0),
+        ("llvm -mcpu=skylake-avx512", "bf16", 0),  # AVX-512 without BF16: no bf16 kernel
+    ],
+)
+def test_which_builds_take_bf16(tmp_path, target, precision, bf16):
+    model, _ = _attention(16)
+    r = kiln.compile(model, tmp_path / "m.kiln", target=target, precision=precision)
+    assert r.report["attention_bf16"] == bf16
+    if bf16:
+        assert r.report["attention_fused"] == 1
+
+
+def test_key_block_agrees_with_the_c_build():
+    import ctypes
+
+    from kiln.compiler.passes.fuse_attention import KERNELS
+    from kiln.schedules.kernels import build
+
+    if "avx512_bf16" not in host_cpu_flags():
+        pytest.skip("loading the bf16 build needs AVX512-BF16")
+    function, source, _, kb = KERNELS["avx512_bf16"]
+    assert getattr(ctypes.CDLL(build(source)[1]), f"{function}_key_block")() == kb
