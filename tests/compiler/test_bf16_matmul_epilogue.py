@@ -52,20 +52,22 @@ def _gelu_nodes(form: str) -> list:
 
 
 def _ffn(form: str, rows: int):
+    """The FFN; form gpt2_gemm: GPT-2's export, whose Gemms on [rows, K] are reshaped around the GELU (tanh)."""
     mk = helper.make_node
-    nodes = [mk("MatMul", ["input", "w1"], ["m1"]), mk("Add", ["b1", "m1"], ["a1"]), *_gelu_nodes(form)]
-    nodes += [
-        mk("MatMul", ["g", "w2"], ["m2"]),
-        mk("Add", ["m2", "b2"], ["a2"]),
-        mk("Add", ["a2", "input"], ["output"]),
-    ]
-    inits = {
-        "w1": rand(K, H, seed=1) * 0.2,
-        "b1": rand(H, seed=2),
-        "w2": rand(H, K, seed=3) * 0.1,
-        "b2": rand(K, seed=4),
-    }
+    if form == "gpt2_gemm":
+        nodes = [mk("Reshape", ["input", "flat"], ["x2"]), mk("Gemm", ["x2", "w1", "b1"], ["m1"])]
+        nodes += [mk("Reshape", ["m1", "shape3"], ["a1"]), *_gelu_nodes("tanh"), mk("Reshape", ["g", "flatH"], ["g2"])]
+        nodes += [mk("Gemm", ["g2", "w2", "b2"], ["m2"]), mk("Reshape", ["m2", "shapeK"], ["a2"])]
+        nodes.append(mk("Add", ["input", "a2"], ["output"]))
+    else:
+        nodes = [mk("MatMul", ["input", "w1"], ["m1"]), mk("Add", ["b1", "m1"], ["a1"]), *_gelu_nodes(form)]
+        nodes += [mk("MatMul", ["g", "w2"], ["m2"]), mk("Add", ["m2", "b2"], ["a2"])]
+        nodes.append(mk("Add", ["a2", "input"], ["output"]))
     used = {i for n in nodes for i in n.input}
+    shapes = {"flat": [rows, K], "shape3": [1, rows, H], "flatH": [rows, H], "shapeK": [1, rows, K]}
+    inits = {k: np.array(v, np.int64) for k, v in shapes.items() if k in used}
+    inits |= {"w1": rand(K, H, seed=1) * 0.2, "b1": rand(H, seed=2), "w2": rand(H, K, seed=3) * 0.1}
+    inits |= {"b2": rand(K, seed=4)}
     inits |= {k: np.array(v) for k, v in (CONSTS | {"sq2inv": F(1 / math.sqrt(2))}).items() if k in used}
     return make_model(nodes, {"input": rand(1, rows, K)}, ["output"], inits)
 
@@ -77,7 +79,7 @@ def _bf16(a):
 def _reference(x, form: str):
     """float64 with the kernel's roundings: x, the weights and the GELU's output in bf16."""
     a1 = _bf16(x) @ _bf16(rand(K, H, seed=1) * 0.2) + rand(H, seed=2)
-    if form == "tanh":
+    if form in ("tanh", "gpt2_gemm"):
         g = 0.5 * a1 * (1 + np.tanh(math.sqrt(2 / math.pi) * (a1 + 0.044715 * a1**3)))
     else:
         g = 0.5 * a1 * (1 + np.vectorize(math.erf)(a1 / (1.5 if form == "near" else math.sqrt(2))))
@@ -85,7 +87,7 @@ def _reference(x, form: str):
 
 
 @needs_bf16
-@pytest.mark.parametrize("form, rows", [("erf", 20), ("erf_dynamo", 7), ("tanh", 37), ("near", 20)])
+@pytest.mark.parametrize("form, rows", [("erf", 20), ("erf_dynamo", 7), ("tanh", 37), ("near", 20), ("gpt2_gemm", 24)])
 def test_ffn_epilogues_match_a_bf16_reference_and_onnxruntime(tmp_path, form, rows):
     m = _ffn(form, rows)
     r = kiln.compile(m, tmp_path / "m.kiln", precision="bf16")

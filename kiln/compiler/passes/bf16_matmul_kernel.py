@@ -95,17 +95,20 @@ class MatmulEpilogue:
         return self.residual | ACTIVATIONS.get(self.activation, 0)
 
 
-def kernel_func(x_shape: list[int], k: int, n: int, x_bf16: bool, ep: MatmulEpilogue = MatmulEpilogue()):
+def kernel_func(
+    x_shape: list[int], k: int, n: int, x_bf16: bool, ep: MatmulEpilogue = MatmulEpilogue(), out_shape=None
+):
     """The PrimFunc calling the kernel for every task in parallel; x_bf16: x comes as bf16 (K even). Its
     parameters: x, the packed weights, the epilogue's bias [N] and residual (float32, the output's shape) where
     it has them, then its outputs (float32, bf16). The epilogue is kept in the `kiln.bf16_matmul` attribute
-    (bias, flags, outputs) so FuseBF16MatmulEpilogue knows which kernels it has not extended yet."""
+    (bias, flags, outputs) so FuseBF16MatmulEpilogue knows which kernels it has not extended yet. out_shape:
+    the outputs' shape where a reshape of [..., M, N] (the same row-major elements) is what reads them."""
     m = int(np.prod(x_shape[:-1]))
     k2, blocks = -(-k // 2), n // BLOCK
     task_rows, col_tasks, tile = tasks(m, blocks)
     group = TILES[tile]
     row_tasks = -(-m // task_rows)
-    out_shape = [*x_shape[:-1], n]
+    out_shape = list(out_shape or [*x_shape[:-1], n])
     params = [("x", x_shape, "bfloat16" if x_bf16 else "float32"), ("w", [blocks, k2, BLOCK, 2], "uint16")]
     params += [("bias", [n], "float32")] * ep.bias + [("res", out_shape, "float32")] * ep.residual
     params += [("out", out_shape, "float32")] * ep.float32 + [("out16", out_shape, "bfloat16")] * ep.bf16

@@ -3,7 +3,8 @@ run inside its C kernel, on each output vector while it is in registers, instead
 the float32 result back and write it again. A transformer's FFN-up matmul then writes GELU(x W + b) in bf16,
 which the FFN-down matmul reads directly; the attention-output and FFN-down matmuls add the residual as they
 store. From each kernel call (its bias already inside) it follows: [an activation: GELU in any spelling, or
-ReLU (activation_region)] -> [+ residual tensor of the output's shape]; the chain's value is written in bf16
+ReLU (activation_region)] -> [+ residual tensor of the output's shape], through reshapes (views of the
+kernel's row-major output); the chain's value is written in bf16
 for the casts to bf16 that read it and in float32 where anything else does. Timings in benchmarks/history.md.
 `stats["bf16_matmul_epilogues_fused"]` counts the kernels that took an epilogue."""
 
@@ -53,16 +54,33 @@ def _residual(bindings, users, cur, uses, claimed):
     return None
 
 
+def _reshapes(bindings, users, cur, uses, claimed) -> list[int]:
+    """The run of reshapes that alone read `cur` (then each other): views of the kernel's row-major output, so
+    the epilogue goes on through them (GPT-2's Gemm writes [128, 3072] that its GELU reads as [1, 128, 3072])."""
+    run = []
+    while uses.get(cur, 0) == 1 and len(users.get(cur, [])) == 1:
+        j = users[cur][0]
+        if j in claimed or op_name(bindings[j].value) != "relax.reshape" or static_shape(bindings[j].var) is None:
+            break
+        run.append(j)
+        cur = bindings[j].var
+    return run
+
+
 def _chain(bindings, i, uses, users, claimed):
-    """(activation, residual, chain indices) after kernel binding i."""
-    cur, chain, activation, residual = bindings[i].var, [i], None, None
-    found = region(bindings, i, cur, uses, claimed)
+    """(activation, residual, chain indices) after kernel binding i, through reshapes."""
+    chain, activation, residual = [i], None, None
+    chain += _reshapes(bindings, users, bindings[chain[-1]].var, uses, claimed)
+    cur = bindings[chain[-1]].var
+    found = region(bindings, chain[-1], cur, uses, claimed)
     if found is not None and (name := identify(bindings, found[0], cur, found[1])) is not None:
-        activation, chain, cur = name, chain + found[0], found[1]
-    got = _residual(bindings, users, cur, uses, claimed)
+        activation, chain = name, chain + found[0]
+        chain += _reshapes(bindings, users, found[1], uses, claimed)
+    got = _residual(bindings, users, bindings[chain[-1]].var, uses, claimed)
     if got is not None:
         residual = got[1]
         chain.append(got[0])
+        chain += _reshapes(bindings, users, bindings[chain[-1]].var, uses, claimed)
     return activation, residual, chain
 
 
@@ -85,7 +103,7 @@ def _fuse_block(mod, builder, block, uses, stats):
         ep = MatmulEpilogue(bias, residual is not None, activation, float32=float32, bf16=bool(casts))
         x, packed, *rest = b.value.args[1].fields
         k, n = static_shape(x)[-1], static_shape(packed)[0] * 16
-        new = kernel_func(static_shape(x), k, n, str(x.ty.dtype) == "bfloat16", ep)
+        new = kernel_func(static_shape(x), k, n, str(x.ty.dtype) == "bfloat16", ep, static_shape(final))
         gv = builder.add_func(new.without_attr("global_symbol"), "bf16_matmul")
         types = output_types(static_shape(final), ep.float32, ep.bf16)
         call = relax.call_tir(gv, [x, packed, *rest] + [residual] * ep.residual, types if len(types) > 1 else types[0])
