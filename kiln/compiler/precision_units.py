@@ -11,7 +11,7 @@ from __future__ import annotations
 from ..runtime.profile import MULTIPLY_ADD  # the kinds whose FLOPs are multiply-adds (the bf16 ones return first)
 
 WHY_WIDER = {  # a float32 multiply-add kernel of a bf16/fp16 build: what no reduced-precision kernel takes
-    "attention": "activations x activations (Q K^T, P V): the fused float32 attention kernel",
+    "attention": "activations x activations (Q K^T, P V) on a CPU without AVX512-BF16: the float32 attention kernel",
     "matmul": "no bf16 kernel for it: operands both activations, or columns not a multiple of 16",
     "depthwise_nchw": "grouped/depthwise conv: bf16 only adds conversions (TVM computes it in float32)",
     "depthwise_pointwise": "fused depthwise + pointwise block: float32",
@@ -29,7 +29,7 @@ def _fma_unit(caps) -> str:
 def describe(kind: str | None, int8: bool, amx_kernel: bool, reduced_storage: str | None, precision: str, caps) -> dict:
     """{precision, unit[, why]} for one kernel. reduced_storage: "bfloat16"/"float16" when TVM computes a kernel
     whose operands are stored so; precision: the build's --precision."""
-    if kind in ("bf16_matmul", "bf16_conv"):
+    if kind in ("bf16_matmul", "bf16_conv", "attention_bf16"):
         return {"precision": "bf16", "unit": "amx-bf16 tdpbf16ps" if amx_kernel else "avx512-bf16 vdpbf16ps"}
     if int8 or kind in ("conv2d_int8", "matmul_int8", "conv2d_amx"):
         unit = "amx-int8" if kind == "conv2d_amx" else (caps.int8_dot or caps.int8_path)
@@ -48,6 +48,8 @@ def kernel_precision(f, kind: str | None, int8: bool, precision: str, caps) -> d
     """describe() for a PrimFunc: its parameters' storage types and whether it is the AMX bf16 conv kernel."""
     reduced = {str(p.dtype) for p in getattr(f, "buffer_map", {}).values()} & {"bfloat16", "float16"}
     amx = f.attrs is not None and "kiln.bf16_conv" in f.attrs and bool(int(f.attrs["kiln.bf16_conv"][8]))
+    if kind == "attention" and f.attrs is not None and str(f.attrs.get("kiln.c_kernel", "")) == "attention_bf16":
+        kind = "attention_bf16"  # Q K^T and P V on vdpbf16ps (FuseAttention's bf16 build)
     return describe(kind, int8, amx, sorted(reduced)[0] if reduced and kind != "bf16_conv" else None, precision, caps)
 
 

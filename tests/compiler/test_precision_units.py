@@ -16,27 +16,39 @@ from kiln.target import Target
 x86 = pytest.mark.skipif(platform.machine() != "x86_64", reason="builds Kiln's x86 C kernels (AVX512-BF16)")
 
 
-def _encoder_block():
-    """A projection by constant weights (bf16 kernel) feeding attention (activations x activations: stays fp32)."""
+def _encoder_block(softmax: bool = True):
+    """A projection by constant weights (bf16 kernel) feeding attention (the bf16 attention kernel on AVX512-BF16);
+    without the softmax, a matmul of two activations (no bf16 kernel takes it: it stays float32)."""
     n = helper.make_node
     nodes = [
         n("MatMul", ["input", "wq"], ["q"]),
         n("Transpose", ["input"], ["kt"], perm=[0, 1, 3, 2]),
-        n("MatMul", ["q", "kt"], ["s"]),
-        n("Softmax", ["s"], ["p"], axis=-1),
-        n("MatMul", ["p", "input"], ["output"]),
+        n("MatMul", ["q", "kt"], ["s" if softmax else "output"]),
     ]
+    if softmax:
+        nodes += [n("Softmax", ["s"], ["p"], axis=-1), n("MatMul", ["p", "input"], ["output"])]
     return make_model(nodes, {"input": rand(1, 2, 32, 64)}, ["output"], {"wq": rand(64, 64, seed=1) * 0.1})
 
 
 @x86
-def test_bf16_build_names_units_and_the_wider_layer(tmp_path):
+def test_bf16_build_names_units(tmp_path):
     kiln.compile(_encoder_block(), tmp_path / "m.kiln", precision="bf16", target="llvm -mcpu=znver4")
+    info = inspect_path(tmp_path / "m.kiln")
+    kernels = info["manifest"]["buckets"][0]["kernel_info"].values()
+    assert sorted(v["kind"] for v in kernels if v["precision"] == "bf16") == ["attention", "bf16_matmul"]
+    assert {v["unit"] for v in kernels if v["precision"] == "bf16"} == {"avx512-bf16 vdpbf16ps"}
+    assert not [v for v in kernels if "why" in v]
+    assert "compute  bf16 on avx512-bf16 vdpbf16ps: 2 kernel(s)" in format_text(info)
+
+
+@x86
+def test_bf16_build_says_why_a_layer_stayed_wider(tmp_path):
+    kiln.compile(_encoder_block(softmax=False), tmp_path / "m.kiln", precision="bf16", target="llvm -mcpu=znver4")
     info = inspect_path(tmp_path / "m.kiln")
     kernels = info["manifest"]["buckets"][0]["kernel_info"].values()
     units = {(v["precision"], v["unit"]) for v in kernels}
     assert ("bf16", "avx512-bf16 vdpbf16ps") in units and ("fp32", "fp32 FMA avx512") in units
-    assert [v["why"] for v in kernels if "why" in v] == [WHY_WIDER["attention"]]
+    assert [v["why"] for v in kernels if "why" in v] == [WHY_WIDER["matmul"]]
     text = format_text(info)
     assert "compute  bf16 on avx512-bf16 vdpbf16ps: 1 kernel(s)" in text and "wider    " in text
 
