@@ -43,7 +43,7 @@ from .tvm_recurrence import OP_TYPE as RECURRENCE
 from .tvm_recurrence import recurrence_converter
 from .tvm_reduce import CONVERTERS as REDUCE_CONVERTERS
 from .tvm_reduce import squeeze_converter
-from .tvm_resize import resize_converter
+from .tvm_resize import resize_converter, upsample_converter
 from .tvm_slice import slice_converter
 
 
@@ -234,7 +234,8 @@ OVERRIDES = {
     "Split": split_converter,
     "Tile": tile_converter,
     "Squeeze": squeeze_converter,
-    "Resize": resize_converter,  # sizes fed at run time (tvm_resize.py)
+    "Resize": resize_converter,  # roi, scales or sizes fed at run time (tvm_resize.py)
+    "Upsample": upsample_converter,  # scales fed at run time (tvm_resize.py)
     RECURRENCE: recurrence_converter,  # Kiln's own node: an LSTM/GRU/RNN layer as one kernel (tvm_recurrence.py)
     ASSERT: assert_converter,  # Kiln's own node: the check that replaces an If branch that cannot run
     **REDUCE_CONVERTERS,  # Reduce* with run-time axes (tvm_reduce.py)

@@ -195,14 +195,8 @@ def resize(node, em: Emitter, shapes, consts, where):
     if node.op_type == "Upsample":
         inputs = [""] + inputs[:1] + [""]
     missing = [i for i in inputs if i and i not in consts]
-    if node.op_type == "Resize" and missing == [inputs[2]] and not (inputs[1] and np.asarray(consts[inputs[1]]).size):
-        return False  # only the sizes are fed at run time: tvm_resize.py's converter takes them
     if missing:
-        raise UnsupportedModelError(
-            f"{node.op_type} needs constant roi/scales/sizes ({', '.join(missing)})",
-            where=where,
-            fix="export them as initializers, or freeze them (--freeze-input)",
-        )
+        return False  # roi/scales/sizes fed at run time: tvm_resize.py's converter takes them
     t = dtype_of(node.input[0], consts)
     if shape is None or oshape is None or t is None:
         return False
