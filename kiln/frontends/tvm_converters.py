@@ -39,6 +39,7 @@ from .tvm_dynamic_shapes import (
     tile_converter,
 )
 from .tvm_nms import nms_converter
+from .tvm_pad import pad_converter
 from .tvm_recurrence import OP_TYPE as RECURRENCE
 from .tvm_recurrence import recurrence_converter
 from .tvm_reduce import CONVERTERS as REDUCE_CONVERTERS
@@ -236,6 +237,7 @@ OVERRIDES = {
     "Squeeze": squeeze_converter,
     "Resize": resize_converter,  # roi, scales or sizes fed at run time (tvm_resize.py)
     "Upsample": upsample_converter,  # scales fed at run time (tvm_resize.py)
+    "Pad": pad_converter,  # pads fed at run time (tvm_pad.py)
     RECURRENCE: recurrence_converter,  # Kiln's own node: an LSTM/GRU/RNN layer as one kernel (tvm_recurrence.py)
     ASSERT: assert_converter,  # Kiln's own node: the check that replaces an If branch that cannot run
     **REDUCE_CONVERTERS,  # Reduce* with run-time axes (tvm_reduce.py)
