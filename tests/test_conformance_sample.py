@@ -24,8 +24,6 @@ KNOWN_FAILURES = {
     # shape-determining values as graph inputs: a clear UnsupportedModelError; pass with --freeze-input
     **dict.fromkeys(
         [
-            "test_affine_grid_2d",
-            "test_center_crop_pad_crop",
             "test_col2im",
         ],
         _FROZEN,

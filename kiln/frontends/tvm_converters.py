@@ -24,6 +24,7 @@ import contextlib
 
 import numpy as np
 
+from .tvm_affine_grid import affine_grid_converter
 from .tvm_assert import OP_TYPE as ASSERT
 from .tvm_assert import assert_converter
 from .tvm_bounds import BOUNDS as _BOUNDS
@@ -46,6 +47,7 @@ from .tvm_reduce import CONVERTERS as REDUCE_CONVERTERS
 from .tvm_reduce import squeeze_converter
 from .tvm_resize import resize_converter, upsample_converter
 from .tvm_slice import slice_converter
+from .tvm_trilu import trilu_converter
 
 
 def _topk():
@@ -238,6 +240,8 @@ OVERRIDES = {
     "Resize": resize_converter,  # roi, scales or sizes fed at run time (tvm_resize.py)
     "Upsample": upsample_converter,  # scales fed at run time (tvm_resize.py)
     "Pad": pad_converter,  # pads fed at run time (tvm_pad.py)
+    "AffineGrid": affine_grid_converter,  # size fed at run time (tvm_affine_grid.py)
+    "Trilu": trilu_converter,  # k fed at run time (tvm_trilu.py)
     RECURRENCE: recurrence_converter,  # Kiln's own node: an LSTM/GRU/RNN layer as one kernel (tvm_recurrence.py)
     ASSERT: assert_converter,  # Kiln's own node: the check that replaces an If branch that cannot run
     **REDUCE_CONVERTERS,  # Reduce* with run-time axes (tvm_reduce.py)
@@ -340,7 +344,7 @@ def _same_other_dims(bb, inputs, axis: int) -> None:
     tensors = [
         (i, x)
         for i, x in enumerate(inputs)
-        if isinstance(x, relax.Expr) and isinstance(x.ty, relax.TensorType) and x.ty.shape is not None
+        if isinstance(x, relax.Expr) and isinstance(x.ty, relax.TensorType) and isinstance(x.ty.shape, relax.ShapeExpr)
     ]
     if len(tensors) < 2:
         return
