@@ -14,15 +14,14 @@ from .freeze import FLAG
 
 # op type -> indices of the inputs that must be constant (checked against TVM 0.27's converters). Not listed: TopK's
 # k, Reshape's, Expand's and ConstantOfShape's shapes, Split's sizes, Tile's repeats, Reduce*'s and Squeeze's axes,
-# Resize's roi, scales and sizes, Upsample's scales, Pad's pads, CenterCropPad's shape, AffineGrid's size: run-time
-# tensors of static length (tvm_converters.py, tvm_dynamic_shapes.py, tvm_reduce.py, tvm_resize.py, tvm_pad.py,
-# tvm_affine_grid.py); Range's start, limit and delta: TVM's converter takes run-time scalars
+# Resize's roi, scales and sizes, Upsample's scales, Pad's pads, CenterCropPad's shape, AffineGrid's size, Col2Im's
+# shapes: run-time tensors of static length (tvm_converters.py, tvm_dynamic_shapes.py, tvm_reduce.py, tvm_resize.py,
+# tvm_pad.py, tvm_affine_grid.py, tvm_col2im.py); Range's start, limit and delta: TVM's converter takes run-time scalars
 CONSTANT_INPUTS = {
     "Pad": (3,),  # its pads (tvm_pad.py) and constant_value (decompose/runtime_scalars.py) may be run-time inputs
     "OneHot": (1,),
     "CumSum": (1,),
     "CenterCropPad": (2,),
-    "Col2Im": (1, 2, 3),
     "MaxUnpool": (2,),
 }
 

@@ -55,11 +55,11 @@ def col2im(node, em: Emitter, shapes, consts, where):
     pixel (out-of-image ones nowhere): (N, C, K*L) @ S(K*L, prod(image)), summing the overlaps."""
     shape = shapes.get(node.input[0])
     img, blk = const_int_of(node.input[1], consts), const_int_of(node.input[2], consts)
-    if shape is None or img is None or blk is None:
+    if img is None or blk is None:
+        return False  # fed at run time: tvm_col2im.py's converter takes them
+    if shape is None:
         raise UnsupportedModelError(
-            "Col2Im needs constant image_shape and block_shape",
-            where=where,
-            fix="export them as initializers, or freeze those inputs (--freeze-input)",
+            "Col2Im needs an input of known shape", where=where, fix="pin the input's shape (--input-shape)"
         )
     a = attrs_of(node)
     nd = len(img)
