@@ -156,8 +156,6 @@ def resize_axis(bb, data, ax: Axis, opt: Options):
         y = bb.normalize(op.astype(op.permute_dims(y, inv), data.ty.dtype))
     if opt.ctm == "tf_crop_and_resize":
         outside = op.logical_or(op.less(x, _f(0)), op.greater(x, _f(ax.n - 1)))
-        shape = [1] * rank
-        shape[ax.axis] = ax.out
-        mask = op.reshape(outside, relax.ShapeExpr(shape))
+        mask = op.expand_dims(outside, [d for d in range(rank) if d != ax.axis])
         y = bb.normalize(op.where(mask, relax.const(opt.extrapolation, data.ty.dtype), y))
     return y
