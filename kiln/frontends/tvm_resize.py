@@ -21,8 +21,9 @@ def _text(attr, name: str, default: str) -> str:
     return v.decode("ascii") if isinstance(v, bytes) else v
 
 
-def _unsupported(attr, ndim: int, roigiven: bool) -> str | None:
-    """Why a Resize with run-time sizes is not taken here (None: it is)."""
+def _unsupported(attr, ndim: int, roi_given: bool) -> str | None:
+    """Why a Resize with run-time sizes is not taken by the resize2d/gather path below (None: it is); the
+    others go to tvm_resize_runtime.py."""
     if ndim != 4:
         return f"a {ndim}-D input (4-D NCHW is taken)"
     if _text(attr, "mode", "nearest") not in MODES:
@@ -33,7 +34,7 @@ def _unsupported(attr, ndim: int, roigiven: bool) -> str | None:
         return "keep_aspect_ratio_policy"
     if _text(attr, "coordinate_transformation_mode", "half_pixel") in ("tf_crop_and_resize", "half_pixel_symmetric"):
         return f"coordinate_transformation_mode {_text(attr, 'coordinate_transformation_mode', '')!r}"
-    return "a roi" if roigiven else None
+    return "a roi" if roi_given else None
 
 
 def resize_converter():
@@ -51,10 +52,10 @@ def resize_converter():
             if not runtime_tensor(sizes, params) or given(scales, params, "Resize", node) is not None:
                 return runtime_resize(bb, x, roi, scales, sizes, attr, params, node)
             roi_c = f.get_constant(roi, params) if roi is not None else None
-            roigiven = roi_c is not None and not (
+            roi_given = roi_c is not None and not (
                 isinstance(roi_c, tvm.ir.GenericConst) and roi_c.value.numpy().size == 0
             )
-            if _unsupported(attr, x.ty.ndim, roigiven) is not None or static_length(sizes, "Resize", node) != 4:
+            if _unsupported(attr, x.ty.ndim, roi_given) is not None or static_length(sizes, "Resize", node) != 4:
                 return runtime_resize(bb, x, roi, scales, sizes, attr, params, node)
             s = bb.normalize(relax.op.astype(sizes, "int64"))
             nc = relax.op.strided_slice(dims_of(bb, x), [0], [0], [2])
