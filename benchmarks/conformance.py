@@ -62,7 +62,8 @@ SHAPE_INPUTS = {
     "BlackmanWindow": (0,),
     "MelWeightMatrix": (0, 1, 2, 3, 4),
     "Loop": (0, 1),
-    # shape-deciding inputs Kiln now takes at run time (tvm_dynamic_shapes.py, tvm_reduce.py): frozen in that column too
+    # shape-deciding inputs Kiln now takes at run time (tvm_dynamic_shapes.py, tvm_reduce.py, tvm_resize.py, tvm_pad.py,
+    # tvm_affine_grid.py, tvm_col2im.py, Range): frozen in that column too
     "Reshape": (1,),
     "Expand": (1,),
     "Split": (1,),
@@ -71,6 +72,10 @@ SHAPE_INPUTS = {
     "ConstantOfShape": (0,),
     "Squeeze": (1,),
     "Tile": (1,),
+    "Range": (0, 1, 2),
+    "Upsample": (1,),
+    "AffineGrid": (1,),
+    "Col2Im": (1, 2),
     **{op: (1,) for op in ("ReduceSum", "ReduceMean", "ReduceMax", "ReduceMin", "ReduceProd", "ReduceL1")},
     **{op: (1,) for op in ("ReduceL2", "ReduceLogSum", "ReduceLogSumExp", "ReduceSumSquare")},
 }

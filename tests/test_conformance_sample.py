@@ -21,15 +21,6 @@ SAMPLE = 90
 # says so when one of them starts passing). "freeze: ..." ones must pass with their shape input frozen.
 _FROZEN = "freeze: a shape-determining value fed as a graph input (UnsupportedModelError naming --freeze-input)"
 KNOWN_FAILURES = {
-    # shape-determining values as graph inputs: a clear UnsupportedModelError; pass with --freeze-input
-    **dict.fromkeys(
-        [
-            "test_affine_grid_2d",
-            "test_center_crop_pad_crop",
-            "test_col2im",
-        ],
-        _FROZEN,
-    ),
     # ops with no ahead-of-time lowering: UnsupportedModelError naming the op
     "test_ai_onnx_ml_label_encoder_string_int": "ai.onnx.ml op on strings",
     "test_basic_deform_conv_with_padding": "DeformConv: no TVM converter, no rewrite yet",

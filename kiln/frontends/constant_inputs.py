@@ -14,24 +14,20 @@ from .freeze import FLAG
 
 # op type -> indices of the inputs that must be constant (checked against TVM 0.27's converters). Not listed: TopK's
 # k, Reshape's, Expand's and ConstantOfShape's shapes, Split's sizes, Tile's repeats, Reduce*'s and Squeeze's axes,
-# Resize's sizes: run-time tensors of static length (tvm_converters.py, tvm_dynamic_shapes.py, tvm_reduce.py,
-# tvm_resize.py)
+# Resize's roi, scales and sizes, Upsample's scales, Pad's pads, CenterCropPad's shape, AffineGrid's size, Col2Im's
+# shapes: run-time tensors of static length (tvm_converters.py, tvm_dynamic_shapes.py, tvm_reduce.py, tvm_resize.py,
+# tvm_pad.py, tvm_affine_grid.py, tvm_col2im.py); Range's start, limit and delta: TVM's converter takes run-time scalars
 CONSTANT_INPUTS = {
-    "Pad": (1, 3),  # its constant_value stays a run-time input (decompose/runtime_scalars.py)
+    "Pad": (3,),  # its pads (tvm_pad.py) and constant_value (decompose/runtime_scalars.py) may be run-time inputs
     "OneHot": (1,),
     "CumSum": (1,),
-    "Range": (0, 1, 2),
-    "Resize": (1, 2),  # its sizes may be fed at run time (tvm_resize.py)
-    "Upsample": (1,),
-    "CenterCropPad": (1, 2),
-    "Col2Im": (1, 2, 3),
-    "AffineGrid": (1,),
+    "CenterCropPad": (2,),
     "MaxUnpool": (2,),
 }
 
 
 # why an op input must be known ahead of time, when it is not "it decides the output's shape"
-WHY = {"CumSum": "picks the axis", "Upsample": "decides the output's shape (scales)"}
+WHY = {"CumSum": "picks the axis"}
 DECIDES_SHAPE = "decides the output's shape"
 
 

@@ -24,11 +24,13 @@ import contextlib
 
 import numpy as np
 
+from .tvm_affine_grid import affine_grid_converter
 from .tvm_assert import OP_TYPE as ASSERT
 from .tvm_assert import assert_converter
 from .tvm_bounds import BOUNDS as _BOUNDS
 from .tvm_bounds import bound as _bound
 from .tvm_bounds import upper as _upper
+from .tvm_col2im import col2im_converter
 from .tvm_dynamic_shapes import (
     expand_converter,
     reshape_converter,
@@ -39,12 +41,14 @@ from .tvm_dynamic_shapes import (
     tile_converter,
 )
 from .tvm_nms import nms_converter
+from .tvm_pad import pad_converter
 from .tvm_recurrence import OP_TYPE as RECURRENCE
 from .tvm_recurrence import recurrence_converter
 from .tvm_reduce import CONVERTERS as REDUCE_CONVERTERS
 from .tvm_reduce import squeeze_converter
-from .tvm_resize import resize_converter
+from .tvm_resize import resize_converter, upsample_converter
 from .tvm_slice import slice_converter
+from .tvm_trilu import trilu_converter
 
 
 def _topk():
@@ -234,7 +238,12 @@ OVERRIDES = {
     "Split": split_converter,
     "Tile": tile_converter,
     "Squeeze": squeeze_converter,
-    "Resize": resize_converter,  # sizes fed at run time (tvm_resize.py)
+    "Resize": resize_converter,  # roi, scales or sizes fed at run time (tvm_resize.py)
+    "Upsample": upsample_converter,  # scales fed at run time (tvm_resize.py)
+    "Pad": pad_converter,  # pads fed at run time (tvm_pad.py)
+    "AffineGrid": affine_grid_converter,  # size fed at run time (tvm_affine_grid.py)
+    "Trilu": trilu_converter,  # k fed at run time (tvm_trilu.py)
+    "Col2Im": col2im_converter,  # image_shape/block_shape fed at run time (tvm_col2im.py; constant ones: decompose/)
     RECURRENCE: recurrence_converter,  # Kiln's own node: an LSTM/GRU/RNN layer as one kernel (tvm_recurrence.py)
     ASSERT: assert_converter,  # Kiln's own node: the check that replaces an If branch that cannot run
     **REDUCE_CONVERTERS,  # Reduce* with run-time axes (tvm_reduce.py)
@@ -337,7 +346,7 @@ def _same_other_dims(bb, inputs, axis: int) -> None:
     tensors = [
         (i, x)
         for i, x in enumerate(inputs)
-        if isinstance(x, relax.Expr) and isinstance(x.ty, relax.TensorType) and x.ty.shape is not None
+        if isinstance(x, relax.Expr) and isinstance(x.ty, relax.TensorType) and isinstance(x.ty.shape, relax.ShapeExpr)
     ]
     if len(tensors) < 2:
         return

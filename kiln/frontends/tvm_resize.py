@@ -1,17 +1,17 @@
-"""Resize to sizes fed at run time (TVM 0.27's converter takes only constant or shape-expression sizes).
-The input's rank is pinned, so only the output's spatial dims are unknown: they become symbolic dims
-(tvm_dynamic_shapes.runtime_dims) and the output samples at the ratio of the sizes, which is what ONNX
-specifies when sizes (not scales) are given: linear by relax's resize2d; nearest by gathers at source indices
-computed per run in float64 as onnx's reference does (resize2d works in float32, and where a coordinate falls
-on a tie, 2x2 -> 7x8, picked other pixels than onnxruntime). Taken: 4-D NCHW input, nearest or linear, no roi, axes,
-antialias, keep_aspect_ratio_policy or tf_crop_and_resize; N and C kept (checked at run time). Anything
-else with run-time sizes is refused by name. Run-time scales stay refused (decompose/standard_spatial.py):
-ONNX samples at the given scale, not at the ratio of the sizes it rounds to."""
+"""Resize with roi, scales or sizes fed at run time (TVM 0.27's converter takes only constant or shape-expression
+ones). The input's rank is pinned, so only the resized dims are unknown: they become symbolic dims
+(tvm_dynamic_shapes.runtime_dims). Sizes alone on a 4-D NCHW input, nearest or linear, with no roi, axes,
+antialias, keep_aspect_ratio_policy, tf_crop_and_resize or half_pixel_symmetric: the output samples at the
+ratio of the sizes, linear by relax's resize2d, nearest by gathers at source indices computed per run in
+float64 as onnx's reference does (resize2d works in float32, and where a coordinate falls on a tie, 2x2 -> 7x8,
+picked other pixels than onnxruntime); N and C kept (checked at run time). Everything else (run-time scales
+or roi, cubic, antialias, axes, other ranks) and Upsample with run-time scales: resampled one axis at a time
+by tvm_resize_runtime.py."""
 
 from __future__ import annotations
 
-from ..errors import UnsupportedModelError
 from .tvm_dynamic_shapes import check, dims_of, runtime_dims, runtime_tensor, static_length
+from .tvm_resize_runtime import given, runtime_resize
 
 MODES = {"nearest": "nearest_neighbor", "linear": "linear"}
 
@@ -22,7 +22,8 @@ def _text(attr, name: str, default: str) -> str:
 
 
 def _unsupported(attr, ndim: int, roi_given: bool) -> str | None:
-    """Why a Resize with run-time sizes is not taken here (None: it is)."""
+    """Why a Resize with run-time sizes is not taken by the resize2d/gather path below (None: it is); the
+    others go to tvm_resize_runtime.py."""
     if ndim != 4:
         return f"a {ndim}-D input (4-D NCHW is taken)"
     if _text(attr, "mode", "nearest") not in MODES:
@@ -44,19 +45,18 @@ def resize_converter():
     class Resize(f.Resize):
         @classmethod
         def _impl_v18(cls, bb, inputs, attr, params):
-            sizes = inputs[3] if len(inputs) > 3 else None
-            if not runtime_tensor(sizes, params):
+            roi, scales, sizes = (inputs[i] if len(inputs) > i else None for i in (1, 2, 3))
+            if not any(runtime_tensor(t, params) for t in (roi, scales, sizes)):
                 return super()._impl_v18(bb, inputs, attr, params)
             x, node = inputs[0], attr["tvm_custom"]["name"] or "(unnamed)"
-            roi = f.get_constant(inputs[1], params) if len(inputs) > 1 and inputs[1] is not None else None
-            roi_given = roi is not None and not (isinstance(roi, tvm.ir.GenericConst) and roi.value.numpy().size == 0)
-            why = _unsupported(attr, x.ty.ndim, roi_given)
-            if why is not None or static_length(sizes, "Resize", node) != 4:
-                raise UnsupportedModelError(
-                    f"Resize node {node!r} with sizes fed at run time and {why or 'sizes of another rank'}",
-                    where="Resize",
-                    fix="freeze the sizes input (--freeze-input NAME=VALUE), or export them as constants",
-                )
+            if not runtime_tensor(sizes, params) or given(scales, params, "Resize", node) is not None:
+                return runtime_resize(bb, x, roi, scales, sizes, attr, params, node)
+            roi_c = f.get_constant(roi, params) if roi is not None else None
+            roi_given = roi_c is not None and not (
+                isinstance(roi_c, tvm.ir.GenericConst) and roi_c.value.numpy().size == 0
+            )
+            if _unsupported(attr, x.ty.ndim, roi_given) is not None or static_length(sizes, "Resize", node) != 4:
+                return runtime_resize(bb, x, roi, scales, sizes, attr, params, node)
             s = bb.normalize(relax.op.astype(sizes, "int64"))
             nc = relax.op.strided_slice(dims_of(bb, x), [0], [0], [2])
             check(
@@ -131,3 +131,18 @@ def _nearest(bb, x, sizes, hw, attr):
         idx = bb.normalize(relax.op.astype(src, "int64"))
         y = bb.normalize(relax.op.take(y, idx, axis=axis))
     return y
+
+
+def upsample_converter():
+    from tvm.relax.frontend.onnx import onnx_frontend as f
+
+    class Upsample(f.Upsample):
+        @classmethod
+        def _impl_v9(cls, bb, inputs, attr, params):
+            scales = inputs[1] if len(inputs) > 1 else None
+            if not runtime_tensor(scales, params):
+                return super()._impl_v9(bb, inputs, attr, params)
+            node = attr["tvm_custom"]["name"] or "(unnamed)"
+            return runtime_resize(bb, inputs[0], None, scales, None, attr, params, node, upsample=True)
+
+    return Upsample

@@ -28,22 +28,21 @@ def test_nonzero_output_sized_per_run(tmp_path):
 
 
 def test_a_shape_deciding_graph_input_names_the_freeze_flag(tmp_path):
-    """Range's limit decides the output's length and TVM needs it as a constant: refused, naming the flag."""
-    n = np.array(4, np.float32)
+    """OneHot's depth decides the output's length and TVM needs it as a constant: refused, naming the flag."""
     m = make_model(
-        [helper.make_node("Range", ["zero", "n", "one"], ["y"])],
-        {"n": n},
+        [helper.make_node("OneHot", ["idx", "n", "vals"], ["y"])],
+        {"n": np.array(4, np.int64)},
         ["y"],
-        {"zero": np.array(0, np.float32), "one": np.array(1, np.float32)},
+        {"idx": np.array([0, 2], np.int64), "vals": np.array([0, 1], np.float32)},
     )
     with pytest.raises(
-        kiln.UnsupportedModelError, match=r"Range node .* input 1 \('n', from graph input\(s\) \['n'\]\)"
+        kiln.UnsupportedModelError, match=r"OneHot node .* input 1 \('n', from graph input\(s\) \['n'\]\)"
     ) as e:
         kiln.compile(m, tmp_path / "m.kiln")
     assert "--freeze-input n=VALUE" in e.value.fix
     kiln.compile(m, tmp_path / "m.kiln", freeze_inputs={"n": 4})
     out = kiln.load(tmp_path / "m.kiln").run({})
-    np.testing.assert_array_equal(out["y"], [0, 1, 2, 3])
+    np.testing.assert_array_equal(out["y"], [[1, 0, 0, 0], [0, 0, 1, 0]])
 
 
 def test_topk_k_fed_at_run_time(tmp_path):

@@ -95,16 +95,16 @@ def test_clip_bounds_and_dropout_ratio_are_run_time_inputs(tmp_path):
 
 def test_the_error_says_which_input_decides_a_shape(tmp_path):
     m = make_model(
-        [helper.make_node("Range", ["zero", "n", "one"], ["r"]), helper.make_node("Mul", ["r", "s"], ["y"])],
-        {"n": np.array(4, np.float32), "s": np.array(2, np.float32)},
+        [helper.make_node("OneHot", ["idx", "n", "vals"], ["r"]), helper.make_node("Mul", ["r", "s"], ["y"])],
+        {"n": np.array(4, np.int64), "s": np.array(2, np.float32)},
         ["y"],
-        {"zero": np.array(0, np.float32), "one": np.array(1, np.float32)},
+        {"idx": np.array([1, 3], np.int64), "vals": np.array([0, 1], np.float32)},
     )
     with pytest.raises(kiln.UnsupportedModelError, match=r"input 1 \('n'.*decides the output's shape") as e:
         kiln.compile(m, tmp_path / "m.kiln")
     assert "'s'" not in str(e.value) and "need no freezing" in e.value.fix
     kiln.compile(m, tmp_path / "m.kiln", freeze_inputs={"n": 4})
-    for s in (3.0, -0.5):  # the frozen limit, and s fed at run time
+    for s in (3.0, -0.5):  # the frozen depth, and s fed at run time
         ours = kiln.load(tmp_path / "m.kiln").run({"s": np.array(s, np.float32)})
-        ref = ort_run(m, {"n": np.array(4, np.float32), "s": np.array(s, np.float32)})
+        ref = ort_run(m, {"n": np.array(4, np.int64), "s": np.array(s, np.float32)})
         np.testing.assert_allclose(ours["y"], ref[0], rtol=1e-6)

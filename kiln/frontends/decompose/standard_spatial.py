@@ -55,11 +55,11 @@ def col2im(node, em: Emitter, shapes, consts, where):
     pixel (out-of-image ones nowhere): (N, C, K*L) @ S(K*L, prod(image)), summing the overlaps."""
     shape = shapes.get(node.input[0])
     img, blk = const_int_of(node.input[1], consts), const_int_of(node.input[2], consts)
-    if shape is None or img is None or blk is None:
+    if img is None or blk is None:
+        return False  # fed at run time: tvm_col2im.py's converter takes them
+    if shape is None:
         raise UnsupportedModelError(
-            "Col2Im needs constant image_shape and block_shape",
-            where=where,
-            fix="export them as initializers, or freeze those inputs (--freeze-input)",
+            "Col2Im needs an input of known shape", where=where, fix="pin the input's shape (--input-shape)"
         )
     a = attrs_of(node)
     nd = len(img)
@@ -195,14 +195,8 @@ def resize(node, em: Emitter, shapes, consts, where):
     if node.op_type == "Upsample":
         inputs = [""] + inputs[:1] + [""]
     missing = [i for i in inputs if i and i not in consts]
-    if node.op_type == "Resize" and missing == [inputs[2]] and not (inputs[1] and np.asarray(consts[inputs[1]]).size):
-        return False  # only the sizes are fed at run time: tvm_resize.py's converter takes them
     if missing:
-        raise UnsupportedModelError(
-            f"{node.op_type} needs constant roi/scales/sizes ({', '.join(missing)})",
-            where=where,
-            fix="export them as initializers, or freeze them (--freeze-input)",
-        )
+        return False  # roi/scales/sizes fed at run time: tvm_resize.py's converter takes them
     t = dtype_of(node.input[0], consts)
     if shape is None or oshape is None or t is None:
         return False
