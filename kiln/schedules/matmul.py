@@ -82,15 +82,13 @@ def matmul_tiled(sch: s_tir.Schedule, anchor, lanes: int, registers: int = 16) -
     outside += [
         n for n in (sch.get(c).name_hint for c in sch.get_consumers(anchor)) if n not in names and n not in outside
     ]
-    cols_outer = extent(sch, cols) > extent(sch, rows)
+    m, n = extent(sch, rows), extent(sch, cols)
     jo, ji = sch.split(cols, [None, vec])
     r, v = plan[2:] if plan is not None else tile_shape(extent(sch, rows), extent(sch, jo), registers)
+    cols_outer = _columns_outer(m, n, extent(sch, k), r, v * vec)
     io, ii = sch.split(rows, [None, r])
     joo, joi = sch.split(jo, [None, v])
     lead = list(spatial[:-2])
-    # the bigger operand is read once: with more columns than rows (a classifier over 8210 characters, 40
-    # steps), each panel of columns is swept over every row before the next; else each row block over every
-    # column (the panel or the row block stays in cache while the other operand streams past)
     outer, inner = (joo, io) if cols_outer else (io, joo)
     sch.reorder(*lead, outer, inner, k, ii, joi, ji)
     cache = tile_accumulator(sch, anchor, inner, consumers, keep_misfits=True)
@@ -106,6 +104,22 @@ def matmul_tiled(sch: s_tir.Schedule, anchor, lanes: int, registers: int = 16) -
             parallel_vectorize(sch, sch.get_sblock(name), lanes)
         except s_tir.ScheduleError:  # it keeps its loops as they are: correct, serial
             pass
+
+
+CACHE_BYTES = 512 << 10  # what a core's L2 keeps of one operand: half of Zen 4's 1 MB, all of Zen 3's 512 KB
+
+
+def _columns_outer(m: int, n: int, depth: int, r: int, cols_per_group: int) -> bool:
+    """Loop order of the tiles: each column group swept over every row block (True) or each row block over every
+    column group, whichever reads less from beyond L2. An operand larger than CACHE_BYTES is read again for every
+    block of the other operand's loop (Whisper's FFN-down [1500, 1536] x [1536, 384], rows outer: its 2.4 MB of
+    weights once per 6-row block, 590 MB a call, bound by L3 bandwidth at 2 threads); a smaller one stays in
+    cache. At equal traffic, the bigger extent outside (a classifier over 8210 characters, 40 steps: columns).
+    Timings in benchmarks/history.md."""
+    w, x = 4 * depth * n, 4 * m * depth
+    rows_outer = x + w * (-(-m // r) if w > CACHE_BYTES else 1)
+    cols_outer = w + x * (-(-n // cols_per_group) if x > CACHE_BYTES else 1)
+    return cols_outer < rows_outer if cols_outer != rows_outer else n > m
 
 
 def cropping_consumers(sch: s_tir.Schedule, anchor) -> list:
