@@ -159,3 +159,13 @@ def test_erf_gelu_between_conv1d_stays_blocked_and_fuses(tmp_path):
     fused = [gv.name_hint for gv in opt.mod.functions if "conv2d" in gv.name_hint and "erf" in gv.name_hint]
     assert len(fused) == 2, fused  # each GELU in its conv's epilogue
     check_against_ort(model, {"input": x}, tmp_path)
+
+
+def test_bf16_conv1d_runs_on_the_bf16_conv_kernel(tmp_path):
+    """Structural (any host): Conv1dAsConv2d runs before MixedPrecision, so a speech front-end's 1-D convs
+    (Whisper's 80 -> 384, k 3) become bf16 conv2ds that BF16ConvKernel takes, not float32 conv1ds."""
+    import kiln
+
+    model, _ = _conv1d_model(80, 384, 60, 3, pads=[1, 1])
+    r = kiln.compile(model, tmp_path / "m.kiln", precision="bf16", target="llvm -mcpu=znver4")
+    assert r.report["bf16_kernel_convs"] == 2

@@ -95,14 +95,14 @@ GRAPH_ROWS: tuple[PassSpec, ...] = (
     PassSpec("ResizeAsMatmul", lambda o: kp.ResizeAsMatmul(), 1),
     PassSpec("Quantize", lambda o: None, 1),  # the calibrated QuantizeGraph, given by the quantize flow
     PassSpec(
-        "MixedPrecision",
-        lambda o: kp.MixedPrecision(o.precision, _conv_kernels(o)) if o.precision != "fp32" else None,
-        1,
-    ),
-    PassSpec(
         "Conv1dAsConv2d",
         lambda o: kp.Conv1dAsConv2d(o.target.caps.f32_block) if o.layout in ("NCHWc", "NHWC") else None,
         2,
+    ),  # before MixedPrecision, which converts conv2d (Whisper's front-end convs run on the bf16 kernel)
+    PassSpec(
+        "MixedPrecision",
+        lambda o: kp.MixedPrecision(o.precision, _conv_kernels(o)) if o.precision != "fp32" else None,
+        1,
     ),
     PassSpec("ConvertLayout", lambda o: kp.ConvertLayout(o.layout, o.target.caps.f32_block), 2),
     PassSpec(
