@@ -26,6 +26,13 @@ def _compile(a) -> int:
         from ..compiler.report import format_quantization
 
         print(format_quantization(q))
+    p = r.report.get("precision_accuracy")
+    if p:
+        from ..compiler.precision_flow import format_precision_accuracy
+
+        print(format_precision_accuracy(p))
+    elif options.precision != "fp32":
+        print(f"--precision {options.precision}: add --calibration DATA to measure it against float32 on samples")
     return 0
 
 

@@ -11,6 +11,7 @@ import dataclasses
 from collections.abc import Callable
 
 from .optimize import Optimized, optimize
+from .precision_flow import precision_flow
 from .quantize.flow import quantize_flow
 
 
@@ -28,6 +29,11 @@ def plain_flow(imported, options, layout: str, where: str) -> Optimized:
 
 FLOWS: dict[str, Flow] = {
     "int8": Flow(lambda o: o.quantize, quantize_flow, "--quantize: calibrated post-training int8"),
+    "reduced": Flow(
+        lambda o: o.precision != "fp32" and o.calibration is not None,
+        precision_flow,
+        "--precision bf16|fp16 --calibration: mixed precision, checked against float32 on the samples",
+    ),
     "plain": Flow(lambda o: True, plain_flow, "the pass pipeline as is"),
 }
 

@@ -72,7 +72,8 @@ class CompileOptions:
     quantize: str | None = option(None, "post-training static quantization (needs --calibration)", choices=QUANTIZE)
     calibration: str | None = option(
         None,
-        "arrays keyed by input name, samples stacked on the batch axis (16x3x224x224 = 16 samples of 1x3x224x224)",
+        "arrays keyed by input name, samples stacked on the batch axis (16x3x224x224 = 16 samples of 1x3x224x224): "
+        "--quantize calibrates on them; with --precision bf16|fp16 the build is measured against float32 on them",
         metavar="DATA.npz|DIR",
     )
     calib_method: str = option("minmax", "how each tensor's range is chosen", choices=CALIB_METHODS)
@@ -257,11 +258,12 @@ def _check_quantize(quantize, calibration, method, samples, min_agreement, preci
             fix=f"use one of {', '.join(CALIB_METHODS)}",
         )
     if quantize is None:
-        if calibration is not None or min_agreement is not None:
+        if min_agreement is not None or (calibration is not None and precision == "fp32"):
             raise OptionsError(
-                "--calibration and --min-agreement only apply to a quantized compile",
+                "--calibration applies to a quantized compile (or checks --precision bf16/fp16 against float32); "
+                "--min-agreement to a quantized compile",
                 where="--quantize",
-                fix="add --quantize int8",
+                fix="add --quantize int8, or --precision bf16 to check it against float32 on the samples",
             )
         return
     if calibration is None:

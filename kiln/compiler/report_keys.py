@@ -33,6 +33,7 @@ REPORT: tuple[Counter, ...] = (
     Counter("layout_candidates_ms", dict, "--layout auto: each layout's measured milliseconds"),
     Counter("buckets", list, "with shape buckets: each bucket's own report"),
     Counter("quantization", dict, "--quantize: calibration, the layers and the accuracy check"),
+    Counter("precision_accuracy", dict, "--precision bf16|fp16 --calibration: the build against float32"),
     Counter("vta", dict, "an accelerator target: the offloaded layers and their simulated cycles"),
 )
 
