@@ -16,8 +16,8 @@ import tvm
 from tvm import relax, te, topi
 from tvm.ir.expr import GenericConst
 
-from ..schedules.int8 import Int8Kernel, int8_kernel
-from ..schedules.kinds import declare
+from ..schedules.rules.int8 import Int8Kernel, int8_kernel
+from ..schedules.rules.kinds import declare
 from . import ir, legalize_int8, legalize_nms, legalize_roi_align
 from .legalize_conv3d import conv3d
 
@@ -335,7 +335,7 @@ LEGALIZE = {
 
 def legalize_map(caps) -> dict:
     """LEGALIZE for a target: uint8 x int8 convs and matmuls take the int8 computes of the target's
-    int8 kernel (schedules/int8.py); without one they legalize as any other op."""
+    int8 kernel (schedules/rules/int8.py); without one they legalize as any other op."""
     kernel = int8_kernel(caps)
     conv = lambda bb, call: _conv2d(bb, call, kernel)
     mm = lambda bb, call: _matmul(bb, call, kernel)

@@ -24,7 +24,7 @@ from tvm.ir.expr import GenericConst
 from tvm.script.ir_builder import IRBuilder
 from tvm.script.ir_builder import tirx as T
 
-from ..schedules.apply import FLOPS_ATTR
+from ..schedules.rules.apply import FLOPS_ATTR
 
 
 def _scalar(buf):

@@ -4,7 +4,7 @@ NHWC, topi's roi_align_nhwc, the result transposed back.
 TVM's NCHW compute works out each sample's bilinear taps (coordinates, clamps, four weights) for every
 channel again, and its innermost axis is a 7-wide bin, which no vector fits: FasterRCNN's two box-head
 RoiAligns (150 RoIs, 256 channels, 7x7 bins, 2x2 samples) took 35 ms of its 79 ms on Zen 4. Channels-
-last, the channel axis is innermost and contiguous: the run-time-sized kernel rule (schedules/dynamic.py)
+last, the channel axis is innermost and contiguous: the run-time-sized kernel rule (schedules/rules/dynamic.py)
 vectorizes it, and each tap's coordinates are computed once per vector of channels. The NHWC compute is
 topi's own, the same arithmetic as its NCHW one. The kernel is marked opaque so that fusion cannot inline
 the transpose back into it (which would read the map strided again).

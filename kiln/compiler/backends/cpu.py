@@ -7,8 +7,8 @@ from __future__ import annotations
 from tvm import relax
 
 from ...capabilities import BF16
-from ...schedules import ApplyDefaultSchedules, ApplyTuningDatabase
-from ...schedules.int8 import int8_kernel
+from ...schedules.rules.apply import ApplyDefaultSchedules, ApplyTuningDatabase
+from ...schedules.rules.int8 import int8_kernel
 from .. import passes as kp
 from ..legalize import legalize_map
 from ..pipeline import PassSpec, Stage, select_rows

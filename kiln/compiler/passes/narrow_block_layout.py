@@ -13,7 +13,7 @@ blocks are at least MIN_BLOCK lanes, except a float stem: a conv with too few in
 (3) reads NCHW1c (the same bytes as NCHW) and writes NCHW{b}c, so what follows it runs blocked
 (MobileNetV2's first depthwise conv, which then fuses with its 1x1 conv; ResNet-50's max pool, vectorized
 over channels instead of strided along the width: 0.42 -> 0.16 ms on Zen 3, and no layout transform after
-it). Such a conv has its own schedule (schedules/stem.py).
+it). Such a conv has its own schedule (schedules/rules/stem.py).
 A float32 conv whose input channels block but whose output channels have no block of MIN_BLOCK (RetinaNet's
 heads: 9 anchors x 91 classes = 819, 9 x 4 = 36) gets zero filters up to padded_channels and a slice of the
 real channels after it: its generic NCHW schedule ran the 819-channel head at 20-46 GFLOP/s, half of the
@@ -34,7 +34,7 @@ from tvm.ir.expr import GenericConst
 
 from ...capabilities import Int8Path
 from ...counters import Counter
-from ...schedules.int8 import MIN_CHANNELS, Int8Kernel, conv_blocks
+from ...schedules.rules.int8 import MIN_CHANNELS, Int8Kernel, conv_blocks
 from ..ir import out_dtype
 from .convert_layout import widest_block
 from .counting import static_shape

@@ -33,9 +33,9 @@ from tvm import relax, te
 from tvm.ir.expr import GenericConst
 
 from ...counters import Counter
-from ...schedules.dynamic import dynamic_tile
-from ...schedules.kinds import declare
-from ...schedules.tiles import rounded_rows
+from ...schedules.rules.dynamic import dynamic_tile
+from ...schedules.rules.kinds import declare
+from ...schedules.rules.tiles import rounded_rows
 from ..ir import register_kernel
 from .convert_layout import widest_block
 from .counting import static_shape

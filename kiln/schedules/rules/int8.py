@@ -1,6 +1,6 @@
 """int8 kernels per instruction set, and their default schedules (legalize_int8.conv2d_nchwc_int8,
 legalize_int8.matmul_int8): the register tile accumulates over the reduction in int32 with one
-dot-product step (schedules/intrinsics.py) per (lanes output channels x 4 inputs).
+dot-product step (schedules/rules/intrinsics.py) per (lanes output channels x 4 inputs).
 
 `int8_kernel(caps)` picks the kernel from the target's capabilities (caps.int8_path); legalization
 shapes the int8 computes for it (the output-channel block is its lanes: 16 on zmm, 8 on ymm, 4 on
@@ -40,7 +40,7 @@ KERNELS = {
     k.path: k
     for k in (
         Int8Kernel(
-            "amx-int8", ti.VNNI_16x4, 16, False, 127, 4.0, 16, "AMX tiles (schedules/amx.py); small matmuls VNNI"
+            "amx-int8", ti.VNNI_16x4, 16, False, 127, 4.0, 16, "AMX tiles (schedules/rules/amx.py); small matmuls VNNI"
         ),
         Int8Kernel("avx512-vnni", ti.VNNI_16x4, 16, False, 127, 4.0, 16),
         Int8Kernel("avx-vnni", ti.AVXVNNI_8x4, 8, False, 127, 4.0, 10),

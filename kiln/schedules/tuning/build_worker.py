@@ -1,4 +1,4 @@
-"""The side of `kiln tune`'s build worker (kiln/schedules/builder.py) that runs in the worker
+"""The side of `kiln tune`'s build worker (kiln/schedules/tuning/builder.py) that runs in the worker
 process. It imports nothing heavy at module level: a spawned worker imports this module first,
 and its start-up is waited for inside --budget.
 

@@ -2,7 +2,7 @@
 
 - search: evolutionary, a small population and few measured candidates per round, so a trial
   is cheap on a small machine, unlike with MetaSchedule's defaults (benchmarks/history.md, "Tuning");
-- builds in one reused worker process with a time limit per candidate (kiln/schedules/builder.py;
+- builds in one reused worker process with a time limit per candidate (kiln/schedules/tuning/builder.py;
   MetaSchedule's LocalBuilder starts its workers for every batch), measures in MetaSchedule's LocalRunner;
 - rounds: each round tunes up to `round_trials` more trials across tasks (MetaSchedule's
   gradient task scheduler shares them by each task's weighted latency); under --budget (the whole
@@ -13,7 +13,7 @@
 - resumable: records go to the JSON database as they are measured; a killed run loses only the
   candidates in flight, and a rerun skips what is already measured;
 - never worse than no tuning: before searching, each workload's default schedule (Kiln's rule,
-  kiln/schedules/rules.py) is measured by the same runner and recorded with its trace unless the
+  kiln/schedules/rules/rules.py) is measured by the same runner and recorded with its trace unless the
   database already holds that trace, so the best record of a workload is the default schedule
   unless a candidate beat it (a rule changed since the last run gets measured again; baseline.py)."""
 
@@ -31,9 +31,11 @@ from pathlib import Path
 import tvm
 from tvm.s_tir import meta_schedule as ms
 
-from ..errors import OptionsError
-from ..optfield import option
-from .apply import is_scheduled
+from ...errors import OptionsError
+from ...optfield import option
+from ..rules.apply import is_scheduled
+from ..rules.kinds import UNTUNED, kernel_kind
+from ..rules.tvmscript import import_tensor_intrinsics
 from .baseline import (
     confirm_records,
     estimated_latency,
@@ -43,8 +45,6 @@ from .baseline import (
     workload,
 )
 from .database import open_database
-from .kinds import UNTUNED, kernel_kind
-from .tvmscript import import_tensor_intrinsics
 from .workers import Workers
 
 
@@ -176,7 +176,7 @@ def extract(mod: tvm.IRModule, target) -> list:
 
 def _measurable(func) -> bool:
     """Static buffer shapes, and no parameter that is not a buffer (MetaSchedule's ArgInfo takes buffers only)."""
-    from .apply import is_static
+    from ..rules.apply import is_static
 
     return is_static(func) and all(hasattr(p.ty, "shape") for p in func.params)
 
@@ -220,7 +220,7 @@ def _contexts(tasks, opts: TuneOptions, seed: int):
 
 def latency_shares(tasks) -> list[float]:
     """Each task's share of the model's estimated latency: its FLOPs times how often it runs."""
-    from .apply import estimated_flops
+    from ..rules.apply import estimated_flops
 
     est = [max(estimated_flops(t.dispatched[0]["main"]), 1.0) * float(t.weight) for t in tasks]
     total = sum(est)
