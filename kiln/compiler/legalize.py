@@ -140,8 +140,8 @@ def _to_one_value(x, reducer, kind: str, keepdims: bool):
     power-of-two vector up to 16 dividing the last axis), each over every v-th element, then one over
     those; the first is a spatial + reduction block the reduction rule vectorizes. (TVM's rfactor would
     split it in the schedule, but it knows no reducer with an infinite identity.) A dynamic quantizer's
-    min and max over a [32, 128] tensor ran one scalar op per element, 16 of them 0.15 of gpt2_qdynamic's
-    0.49 ms."""
+    min and max over a [32, 128] tensor ran one scalar op per element, 16 of them a third of gpt2_qdynamic's
+    run (timings in benchmarks/history.md)."""
     if not all(isinstance(d, (int, tvm.tirx.IntImm)) for d in x.shape) or not x.shape:
         return None
     dims = [int(d) for d in x.shape]
@@ -219,8 +219,8 @@ def _round(bb, call):
     """ONNX Round, and every quantize (Kiln's QuantizeGraph, QDQ models): relax legalizes it to topi.round,
     te.nearbyint, which TVM 0.27's vectorizer does not know (no TVectorizable): it leaves the vector loop
     scalar, LLVM then vectorizes the loop around it with gathers, and ResNet-50's int8 quantize kernels
-    ran at 13 GB/s. tirx.round lowers to the same llvm.nearbyint on CPUs (ties to even, as ONNX rounds)
-    and vectorizes: 10x on a [1, 16, 56, 56, 16] quantize (benchmarks/history.md)."""
+    ran far below the memory's bandwidth. tirx.round lowers to the same llvm.nearbyint on CPUs (ties to
+    even, as ONNX rounds) and vectorizes (timings in benchmarks/history.md)."""
     if str(call.ty.dtype) not in FLOATS:
         return tvm_legalize(bb, call)
     return bb.call_te(_te_round, call.args[0], primfunc_name_hint="round")
@@ -253,8 +253,8 @@ def _te_round(x):
 
 def sigmoid_fast_exp(x):
     """1 / (1 + exp(-x)) with topi.fast_exp: TVM's sigmoid lowers to llvm.exp, which LLVM turns into one
-    libm call per element (EfficientNet's conv + SiLU kernels ran at 4-10% of peak). fast_exp clamps its
-    argument, so a large |x| gives 0 or 1, never inf/inf."""
+    libm call per element (EfficientNet's conv + SiLU kernels ran far below peak; timings in benchmarks/history.md).
+    fast_exp clamps its argument, so a large |x| gives 0 or 1, never inf/inf."""
     e = topi.fast_exp(topi.negative(x))
     return te.compute(x.shape, lambda *i: tvm.tirx.const(1.0, x.dtype) / (tvm.tirx.const(1.0, x.dtype) + e(*i)))
 

@@ -2,7 +2,7 @@
 re-laid out as [O/c, I, KD, KH, KW, c] (a constant transform, folded at compile time), so the
 schedule (schedules/rules/conv3d.py) loads c output channels' weights with one vector load and
 broadcasts each input value into them. TVM's own conv3d compute has no schedule in Kiln: the
-generic reduction rule ran r3d_18 (a video ResNet) at 6.25x onnxruntime's time."""
+generic reduction rule ran r3d_18 (a video ResNet) far behind onnxruntime (timings in benchmarks/history.md)."""
 
 from __future__ import annotations
 

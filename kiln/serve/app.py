@@ -217,8 +217,8 @@ class Server:
         return version
 
     def _pick(self) -> str:
-        """The canary split's version for a request that names none (no draw with one version: 8 us saved
-        per request, refused ones included)."""
+        """The canary split's version for a request that names none (no draw with one version: time saved
+        per request, refused ones included; benchmarks/history.md)."""
         return self.versions[0] if len(self.versions) == 1 else self._rng.choices(self.versions, self._weights)[0]
 
     async def read_body(self, request: web.Request) -> bytes:

@@ -155,7 +155,8 @@ def register_tile(pixels: int | None, blocks: int, accumulators: int) -> tuple[i
     at most `accumulators`, with the most dot products per operand loaded (t broadcasts + b weight
     vectors for t x b dot products), then the most accumulators. The weights are read again for every
     tile of pixels: on a 7-wide row the most accumulators, 1 pixel x 16 blocks, streamed ResNet's 2.4 MB
-    of 3x3x512x512 weights once per pixel (131 GMAC/s); 7 pixels x 2 blocks ran it 4x faster."""
+    of 3x3x512x512 weights once per pixel; 7 pixels x 2 blocks ran it several times faster (timings in
+    benchmarks/history.md)."""
     best, best_key = (1, 1), (0.0, 0)
     for b in range(1, min(blocks, accumulators) + 1):
         if blocks % b:

@@ -3,10 +3,10 @@
 The ONNX recurrences were unrolled into ops (frontends/decompose/rnn.py): per step a Gather of the
 step's input projection, a [B, H] x [H, G*H] MatMul and the gate math, 4-6 kernels a step. On small
 hidden sizes each kernel is a few hundred FLOPs and the calls cost more than the work: kws_conv_gru
-(2 GRU layers, 49 steps, hidden 64) ran ~390 kernel calls at 2.4x onnxruntime. Here the input
-projection of all steps stays one MatMul (the frontend emits it, batched over directions), and the
-recurrence is one PrimFunc: a serial loop over the steps, directions in parallel (a bidirectional
-layer takes both cores), per step the matrix-vector product with the recurrent weights on vector
+(2 GRU layers, 49 steps, hidden 64) ran ~390 kernel calls, far behind onnxruntime (timings in
+benchmarks/history.md). Here the input projection of all steps stays one MatMul (the frontend emits it, batched over
+directions), and the recurrence is one PrimFunc: a serial loop over the steps, directions in parallel (a
+bidirectional layer takes both cores), per step the matrix-vector product with the recurrent weights on vector
 accumulators and the gates with a polynomial exp (the one topi.fast_exp uses), all in registers.
 
 The kernel is generated as TVMScript text from a Recurrence (its shape and cell) and the target's

@@ -3,8 +3,8 @@ process. It imports nothing heavy at module level: a spawned worker imports this
 and its start-up is waited for inside --budget.
 
 The worker never needs PyTorch, but importing TVM imports it when it is installed (tvm_ffi tries
-`import torch` first, for a symbol conflict seen on Windows): 1.5 s of a 3.5 s start-up on a
-Zen 4. serve() hides it from the worker before TVM is imported."""
+`import torch` first, for a symbol conflict seen on Windows), a large share of its start-up (timings
+in benchmarks/history.md). serve() hides it from the worker before TVM is imported."""
 
 from __future__ import annotations
 
