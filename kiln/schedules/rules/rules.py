@@ -264,12 +264,9 @@ def reduction_tiled(sch: s_tir.Schedule, anchor, lanes: int, registers: int = 32
     pad = pad_producer(sch, anchor, ("data_pad",)) if sch.get(anchor).name_hint.startswith("conv2d_NCHWc") else None
     inline_all_but(sch, [anchor] + ([pad] if pad is not None else []))  # the pad: see _padded_apart
     strided = strided_lanes(sch, anchor)
-    if (
-        strided
-    ):  # e.g. a stride-2 NCHW pool: lanes along W would each gather, so they run as unrolled scalars, 4 of them
-        lanes = min(
-            lanes, STRIDED_LANES
-        )  # 4 unrolled scalars were the fastest on ResNet-50's 3x3/2 max pool (benchmarks/history.md)
+    if strided:  # e.g. a stride-2 NCHW pool: lanes along W would each gather, so they run as unrolled scalars
+        # (4 of them: the fastest on ResNet-50's 3x3/2 max pool, benchmarks/history.md)
+        lanes = min(lanes, STRIDED_LANES)
     consumers = tile_consumers(sch, anchor)
     types = iter_types(sch, anchor)
     loops = sch.get_loops(anchor)
@@ -289,21 +286,7 @@ def reduction_tiled(sch: s_tir.Schedule, anchor, lanes: int, registers: int = 32
         spatial = spatial[:-1] + [vo]
     else:
         spatial = spatial[:-1]
-    tile_inner = []
-    blocked = sch.get(anchor).name_hint.startswith("conv2d_NCHWc") and len(spatial) == 4
-    narrow = conv_register_tile(extent(sch, spatial[-1]), extent(sch, spatial[1]), registers) if blocked else None
-    if spatial:
-        t = narrow[0] if narrow else divisor_at_most(extent(sch, spatial[-1]), 8)
-        if blocked and not narrow and t < 4 and registers >= WIDE_ROW_REGISTERS and _one_tap(sch, reduce):
-            t = max(t, divisor_at_most(extent(sch, spatial[-1]), WIDE_ROW_PIXELS))
-        if t > 1:
-            to, ti = sch.split(spatial[-1], [None, t])
-            spatial, tile_inner = spatial[:-1] + [to], [ti]
-        if narrow and narrow[1] > 1:
-            spatial[1], bi = sch.split(spatial[1], [None, narrow[1]])
-            tile_inner = [bi] + tile_inner
-        elif not narrow:
-            tile_inner = _output_blocks_in_tile(sch, anchor, spatial, t) + tile_inner
+    spatial, tile_inner, narrow = _register_tile(sch, anchor, spatial, reduce, registers)
     if pad is not None and not _padded_apart(narrow):
         sch.compute_inline(pad)
         pad = None
@@ -338,6 +321,29 @@ def reduction_tiled(sch: s_tir.Schedule, anchor, lanes: int, registers: int = 32
     sch.decompose_reduction(anchor, reduce[0])
     if pad is not None:
         parallel_vectorize(sch, pad, lanes)
+
+
+def _register_tile(sch: s_tir.Schedule, anchor, spatial: list, reduce: list, registers: int):
+    """reduction_tiled's register tile, split off the spatial loops (the vector loop already taken out):
+    t pixels of the innermost spatial loop, and for a blocked conv output-channel blocks too (conv_register_tile
+    on 16-register targets, _output_blocks_in_tile for narrow widths). Returns (spatial loops outside the
+    tile, the tile's loops, conv_register_tile's (pixels, blocks) or None)."""
+    tile_inner = []
+    blocked = sch.get(anchor).name_hint.startswith("conv2d_NCHWc") and len(spatial) == 4
+    narrow = conv_register_tile(extent(sch, spatial[-1]), extent(sch, spatial[1]), registers) if blocked else None
+    if spatial:
+        t = narrow[0] if narrow else divisor_at_most(extent(sch, spatial[-1]), 8)
+        if blocked and not narrow and t < 4 and registers >= WIDE_ROW_REGISTERS and _one_tap(sch, reduce):
+            t = max(t, divisor_at_most(extent(sch, spatial[-1]), WIDE_ROW_PIXELS))
+        if t > 1:
+            to, ti = sch.split(spatial[-1], [None, t])
+            spatial, tile_inner = spatial[:-1] + [to], [ti]
+        if narrow and narrow[1] > 1:
+            spatial[1], bi = sch.split(spatial[1], [None, narrow[1]])
+            tile_inner = [bi] + tile_inner
+        elif not narrow:
+            tile_inner = _output_blocks_in_tile(sch, anchor, spatial, t) + tile_inner
+    return spatial, tile_inner, narrow
 
 
 def full_reduction(sch: s_tir.Schedule, anchor, reduce: list, lanes: int) -> None:
