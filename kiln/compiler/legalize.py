@@ -230,8 +230,8 @@ def _finite_test(test: str):
     """isfinite / isinf of a float tensor as comparisons with +-inf: TVM lowers them to fabs and isnan,
     and its vectorizer leaves a loop holding fabs scalar (no TVectorizable). Every float-to-int Cast
     (where(!isfinite(x), 0, x)) scalarized its kernel with all the elementwise ops fused into it:
-    ddddocr's dequantize + sigmoid epilogues ran at 0.5 GB/s. NaN compares false both ways: not finite,
-    not infinite, as the ONNX ops say."""
+    ddddocr's dequantize + sigmoid epilogues ran slowly (benchmarks/history.md). NaN compares false both ways: not
+    finite, not infinite, as the ONNX ops say."""
 
     def compute(x):
         inf = tvm.tirx.const(float("inf"), x.dtype)

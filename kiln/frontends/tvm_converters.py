@@ -151,7 +151,7 @@ def _cast():
     class Cast(f.Cast):
         """TVM's Cast, but float -> narrower integers wrap by truncating an int64 (or int32) value:
         the same result as TVM's floor_mod/where chain (two's complement), without int64 division in
-        every epilogue it fuses into (MatMulInteger's int32 output fed 0.03 ms of it per matmul)."""
+        every epilogue it fuses into (MatMulInteger's int32 output fed it per matmul; benchmarks/history.md)."""
 
         @classmethod
         def _impl_v13(cls, bb, inputs, attr, params):
