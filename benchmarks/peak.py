@@ -29,7 +29,7 @@ def model_gflop(name: str, disabled: tuple[str, ...] = ()) -> float:
     from kiln.compiler.optimize import optimize
     from kiln.compiler.options import CompileOptions
     from kiln.frontends.importer import import_onnx
-    from kiln.schedules.apply import estimated_flops
+    from kiln.schedules.rules.apply import estimated_flops
 
     opts = CompileOptions.make(input_shapes=[zoo.MODELS[name][1]], disabled_passes=disabled, tuning_db=None)
     mod = optimize(import_onnx(zoo.build(name), opts.shapes).mod, opts).mod

@@ -11,7 +11,7 @@ __version__ = "0.1.0"
 
 from ._tvm_without_torch import install as _hide_torch_from_tvm
 
-_hide_torch_from_tvm()  # before anything imports TVM: 3-4 s less per process where torch is installed
+_hide_torch_from_tvm()  # before anything imports TVM: seconds less per process where torch is installed
 
 from .runtime.hostinfo import raise_thread_pool_cap  # noqa: E402
 

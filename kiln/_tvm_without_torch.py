@@ -1,8 +1,8 @@
 """Import TVM without PyTorch. tvm_ffi imports torch whenever it is installed (for torch tensor and dtype
 interop Kiln does not use: Kiln hands TVM numpy arrays, and TVM's PyTorch frontend passes tensors over
-DLPack), and so does tvm.relax (base_py_module, for its PyTorch-facing modules). With torch 2.13 that is
-3-4 of the 5.5 s every process that imports TVM spends (measured on a Zen 3: the CLI, each tuning worker,
-each test subprocess). Where torch is not loaded yet, the first import of tvm (or of tvm_ffi, whichever
+DLPack), and so does tvm.relax (base_py_module, for its PyTorch-facing modules). That is most of the
+start-up of every process that imports TVM (the CLI, each tuning worker, each test subprocess; timings in
+benchmarks/history.md). Where torch is not loaded yet, the first import of tvm (or of tvm_ffi, whichever
 comes first) sees it as absent; `import torch` works as usual afterwards (the .pt2 frontend). Where
 it is loaded already (a user compiling a torch.nn.Module), tvm_ffi imports it as before."""
 

@@ -140,7 +140,7 @@ class Capabilities:
 
     @property
     def has_vnni512(self) -> bool:
-        """AVX-512 VNNI (vpdpbusd on zmm): the int8 kernels of schedules/rules.py need it; AMX CPUs have it too."""
+        """AVX-512 VNNI (vpdpbusd on zmm): the int8 kernels (schedules/rules/int8.py) need it; AMX CPUs have it too."""
         return "avx512vnni" in self.llvm_features
 
     @property

@@ -1,7 +1,8 @@
 """Every KILN_* environment variable Kiln's Python code reads, read here (docs/cli.md lists them all). A
-knob read deep inside a module is a knob nobody finds; one module keeps them named, documented and few.
-(The runtime's thread pool reads KILN_THREAD_POOL in kiln/runtime/pool.py and the C++ runner, which
-must not depend on this module's callers; it is listed here and in the docs all the same.)"""
+knob read deep inside a module is a knob nobody finds; one module keeps them named, documented and few
+(tests/test_env.py fails on a module reading one elsewhere). The C++ runner (kiln/runtime/cpp/kiln_run.cc)
+reads KILN_THREAD_POOL itself. This module imports only the standard library: the runtime, which never
+imports the compiler, reads its knobs here too."""
 
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ STRICT_RULES = "KILN_STRICT_RULES"  # "1" (the test suite): a default schedule r
 CACHE = "KILN_CACHE"  # where Kiln's C kernels are compiled to (default: a per-user folder under the temp dir)
 CPUS = "KILN_CPUS"  # a replica's CPU list ("2-3", "0,4"): the runtime narrows its process to it (runtime/replica.py)
 NUM_THREADS = "KILN_NUM_THREADS"  # the threads a model uses where the caller gives none (runtime/replica.py)
-THREAD_POOL = "KILN_THREAD_POOL"  # "tvm": keep TVM's thread pool (read by kiln/runtime/pool.py and kiln_run)
+THREAD_POOL = "KILN_THREAD_POOL"  # "tvm": keep TVM's thread pool (kiln/runtime/pool.py; the C++ runner reads it too)
 
 SHIPPED_TUNING_LOGS = Path(__file__).resolve().parents[1] / "tuning_logs"  # records Kiln ships, per target key
 
@@ -55,3 +56,8 @@ def replica_cpus() -> str | None:
 def num_threads() -> str | None:
     """KILN_NUM_THREADS as given (checked by its reader), or None where it is unset."""
     return os.environ.get(NUM_THREADS)
+
+
+def tvm_thread_pool() -> bool:
+    """KILN_THREAD_POOL=tvm: artifacts keep TVM's thread pool instead of Kiln's (kiln/runtime/pool.py)."""
+    return os.environ.get(THREAD_POOL, "kiln") == "tvm"

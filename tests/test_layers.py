@@ -25,12 +25,16 @@ FORBIDDEN = (
     ("kiln.runtime", "kiln.schedules", (), "the runtime never imports the schedules"),
     ("kiln.accel", "kiln.compiler", (), "an accelerator is a device model; the compiler's backends build for it"),
     ("kiln.accel", "kiln.schedules", (), "an accelerator is a device model; the compiler's backends build for it"),
+    ("kiln.schedules.rules", "kiln.schedules.tuning", (), "the default rules need no tuner; kiln tune builds on them"),
 )
 # Only these import kiln.compiler.backends (the driver, the options that resolve the target's backend once, the
 # tuning driver, and the backends themselves): every other module gets its backend handed down (options.backend).
 BACKEND_IMPORTERS = ("kiln.compiler.build", "kiln.compiler.options", "kiln.compiler.tune", "kiln.compiler.backends")
 # (importer, imported) -> why: single edges a FORBIDDEN row refuses, allowed by name
-ALLOWED: dict[tuple[str, str], str] = {}
+ALLOWED: dict[tuple[str, str], str] = {
+    ("kiln.schedules.rules.apply", "kiln.schedules.tuning.database"): "ApplyTuningDatabase reads the tuning "
+    "database (imported inside the pass, only when a compile has records)",
+}
 
 
 @dataclasses.dataclass(frozen=True)

@@ -15,8 +15,9 @@ from ..errors import KilnError
 DEBUG_HELP = "show full tracebacks, TVM's C++ frames included (before or after the subcommand)"
 BROKEN_PIPE = 141  # the exit status of a command killed by SIGPIPE (`kiln inspect X | head -1`)
 # The commands that read only .kiln artifacts. Importing TVM imports PyTorch when it is installed (tvm_ffi
-# tries `import torch` first, for a symbol conflict seen on Windows): 1.4 of `kiln run`'s 3.6 s on a
-# Zen 4, for a library these commands never use. Their process hides it (kiln compile/tune/inspect read .pt2).
+# tries `import torch` first, for a symbol conflict seen on Windows): a large share of `kiln run`'s start-up
+# (benchmarks/history.md), for a library these commands never use. Their process hides it (kiln compile/tune/inspect
+# read .pt2).
 ARTIFACT_ONLY = frozenset({"run", "unpack", "bench", "profile", "serve"})
 
 

@@ -47,7 +47,7 @@ def _frontend_line(src: dict) -> str:
 
 def _tune(a) -> int:
     from ..compiler.tune import compact, summary, tune
-    from ..schedules.tuning import TuneOptions
+    from ..schedules.tuning.tuning import TuneOptions
 
     opts = TuneOptions(**given(TuneOptions, a))
     co = compile_options(a)
@@ -76,7 +76,7 @@ COMPILE_FIELDS = (
 
 def register(sub) -> None:
     from ..compiler.options import CompileOptions
-    from ..schedules.tuning import TuneOptions
+    from ..schedules.tuning.tuning import TuneOptions
 
     c = sub.add_parser("compile", help=COMMANDS["compile"])
     c.add_argument("model")

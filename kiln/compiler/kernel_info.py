@@ -110,7 +110,7 @@ def for_manifest(mod: tvm.IRModule, onnx_model=None, precision: str = "fp32", ca
 def kernel_info(mod: tvm.IRModule, onnx_model=None, func: str = "main") -> dict:
     """name -> {ops, calls, flops, bytes_read, bytes_written, schedule} for every PrimFunc `func`
     calls; flops and bytes are per call. onnx_model: the (simplified) model that was imported."""
-    from ..schedules.apply import estimated_flops
+    from ..schedules.rules.apply import estimated_flops
 
     info: dict = {}
     order, sizes = [], []
@@ -142,8 +142,8 @@ INT8_KINDS = frozenset({"conv2d_int8", "conv2d_amx", "matmul_int8"})
 
 
 def _kind(f) -> str | None:
-    """The kernel's kind (schedules/kinds.py), None for a kernel with no blocks to classify (TOPI's NMS, sort)."""
-    from ..schedules.kinds import kernel_kind
+    """The kernel's kind (schedules/rules/kinds.py), None for a kernel with no blocks to classify (TOPI's NMS, sort)."""
+    from ..schedules.rules.kinds import kernel_kind
 
     try:
         return kernel_kind(f)
@@ -172,8 +172,8 @@ def _integer(f) -> bool:
 def schedule_kind(f) -> str:
     """c-kernel (Kiln's hand-written C: its kind comes scheduled), tuned (a database record that beat
     the default schedule: ApplyTuningDatabase marks it), default (Kiln's rule), none (TVM's plain lowering)."""
-    from ..schedules.apply import TUNED_ATTR, is_scheduled
-    from ..schedules.kinds import SCHEDULED, func_kind
+    from ..schedules.rules.apply import TUNED_ATTR, is_scheduled
+    from ..schedules.rules.kinds import SCHEDULED, func_kind
 
     if func_kind(f) in SCHEDULED:
         return "c-kernel"

@@ -16,8 +16,8 @@ import tvm
 from tvm import relax, te, topi
 from tvm.ir.expr import GenericConst
 
-from ..schedules.int8 import Int8Kernel, int8_kernel
-from ..schedules.kinds import declare
+from ..schedules.rules.int8 import Int8Kernel, int8_kernel
+from ..schedules.rules.kinds import declare
 from . import ir, legalize_int8, legalize_nms, legalize_roi_align
 from .legalize_conv3d import conv3d
 
@@ -140,8 +140,8 @@ def _to_one_value(x, reducer, kind: str, keepdims: bool):
     power-of-two vector up to 16 dividing the last axis), each over every v-th element, then one over
     those; the first is a spatial + reduction block the reduction rule vectorizes. (TVM's rfactor would
     split it in the schedule, but it knows no reducer with an infinite identity.) A dynamic quantizer's
-    min and max over a [32, 128] tensor ran one scalar op per element, 16 of them 0.15 of gpt2_qdynamic's
-    0.49 ms."""
+    min and max over a [32, 128] tensor ran one scalar op per element, 16 of them a third of gpt2_qdynamic's
+    run (timings in benchmarks/history.md)."""
     if not all(isinstance(d, (int, tvm.tirx.IntImm)) for d in x.shape) or not x.shape:
         return None
     dims = [int(d) for d in x.shape]
@@ -219,8 +219,8 @@ def _round(bb, call):
     """ONNX Round, and every quantize (Kiln's QuantizeGraph, QDQ models): relax legalizes it to topi.round,
     te.nearbyint, which TVM 0.27's vectorizer does not know (no TVectorizable): it leaves the vector loop
     scalar, LLVM then vectorizes the loop around it with gathers, and ResNet-50's int8 quantize kernels
-    ran at 13 GB/s. tirx.round lowers to the same llvm.nearbyint on CPUs (ties to even, as ONNX rounds)
-    and vectorizes: 10x on a [1, 16, 56, 56, 16] quantize (benchmarks/history.md)."""
+    ran far below the memory's bandwidth. tirx.round lowers to the same llvm.nearbyint on CPUs (ties to
+    even, as ONNX rounds) and vectorizes (timings in benchmarks/history.md)."""
     if str(call.ty.dtype) not in FLOATS:
         return tvm_legalize(bb, call)
     return bb.call_te(_te_round, call.args[0], primfunc_name_hint="round")
@@ -230,8 +230,8 @@ def _finite_test(test: str):
     """isfinite / isinf of a float tensor as comparisons with +-inf: TVM lowers them to fabs and isnan,
     and its vectorizer leaves a loop holding fabs scalar (no TVectorizable). Every float-to-int Cast
     (where(!isfinite(x), 0, x)) scalarized its kernel with all the elementwise ops fused into it:
-    ddddocr's dequantize + sigmoid epilogues ran at 0.5 GB/s. NaN compares false both ways: not finite,
-    not infinite, as the ONNX ops say."""
+    ddddocr's dequantize + sigmoid epilogues ran slowly (benchmarks/history.md). NaN compares false both ways: not
+    finite, not infinite, as the ONNX ops say."""
 
     def compute(x):
         inf = tvm.tirx.const(float("inf"), x.dtype)
@@ -253,8 +253,8 @@ def _te_round(x):
 
 def sigmoid_fast_exp(x):
     """1 / (1 + exp(-x)) with topi.fast_exp: TVM's sigmoid lowers to llvm.exp, which LLVM turns into one
-    libm call per element (EfficientNet's conv + SiLU kernels ran at 4-10% of peak). fast_exp clamps its
-    argument, so a large |x| gives 0 or 1, never inf/inf."""
+    libm call per element (EfficientNet's conv + SiLU kernels ran far below peak; timings in benchmarks/history.md).
+    fast_exp clamps its argument, so a large |x| gives 0 or 1, never inf/inf."""
     e = topi.fast_exp(topi.negative(x))
     return te.compute(x.shape, lambda *i: tvm.tirx.const(1.0, x.dtype) / (tvm.tirx.const(1.0, x.dtype) + e(*i)))
 
@@ -335,7 +335,7 @@ LEGALIZE = {
 
 def legalize_map(caps) -> dict:
     """LEGALIZE for a target: uint8 x int8 convs and matmuls take the int8 computes of the target's
-    int8 kernel (schedules/int8.py); without one they legalize as any other op."""
+    int8 kernel (schedules/rules/int8.py); without one they legalize as any other op."""
     kernel = int8_kernel(caps)
     conv = lambda bb, call: _conv2d(bb, call, kernel)
     mm = lambda bb, call: _matmul(bb, call, kernel)

@@ -1,4 +1,4 @@
-"""Legalization of a blocked uint8 x int8 conv2d for AMX targets (schedules/amx.py): one output row
+"""Legalization of a blocked uint8 x int8 conv2d for AMX targets (schedules/rules/amx.py): one output row
 at a time is a GEMM [pixels, K] x [K, O] on the tile unit.
 
   amx_pad    the zero-padded input (as legalize_int8 pads it), when the conv pads
@@ -18,8 +18,8 @@ from __future__ import annotations
 import tvm
 from tvm import relax, te, topi
 
-from ..schedules.amx import CHANNELS, K_STEP, pixel_rows
-from ..schedules.int8 import ANNOTATION
+from ..schedules.rules.amx import CHANNELS, K_STEP, pixel_rows
+from ..schedules.rules.int8 import ANNOTATION
 
 KIND = "conv2d_amx"
 CHUNK_ATTR = "kiln.amx_chunk"  # the patch's contiguous run (the data's channel block): the rule vectorizes by it

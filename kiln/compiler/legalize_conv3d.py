@@ -1,14 +1,14 @@
 """conv3d (NCDHW data, OIDHW weights) to Kiln's compute with output channels vectorized: the weights
 re-laid out as [O/c, I, KD, KH, KW, c] (a constant transform, folded at compile time), so the
-schedule (schedules/conv3d.py) loads c output channels' weights with one vector load and
+schedule (schedules/rules/conv3d.py) loads c output channels' weights with one vector load and
 broadcasts each input value into them. TVM's own conv3d compute has no schedule in Kiln: the
-generic reduction rule ran r3d_18 (a video ResNet) at 6.25x onnxruntime's time."""
+generic reduction rule ran r3d_18 (a video ResNet) far behind onnxruntime (timings in benchmarks/history.md)."""
 
 from __future__ import annotations
 
 from tvm import te, topi
 
-from ..schedules.kinds import declare
+from ..schedules.rules.kinds import declare
 from . import ir
 from .passes.convert_layout import widest_block
 

@@ -1,5 +1,5 @@
 """Legalization of uint8 x int8 -> int32 conv2d (blocked NCHW{L}c) and matmul into Kiln's int8
-computes, shaped for the target's int8 kernel (schedules/int8.py, from Target.caps): weights packed
+computes, shaped for the target's int8 kernel (schedules/rules/int8.py, from Target.caps): weights packed
 into (L output channels x 4 inputs) tiles by a constant-folded kernel, L the kernel's int32 lanes
 (16 zmm, 8 ymm, 4 NEON). Each compute names its kernel in a block annotation for the schedule rule.
 
@@ -13,7 +13,7 @@ import tvm
 from tvm import te, topi
 
 from ..capabilities import Int8Path
-from ..schedules.int8 import ANNOTATION, STEP, Int8Kernel, kernel_for_channels, kernel_for_lanes, rounded_rows
+from ..schedules.rules.int8 import ANNOTATION, STEP, Int8Kernel, kernel_for_channels, kernel_for_lanes, rounded_rows
 from . import legalize_amx
 
 

@@ -4,13 +4,14 @@ candidate with the boxes already kept, a vector of them at a time, and stops at 
 TVM's lowering keeps a box, then launches a parallel loop that clears every lower-scored box it
 overlaps: one thread-pool launch per kept box, the classes one after another, and a scalar IoU per
 pair. torchvision's detectors run NMS once over all classes at once (boxes shifted apart per class),
-so SSDlite's 27000 candidates and 5760 kept boxes took 164 ms there, and 99 ms in onnxruntime.
+so SSDlite's 27000 candidates and 5760 kept boxes took longer there than in onnxruntime (timings in
+benchmarks/history.md).
 
 Here each (batch, class) row is one task of a parallel loop. As in onnxruntime, only the candidates above
 the score threshold enter a heap, popped until the limit is kept (no sort of every box). The kept boxes'
 corners and areas sit in a per-row workspace laid out for vector loads; each step takes two vectors of
 them (the target's float32 lanes), intersections first, and divides for the IoU only where one is
-positive (boxes of torchvision's shifted classes never intersect). SSDlite's NMS: 164 -> 38 ms on Zen 4.
+positive (boxes of torchvision's shifted classes never intersect). SSDlite's NMS runs several times faster.
 Semantics are onnxruntime's: candidates with score > score_threshold in descending score order (ties:
 lower box index first, argsort is stable), corners taken as min/max of the given pair, a box is dropped
 when its IoU with a kept box is > iou_threshold, where an empty intersection or a non-positive union is
@@ -24,7 +25,7 @@ from tvm.ir.expr import GenericConst
 from tvm.script.ir_builder import IRBuilder
 from tvm.script.ir_builder import tirx as T
 
-from ..schedules.apply import FLOPS_ATTR
+from ..schedules.rules.apply import FLOPS_ATTR
 
 
 def _scalar(buf):

@@ -3,17 +3,17 @@ NHWC, topi's roi_align_nhwc, the result transposed back.
 
 TVM's NCHW compute works out each sample's bilinear taps (coordinates, clamps, four weights) for every
 channel again, and its innermost axis is a 7-wide bin, which no vector fits: FasterRCNN's two box-head
-RoiAligns (150 RoIs, 256 channels, 7x7 bins, 2x2 samples) took 35 ms of its 79 ms on Zen 4. Channels-
-last, the channel axis is innermost and contiguous: the run-time-sized kernel rule (schedules/dynamic.py)
-vectorizes it, and each tap's coordinates are computed once per vector of channels. The NHWC compute is
-topi's own, the same arithmetic as its NCHW one. The kernel is marked opaque so that fusion cannot inline
-the transpose back into it (which would read the map strided again).
+RoiAligns (150 RoIs, 256 channels, 7x7 bins, 2x2 samples) took almost half its run (timings in
+benchmarks/history.md). Channels- last, the channel axis is innermost and contiguous: the run-time-sized kernel rule
+(schedules/rules/dynamic.py) vectorizes it, and each tap's coordinates are computed once per vector of channels. The
+NHWC compute is topi's own, the same arithmetic as its NCHW one. The kernel is marked opaque so that fusion cannot
+inline the transpose back into it (which would read the map strided again).
 
 Average mode computes topi's arithmetic in two steps. A sample's row and column are separable: its row
 depends on (RoI, bin row, sample row) only, its column on (RoI, bin column, sample column). A first kernel
 tabulates both: the two taps each and their weights, zero outside the map. The channels-last kernel then does
 four vector gathers and multiply-adds per sample. Written out per element as topi does, the taps' expression
-is so long that the register tile's 12 unrolled copies took LLVM 14 s per kernel (Zen 3). That compute is
+is so long that the register tile's 12 unrolled copies took LLVM seconds per kernel. That compute is
 kept for max mode.
 
 Only where it pays and is the same computation: a static channel count the target's vectors divide, and a

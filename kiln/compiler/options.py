@@ -356,7 +356,7 @@ def _db_digest(path) -> str | None:
     import hashlib
 
     from ..accel.vta.records import FILE as VTA_FILE
-    from ..schedules.database import CHECKED, DEFAULTS, FILES
+    from ..schedules.tuning.database import CHECKED, DEFAULTS, FILES
 
     h = hashlib.sha256()
     for name in (*FILES, DEFAULTS, CHECKED, VTA_FILE):  # the ledgers decide which records apply

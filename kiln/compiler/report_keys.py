@@ -10,7 +10,7 @@ import importlib
 import pkgutil
 
 from ..counters import Counter
-from ..schedules import apply, gpu
+from ..schedules.rules import apply, gpu
 from . import passes
 
 REPORT: tuple[Counter, ...] = (

@@ -1,5 +1,5 @@
 """`kiln tune`'s driver: import and optimize a model as `kiln compile` would, every kernel left
-unscheduled, then hand its kernels to the tuner (kiln/schedules/tuning.py). It sits in the compiler
+unscheduled, then hand its kernels to the tuner (kiln/schedules/tuning/tuning.py). It sits in the compiler
 because it runs the compiler's pipeline; the schedules package only searches and stores schedules."""
 
 from __future__ import annotations
@@ -8,8 +8,8 @@ import dataclasses
 import time
 from collections.abc import Callable
 
-from ..schedules.database import db_dir_for
-from ..schedules.tuning import TuneOptions, Workers, tune_module
+from ..schedules.tuning.database import db_dir_for
+from ..schedules.tuning.tuning import TuneOptions, Workers, tune_module
 
 
 def prepare(model, compile_options):

@@ -15,7 +15,7 @@ import numpy as np
 from tvm import te, tirx, topi
 from tvm.topi.nn.winograd_util import _cook_toom_convolution, _interpolation_points
 
-from ..schedules.kinds import declare
+from ..schedules.rules.kinds import declare
 
 MIN_F4 = 16  # outputs at least this high and wide take F(4x4, 3x3), smaller ones F(2x2, 3x3)
 

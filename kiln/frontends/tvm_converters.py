@@ -1,5 +1,6 @@
 """Kiln's converters for the few ONNX ops TVM 0.27's importer handles only partly, installed into its
-converter map for the duration of one import (wrapped, not forked: every other op is TVM's).
+converter map for the duration of one import, seen by the importing thread only, one import at a time
+(kiln_converters; wrapped, not forked: every other op is TVM's).
 
 - TopK with k known only at run time (torchvision detection heads: k = min(candidates, topk) after a
   score threshold): TVM needs a constant k. Sort everything (relax topk with k = -1 returns all),
@@ -21,6 +22,7 @@ converter map for the duration of one import (wrapped, not forked: every other o
 from __future__ import annotations
 
 import contextlib
+import threading
 
 import numpy as np
 
@@ -149,7 +151,7 @@ def _cast():
     class Cast(f.Cast):
         """TVM's Cast, but float -> narrower integers wrap by truncating an int64 (or int32) value:
         the same result as TVM's floor_mod/where chain (two's complement), without int64 division in
-        every epilogue it fuses into (MatMulInteger's int32 output fed 0.03 ms of it per matmul)."""
+        every epilogue it fuses into (MatMulInteger's int32 output fed it per matmul; benchmarks/history.md)."""
 
         @classmethod
         def _impl_v13(cls, bb, inputs, attr, params):
@@ -419,22 +421,34 @@ def _branch_bounds(bb, x, ndim: int) -> list:
         return none
 
 
+# Kiln's imports run one at a time (TVM's map is a module global, _BOUNDS and the converters' cache are Kiln's), and
+# only the importing thread sees Kiln's map: another thread calling TVM's importer meanwhile gets TVM's own.
+# TVM 0.27 has no supported hook for a converter map (from_onnx takes none).
+_IMPORT_LOCK = threading.RLock()
+
+
 @contextlib.contextmanager
 def kiln_converters():
-    """TVM's converter map with Kiln's overrides, for the imports inside the block."""
+    """TVM's converter map with Kiln's overrides, for the imports inside the block, in this thread only: the
+    block holds _IMPORT_LOCK, so concurrent compiles import one after another (the rest of a compile runs
+    in parallel), and TVM's map is restored when it ends."""
     from tvm.relax.frontend.onnx import onnx_frontend as f
 
-    original = f._get_convert_map
-    extra = {name: make() for name, make in OVERRIDES.items()}
-    cache: dict = {}
-    _BOUNDS.clear()
-
-    def convert_map():
-        return {name: _Shaped(name, cls, cache) for name, cls in {**original(), **extra}.items()}
-
-    f._get_convert_map = convert_map
-    try:
-        yield
-    finally:
-        f._get_convert_map = original
+    with _IMPORT_LOCK:
+        original = f._get_convert_map
+        extra = {name: make() for name, make in OVERRIDES.items()}
+        cache: dict = {}
+        owner = threading.get_ident()
         _BOUNDS.clear()
+
+        def convert_map():
+            if threading.get_ident() != owner:
+                return original()
+            return {name: _Shaped(name, cls, cache) for name, cls in {**original(), **extra}.items()}
+
+        f._get_convert_map = convert_map
+        try:
+            yield
+        finally:
+            f._get_convert_map = original
+            _BOUNDS.clear()

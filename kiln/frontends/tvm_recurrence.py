@@ -1,5 +1,5 @@
 """The converter of Kiln's own ONNX node KilnRecurrence (domain ai.kiln), which decompose/rnn.py emits
-for an LSTM/GRU/RNN layer it does not unroll: a call_tir of schedules/recurrence.py's kernel, the whole
+for an LSTM/GRU/RNN layer it does not unroll: a call_tir of schedules/rules/recurrence.py's kernel, the whole
 layer (every step, every direction) in one call. Inputs: xw [T, B, D*G*H] (the input projection, biases
 folded), rt [D, H, G*H], GRU's rbh [D, H], h0 [D, B, H], LSTM's c0; outputs Y [T, D, B, H], Y_h and LSTM's
 Y_c [D, B, H] (ONNX's layout-0 shapes)."""
@@ -17,7 +17,7 @@ def recurrence_converter():
     from tvm import relax
     from tvm.relax.frontend.onnx import onnx_frontend as f
 
-    from ..schedules.recurrence import Recurrence, kernel
+    from ..schedules.rules.recurrence import Recurrence, kernel
 
     class KilnRecurrence(f.OnnxOpConverter):
         @classmethod

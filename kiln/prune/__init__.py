@@ -85,6 +85,28 @@ def prune_model(
         check_onnx(model, where)
     else:
         model = load_onnx(model)
+    graph = _prunable_graph(model, where, keep)
+    removed, info = choose(graph, ratio, criterion, keep, multiple)
+    pruned = apply(graph, removed, zero_only)
+    after = ChannelGraph(apply(graph, removed) if zero_only else pruned)  # zeroed: what RemoveZeroChannels makes of it
+    report = _report(graph, after, removed, info, ratio, criterion, zero_only, multiple)
+    if calibration is not None:
+        from ..compiler.quantize.accuracy import check_agreement
+        from ..compiler.quantize.calibration import load_calibration
+        from .check import accuracy
+
+        data = load_calibration(calibration, _inputs(model))
+        layers = {n: l.y for n, l in graph.layers.items()}
+        report["accuracy"] = accuracy(model, pruned, layers, removed, data, zero_only)
+        check_agreement(
+            report["accuracy"], min_agreement, where, subject="pruned model", fix=PRUNE_FIX, data="calibration samples"
+        )
+    return pruned, report
+
+
+def _prunable_graph(model: onnx.ModelProto, where: str, keep) -> ChannelGraph:
+    """The model's channel graph; UnsupportedModelError when no conv can be pruned, OptionsError when `keep`
+    names a layer the graph does not have."""
     graph = ChannelGraph(model)
     ok = graph.ties.removable(keep_one=False)
     prunable = sorted(n for n, layer in graph.layers.items() if ok[layer.y].any())
@@ -104,11 +126,14 @@ def prune_model(
         raise OptionsError(
             f"no layer named {', '.join(map(repr, unknown))}", where="--keep", fix=f"layers are: {shown}"
         )
-    removed, info = choose(graph, ratio, criterion, keep, multiple)
-    pruned = apply(graph, removed, zero_only)
-    after = ChannelGraph(apply(graph, removed) if zero_only else pruned)  # zeroed: what RemoveZeroChannels makes of it
+    return graph
+
+
+def _report(graph, after, removed: dict, info: dict, ratio, criterion, zero_only, multiple) -> dict:
+    """prune_model's report, before its accuracy check: the options, and FLOPs, parameters and channels per
+    layer before and after."""
     fb, fa = flops(graph), flops(after)
-    report = {
+    return {
         "ratio": ratio,
         "criterion": criterion,
         "zero_only": zero_only,
@@ -129,15 +154,3 @@ def prune_model(
         ],
         "accuracy": None,
     }
-    if calibration is not None:
-        from ..compiler.quantize.accuracy import check_agreement
-        from ..compiler.quantize.calibration import load_calibration
-        from .check import accuracy
-
-        data = load_calibration(calibration, _inputs(model))
-        layers = {n: l.y for n, l in graph.layers.items()}
-        report["accuracy"] = accuracy(model, pruned, layers, removed, data, zero_only)
-        check_agreement(
-            report["accuracy"], min_agreement, where, subject="pruned model", fix=PRUNE_FIX, data="calibration samples"
-        )
-    return pruned, report

@@ -19,7 +19,7 @@ from ..optfield import option
 from .model import load
 
 BLOCK = 8  # runs per engine before switching (when comparing with onnxruntime), and at least BLOCK_MIN_S of them
-BLOCK_MIN_S = 0.05  # 8 runs of a 0.25 ms model after each pause were mostly its wake-up: vit's ratio read 1.1-2.1x
+BLOCK_MIN_S = 0.05  # 8 runs of a fast model after each pause were mostly its wake-up (benchmarks/history.md)
 BLOCK_PAUSE_S = 0.3  # a shorter pause left onnxruntime slower (spinning TVM workers; benchmarks/history.md)
 TAIL_FLAG_RATIO = 2.0  # p99 over p50 above this flags the run: its tail is not the model's speed
 SPELL_WINDOW_S = 1.0  # runs are cut into windows of this much of their own time to find a slow spell

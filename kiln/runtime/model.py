@@ -43,8 +43,8 @@ def _import_tvm_runtime():
 
 
 ALIGNMENT = 64  # bytes: TVM's allocation alignment (kAllocAlignment), which its kernels may assume
-COPY_BELOW = 16384  # bytes: an input this small is copied to its staged buffer (0.2-0.4 us) without asking
-# whether it is aligned (a.ctypes.data: 1.0 us) to take it over DLPack
+COPY_BELOW = 16384  # bytes: an input this small is copied to its staged buffer without asking whether it is
+# aligned (a.ctypes.data costs more than the copy) to take it over DLPack (timings in benchmarks/history.md)
 
 
 def configure_threads(tvm, n: int) -> None:
@@ -278,12 +278,12 @@ class Model:
     def _argument(self, k: int, a: np.ndarray):
         """Input k as a TVM tensor. On the CPU: the array itself (DLPack, no copy) where it is aligned as TVM's
         own allocations are (64 bytes: the kernels may assume it), else a copy into a buffer kept for input k
-        (numpy's arrays are 16-byte aligned). A new tensor per input per run took 10 us, a quarter of a 0.2 ms
-        model's run (silero VAD: 3 inputs, 44 us of kernels). Called under self._lock: one run at a time."""
+        (numpy's arrays are 16-byte aligned). A new tensor per input per run was a large share of a small
+        model's run (silero VAD; benchmarks/history.md). Called under self._lock: one run at a time."""
         tvm = self._tvm
         if not self._on_cpu or a.dtype.kind not in "fiub":
             return tvm.runtime.tensor(a, self._dev)
-        if a.nbytes > COPY_BELOW and a.ctypes.data % ALIGNMENT == 0:  # a.ctypes alone takes 1 us: small ones copy
+        if a.nbytes > COPY_BELOW and a.ctypes.data % ALIGNMENT == 0:  # a.ctypes alone costs more: small ones copy
             return tvm.runtime.from_dlpack(a)
         staged = self._staging.get(k)
         if staged is None or staged[1].shape != a.shape or staged[1].dtype != a.dtype:
@@ -293,8 +293,8 @@ class Model:
         return staged[0]
 
     def _result(self, t) -> np.ndarray:
-        """An output as a numpy array of its own: on the CPU a DLPack view copied (0.6 us for silero VAD's
-        outputs; Tensor.numpy() took 5.6 us each, a tenth of the model's 60 us run), so that no later run
+        """An output as a numpy array of its own: on the CPU a DLPack view copied (Tensor.numpy() took ten
+        times as long, a tenth of silero VAD's run; benchmarks/history.md), so that no later run
         and no input the model returns as it is can change it."""
         if self._on_cpu and str(t.dtype) in DLPACK_DTYPES:
             return np.from_dlpack(t).copy()
@@ -308,7 +308,7 @@ class Model:
             try:
                 args = [self._argument(k, a) for k, a in enumerate(arrays)]
                 out = entry(*args, *weights)
-                outs = [out] if hasattr(out, "numpy") else [out[j] for j in range(len(out))]  # list(): 0.7 us more
+                outs = [out] if hasattr(out, "numpy") else [out[j] for j in range(len(out))]  # not list(): slower
                 return [self._result(o) for o in outs]
             except Exception as e:  # inputs matched the manifest: a Kiln bug, or a library edited after the build
                 msg = str(e).strip().splitlines()

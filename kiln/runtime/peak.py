@@ -113,8 +113,8 @@ def fma_peak(threads: int = 1, tries: int = 3) -> dict:
 
 def fresh_fma_peak(threads: int = 1) -> dict:
     """fma_peak measured now, not the cached value: a profile measures before and after its runs and keeps
-    the best (one measurement in a busy spell of this shared 2-vCPU host read 117 of 235 GFLOP/s, and kernels
-    showed 181% of it)."""
+    the best (one measurement in a busy spell of this shared 2-vCPU host read half the peak, and kernels
+    showed more than 100% of it; benchmarks/history.md)."""
     return fma_peak.__wrapped__(threads)
 
 

@@ -14,7 +14,9 @@ import ctypes
 import os
 import threading
 
-ENV = "KILN_THREAD_POOL"  # "tvm": keep TVM's own pool
+from .. import env
+
+ENV = env.THREAD_POOL  # "tvm": keep TVM's own pool
 SPIN_US = 200  # an idle worker spins this long for the next parallel loop, then sleeps
 
 _lock = threading.Lock()
@@ -35,7 +37,7 @@ def install(lib_path) -> bool:
     """Point the parallel loops of the library TVM loaded from lib_path at Kiln's pool; False where
     the library keeps TVM's (no pool in it, it uses TVM's parallel barrier, or KILN_THREAD_POOL=tvm)."""
     global _pool, _launch
-    if os.environ.get(ENV, "kiln") == "tvm":
+    if env.tvm_thread_pool():
         return False
     try:  # the copy TVM loaded: RTLD_NOLOAD never loads a second one
         lib = ctypes.CDLL(str(lib_path), mode=os.RTLD_NOLOAD | os.RTLD_LAZY)

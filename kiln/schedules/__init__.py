@@ -1,24 +1,11 @@
-"""Default schedules for the kernels of a model (no tuning needed), chosen by a registry keyed
-by target family and kernel kind.
+"""The schedules of a model's kernels, in three parts:
 
-The names below are imported on first use (PEP 562), not with the package: `kiln tune`'s build
-worker imports kiln.schedules.builder in a fresh process, and the rules' import (the int8 tensor
-intrinsics, parsed from TVMScript) would add seconds to every worker start, inside the --budget."""
+- `rules/`: the default schedules (no tuning needed), one rule per target family and kernel kind, chosen by
+  the registry (rules/registry.py) and applied by ApplyDefaultSchedules (rules/apply.py);
+- `tuning/`: `kiln tune` (MetaSchedule search, its build worker and runner, the tuning database and the
+  shipped records a compile may use);
+- `kernels/`: Kiln's C kernels, compiled and linked into the artifact.
 
-from importlib import import_module
-
-_LAZY = {
-    "ApplyDefaultSchedules": ".apply",
-    "ApplyTuningDatabase": ".apply",
-    "RULES": ".registry",
-    "classify": ".registry",
-}
-
-
-def __getattr__(name: str):
-    if name in _LAZY:
-        return getattr(import_module(_LAZY[name], __name__), name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-
-
-__all__ = ["ApplyDefaultSchedules", "ApplyTuningDatabase", "RULES", "classify"]
+Nothing is imported with the package: `kiln tune`'s build worker imports kiln.schedules.tuning.build_worker
+in a fresh process, and the rules' import (the int8 tensor intrinsics, parsed from TVMScript) would add
+seconds to every worker start, inside the --budget."""

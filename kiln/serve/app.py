@@ -20,10 +20,11 @@ import time
 import numpy as np
 from aiohttp import web
 
+from .. import env
 from ..errors import KilnError
 from ..runtime.hostinfo import physical_cores
 from ..runtime.model import Model
-from ..runtime.replica import THREADS_ENV, apply_cpus, default_threads
+from ..runtime.replica import apply_cpus, default_threads
 from . import codec
 from .batcher import Batcher, QueueFull
 from .metrics import Metrics
@@ -92,7 +93,7 @@ class Server:
         (TVM's threads plus the event loop oversubscribe the cores; TVM's pool spins): benchmarks/history.md."""
         if self.opts.threads:
             return self.opts.threads
-        if os.environ.get(THREADS_ENV):
+        if env.num_threads():
             return default_threads()
         apply_cpus()
         return max(1, physical_cores() - 1)
@@ -217,8 +218,8 @@ class Server:
         return version
 
     def _pick(self) -> str:
-        """The canary split's version for a request that names none (no draw with one version: 8 us saved
-        per request, refused ones included)."""
+        """The canary split's version for a request that names none (no draw with one version: time saved
+        per request, refused ones included; benchmarks/history.md)."""
         return self.versions[0] if len(self.versions) == 1 else self._rng.choices(self.versions, self._weights)[0]
 
     async def read_body(self, request: web.Request) -> bytes:

@@ -38,7 +38,7 @@ WHERE = "V2 infer request"
 
 @functools.lru_cache(maxsize=64)
 def datatype(dtype) -> str:
-    """The V2 datatype of a numpy dtype (or dtype name); cached: np.dtype(...).name took 26 us a call."""
+    """The V2 datatype of a numpy dtype (or dtype name); cached: np.dtype(...).name is slow (benchmarks/history.md)."""
     return DATATYPES.get(np.dtype(dtype).name, str(dtype).upper())
 
 

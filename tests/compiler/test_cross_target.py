@@ -54,7 +54,7 @@ def test_layout_auto_and_tune_refuse_a_target_this_host_cannot_run(tmp_path):
     assert e.value.where == "--layout"
     from kiln.compiler import CompileOptions
     from kiln.compiler.tune import tune
-    from kiln.schedules.tuning import TuneOptions
+    from kiln.schedules.tuning.tuning import TuneOptions
 
     with pytest.raises(kiln.OptionsError, match="kiln tune runs the target's code.*--rpc-tracker"):
         tune(model, CompileOptions.make(target=spec), TuneOptions(db_root=str(tmp_path / "db"), trials=4))

@@ -10,7 +10,7 @@ from helpers import make_model, ort_run, rand
 from onnx import helper
 
 import kiln
-from kiln.schedules.tiles import ROUND_ROWS_GAIN, matmul_tile, rounded_rows
+from kiln.schedules.rules.tiles import ROUND_ROWS_GAIN, matmul_tile, rounded_rows
 
 
 @pytest.mark.parametrize("registers", [16, 32])
@@ -94,7 +94,7 @@ def _attention(seq: int, heads: int, dim: int):
 
 @pytest.mark.parametrize("seq", [197, 31, 77])
 def test_attention_matmuls_of_prime_sizes_are_padded_to_full_tiles(tmp_path, seq):
-    from kiln.schedules.tiles import padded_tile
+    from kiln.schedules.rules.tiles import padded_tile
 
     rows, vectors, r, v = padded_tile(seq, -(-seq // 16), 32)
     assert r * v > 1 and (rows, vectors) != (seq, seq // 16)  # Q K^T: the scores tile badly unpadded
@@ -112,7 +112,7 @@ def test_padded_attention_matmul_has_a_full_unpredicated_tile():
     import kiln.compiler.build as build
     from kiln.compiler.flows import run_flow
     from kiln.compiler.options import CompileOptions
-    from kiln.schedules.tiles import padded_tile
+    from kiln.schedules.rules.tiles import padded_tile
 
     m, _ = _attention(197, 2, 64)
     opts = CompileOptions.make(target="llvm -mcpu=znver4", disabled_passes=("FuseAttention",))
@@ -132,7 +132,7 @@ def test_int8_matmul_rows_rounded_match_onnxruntime_dynamic_quantization(tmp_pat
     its register tile (int8.rounded_rows), cropped, equal to onnxruntime's own int8 result."""
     from helpers import quantize_dynamic
 
-    from kiln.schedules.int8 import KERNELS, rounded_rows
+    from kiln.schedules.rules.int8 import KERNELS, rounded_rows
 
     assert rounded_rows(rows, 512 // 16, KERNELS["avx512-vnni"].accumulators) is not None
     m = make_model(

@@ -32,7 +32,7 @@ CASES = {
     "test_resize_downsample_scales_cubic_antialias": ["scales"],
     "test_resize_tf_crop_and_resize_axes_3_2": ["roi", "sizes"],
     "test_resize_downsample_sizes_nearest_not_larger": ["sizes"],
-    # constant weights (frozen) take the one-kernel recurrence (schedules/recurrence.py)
+    # constant weights (frozen) take the one-kernel recurrence (schedules/rules/recurrence.py)
     "test_gru_seq_length": ["W", "R", "B"],
     "test_gru_batchwise": ["W", "R"],
     "test_lstm_bidirectional": ["W", "R"],

@@ -50,7 +50,7 @@ def test_gpu_kernels_are_tunable_tasks():
     from kiln.compiler import CompileOptions
     from kiln.compiler.optimize import optimize
     from kiln.frontends.importer import import_onnx
-    from kiln.schedules.tuning import extract
+    from kiln.schedules.tuning.tuning import extract
 
     co = CompileOptions.make(
         target="cuda -arch=sm_80", input_shapes=["input:1x3x32x32"], disabled_passes=("GPUSchedules",)
@@ -61,7 +61,7 @@ def test_gpu_kernels_are_tunable_tasks():
 
 
 def test_recurrences_stay_unrolled_for_cuda(tmp_path):
-    # the one-kernel LSTM/GRU/RNN (schedules/recurrence.py) is a CPU kernel with no thread binding: a GPU
+    # the one-kernel LSTM/GRU/RNN (schedules/rules/recurrence.py) is a CPU kernel with no thread binding: a GPU
     # target keeps the per-step ops, each bound by the GPU schedules
     import numpy as np
     from onnx import TensorProto, helper

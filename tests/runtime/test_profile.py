@@ -15,7 +15,7 @@ from kiln.cli import main
 from kiln.compiler.kernel_info import source_ops
 from kiln.runtime import profile as prof
 from kiln.runtime.profile import MULTIPLY_ADD, ProfileOptions, format_profile, profile, summarize
-from kiln.schedules.kinds import KINDS
+from kiln.schedules.rules.kinds import KINDS
 
 
 def _rand(*shape, seed=0):

@@ -1,4 +1,4 @@
-"""AMX convs: int8 (schedules/amx.py, compiler/legalize_amx.py) and bf16 (kernels/amx_bf16_conv.c):
+"""AMX convs: int8 (schedules/rules/amx.py, compiler/legalize_amx.py) and bf16 (kernels/amx_bf16_conv.c):
 the tile instructions in the code of a Sapphire Rapids build (compiled, never run, on any host), the
 exact int8 result and the bf16 result against the AVX512-BF16 kernel on a host with AMX (skipped
 elsewhere, naming the feature), the register blocking and weight packing, and the host target's
@@ -17,7 +17,7 @@ from test_int8_isa import _qdq_matmul as _qdq_int8_matmul
 import kiln
 from kiln.capabilities import host_mattr
 from kiln.runtime.hostinfo import enable_amx, missing_cpu_features
-from kiln.schedules.amx import blocking, pixel_rows
+from kiln.schedules.rules.amx import blocking, pixel_rows
 from kiln.target import Target
 
 SPR = "llvm -mcpu=sapphirerapids -mtriple=x86_64-linux-gnu"
@@ -185,8 +185,8 @@ def test_kiln_tune_spends_no_trials_on_tile_kernels():
     it is no tuning task on a Sapphire Rapids target; the same model for Zen 4 tunes its VNNI conv."""
     from kiln.compiler import CompileOptions
     from kiln.compiler.tune import prepare
-    from kiln.schedules.kinds import kernel_kind
-    from kiln.schedules.tuning import extract
+    from kiln.schedules.rules.kinds import kernel_kind
+    from kiln.schedules.tuning.tuning import extract
 
     model = _qdq_conv(64, 64, 3, 1, 1, 3, 64, 14)[0]
     kinds = {}

@@ -11,7 +11,7 @@ from onnx import helper
 
 import kiln
 from kiln.compiler.hostrun import missing_on_host
-from kiln.schedules.tiles import conv_register_tile
+from kiln.schedules.rules.tiles import conv_register_tile
 from kiln.target import Target
 
 HASWELL = "llvm -mcpu=haswell"

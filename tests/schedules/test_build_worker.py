@@ -5,7 +5,7 @@ from tvm import te
 from tvm.s_tir.meta_schedule.builder import BuilderInput
 from worker_probe import loaded_modules
 
-from kiln.schedules.builder import WorkerBuilder
+from kiln.schedules.tuning.builder import WorkerBuilder
 
 
 def test_the_build_worker_loads_tvm_but_not_torch_nor_the_rules(tmp_path):

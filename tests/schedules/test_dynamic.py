@@ -1,4 +1,4 @@
-"""Kernels sized at run time get a default schedule (kiln/schedules/dynamic.py): parallel, vectorized,
+"""Kernels sized at run time get a default schedule (kiln/schedules/rules/dynamic.py): parallel, vectorized,
 register-tiled matmuls, correct for any run-time size (tails of the row tile included). Regression
 for FasterRCNN, whose box-head matmul on a run-time RoI count ran scalar and single-threaded: 13.4 s of
 a 14.2 s run. The model here has the same shape of problem: NonZero picks the rows, a Gemm follows."""
@@ -11,8 +11,8 @@ from onnx import helper
 from tvm import relax, tirx
 
 import kiln
-from kiln.schedules.apply import ApplyDefaultSchedules
-from kiln.schedules.dynamic import dynamic_tile
+from kiln.schedules.rules.apply import ApplyDefaultSchedules
+from kiln.schedules.rules.dynamic import dynamic_tile
 
 TARGET = tvm.target.Target({"kind": "llvm", "mcpu": "haswell"})  # AVX2 code: runs on any x86-64 host
 

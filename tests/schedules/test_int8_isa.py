@@ -1,4 +1,4 @@
-"""int8 kernels per instruction set (schedules/int8.py): the kernel each pinned target gets, the
+"""int8 kernels per instruction set (schedules/rules/int8.py): the kernel each pinned target gets, the
 instruction in the generated assembly of its int8 conv and matmul (compiled, never run), and the
 AVX2 kernel's numerics on this host (AVX2 code runs on any AVX2 or AVX-512 x86-64 CPU)."""
 
@@ -15,7 +15,7 @@ from onnx import helper
 import kiln
 from kiln.compiler.hostrun import missing_on_host
 from kiln.errors import KilnWarning
-from kiln.schedules.int8 import int8_kernel, pairs_may_saturate
+from kiln.schedules.rules.int8 import int8_kernel, pairs_may_saturate
 from kiln.target import Target
 
 X86 = "-mtriple=x86_64-linux-gnu"
@@ -97,7 +97,7 @@ def test_saturation_rule():
 def test_register_tile():
     """Pixels x channel blocks: as many accumulators as the kernel allows, the squarer tile on ties,
     divisors only (tensorize takes no tails); a batch-1 matmul row gets several column blocks."""
-    from kiln.schedules.int8 import register_tile
+    from kiln.schedules.rules.int8 import register_tile
 
     assert register_tile(56, 4, 8) == (4, 2) and register_tile(7, 4, 8) == (7, 1) and register_tile(14, 8, 8) == (2, 4)
     assert register_tile(1, 64, 16) == (1, 16) and register_tile(56, 1, 16) == (14, 1)
@@ -108,7 +108,7 @@ def test_int8_pays_where_multiply_adds_outweigh_the_quantize_pass():
     a 1x1 projection to few channels (MobileNetV2's 144->24) does not, where the input's quantize
     pass costs more than the multiply-adds int8 saves."""
     from kiln.compiler.quantize.cost import estimates
-    from kiln.schedules.int8 import KERNELS
+    from kiln.schedules.rules.int8 import KERNELS
 
     def conv(cin, cout, k, hw):
         return cout * hw * hw * cin * k * k, cin * hw * hw, cout * cin * k * k

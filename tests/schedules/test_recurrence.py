@@ -1,4 +1,4 @@
-"""The one-kernel LSTM/GRU/RNN layer (schedules/recurrence.py) against NumPy's step-by-step recurrence:
+"""The one-kernel LSTM/GRU/RNN layer (schedules/rules/recurrence.py) against NumPy's step-by-step recurrence:
 each cell, both GRU forms, reverse and bidirectional, a batch, hidden sizes that are and are not a multiple
 of the lanes; compiled for AVX2 (haswell, runs on any x86-64 host) with AVX2's and AVX-512's tiles (the
 16-lane form is legal LLVM on AVX2 too: it splits the vectors), and for the host."""
@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import tvm
 
-from kiln.schedules.recurrence import Recurrence, kernel, specialize
+from kiln.schedules.rules.recurrence import Recurrence, kernel, specialize
 
 
 def _sigmoid(x):

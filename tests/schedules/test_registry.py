@@ -9,8 +9,8 @@ import tvm_ffi
 from test_rules import _kernel, _var, rnd
 from tvm import relax, s_tir, te, tirx
 
-from kiln.schedules import ApplyDefaultSchedules, ApplyTuningDatabase, kinds, registry, rules
-from kiln.schedules.apply import first_rule_that_applies
+from kiln.schedules.rules import kinds, registry, rules
+from kiln.schedules.rules.apply import ApplyDefaultSchedules, ApplyTuningDatabase, first_rule_that_applies
 
 # the workloads are 16-lane (NCHW16c, OIHW16i16o) and the passes get lanes=16: an AVX-512 CPU, pinned. Structural
 # only (nothing compiled for it runs); the numerics test runs on test_rules' generic target, which any host runs.
@@ -267,7 +267,7 @@ def test_the_kind_never_reaches_the_tuning_database(tmp_path):
     from tvm.s_tir.meta_schedule.arg_info import ArgInfo
     from tvm.s_tir.meta_schedule.tune_context import _normalize_mod
 
-    from kiln.schedules.baseline import workload
+    from kiln.schedules.tuning.baseline import workload
 
     annotated = _one("conv2d_fake", True, **kinds.declare("reduction"))
     plain = _one("conv2d_fake", True)
@@ -358,7 +358,7 @@ def test_strip_takes_extern_kernels_whose_root_is_not_named_root():
     corpus FasterRCNN."""
     from tvm import topi
 
-    from kiln.schedules.kinds import strip
+    from kiln.schedules.rules.kinds import strip
 
     x = te.placeholder((1, 100), name="x")
     f = te.create_prim_func([x, topi.sort(x)])

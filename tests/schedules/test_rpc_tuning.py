@@ -18,8 +18,8 @@ import kiln
 from kiln.compiler import CompileOptions
 from kiln.compiler.tune import tune
 from kiln.errors import OptionsError
-from kiln.schedules.database import open_database, target_key
-from kiln.schedules.tuning import TuneOptions
+from kiln.schedules.tuning.database import open_database, target_key
+from kiln.schedules.tuning.tuning import TuneOptions
 
 pytest.importorskip("tornado")  # TVM's tracker needs it (dev dependency)
 

@@ -10,8 +10,9 @@ import tvm_ffi
 from tvm import relax, s_tir, tirx
 
 from kiln.compiler.legalize import LEGALIZE
-from kiln.schedules import RULES, classify, rules
-from kiln.schedules.pointwise import pointwise_rows
+from kiln.schedules.rules import rules
+from kiln.schedules.rules.pointwise import pointwise_rows
+from kiln.schedules.rules.registry import RULES, classify
 
 TARGET = tvm.target.Target({"kind": "llvm"})
 
@@ -180,7 +181,7 @@ def _workloads():
     va, vm = _var("a", (4, 48)), _var("m", (48, 32))
     yield "matmul", "matmul", lambda bb: relax.op.matmul(va, vm), [va, vm], [a, m], a.astype(np.float64) @ m
 
-    # 96 rows x 5 column vectors with a bias and ReLU epilogue: the 2-D register tile (schedules/matmul.py)
+    # 96 rows x 5 column vectors with a bias and ReLU epilogue: the 2-D register tile (schedules/rules/matmul.py)
     a2, m2, b2 = rnd(2, 96, 64, seed=4), rnd(64, 80, seed=5), rnd(80, seed=6)
     va2, vm2, vb2 = _var("a", (2, 96, 64)), _var("m", (64, 80)), _var("b", (80,))
     yield (
@@ -291,7 +292,7 @@ def test_rule_on_workload(case):
 def test_fallback_when_a_rule_does_not_fit():
     """An NCHW conv with 12 output channels cannot vectorize over channels by 16: the pass falls
     back to the generic tiled rule, and the kernel still matches numpy."""
-    from kiln.schedules import ApplyDefaultSchedules
+    from kiln.schedules.rules.apply import ApplyDefaultSchedules
 
     x, w = rnd(1, 4, 10, 10), rnd(12, 4, 3, 3, seed=1)
     vx, vw = _var("x", (1, 4, 10, 10)), _var("w", (12, 4, 3, 3))
@@ -312,7 +313,7 @@ def test_grouped_conv_takes_the_depthwise_rule_with_a_channel_tile(channels, gro
     """A grouped NCHW conv with a few input channels per group (RegNet's 8: it ran at 2-5% of peak on
     the generic reduction rule, 1.95x onnxruntime) takes the depthwise rule, with several output
     channels of a group in the register tile; numerics against numpy."""
-    from kiln.schedules import ApplyDefaultSchedules
+    from kiln.schedules.rules.apply import ApplyDefaultSchedules
 
     gw, per = channels // groups, out // groups
     x, w = rnd(1, channels, *hw), rnd(out, gw, 3, 3, seed=1)
@@ -331,7 +332,7 @@ def test_grouped_conv_takes_the_depthwise_rule_with_a_channel_tile(channels, gro
 
 def test_a_wide_grouped_conv_is_left_to_the_reduction_rule():
     """More input channels per group than MAX_GROUP_WIDTH: the depthwise rule refuses it."""
-    from kiln.schedules.depthwise import MAX_GROUP_WIDTH
+    from kiln.schedules.rules.depthwise import MAX_GROUP_WIDTH
 
     c = 2 * (MAX_GROUP_WIDTH + 8)
     vx, vw = _var("x", (1, c, 5, 5)), _var("w", (c, c // 2, 3, 3))
@@ -540,7 +541,7 @@ def test_blocked_conv_reads_weights_in_memory_order():
 def test_matmul_register_tile_fits_the_registers():
     """rows x column vectors: accumulators + weight vectors + a broadcast within the vector registers,
     the most FMAs per load (AVX-512's 32 zmm: 4 x 4 on 128 rows; AVX2's 16 ymm: 4 x 2)."""
-    from kiln.schedules.matmul import tile_shape
+    from kiln.schedules.rules.matmul import tile_shape
 
     assert tile_shape(128, 8, 32) == (4, 4)
     assert tile_shape(128, 8, 16) == (4, 2)
@@ -553,7 +554,7 @@ def test_matmul_register_tile_fits_the_registers():
 
 @pytest.mark.parametrize("registers", [16, 32])
 def test_matmul_tile_numerics_per_register_file(registers):
-    from kiln.schedules.matmul import matmul_tiled
+    from kiln.schedules.rules.matmul import matmul_tiled
 
     a, m = rnd(1, 64, 48, seed=1), rnd(48, 64, seed=2)
     va, vm = _var("a", (1, 64, 48)), _var("m", (48, 64))
@@ -568,7 +569,7 @@ def test_matmul_over_steps_of_batch_one_tiles_the_steps():
     """[T, 1, K] x [K, N] (a recurrence's input projection, T steps of batch 1): the steps are the tile's rows.
     With the unit row axis alone the rule refused it and the fallback read every weight vector once per step
     (ddddocr's LSTM projections, [20, 1, 512] x [512, 2048]: 0.70 -> 0.31 ms on Zen 4)."""
-    from kiln.schedules.matmul import matmul_tiled
+    from kiln.schedules.rules.matmul import matmul_tiled
 
     a, m = rnd(20, 1, 48, seed=1), rnd(48, 64, seed=2)
     va, vm = _var("a", (20, 1, 48)), _var("m", (48, 64))
@@ -665,7 +666,7 @@ def test_matmul_with_no_vector_width_is_padded(cols):
     """129 or 37 columns have no vector width of 4 or more: the columns are padded to whole vectors (the
     weights' padded copy and the epilogue over the real columns are blocks of their own), not left to
     reduction_tiled's scalar columns (enh_conv_bilstm's output layer, 9x slower)."""
-    from kiln.schedules.matmul import matmul_tiled
+    from kiln.schedules.rules.matmul import matmul_tiled
 
     a, m, b = rnd(1, 20, 48, seed=1), rnd(48, cols, seed=2), rnd(cols, seed=3)
     va, vm, vb = _var("a", (1, 20, 48)), _var("m", (48, cols)), _var("b", (cols,))
@@ -685,7 +686,7 @@ def test_broadcast_epilogue_outside_the_tile_is_parallel_and_vectorized():
     """An SE block's 1x1 conv on the pooled [1, C, 1, 1] vector, fused with the scale's broadcast multiply over
     the feature map: the multiply writes more than the conv's tile, so it stays at the root, where it ran as
     one serial scalar loop (mobilenet_v3_small dynamo's, 68 us); vectorize_leftovers gives it the lanes."""
-    from kiln.schedules.apply import first_rule_that_applies
+    from kiln.schedules.rules.apply import first_rule_that_applies
 
     x, w, f = rnd(1, 16, 1, 1, seed=1), rnd(32, 16, 1, 1, seed=2), rnd(1, 32, 16, 16, seed=3)
     vx, vw, vf = _var("x", (1, 16, 1, 1)), _var("w", (32, 16, 1, 1)), _var("f", (1, 32, 16, 16))

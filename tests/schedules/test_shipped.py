@@ -1,4 +1,4 @@
-"""Shipped tuning records are chosen by capabilities (schedules/shipped.py): an exact target key, or a
+"""Shipped tuning records are chosen by capabilities (schedules/tuning/shipped.py): an exact target key, or a
 set whose code the target can run on the same vector family, block and kernel families; never an
 AVX-512 set for an AVX2 target. The report says which set was used, or why none applied."""
 
@@ -11,7 +11,7 @@ from helpers import make_model, rand
 from onnx import helper
 
 import kiln
-from kiln.schedules.shipped import select, shipped_sets
+from kiln.schedules.tuning.shipped import select, shipped_sets
 from kiln.target import Target
 
 ROOT = Path(__file__).resolve().parents[2] / "tuning_logs"

@@ -35,7 +35,7 @@ def test_softmax_with_isnan_where_epilogue_is_scheduled(tmp_path):
 def test_a_rule_bug_leaves_one_kernel_unscheduled_and_names_it(tmp_path, monkeypatch):
     """Outside strict mode (users), a rule that raises something other than ScheduleError costs its kernel
     its schedule, with a warning and report['rule_errors'] naming it; the other kernels keep theirs."""
-    from kiln.schedules import registry
+    from kiln.schedules.rules import registry
 
     def buggy(sch, anchor, lanes):
         raise IndexError("an injected rule bug")

@@ -1,4 +1,4 @@
-"""The blocked stem rule (schedules/stem.py): a conv reading NCHW1c and writing NCHW{c}c gets its padded rows in a
+"""The blocked stem rule (schedules/rules/stem.py): a conv reading NCHW1c and writing NCHW{c}c gets its padded rows in a
 stack tile and a [pixels x channel block] accumulator tile; it matches numpy; a blocked conv with a wide input
 block is not a stem. And a 7x7 stem in a model reads NCHW1c, so the max pool after it runs blocked."""
 
@@ -8,8 +8,8 @@ from onnx import helper
 from tvm import relax, s_tir
 
 from kiln.frontends.importer import import_onnx
-from kiln.schedules import RULES, classify
-from kiln.schedules.stem import is_stem
+from kiln.schedules.rules.registry import RULES, classify
+from kiln.schedules.rules.stem import is_stem
 from tests.helpers import check_against_ort, make_model, rand
 from tests.schedules.test_rules import _conv_nchw_ref, _kernel, _run, _var
 

@@ -16,8 +16,8 @@ from onnx import helper
 import kiln
 from kiln.compiler import CompileOptions
 from kiln.compiler.tune import tune
-from kiln.schedules.database import FILES, open_database, target_key
-from kiln.schedules.tuning import TuneOptions, parse_duration
+from kiln.schedules.tuning.database import FILES, open_database, target_key
+from kiln.schedules.tuning.tuning import TuneOptions, parse_duration
 
 
 @pytest.fixture(scope="module")
@@ -121,7 +121,7 @@ def test_records_measured_against_an_older_default_rule_are_not_applied(tmp_path
     take today's rules, and the report counts them as stale."""
     import json
 
-    from kiln.schedules.database import DEFAULTS
+    from kiln.schedules.tuning.database import DEFAULTS
 
     co = CompileOptions.make()
     _copy_db(tuned_twice, tmp_path)
@@ -268,7 +268,7 @@ def test_shipped_records_apply_by_default_and_none_disables(tmp_path, tiny, tune
 
 
 def test_compact_keeps_the_best_record_per_workload(tmp_path, tiny, tuned_twice):
-    from kiln.schedules.database import compact
+    from kiln.schedules.tuning.database import compact
 
     co = CompileOptions.make()
     _copy_db(tuned_twice, tmp_path)  # each task's measured default, and the searched task's 2 candidates
@@ -288,7 +288,7 @@ def test_compact_keeps_the_best_record_per_workload(tmp_path, tiny, tuned_twice)
 
 
 def test_rounds_cover_every_task_then_follow_estimated_latency():
-    from kiln.schedules.tuning import pick_tasks
+    from kiln.schedules.tuning.tuning import pick_tasks
 
     shares, done = [0.6, 0.3, 0.05, 0.05], [0, 0, 0, 0]
     seen = []
@@ -317,10 +317,10 @@ def test_recorded_default_schedule_replays_to_the_default(tmp_path, tiny):
     from kiln.compiler.backends import CPU
     from kiln.compiler.optimize import optimize
     from kiln.frontends.importer import import_onnx
-    from kiln.schedules.apply import first_rule_that_applies
-    from kiln.schedules.baseline import workload
-    from kiln.schedules.builder import WorkerBuilder
-    from kiln.schedules.tuning import extract, record_default_schedules
+    from kiln.schedules.rules.apply import first_rule_that_applies
+    from kiln.schedules.tuning.baseline import workload
+    from kiln.schedules.tuning.builder import WorkerBuilder
+    from kiln.schedules.tuning.tuning import extract, record_default_schedules
 
     co = CompileOptions.make()
     co = dataclasses.replace(co, disabled_passes=(CPU.schedule_row,))
@@ -346,7 +346,7 @@ def test_recorded_default_schedule_replays_to_the_default(tmp_path, tiny):
     assert len(open_database(tmp_path / "db").get_all_tuning_records()) == len(tasks)
 
     # a default rule that changed since (here: one more traced step) is measured again
-    from kiln.schedules import apply
+    from kiln.schedules.rules import apply
 
     def changed_rule(func, family, lanes, registers=16):
         kind, sch = first_rule_that_applies(func, family, lanes, registers)
@@ -375,10 +375,10 @@ def test_compacted_database_does_not_measure_its_defaults_again(tmp_path, tiny):
     from kiln.compiler.backends import CPU
     from kiln.compiler.optimize import optimize
     from kiln.frontends.importer import import_onnx
-    from kiln.schedules.baseline import workload
-    from kiln.schedules.builder import WorkerBuilder
-    from kiln.schedules.database import DEFAULTS, compact
-    from kiln.schedules.tuning import extract, record_default_schedules
+    from kiln.schedules.tuning.baseline import workload
+    from kiln.schedules.tuning.builder import WorkerBuilder
+    from kiln.schedules.tuning.database import DEFAULTS, compact
+    from kiln.schedules.tuning.tuning import extract, record_default_schedules
 
     co = dataclasses.replace(CompileOptions.make(), disabled_passes=(CPU.schedule_row,))
     tasks = extract(optimize(import_onnx(tiny, co.shapes).mod, co).mod, co.target.tvm())
@@ -415,7 +415,7 @@ def slow_when_flagged(mod_json, target, out_dir):
     import os
     import time
 
-    from kiln.schedules.builder import compile_candidate
+    from kiln.schedules.tuning.builder import compile_candidate
 
     while os.path.exists(os.path.join(out_dir, "slow")):
         time.sleep(0.1)
@@ -432,7 +432,7 @@ def test_a_runaway_build_is_killed_and_the_next_one_builds(tmp_path):
     from tvm import te
     from tvm.s_tir.meta_schedule.builder import BuilderInput
 
-    from kiln.schedules.builder import WorkerBuilder
+    from kiln.schedules.tuning.builder import WorkerBuilder
 
     a = te.placeholder((16,), name="a")
     mod = tvm.IRModule({"main": te.create_prim_func([a, te.compute((16,), lambda i: a[i] + 1.0, name="b")])})
@@ -464,7 +464,7 @@ def test_the_shipped_tuning_logs_load():
         workloads = {tvm_ffi.structural_hash(r.workload.mod) for r in records}
         assert len(records) == len(workloads) >= 1
         assert all(r.run_secs and float(r.run_secs[0]) > 0 for r in records)
-        from kiln.schedules.database import measured_defaults
+        from kiln.schedules.tuning.database import measured_defaults
 
         ledger = measured_defaults(d)  # the defaults measured into it: a tune run here does not measure them again
         assert ledger and len({str(h) for h in workloads} & set(ledger)) >= len(ledger) // 2
@@ -479,7 +479,7 @@ def test_a_build_worker_that_does_not_start_is_a_clear_error(tmp_path, monkeypat
     from tvm.s_tir.meta_schedule.builder import BuilderInput
 
     from kiln.errors import ResourceError
-    from kiln.schedules import builder as b
+    from kiln.schedules.tuning import builder as b
 
     monkeypatch.setattr(b, "START_TIMEOUT_S", 0.0)
     worker = b.WorkerBuilder(str(tmp_path))
@@ -498,7 +498,7 @@ def test_run_time_sized_kernels_are_not_tuned():
     cannot make its arguments (ssdlite320 ended `kiln tune` with an internal error: the defaults phase measures
     every extracted task). The conv is a task."""
     from kiln.compiler.tune import prepare
-    from kiln.schedules.tuning import extract
+    from kiln.schedules.tuning.tuning import extract
 
     x = rand(1, 16, 8, 8)
     nodes = [

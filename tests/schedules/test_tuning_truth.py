@@ -16,11 +16,11 @@ from tvm.s_tir.meta_schedule.arg_info import ArgInfo
 import kiln
 from kiln.compiler import CompileOptions
 from kiln.compiler.tune import prepare, tune
-from kiln.schedules.baseline import confirm_records, task_times, workload
-from kiln.schedules.builder import WorkerBuilder
-from kiln.schedules.database import open_database, target_key
-from kiln.schedules.measure_args import alloc_measure_args
-from kiln.schedules.tuning import (
+from kiln.schedules.tuning.baseline import confirm_records, task_times, workload
+from kiln.schedules.tuning.builder import WorkerBuilder
+from kiln.schedules.tuning.database import open_database, target_key
+from kiln.schedules.tuning.measure_args import alloc_measure_args
+from kiln.schedules.tuning.tuning import (
     TuneOptions,
     Workers,
     estimated_latency,
@@ -217,7 +217,7 @@ def test_no_build_starts_past_the_deadline(tmp_path):
     candidate is a failed build at once (no worker is started, nothing compiles)."""
     from tvm.s_tir.meta_schedule.builder import BuilderInput
 
-    from kiln.schedules.workers import BudgetBuilder
+    from kiln.schedules.tuning.workers import BudgetBuilder
 
     b = BudgetBuilder(str(tmp_path))
     b.deadline = time.perf_counter() - 1

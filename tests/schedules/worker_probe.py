@@ -5,4 +5,4 @@ start-up decides what it has loaded (test_build_worker.py)."""
 def loaded_modules(mod_json, target, out_dir):
     import sys
 
-    return ",".join(m for m in ("torch", "tvm", "kiln.schedules.rules") if sys.modules.get(m) is not None)
+    return ",".join(m for m in ("torch", "tvm", "kiln.schedules.rules.rules") if sys.modules.get(m) is not None)

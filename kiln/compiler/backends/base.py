@@ -70,7 +70,7 @@ class Backend:
 
     def tuning_records(self, tuning_db: str | None, target, root) -> str:
         """The report's `tuning_records`: which records the compile applied, or why none."""
-        from ...schedules.shipped import describe
+        from ...schedules.tuning.shipped import describe
 
         return describe(tuning_db, target, root)
 
@@ -85,12 +85,12 @@ class Backend:
         return tune_kernels(model, compile_options, opts, progress, start)
 
     def tune_summary(self, result: dict) -> str:
-        from ...schedules.tuning import format_summary
+        from ...schedules.tuning.tuning import format_summary
 
         return format_summary(result)
 
     def compact_records(self, db) -> tuple[int, int]:
-        from ...schedules.database import compact
+        from ...schedules.tuning.database import compact
 
         return compact(db)
 

@@ -7,8 +7,8 @@ from __future__ import annotations
 from tvm import relax
 
 from ...capabilities import BF16
-from ...schedules import ApplyDefaultSchedules, ApplyTuningDatabase
-from ...schedules.int8 import int8_kernel
+from ...schedules.rules.apply import ApplyDefaultSchedules, ApplyTuningDatabase
+from ...schedules.rules.int8 import int8_kernel
 from .. import passes as kp
 from ..legalize import legalize_map
 from ..pipeline import PassSpec, Stage, select_rows
@@ -67,8 +67,8 @@ def _conv_kernels(o) -> frozenset:
 
 def _min_reduced_winograd_tile(o) -> int:
     """The smallest Winograd F(m x m) a bf16/fp16 conv takes: 2 with no bf16 conv kernel; 4 on the vdpbf16ps
-    kernel (F(2x2) ran slower than it); none on AMX tiles (8: no such tile), where ResNet-50 bf16 ran 11.95 ms
-    all direct against 13.15 ms with its six F(4x4) convs (benchmarks/history.md)."""
+    kernel (F(2x2) ran slower than it); none on AMX tiles (8: no such tile), where ResNet-50 bf16 ran faster
+    all direct than with its six F(4x4) convs (timings in benchmarks/history.md)."""
     if "BF16ConvKernel" not in _conv_kernels(o):
         return 2
     return 8 if o.target.caps.bf16 is BF16.AMX else 4

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 from tvm import relax
 
-from ...schedules import ApplyTuningDatabase
-from ...schedules.gpu import ApplyGPUSchedules
+from ...schedules.rules.apply import ApplyTuningDatabase
+from ...schedules.rules.gpu import ApplyGPUSchedules
 from .. import passes as kp
 from ..pipeline import PassSpec, Stage
 from . import cpu

@@ -14,16 +14,16 @@ __all__ = ["SHIPPED_TUNING_LOGS", "TUNING_LOGS", "metaschedule_db", "no_shipped_
 def metaschedule_db(path, target, shipped: bool = True) -> str | None:
     """A tuning database root (holding one folder per target key) or a target's folder itself.
     None (the default): with `shipped`, the records Kiln ships in tuning_logs/ for this target or one whose
-    capabilities match (schedules/shipped.py), so a compile on a machine whose records ship gets tuned
+    capabilities match (schedules/tuning/shipped.py), so a compile on a machine whose records ship gets tuned
     kernels with no tuning run; "none": no database. A root without this target's folder is an error
     naming the key."""
-    from ...schedules.database import FILES, target_key
+    from ...schedules.tuning.database import FILES, target_key
 
     if path is None:
         root = shipped_tuning_logs() if shipped else None
         if root is None:
             return None
-        from ...schedules.shipped import select
+        from ...schedules.tuning.shipped import select
 
         chosen, _why = select(root, target)  # by capabilities; the report says which, or why none
         return None if chosen is None else str(chosen)

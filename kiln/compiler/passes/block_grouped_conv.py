@@ -3,8 +3,8 @@ which PropagateBlockedLayout blocks) in NCHW{b}c, as one kernel with a block-ali
 
 TVM 0.27 has no blocked grouped conv. Before this pass a grouped conv of a few groups was split into one
 conv per group on an NCHW tensor (a layout transform in and out of each: RegNetY-400MF's first stage,
-6 groups of 8 at 112x112, spent 2.1 ms of its 13 in the transforms and the split) and one of more groups
-ran TVM's NCHW group conv (its second stage, 13 groups: 18 GFLOP/s).
+6 groups of 8 at 112x112, spent a sixth of its run in the transforms and the split) and one of more groups
+ran TVM's NCHW group conv, slowly (timings in benchmarks/history.md).
 
 Here the conv reads and writes the block b its channel count gets everywhere else (the widest power of two
 up to the vector width that divides it, as ConvertLayout and NarrowBlockLayout choose), so the transforms

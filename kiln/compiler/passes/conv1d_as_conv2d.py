@@ -2,7 +2,7 @@
 weights [O, I, K] -> [O, I, 1, K]), so it gets what conv2d has: the channel-blocked NCHWc layout,
 its register-tiled schedule and the epilogue fusion. TVM legalizes conv1d to topi's conv1d_ncw,
 which no Kiln rule knows: the generic reduction rule ran the 1-D convs of speech models (keyword
-spotting, VAD, wav2vec2's feature encoder, Whisper's stem) at 1-6% of peak.
+spotting, VAD, wav2vec2's feature encoder, Whisper's stem) at a few percent of peak (timings in benchmarks/history.md).
 
 The height-1 axis is dropped (squeeze) as late as it can be: elementwise ops after the conv (bias,
 ReLU, a residual add of another conv's output) run on the 4-D tensor, squeeze moving past them, and
@@ -12,13 +12,13 @@ transforming it around each. Only float NCW/OIW convs are rewritten whose input 
 both take a block of 4 or more lanes, or whose output channels are a multiple of the vector width
 (they stay NCHW, output channels vectorized: conv_nchw_oc_vectorized, e.g. wav2vec2's 1 -> 512 stem).
 Others would be an NCHW conv2d on the generic rule, slower than TVM's conv1d (silero's STFT conv,
-1 -> 258 channels: 0.99 ms, against 0.2 ms for the whole model with conv1d).
+1 -> 258 channels: several times the whole model's time with conv1d).
 `stats["conv1d_as_conv2d"]` counts the convs.
 
 Such an unblockable conv over few output positions (an STFT as a conv: silero's 1 -> 258 channels, kernel
 256, stride 128, 4 frames; its 129-bin encoder conv) is a matmul instead: the frames gathered into
 [positions, C*K] (im2col, at most IM2COL_MAX elements) times the weights as [C*K, O], which the matmul
-schedules tile (TVM's conv1d ran them at 14-17 GFLOP/s, 50 of silero_vad's ~120 us).
+schedules tile (TVM's conv1d ran them slowly, much of silero_vad's run).
 `stats["conv1d_as_matmul"]` counts them."""
 
 from __future__ import annotations

@@ -3,7 +3,8 @@ followed by depth-to-space (the sub-pixel decomposition), so it gets conv2d's bl
 
 TVM legalizes conv2d_transpose to topi's conv2d_transpose_nchw: the input dilated with zeros, then a
 direct conv over it, which multiplies those zeros (s*s times the work) and has no Kiln rule. PP-OCRv4's
-detection head (DBNet: two ConvTranspose k=2 s=2) spent 65% of the model's time there, at 7 GFLOP/s.
+detection head (DBNet: two ConvTranspose k=2 s=2) spent most of the model's time there (timings in
+benchmarks/history.md).
 
 Per axis, with o' = o + pad_begin = q*s + r (phase r), out'[q*s + r] = sum_m x[q - m] * W[r + m*s]: each
 phase is a correlation of x with every s-th tap of W, M = ceil(K/s) taps (zero where r + m*s >= K). All

@@ -18,8 +18,8 @@ from tvm.ir.expr import GenericConst
 from tvm.ir.prim.expr import FloatImm
 
 from ...counters import Counter
-from ...schedules.dwpw import MAX_ROW_FLOATS
-from ...schedules.kinds import declare
+from ...schedules.rules.dwpw import MAX_ROW_FLOATS
+from ...schedules.rules.kinds import declare
 from ..ir import register_kernel, var_uses
 from .counting import float32_conv, nchwc_block
 from .module_map import rewrite_with

@@ -19,7 +19,7 @@ from tvm import relax
 from tvm.ir.expr import GenericConst
 
 from ...counters import Counter
-from ...schedules.int8 import qdq_float_reason
+from ...schedules.rules.int8 import qdq_float_reason
 from ..quantize.rewrite import integer_layer
 from .module_map import rewrite_functions
 

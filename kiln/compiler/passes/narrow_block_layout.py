@@ -12,12 +12,12 @@ and both cancel. Only float32 group-1 convs with constant weights are rewritten,
 blocks are at least MIN_BLOCK lanes, except a float stem: a conv with too few input channels to block
 (3) reads NCHW1c (the same bytes as NCHW) and writes NCHW{b}c, so what follows it runs blocked
 (MobileNetV2's first depthwise conv, which then fuses with its 1x1 conv; ResNet-50's max pool, vectorized
-over channels instead of strided along the width: 0.42 -> 0.16 ms on Zen 3, and no layout transform after
-it). Such a conv has its own schedule (schedules/stem.py).
+over channels instead of strided along the width, several times faster, and no layout transform after
+it). Such a conv has its own schedule (schedules/rules/stem.py).
 A float32 conv whose input channels block but whose output channels have no block of MIN_BLOCK (RetinaNet's
 heads: 9 anchors x 91 classes = 819, 9 x 4 = 36) gets zero filters up to padded_channels and a slice of the
-real channels after it: its generic NCHW schedule ran the 819-channel head at 20-46 GFLOP/s, half of the
-model's time. `stats["convs_padded"]` counts them.
+real channels after it: its generic NCHW schedule ran the 819-channel head slowly, half of the model's time
+(benchmarks/history.md). `stats["convs_padded"]` counts them.
 uint8 x int8 convs are blocked for the target's int8 kernel instead of running TVM's generic int8 NCHW conv
 (78-118 GOP/s against 300-560 for the blocked kernel on Zen 4, MobileNetV2-QDQ's 24-channel stage):
 on AMX (legalize_amx) any channel blocks, as float, but not a stem; elsewhere the blocks of
@@ -34,7 +34,7 @@ from tvm.ir.expr import GenericConst
 
 from ...capabilities import Int8Path
 from ...counters import Counter
-from ...schedules.int8 import MIN_CHANNELS, Int8Kernel, conv_blocks
+from ...schedules.rules.int8 import MIN_CHANNELS, Int8Kernel, conv_blocks
 from ..ir import out_dtype
 from .convert_layout import widest_block
 from .counting import static_shape

@@ -3,9 +3,9 @@ exactly as TVM's kernel would: layout ops (transposes, reshapes, layout_transfor
 NaN tests, selection, comparisons and float elementwise arithmetic.
 
 Why: TVM's FoldConstant legalizes each foldable call and compiles it with LLVM, one build per
-distinct kernel, about 45 ms each. A compile spent most of its time there (Zen 4, default options):
-MobileNetV2's importer wraps each ReLU6 bound in where(isnan(c), -inf, c), 140 builds, 4.8 s of a
-15 s compile; ResNet-50's NCHWc weights are 104 layout_transforms, 5.1 s in ConvertLayout. Here
+distinct kernel. A compile spent most of its time there: MobileNetV2's importer wraps each ReLU6
+bound in where(isnan(c), -inf, c), 140 builds; ResNet-50's NCHWc weights are 104 layout_transforms
+(timings in benchmarks/history.md). Here
 each is a NumPy call. Whatever is left (an op not in the table, a layout_transform with padding and
 no pad value, a dtype NumPy lacks) stays for FoldConstant, so the result is the same either way.
 

@@ -5,15 +5,15 @@ schedule takes a tile of columns at a time, and each tile reads a narrow strip o
 compile time into [N/b, K, b], each tile reads contiguous streams, at the bandwidth the cores get.
 The same holds at any row count (up to MAX_ROWS_STREAMED) when the weights are past a core's L2
 (STREAMED_BYTES): the strips then come from L3 or DRAM for every row tile (ConvNeXt-T's last stage,
-9 tokens x [768, 3072]: 11.5 -> 19.8 GB/s; a [512, 768] x [768, 3072] matmul 0.68x the time).
+9 tokens x [768, 3072]; a [512, 768] x [768, 3072] matmul).
 The same results bit for bit (same summation order); timings in benchmarks/history.md.
 FuseEpilogue fuses the bias after it like after a matmul. `stats["dense_packed"]` counts them.
 
 A matmul whose row count is known only at run time (a detector's box head over the RoIs it kept) is
 packed too, by the dynamic rule's column tile (v vectors: dynamic_tile), the columns padded to a whole
 tile and sliced off after: FasterRCNN's fc6 ([<=150, 12544] x [12544, 1024]) read each 16-float weight
-vector from a different 4 KB page, one TLB miss per step of the reduction (84 GFLOP/s), and its
-91-column classifier ran scalar (4.5 GFLOP/s). `stats["dense_packed_dynamic"]` counts those.
+vector from a different 4 KB page, one TLB miss per step of the reduction, and its 91-column
+classifier ran scalar (timings in benchmarks/history.md). `stats["dense_packed_dynamic"]` counts those.
 
 A matmul of two or more rows, not packed, whose column count has no vector width of 4 or more (ddddocr's 8210-character
 classifier, an enhancer's 129 frequency bins) gets its constant weights padded with zero columns to a whole
@@ -21,7 +21,7 @@ number of vectors here, once, and a slice of the real columns after it; the matm
 pad them each call (33.6 MB for ddddocr's). `stats["dense_padded"]` counts them.
 
 A matmul of static rows by constant weights whose row count has no divisor that makes a good register tile
-(ViT-B's 197 tokens, a prime: 1-row tiles, 27-31% of peak) is packed and computed over the rows rounded up to
+(ViT-B's 197 tokens, a prime: 1-row tiles, far below peak) is packed and computed over the rows rounded up to
 the best tile's (198 = 33 x 6), the padding rows reading the last real row, and cropped in the same kernel
 (the epilogue runs per tile, predicated on the real rows). `stats["dense_rows_rounded"]` counts them."""
 
@@ -33,9 +33,9 @@ from tvm import relax, te
 from tvm.ir.expr import GenericConst
 
 from ...counters import Counter
-from ...schedules.dynamic import dynamic_tile
-from ...schedules.kinds import declare
-from ...schedules.tiles import rounded_rows
+from ...schedules.rules.dynamic import dynamic_tile
+from ...schedules.rules.kinds import declare
+from ...schedules.rules.tiles import rounded_rows
 from ..ir import register_kernel
 from .convert_layout import widest_block
 from .counting import static_shape
@@ -44,8 +44,8 @@ from .module_map import rewrite_calls
 PRIMFUNC = register_kernel("matmul_packed", "matmul_packed")  # the kernels' name hint (FuseEpilogue anchors on it)
 MAX_ROWS = 4  # more rows reuse each weight from cache: the plain matmul schedule is the better one ...
 # ... unless the weights are past a core's L2: then its column strips stream from L3 or DRAM at any row count.
-# Zen 4, [M, K] x [K, N] -> ReLU -> x [N, K], plain / packed: M=16, 768x3072 0.65x; M=12, 512x2048 0.66x;
-# M=64 0.76x; M=128 0.85x; M=512 0.68x; M=784, 512x1024 0.91x; M=9, 256x512 (0.5 MB) 1.00x (history.md)
+# packed was faster at every row count measured up to 784, and no slower for weights within L2
+# (timings in benchmarks/history.md)
 MAX_ROWS_STREAMED = 1024  # measured up to 784
 STREAMED_BYTES = 1 << 20
 MIN_BLOCK = 8  # narrower column tiles are not worth a packed layout

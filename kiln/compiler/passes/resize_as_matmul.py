@@ -4,10 +4,10 @@ instead of topi's resize.
 
 Segmentation models end by upsampling their logits bilinearly to the input size (DeepLabV3 and LRASPP:
 [1, 21, 14 or 28, 14 or 28] -> [1, 21, 224, 224]). topi computes every output pixel's source
-coordinates, floors, clamps and four gathers: 1.1 ms for DeepLabV3's, 15% of the model once its convs
-were fast, at 4 GB/s. Bilinear interpolation is separable and linear: each output row is a mix of
-two input rows with constant weights, so the resize is [.., H, W] x [W, OW] (a matrix built here) and
-then out[.., o, :] = y[.., lo[o], :] * (1 - w[o]) + y[.., hi[o], :] * w[o] on whole contiguous rows.
+coordinates, floors, clamps and four gathers: a large share of DeepLabV3 once its convs were fast, far
+below the memory's bandwidth (timings in benchmarks/history.md). Bilinear interpolation is separable and linear:
+each output row is a mix of two input rows with constant weights, so the resize is [.., H, W] x [W, OW] (a matrix
+built here) and then out[.., o, :] = y[.., lo[o], :] * (1 - w[o]) + y[.., hi[o], :] * w[o] on whole contiguous rows.
 The matrices follow topi's arithmetic (source coordinate per mode, floor, indices clamped to the
 edge), so the result is the same up to float rounding. Only float32 NCHW linear resizes of maps at
 most MAX_INPUT wide and high are rewritten (the work per output pixel grows with the input size:
@@ -63,7 +63,7 @@ def interpolation_matrix(size: int, out: int, mode: str) -> np.ndarray:
 def mix_rows(builder, y, size: int, out: int, mode: str):
     """The rows step, out[.., o, :] = y[.., lo[o], :] * (1 - w[o]) + y[.., hi[o], :] * w[o], as one kernel: 2
     multiply-adds per output pixel against the matmul's `size`, on whole contiguous rows (LRASPP's
-    [224, 28] x [21, 28, 224] matmul ran at 100 GFLOP/s, 0.59 ms). The taps are constants the kernel reads."""
+    [224, 28] x [21, 28, 224] matmul; benchmarks/history.md). The taps are constants the kernel reads."""
     lo, hi, w = taps(size, out, mode)
     tables = [relax.const(lo.astype(np.int32)), relax.const(hi.astype(np.int32)), relax.const(w.astype(np.float32))]
 

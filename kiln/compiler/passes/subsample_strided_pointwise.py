@@ -4,8 +4,8 @@ A 1x1 conv with stride s (ResNet's downsample shortcuts: 1024 -> 2048 channels a
 input pixel in s x s, and reads it once per output-channel block: the blocked conv walks the whole input
 for every block of output channels. At stride 2 that input is 4x larger than what the conv uses (ResNet-50's
 last one: 784 KB, past a Zen 3 core's 512 KB L2, for 196 KB used), so each pass streams it from L3, half
-of every cache line wasted. Sliced first (one pass over the input, ~0.03 ms), the conv reads a dense map that
-stays in L2: on Zen 3 (AVX2), that conv ran 2.40 -> 1.48 ms (43% -> 80% of FMA peak; benchmarks/history.md).
+of every cache line wasted. Sliced first (one pass over the input, cheap), the conv reads a dense map that
+stays in L2 and runs much nearer the FMA peak (timings in benchmarks/history.md).
 
 Exact (the same products, in the same order). Taken: conv2d in NCHW/OIHW (before ConvertLayout) with a
 1x1 kernel, no padding, a stride above 1 and a static input shape; any dtype (QDQ models' uint8 inputs

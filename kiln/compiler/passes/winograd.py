@@ -30,8 +30,8 @@ REDUCED = dict(REDUCED_TYPES.values())  # MixedPrecision's operand types, by TVM
 
 
 # F(2x2) on a map of at most this many tiles (8x8) with fewer output channels than this stays direct: DenseNet-121's
-# 3x3 convs, 128 -> 32 channels, at 7x7: 0.695 ms Winograd, 0.509 direct (24 calls); at 3x3: 0.257 vs 0.143 ms
-# (16 calls); at 14x14 (49 tiles) Winograd stays faster, 0.708 vs 0.925 ms; ResNet's 7x7 convs have 512 outputs
+# 3x3 convs, 128 -> 32 channels, ran faster direct at 7x7 and 3x3, and on Winograd at 14x14 (49 tiles); ResNet's
+# 7x7 convs have 512 outputs (timings in benchmarks/history.md)
 SMALL_GEMM_TILES = 16
 SMALL_GEMM_OUTPUTS = 64
 

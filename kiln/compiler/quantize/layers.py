@@ -3,7 +3,7 @@ accelerator name layers the same way), and a visitor that walks them in one fixe
 taps, the rewrite and the accuracy taps all see the same layers).
 
 A layer is a conv2d (groups 1, NCHW/OIHW) or a matmul by a constant 2-D weight, in float32. The
-target's int8 kernel (schedules/int8.py) needs output channels in blocks of its lanes (16 on AVX-512, or
+target's int8 kernel (schedules/rules/int8.py) needs output channels in blocks of its lanes (16 on AVX-512, or
 8 on its ymm sibling; 8 on AVX2, 4 on NEON; 16 when no target is given) and input channels in steps of 4
 (schedules/int8.conv_blocks); other layers stay float with a reason. A stem (fewer than 4 input
 channels, which the int8 kernel takes padded) stays float too: the first layer is the one quantization
@@ -19,7 +19,14 @@ import tvm
 from tvm import relax
 from tvm.ir.expr import GenericConst
 
-from ...schedules.int8 import MIN_CHANNELS, Int8Kernel, conv_blocks, int8_kernel, kernel_for_channels, why_no_kernel
+from ...schedules.rules.int8 import (
+    MIN_CHANNELS,
+    Int8Kernel,
+    conv_blocks,
+    int8_kernel,
+    kernel_for_channels,
+    why_no_kernel,
+)
 from .cost import slower_reason
 
 OPS = {"relax.nn.conv2d": "Conv", "relax.matmul": "MatMul"}

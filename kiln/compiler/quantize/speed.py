@@ -1,5 +1,5 @@
 """Whether int8 pays on the target: each layer's cost in float32 multiply-add equivalents, float32
-against int8 on the target's int8 kernel (schedules/int8.py: its peak int8/float32 rate), with the
+against int8 on the target's int8 kernel (schedules/rules/int8.py: its peak int8/float32 rate), with the
 quantize pass int8 adds per input element (cost.py). A layer whose int8 estimate is not below its
 float32 one stays float; a whole int8 build predicted no faster than float32 warns with both
 estimates (KilnWarning) and says so in the report.

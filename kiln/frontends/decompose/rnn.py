@@ -13,7 +13,7 @@ import numpy as np
 import onnx
 
 from ...errors import UnsupportedModelError
-from ...schedules.recurrence import GATES
+from ...schedules.rules.recurrence import GATES
 from ..tvm_recurrence import DOMAIN, OP_TYPE
 from .emitter import CURRENT_MODEL, Emitter
 from .llm_common import elem_type

@@ -3,7 +3,7 @@ channel, row and input-channel tiles, loop order, double buffering) measured by 
 cycle count. The count is deterministic and does not depend on the data (timing-only runs, no
 calibration needed), so every candidate is measured once and a database record is final.
 
-The machinery is the CPU path's (kiln/schedules/tuning.py): TuneOptions (--trials | --budget,
+The machinery is the CPU path's (kiln/schedules/tuning/tuning.py): TuneOptions (--trials | --budget,
 --db), the budget as the command's wall time with a round started only when it fits, the
 rounds shared by each workload's share of the model's cycles (pick_tasks), a progress line per
 round, the default schedule measured first so a record is never worse than no tuning, and
@@ -82,7 +82,7 @@ def shape_layer(layer_like: dict) -> conv.ConvLayer:
 
 def tune_layers(workloads: dict[str, list[str]], cfg: VTAConfig, db_dir: Path, opts, progress, start: float) -> dict:
     """Tune each workload (key -> the layer names that have it) into db_dir."""
-    from ....schedules.tuning import pick_tasks
+    from ....schedules.tuning.tuning import pick_tasks
 
     db_dir.mkdir(parents=True, exist_ok=True)
     records = load_records(db_dir)

@@ -1,8 +1,8 @@
 """TVMScript parsed while Kiln runs: each @T.prim_func calls inspect.stack(), which looks up every
 frame's module by scanning sys.modules (inspect.getmodule). In a process that has loaded PyTorch,
-onnxruntime and Kiln that scan dominates: registering Kiln's six int8 intrinsics took 1.5 s with
-torch imported and 0.2 s with cheap_stack (Zen 4), and in a pytest worker far more; TVM's own
-tensor intrinsics package (hundreds of functions) took tens of seconds (benchmarks/tail.md).
+onnxruntime and Kiln that scan dominates the parse of Kiln's int8 intrinsics, more so in a pytest
+worker, and TVM's own tensor intrinsics package (hundreds of functions) took far longer (timings in
+benchmarks/history.md and benchmarks/tail.md).
 cheap_stack() swaps inspect.stack for an equivalent without the lookup while TVMScript is parsed."""
 
 from __future__ import annotations
@@ -41,7 +41,7 @@ def cheap_stack():
 
 INTRINSICS = "tvm.s_tir.tensor_intrin"
 # the modules of TVM's tensor intrinsics package a target kind can use; its __init__ imports every one,
-# CUDA's and ROCm's (4 of the 4.7 s, Zen 3) for a CPU target too
+# CUDA's and ROCm's (most of its import time) for a CPU target too
 INTRINSICS_BY_KIND = {"llvm": ("dot_product_common", "x86", "arm_cpu", "riscv_cpu"), "cuda": ("cuda",)}
 
 

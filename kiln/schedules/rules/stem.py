@@ -2,9 +2,9 @@
 and writing NCHW{c}c) takes stem_nchwc; every other blocked conv rules.reduction_tiled.
 
 A 3-channel stem has too few input channels for reduction_tiled's tile: it inlined the padding into the FMA
-loop (a bounds test per tap) and tiled by output blocks, which ran ResNet-50's 7x7/2 stem at 4.4 ms against
-1.8 ms for the NCHW schedule (rules.conv_nchw_oc_vectorized) on Zen 3, so that stem stayed NCHW and its max
-pool ran unblocked and strided (0.42 ms against 0.12 blocked), with a layout transform after it.
+loop (a bounds test per tap) and tiled by output blocks, which ran ResNet-50's 7x7/2 stem well behind the
+NCHW schedule (rules.conv_nchw_oc_vectorized), so that stem stayed NCHW and its max pool ran unblocked and
+strided, several times slower than blocked, with a layout transform after it (timings in benchmarks/history.md).
 stem_nchwc is conv_nchw_oc_vectorized's loop nest on the blocked layouts: the padded input rows one output row
 reads are written once to a stack buffer, each input pixel is broadcast into a tile of up to 8 pixels x one
 vector of output channels, and the weights, already [O/c, I, KH, KW, 1, c] (laid out at compile time), are

@@ -1,10 +1,10 @@
-"""The side of `kiln tune`'s build worker (kiln/schedules/builder.py) that runs in the worker
+"""The side of `kiln tune`'s build worker (kiln/schedules/tuning/builder.py) that runs in the worker
 process. It imports nothing heavy at module level: a spawned worker imports this module first,
 and its start-up is waited for inside --budget.
 
 The worker never needs PyTorch, but importing TVM imports it when it is installed (tvm_ffi tries
-`import torch` first, for a symbol conflict seen on Windows): 1.5 s of a 3.5 s start-up on a
-Zen 4. serve() hides it from the worker before TVM is imported."""
+`import torch` first, for a symbol conflict seen on Windows), a large share of its start-up (timings
+in benchmarks/history.md). serve() hides it from the worker before TVM is imported."""
 
 from __future__ import annotations
 

@@ -17,7 +17,7 @@ import tvm
 from tvm.ir.utils import derived_object
 from tvm.s_tir.meta_schedule.builder import BuilderResult, PyBuilder
 
-from ..errors import ResourceError
+from ...errors import ResourceError
 from .build_worker import compile_candidate, serve
 
 BUILD_TIMEOUT_S = 30.0  # a candidate normally compiles in well under a second (MetaSchedule: 30 s too)

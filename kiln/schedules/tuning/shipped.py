@@ -15,7 +15,7 @@ import dataclasses
 import json
 from pathlib import Path
 
-from ..target import Target
+from ...target import Target
 from .database import FILES, target_key
 
 MATCHED_FIELDS = ("arch", "isa", "vector_bits", "vector_registers", "f32_block", "int8_path", "bf16")

@@ -1,6 +1,6 @@
 """int8 kernels per instruction set, and their default schedules (legalize_int8.conv2d_nchwc_int8,
 legalize_int8.matmul_int8): the register tile accumulates over the reduction in int32 with one
-dot-product step (schedules/intrinsics.py) per (lanes output channels x 4 inputs).
+dot-product step (schedules/rules/intrinsics.py) per (lanes output channels x 4 inputs).
 
 `int8_kernel(caps)` picks the kernel from the target's capabilities (caps.int8_path); legalization
 shapes the int8 computes for it (the output-channel block is its lanes: 16 on zmm, 8 on ymm, 4 on
@@ -40,7 +40,7 @@ KERNELS = {
     k.path: k
     for k in (
         Int8Kernel(
-            "amx-int8", ti.VNNI_16x4, 16, False, 127, 4.0, 16, "AMX tiles (schedules/amx.py); small matmuls VNNI"
+            "amx-int8", ti.VNNI_16x4, 16, False, 127, 4.0, 16, "AMX tiles (schedules/rules/amx.py); small matmuls VNNI"
         ),
         Int8Kernel("avx512-vnni", ti.VNNI_16x4, 16, False, 127, 4.0, 16),
         Int8Kernel("avx-vnni", ti.AVXVNNI_8x4, 8, False, 127, 4.0, 10),
@@ -155,7 +155,8 @@ def register_tile(pixels: int | None, blocks: int, accumulators: int) -> tuple[i
     at most `accumulators`, with the most dot products per operand loaded (t broadcasts + b weight
     vectors for t x b dot products), then the most accumulators. The weights are read again for every
     tile of pixels: on a 7-wide row the most accumulators, 1 pixel x 16 blocks, streamed ResNet's 2.4 MB
-    of 3x3x512x512 weights once per pixel (131 GMAC/s); 7 pixels x 2 blocks ran it 4x faster."""
+    of 3x3x512x512 weights once per pixel; 7 pixels x 2 blocks ran it several times faster (timings in
+    benchmarks/history.md)."""
     best, best_key = (1, 1), (0.0, 0)
     for b in range(1, min(blocks, accumulators) + 1):
         if blocks % b:

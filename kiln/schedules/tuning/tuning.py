@@ -2,7 +2,7 @@
 
 - search: evolutionary, a small population and few measured candidates per round, so a trial
   is cheap on a small machine, unlike with MetaSchedule's defaults (benchmarks/history.md, "Tuning");
-- builds in one reused worker process with a time limit per candidate (kiln/schedules/builder.py;
+- builds in one reused worker process with a time limit per candidate (kiln/schedules/tuning/builder.py;
   MetaSchedule's LocalBuilder starts its workers for every batch), measures in MetaSchedule's LocalRunner;
 - rounds: each round tunes up to `round_trials` more trials across tasks (MetaSchedule's
   gradient task scheduler shares them by each task's weighted latency); under --budget (the whole
@@ -13,7 +13,7 @@
 - resumable: records go to the JSON database as they are measured; a killed run loses only the
   candidates in flight, and a rerun skips what is already measured;
 - never worse than no tuning: before searching, each workload's default schedule (Kiln's rule,
-  kiln/schedules/rules.py) is measured by the same runner and recorded with its trace unless the
+  kiln/schedules/rules/rules.py) is measured by the same runner and recorded with its trace unless the
   database already holds that trace, so the best record of a workload is the default schedule
   unless a candidate beat it (a rule changed since the last run gets measured again; baseline.py)."""
 
@@ -31,9 +31,11 @@ from pathlib import Path
 import tvm
 from tvm.s_tir import meta_schedule as ms
 
-from ..errors import OptionsError
-from ..optfield import option
-from .apply import is_scheduled
+from ...errors import OptionsError
+from ...optfield import option
+from ..rules.apply import is_scheduled
+from ..rules.kinds import UNTUNED, kernel_kind
+from ..rules.tvmscript import import_tensor_intrinsics
 from .baseline import (
     confirm_records,
     estimated_latency,
@@ -43,8 +45,7 @@ from .baseline import (
     workload,
 )
 from .database import open_database
-from .kinds import UNTUNED, kernel_kind
-from .tvmscript import import_tensor_intrinsics
+from .rpc import parse_tracker, rpc_runner
 from .workers import Workers
 
 
@@ -102,64 +103,6 @@ class TuneOptions:
             )
 
 
-def parse_tracker(text: str) -> tuple[str, int]:
-    host, _, port = text.rpartition(":")
-    if not host or not port.isdigit() or not 0 < int(port) < 65536:
-        raise OptionsError(
-            f"bad RPC tracker address {text!r}", where="--rpc-tracker", fix="write it as HOST:PORT, e.g. 127.0.0.1:9190"
-        )
-    return host, int(port)
-
-
-RPC_CANDIDATE_TIMEOUT_S = 30  # one remote candidate: get a device, upload, run; past it the candidate fails
-
-
-def rpc_runner(opts: TuneOptions):
-    """MetaSchedule's RPC runner on the tracker's devices with this key, as many in parallel as
-    are free (or rpc_workers). A device that dies mid-run fails only the candidates it held."""
-    import socket
-
-    from tvm import rpc
-    from tvm.s_tir.meta_schedule.runner import EvaluatorConfig, RPCConfig, RPCRunner
-    from tvm.support.popen_pool import PopenPoolExecutor
-
-    host, port = parse_tracker(opts.rpc_tracker)
-    try:
-        socket.create_connection((host, port), timeout=5).close()  # TVM's own client retries for a minute
-        summary = rpc.connect_tracker(host, port).summary()
-    except Exception as e:
-        raise OptionsError(
-            f"cannot reach the RPC tracker at {host}:{port}: {type(e).__name__}",
-            where="--rpc-tracker",
-            fix="start it: python -m tvm.exec.rpc_tracker --host HOST --port PORT",
-        ) from None
-    free = summary.get("queue_info", {}).get(opts.rpc_key, {}).get("free", 0)
-    if not free:
-        raise OptionsError(
-            f"no free device with key {opts.rpc_key!r} at the tracker {host}:{port}",
-            where="--rpc-key",
-            fix=f"start one: python -m tvm.exec.rpc_server --tracker {host}:{port} --key {opts.rpc_key}",
-        )
-    workers = opts.rpc_workers or free
-    runner = RPCRunner(
-        RPCConfig(
-            tracker_host=host,
-            tracker_port=port,
-            tracker_key=opts.rpc_key,
-            session_timeout_sec=RPC_CANDIDATE_TIMEOUT_S,
-            session_priority=1,
-        ),
-        EvaluatorConfig(number=3, repeat=1, min_repeat_ms=0, enable_cpu_cache_flush=False),
-        max_workers=workers,
-    )
-    # MetaSchedule waits on each candidate's worker with no time limit: a worker whose tracker request never
-    # gets a device (a server that died holding its slot, seen in tests) blocked the whole run for good. The
-    # pool's own timeout kills such a worker, and the candidate fails with RPCRunner's "Timeout" result.
-    runner.pool.shutdown(wait=False)
-    runner.pool = PopenPoolExecutor(max_workers=workers, timeout=RPC_CANDIDATE_TIMEOUT_S)
-    return runner, free
-
-
 def extract(mod: tvm.IRModule, target) -> list:
     """MetaSchedule's tasks for the kernels there is something to search: not the ones that come
     scheduled (Kiln's vdpbf16ps C kernels), which have no blocks to schedule, nor the kinds.UNTUNED
@@ -176,7 +119,7 @@ def extract(mod: tvm.IRModule, target) -> list:
 
 def _measurable(func) -> bool:
     """Static buffer shapes, and no parameter that is not a buffer (MetaSchedule's ArgInfo takes buffers only)."""
-    from .apply import is_static
+    from ..rules.apply import is_static
 
     return is_static(func) and all(hasattr(p.ty, "shape") for p in func.params)
 
@@ -220,7 +163,7 @@ def _contexts(tasks, opts: TuneOptions, seed: int):
 
 def latency_shares(tasks) -> list[float]:
     """Each task's share of the model's estimated latency: its FLOPs times how often it runs."""
-    from .apply import estimated_flops
+    from ..rules.apply import estimated_flops
 
     est = [max(estimated_flops(t.dispatched[0]["main"]), 1.0) * float(t.weight) for t in tasks]
     total = sum(est)
@@ -261,6 +204,34 @@ def round_size(opts: TuneOptions, done_trials: int, elapsed: float, per_trial_s:
     return max(0, min(opts.round_trials, fit))
 
 
+@dataclasses.dataclass
+class _Run:
+    """One tune_module run: what its phases (the defaults, the search rounds, the summary) share."""
+
+    tasks: list
+    target: object
+    db: object
+    db_path: Path
+    opts: TuneOptions
+    progress: Callable[[str], None]
+    lanes: int
+    registers: int
+    start: float
+    builder: object = None
+    runner: object = None
+    have: int = 0  # records in the database
+    done_trials: int = 0
+    rounds: int = 0
+    per_trial: float = FIRST_TRIAL_GUESS_S
+    search_s: float = 0.0
+    checks: list = dataclasses.field(default_factory=lambda: [0, 0])  # best records confirmed / rejected
+    shares: list = dataclasses.field(default_factory=list)
+    per_task: list = dataclasses.field(default_factory=list)
+
+    def records(self) -> int:
+        return len(self.db.get_all_tuning_records())
+
+
 def tune_module(
     mod: tvm.IRModule,
     target,
@@ -287,10 +258,9 @@ def tune_module(
         )
     db_path = Path(db_dir)
     db = open_database(db_path)  # opened (and repaired) once; every round commits to it
-    before = have = len(db.get_all_tuning_records())
-    total = opts.trials
-    done_trials, rounds = 0, 0
-    shares, per_task, empty = latency_shares(tasks), [0] * len(tasks), 0
+    run = _Run(tasks, target, db, db_path, opts, progress, lanes, registers, start)
+    before = run.have = run.records()
+    run.shares, run.per_task = latency_shares(tasks), [0] * len(tasks)
     workers = workers or Workers.start(opts)
     runner, devices = rpc_runner(opts) if opts.rpc_tracker else (None, 1)
     if opts.rpc_tracker:
@@ -300,126 +270,164 @@ def tune_module(
     t = time.perf_counter()
     import_tensor_intrinsics(target.kind.name)  # before the budget sizes any round, not inside the first one
     phases = {"setup": t - start, "tvm_import": time.perf_counter() - t}
-    search_s, per_trial = 0.0, FIRST_TRIAL_GUESS_S
-    checks = [0, 0]  # best records confirmed / rejected when measured again beside their default
     with (
         tempfile.TemporaryDirectory(prefix="kiln-tune-", ignore_cleanup_errors=True) as tmp,
         contextlib.closing(workers),
     ):  # closing: stops the worker process
-        builder = workers.builder
-        builder.out_dir = tmp
-        builder.start()  # here, so a worker that cannot start is a ResourceError, not an error inside MetaSchedule
-        runner = runner or workers.local_runner()
-        t = time.perf_counter()
-        # under --budget the biggest kernels' defaults first, and none started past the builds' deadline
-        order = sorted(range(len(tasks)), key=lambda i: -shares[i]) if opts.budget_s is not None else range(len(tasks))
-        deadline = start + opts.budget_s - BUDGET_RESERVE_S if opts.budget_s is not None else None
-        seeded = record_default_schedules(
-            [tasks[i] for i in order], target, db, builder, runner, lanes, db_path, registers, deadline
+        run.builder = workers.builder
+        run.builder.out_dir = tmp
+        run.builder.start()  # here, so a worker that cannot start is a ResourceError, not an error inside MetaSchedule
+        run.runner = runner or workers.local_runner()
+        seeded = _measure_defaults(run, phases)
+        _search(run)
+    phases["search"] = run.search_s
+    return _summary(run, before, seeded, phases, devices)
+
+
+def _measure_defaults(run: _Run, phases: dict) -> int:
+    """Measure the default schedule of every task new to the database (the baseline a candidate must beat);
+    how many were measured. Under --budget the biggest kernels' first, and none started past the builds'
+    deadline."""
+    opts, tasks, start = run.opts, run.tasks, run.start
+    t = time.perf_counter()
+    order = sorted(range(len(tasks)), key=lambda i: -run.shares[i]) if opts.budget_s is not None else range(len(tasks))
+    deadline = start + opts.budget_s - BUDGET_RESERVE_S if opts.budget_s is not None else None
+    seeded = record_default_schedules(
+        [tasks[i] for i in order],
+        run.target,
+        run.db,
+        run.builder,
+        run.runner,
+        run.lanes,
+        run.db_path,
+        run.registers,
+        deadline,
+    )
+    phases["defaults"] = time.perf_counter() - t
+    if deadline is not None and time.perf_counter() >= deadline:
+        run.progress(
+            f"the --budget ran out measuring the default schedules ({seeded} measured): the next run measures "
+            "the rest before it searches"
         )
-        phases["defaults"] = time.perf_counter() - t
-        if deadline is not None and time.perf_counter() >= deadline:
-            progress(
-                f"the --budget ran out measuring the default schedules ({seeded} measured): the next run measures "
-                "the rest before it searches"
-            )
-        if seeded:
-            # one build + one measurement each, like a trial, which also runs the search and the cost model
-            per_trial = max(per_trial, FIRST_ROUND_FACTOR * phases["defaults"] / seeded)
-            have = len(db.get_all_tuning_records())
-            progress(
-                f"measured the default schedules of {seeded} kernel(s) new to the database: "
-                "the baseline each candidate must beat "
-                f"({time.perf_counter() - start:.0f}s)"
-            )
-        while True:
-            elapsed = time.perf_counter() - start
-            n = round_size(opts, done_trials, elapsed, per_trial)
-            if opts.budget_s is not None:  # set after the defaults: the baseline is always measured
-                reserve = max(BUDGET_RESERVE_S, POST_BUILD_SHARE * per_trial * opts.trials_per_iter)
-                builder.deadline = start + opts.budget_s - reserve
-            if opts.budget_s is not None and not rounds:
-                n = min(n, opts.trials_per_iter)  # one batch first: what it costs sizes the later rounds
-            if n <= 0:
-                if opts.budget_s is not None and (total is None):
-                    progress(
-                        f"stopping with {max(0.0, opts.budget_s - elapsed):.0f}s of the budget left: a batch of "
-                        f"{opts.trials_per_iter} trials is estimated at {per_trial * opts.trials_per_iter:.0f}s"
-                    )
-                break
-            # each round tunes the tasks with the most estimated latency per trial so far: a fresh
-            # MetaSchedule task scheduler per round would otherwise start at task 0 every time
-            chosen = pick_tasks(shares, per_task, max(1, n // opts.trials_per_iter))
-            ctxs, weights = _contexts([tasks[i] for i in chosen], opts, opts.seed + rounds)
-            for i in chosen:
-                per_task[i] += opts.trials_per_iter
-            t = time.perf_counter()
-            # max_trials_global counts this call's trials
-            ms.tune.tune_tasks(
-                tasks=ctxs,
-                task_weights=weights,
-                work_dir=str(db_path),
-                max_trials_global=n,
-                max_trials_per_task=None,
-                num_trials_per_iter=opts.trials_per_iter,
-                builder=builder,
-                runner=runner,
-                database=db,
-                cost_model="xgb",
-            )
-            now = len(db.get_all_tuning_records())
-            measured = now - have
-            ok, lost = confirm_records(
-                [tasks[i] for i in chosen], target, db, db_path, builder, runner, lanes, registers, builder.deadline
-            )
-            checks[0], checks[1] = checks[0] + ok, checks[1] + lost
-            have = len(db.get_all_tuning_records())
-            rounds += 1
-            done_trials += max(measured, 1)  # a round that finds nothing new still counts, so we terminate
-            search_s += time.perf_counter() - t
-            per_trial = search_s / done_trials  # a round's whole cost (search, cost model, builds, runs) per trial
-            elapsed = time.perf_counter() - start
-            left = (
-                f"{max(0.0, opts.budget_s - elapsed):.0f}s left"
-                if opts.budget_s
-                else f"{max(0, total - done_trials)} trials left"
-            )
-            searched = sum(1 for c in per_task if c)
-            faster = faster_than_default(task_times(tasks, db, db_path))
-            progress(
-                f"round {rounds}: {searched}/{len(tasks)} tasks searched, {faster} with a record faster than the "
-                f"default, {done_trials} trials, {per_trial:.2f} s/trial, {elapsed:.0f}s elapsed, {left}"
-            )
-            empty = 0 if measured else empty + 1
-            if empty >= -(-len(tasks) // max(1, n // opts.trials_per_iter)):  # a whole rotation found nothing new
-                break
-    phases["search"] = search_s
-    times = task_times(tasks, db, db_path)
-    default_ms, tuned_ms, unmeasured = estimated_latency(tasks, times)
-    seconds = time.perf_counter() - start
+    if seeded:
+        # one build + one measurement each, like a trial, which also runs the search and the cost model
+        run.per_trial = max(run.per_trial, FIRST_ROUND_FACTOR * phases["defaults"] / seeded)
+        run.have = run.records()
+        run.progress(
+            f"measured the default schedules of {seeded} kernel(s) new to the database: "
+            "the baseline each candidate must beat "
+            f"({time.perf_counter() - start:.0f}s)"
+        )
+    return seeded
+
+
+def _search(run: _Run) -> None:
+    """Search rounds until the trials or the budget run out, or a whole rotation of the tasks finds nothing new."""
+    opts, empty = run.opts, 0
+    while True:
+        elapsed = time.perf_counter() - run.start
+        n = round_size(opts, run.done_trials, elapsed, run.per_trial)
+        if opts.budget_s is not None:  # set after the defaults: the baseline is always measured
+            reserve = max(BUDGET_RESERVE_S, POST_BUILD_SHARE * run.per_trial * opts.trials_per_iter)
+            run.builder.deadline = run.start + opts.budget_s - reserve
+        if opts.budget_s is not None and not run.rounds:
+            n = min(n, opts.trials_per_iter)  # one batch first: what it costs sizes the later rounds
+        if n <= 0:
+            if opts.budget_s is not None and (opts.trials is None):
+                run.progress(
+                    f"stopping with {max(0.0, opts.budget_s - elapsed):.0f}s of the budget left: a batch of "
+                    f"{opts.trials_per_iter} trials is estimated at {run.per_trial * opts.trials_per_iter:.0f}s"
+                )
+            break
+        measured = _round(run, n)
+        empty = 0 if measured else empty + 1
+        if empty >= -(-len(run.tasks) // max(1, n // opts.trials_per_iter)):  # a whole rotation found nothing new
+            break
+
+
+def _round(run: _Run, n: int) -> int:
+    """One search round of n trials over the tasks with the most estimated latency per trial so far (a fresh
+    MetaSchedule task scheduler per round would otherwise start at task 0 every time); the records it added."""
+    opts, tasks = run.opts, run.tasks
+    chosen = pick_tasks(run.shares, run.per_task, max(1, n // opts.trials_per_iter))
+    ctxs, weights = _contexts([tasks[i] for i in chosen], opts, opts.seed + run.rounds)
+    for i in chosen:
+        run.per_task[i] += opts.trials_per_iter
+    t = time.perf_counter()
+    # max_trials_global counts this call's trials
+    ms.tune.tune_tasks(
+        tasks=ctxs,
+        task_weights=weights,
+        work_dir=str(run.db_path),
+        max_trials_global=n,
+        max_trials_per_task=None,
+        num_trials_per_iter=opts.trials_per_iter,
+        builder=run.builder,
+        runner=run.runner,
+        database=run.db,
+        cost_model="xgb",
+    )
+    measured = run.records() - run.have
+    ok, lost = confirm_records(
+        [tasks[i] for i in chosen],
+        run.target,
+        run.db,
+        run.db_path,
+        run.builder,
+        run.runner,
+        run.lanes,
+        run.registers,
+        run.builder.deadline,
+    )
+    run.checks[0], run.checks[1] = run.checks[0] + ok, run.checks[1] + lost
+    run.have = run.records()
+    run.rounds += 1
+    run.done_trials += max(measured, 1)  # a round that finds nothing new still counts, so we terminate
+    run.search_s += time.perf_counter() - t
+    run.per_trial = run.search_s / run.done_trials  # a round's whole cost (search, cost model, builds, runs) per trial
+    elapsed = time.perf_counter() - run.start
+    left = (
+        f"{max(0.0, opts.budget_s - elapsed):.0f}s left"
+        if opts.budget_s
+        else f"{max(0, opts.trials - run.done_trials)} trials left"
+    )
+    searched = sum(1 for c in run.per_task if c)
+    faster = faster_than_default(task_times(tasks, run.db, run.db_path))
+    run.progress(
+        f"round {run.rounds}: {searched}/{len(tasks)} tasks searched, {faster} with a record faster than the "
+        f"default, {run.done_trials} trials, {run.per_trial:.2f} s/trial, {elapsed:.0f}s elapsed, {left}"
+    )
+    return measured
+
+
+def _summary(run: _Run, before: int, seeded: int, phases: dict, devices: int) -> dict:
+    """tune_module's result: what was searched and measured, the estimated latencies, where the time went."""
+    times = task_times(run.tasks, run.db, run.db_path)
+    default_ms, tuned_ms, unmeasured = estimated_latency(run.tasks, times)
+    seconds = time.perf_counter() - run.start
     phases["other"] = max(0.0, seconds - sum(phases.values()))  # worker start, runner check, database reads
     return {
-        "tasks": len(tasks),
-        "tasks_searched": sum(1 for c in per_task if c),
+        "tasks": len(run.tasks),
+        "tasks_searched": sum(1 for c in run.per_task if c),
         "tasks_faster": faster_than_default(times),
-        "trials": done_trials,
-        "records_confirmed": checks[0],
-        "records_rejected": checks[1],
-        "rounds": rounds,
+        "trials": run.done_trials,
+        "records_confirmed": run.checks[0],
+        "records_rejected": run.checks[1],
+        "rounds": run.rounds,
         "defaults_measured": seeded,
-        "new_records": have - before,
-        "records": have,
+        "new_records": run.have - before,
+        "records": run.have,
         "default_latency_ms": default_ms,
         "tuned_latency_ms": tuned_ms,
         "unmeasured_tasks": unmeasured,
         "seconds": round(seconds, 1),
-        "seconds_per_trial": round(seconds / max(done_trials, 1), 2),
+        "seconds_per_trial": round(seconds / max(run.done_trials, 1), 2),
         "phase_seconds": {k: round(v, 1) for k, v in phases.items()},
-        "budget_s": opts.budget_s,
-        "db": str(db_path),
+        "budget_s": run.opts.budget_s,
+        "db": str(run.db_path),
         "devices": devices,
-        "build_timeouts": builder.timeouts,
-        "not_built_past_budget": builder.skipped,
+        "build_timeouts": run.builder.timeouts,
+        "not_built_past_budget": run.builder.skipped,
     }
 
 

@@ -36,7 +36,7 @@ def winograd_nchwc(sch: s_tir.Schedule, anchor, lanes: int, registers: int = 32)
     # GEMMs: M[e, u, o, p, j] = sum_k V[e, u, k / c, p, k % c] U[e, u, o, k, j]
     e, u, o, p, j, k = sch.get_loops(gemm)
     n_p, n_o = extent(sch, p), extent(sch, o)
-    # 16 registers (AVX2): the 1x1 conv's tile (16 accumulators spilled: 33-41% of peak on Zen 3), and the
+    # 16 registers (AVX2): the 1x1 conv's tile (16 accumulators spilled; benchmarks/history.md), and the
     # channels of a block unrolled, so V and U are read at constant offsets, not through (k / c, k % c)
     narrow = conv_register_tile(n_p, n_o, registers)
     pt, ot = narrow or (divisor_at_most(n_p, MAX_TILE_ROWS), 0)

@@ -16,7 +16,7 @@ import tvm
 import tvm_ffi
 from tvm.s_tir import meta_schedule as ms
 
-from .kinds import strip_module
+from ..rules.kinds import strip_module
 
 
 def workload(task) -> tvm.IRModule:
@@ -45,9 +45,9 @@ def record_default_schedules(
     from tvm.s_tir.meta_schedule.builder import BuilderInput
     from tvm.s_tir.meta_schedule.runner import RunnerInput
 
-    from .apply import first_rule_that_applies
+    from ..rules.apply import first_rule_that_applies
+    from ..rules.registry import target_family
     from .database import measured_defaults, save_measured_defaults, trace_digest
-    from .registry import target_family
 
     ledger = measured_defaults(db_dir) if db_dir is not None else {}
     done = noted = 0
@@ -135,9 +135,9 @@ def confirm_records(
     from tvm.s_tir.meta_schedule.builder import BuilderInput
     from tvm.s_tir.meta_schedule.runner import RunnerInput
 
-    from .apply import first_rule_that_applies
+    from ..rules.apply import first_rule_that_applies
+    from ..rules.registry import target_family
     from .database import checked_records, measured_defaults, save_checked_records, trace_digest
-    from .registry import target_family
 
     ledger, checked = measured_defaults(db_dir), checked_records(db_dir)
     device = "cpu" if target.kind.name == "llvm" else target.kind.name

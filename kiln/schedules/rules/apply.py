@@ -13,9 +13,9 @@ import warnings
 import tvm
 from tvm import s_tir, tirx
 
-from ..counters import Counter
-from ..env import strict_rules
-from ..errors import KilnWarning
+from ...counters import Counter
+from ...env import strict_rules
+from ...errors import KilnWarning
 from .dynamic import dynamic
 from .kinds import strip
 from .recurrence import specialize
@@ -184,7 +184,7 @@ class ApplyTuningDatabase:
         """A record that beat a default the database measured, where today's default rule gives another
         schedule, never measured against it (the rule improved since the records were tuned): today's rule
         wins, as records are applied only where they beat the default. A database with no ledger: False."""
-        from .database import default_was_measured
+        from ..tuning.database import default_was_measured
 
         if self.rule is None or not ledger:
             return False
@@ -196,8 +196,8 @@ class ApplyTuningDatabase:
             return mod
         from tvm import relax
 
-        from ..compiler.ir import kernels
-        from .database import best_is_default, database_for_compile, measured_defaults
+        from ...compiler.ir import kernels
+        from ..tuning.database import best_is_default, database_for_compile, measured_defaults
 
         db = database_for_compile(self.db_dir)
         todo = {gv.name_hint: f for gv, f in mod.functions.items() if isinstance(f, tirx.PrimFunc)}

@@ -93,9 +93,9 @@ def parallel_vectorize(sch: s_tir.Schedule, block, lanes: int, max_parallel_exte
     """Fuse all loops of an injective block, vectorize by the lanes that divide, parallelize the rest.
     Where the innermost extent is no multiple of the lanes (a 56- or 7-wide row), a vector of the fused
     loop would cross rows: each lane's 4-D index is its own div/mod of the fused index, which LLVM
-    computes per lane and turns into gathers and scatters (a [1,144,56,56] quantize: 0.24 ms, 9 GB/s).
-    Such a block vectorizes its innermost loop by the widest power of two up to the lanes that divides it
-    (8 for 56), or runs it scalar, and parallelizes the loops outside."""
+    computes per lane and turns into gathers and scatters (a quantize ran at a fraction of the bandwidth; timings in
+    benchmarks/history.md). Such a block vectorizes its innermost loop by the widest power of two up to the lanes
+    that divides it (8 for 56), or runs it scalar, and parallelizes the loops outside."""
     loops = sch.get_loops(block)
     if not loops:  # a scalar (rank-0) block: nothing to parallelize or vectorize
         return
@@ -135,7 +135,7 @@ def vectorize_leftovers(sch: s_tir.Schedule, lanes: int) -> int:
     """Parallelize and vectorize every spatial block a rule left at the root with serial loops: epilogues
     that write more or fewer elements than the anchor's tile (an SE block's scale broadcast over the feature
     map after its 1x1 conv, a Pad after a conv, a slice of padded columns) stay outside the tile, and ran
-    as one serial scalar loop (MobileNetV3's SE multiply: 68 us for 47K floats). Returns how many.
+    as one serial scalar loop (MobileNetV3's SE multiply; timings in benchmarks/history.md). Returns how many.
     Blocks are found on a copy: even looking them up adds to the schedule's trace, and a default schedule's
     trace is what tuned records are checked against (database.default_was_measured), so a kernel with no
     such block keeps its schedule and its records exactly."""
@@ -232,10 +232,10 @@ def _one_tap(sch: s_tir.Schedule, reduce: list) -> bool:
 
 def _output_blocks_in_tile(sch: s_tir.Schedule, anchor, spatial: list, t: int) -> list:
     """A blocked conv whose output width has no divisor in 4..8 (13, 26: YOLO's 416-input grids) gets a
-    register tile of t pixels, 1 at worst: one accumulator, a weight load per FMA, 12% of peak measured
-    on such 3x3/s2 and 1x1 convs. It takes several output-channel blocks into the tile instead (each
-    input pixel broadcast once for all of them), up to 8 accumulators. Edits `spatial` in place; returns
-    the new inner tile loop, or [] when the width's own tile is wide enough."""
+    register tile of t pixels, 1 at worst: one accumulator, a weight load per FMA, a small share of peak
+    measured on such 3x3/s2 and 1x1 convs (timings in benchmarks/history.md). It takes several output-channel blocks
+    into the tile instead (each input pixel broadcast once for all of them), up to 8 accumulators. Edits `spatial`
+    in place; returns the new inner tile loop, or [] when the width's own tile is wide enough."""
     if t >= 4 or not sch.get(anchor).name_hint.startswith("conv2d_NCHWc") or len(spatial) != 4:
         return []
     b = divisor_at_most(extent(sch, spatial[1]), TILE_ACCUMULATORS // t)
@@ -248,10 +248,9 @@ def _output_blocks_in_tile(sch: s_tir.Schedule, anchor, spatial: list, t: int) -
 def _padded_apart(narrow: tuple[int, int] | None) -> bool:
     """Whether a padded blocked conv pads its input in a stage of its own (one pass over the input) rather
     than inlined into its reduction (a bounds test per broadcast). Apart on 16-register targets whose
-    tile spans several output-channel blocks, which then unroll the channels of a block: ResNet-50's
-    3x3/2 convs at 28 and 14 wide for -mcpu=haswell 1.52 -> 1.32 and 1.46 -> 1.27 ms (kiln profile, Zen 4).
-    Not with a 1-block tile (its 7-wide stride-2 conv: 1.37 -> 1.45 ms) nor on 32-register targets,
-    whose row tile gained nothing from it (ResNet-50 3x3/2 at 28 wide on znver4: 1.04 -> 1.07 ms)."""
+    tile spans several output-channel blocks, which then unroll the channels of a block (ResNet-50's
+    3x3/2 convs for -mcpu=haswell ran faster). Not with a 1-block tile (its 7-wide stride-2 conv ran
+    slower) nor on 32-register targets, whose row tile gained nothing from it (timings in benchmarks/history.md)."""
     return narrow is not None and narrow[1] > 1
 
 
@@ -265,12 +264,9 @@ def reduction_tiled(sch: s_tir.Schedule, anchor, lanes: int, registers: int = 32
     pad = pad_producer(sch, anchor, ("data_pad",)) if sch.get(anchor).name_hint.startswith("conv2d_NCHWc") else None
     inline_all_but(sch, [anchor] + ([pad] if pad is not None else []))  # the pad: see _padded_apart
     strided = strided_lanes(sch, anchor)
-    if (
-        strided
-    ):  # e.g. a stride-2 NCHW pool: lanes along W would each gather, so they run as unrolled scalars, 4 of them
-        lanes = min(
-            lanes, STRIDED_LANES
-        )  # 4 unrolled scalars were the fastest on ResNet-50's 3x3/2 max pool (benchmarks/history.md)
+    if strided:  # e.g. a stride-2 NCHW pool: lanes along W would each gather, so they run as unrolled scalars
+        # (4 of them: the fastest on ResNet-50's 3x3/2 max pool, benchmarks/history.md)
+        lanes = min(lanes, STRIDED_LANES)
     consumers = tile_consumers(sch, anchor)
     types = iter_types(sch, anchor)
     loops = sch.get_loops(anchor)
@@ -290,28 +286,14 @@ def reduction_tiled(sch: s_tir.Schedule, anchor, lanes: int, registers: int = 32
         spatial = spatial[:-1] + [vo]
     else:
         spatial = spatial[:-1]
-    tile_inner = []
-    blocked = sch.get(anchor).name_hint.startswith("conv2d_NCHWc") and len(spatial) == 4
-    narrow = conv_register_tile(extent(sch, spatial[-1]), extent(sch, spatial[1]), registers) if blocked else None
-    if spatial:
-        t = narrow[0] if narrow else divisor_at_most(extent(sch, spatial[-1]), 8)
-        if blocked and not narrow and t < 4 and registers >= WIDE_ROW_REGISTERS and _one_tap(sch, reduce):
-            t = max(t, divisor_at_most(extent(sch, spatial[-1]), WIDE_ROW_PIXELS))
-        if t > 1:
-            to, ti = sch.split(spatial[-1], [None, t])
-            spatial, tile_inner = spatial[:-1] + [to], [ti]
-        if narrow and narrow[1] > 1:
-            spatial[1], bi = sch.split(spatial[1], [None, narrow[1]])
-            tile_inner = [bi] + tile_inner
-        elif not narrow:
-            tile_inner = _output_blocks_in_tile(sch, anchor, spatial, t) + tile_inner
+    spatial, tile_inner, narrow = _register_tile(sch, anchor, spatial, reduce, registers)
     if pad is not None and not _padded_apart(narrow):
         sch.compute_inline(pad)
         pad = None
     split = _blocked_channels_first(sch, anchor, reduce, narrow=narrow is not None)
     # a 1x1 conv's input channels within a block unrolled: constant offsets instead of per-channel (ic / c, ic % c)
     # index arithmetic (Zen 3: 48 instructions for 14 FMAs). Not with kh x kw taps read through an inlined
-    # padding, which it slowed 4x (Zen 3, 3x3 at 28x28); with the padding apart it is a gain (_padded_apart)
+    # padding, which it slowed (benchmarks/history.md); with the padding apart it is a gain (_padded_apart)
     unroll_channels = narrow is not None and len(split) == 4 and (_one_tap(sch, reduce) or pad is not None)
     reduce = split
     order = spatial + reduce + tile_inner + ([vec_loop] if vec > 1 else [])
@@ -341,11 +323,34 @@ def reduction_tiled(sch: s_tir.Schedule, anchor, lanes: int, registers: int = 32
         parallel_vectorize(sch, pad, lanes)
 
 
+def _register_tile(sch: s_tir.Schedule, anchor, spatial: list, reduce: list, registers: int):
+    """reduction_tiled's register tile, split off the spatial loops (the vector loop already taken out):
+    t pixels of the innermost spatial loop, and for a blocked conv output-channel blocks too (conv_register_tile
+    on 16-register targets, _output_blocks_in_tile for narrow widths). Returns (spatial loops outside the
+    tile, the tile's loops, conv_register_tile's (pixels, blocks) or None)."""
+    tile_inner = []
+    blocked = sch.get(anchor).name_hint.startswith("conv2d_NCHWc") and len(spatial) == 4
+    narrow = conv_register_tile(extent(sch, spatial[-1]), extent(sch, spatial[1]), registers) if blocked else None
+    if spatial:
+        t = narrow[0] if narrow else divisor_at_most(extent(sch, spatial[-1]), 8)
+        if blocked and not narrow and t < 4 and registers >= WIDE_ROW_REGISTERS and _one_tap(sch, reduce):
+            t = max(t, divisor_at_most(extent(sch, spatial[-1]), WIDE_ROW_PIXELS))
+        if t > 1:
+            to, ti = sch.split(spatial[-1], [None, t])
+            spatial, tile_inner = spatial[:-1] + [to], [ti]
+        if narrow and narrow[1] > 1:
+            spatial[1], bi = sch.split(spatial[1], [None, narrow[1]])
+            tile_inner = [bi] + tile_inner
+        elif not narrow:
+            tile_inner = _output_blocks_in_tile(sch, anchor, spatial, t) + tile_inner
+    return spatial, tile_inner, narrow
+
+
 def full_reduction(sch: s_tir.Schedule, anchor, reduce: list, lanes: int) -> None:
     """A reduction to one value (a dynamic quantizer's min and max over a tensor, a global sum): the
     reduction loops fused and split into vector-wide partial results (rfactor), which run as one vector
-    op per step, then one reduction of those. Left unscheduled, gpt2_qdynamic's 16 such kernels took 0.15
-    of its 0.49 ms, one scalar max or min per element."""
+    op per step, then one reduction of those. Left unscheduled, gpt2_qdynamic's 16 such kernels took
+    a third of its run, one scalar max or min per element (timings in benchmarks/history.md)."""
     for b in blocks(sch):  # a consumer of a 0-D result has no loop; TVM's rfactor then fails ("block_realize")
         if not sch.get_loops(b):
             sch.add_unit_loop(b)

@@ -2,8 +2,8 @@
 
 reduction_tiled gives a matmul one row of up to 8 column vectors: each step of the reduction loads
 8 weight vectors for one broadcast and 8 FMAs, so it runs at the load ports' rate, not the FMA
-units' (21-31% of peak on the transformer's 128-row matmuls, Zen 5). A tile of r rows x v vectors
-does r broadcasts + v loads for r * v FMAs (MLAS's SGEMM kernels: 6 rows x 2 ymm on AVX2, 12 rows
+units' (the transformer's 128-row matmuls ran far below peak; timings in benchmarks/history.md). A tile of r rows x
+v vectors does r broadcasts + v loads for r * v FMAs (MLAS's SGEMM kernels: 6 rows x 2 ymm on AVX2, 12 rows
 x 2 zmm on AVX-512). The tile's size comes from the target's vector registers (caps.vector_registers,
 given to the rule by ApplyDefaultSchedules): accumulators leave room for the v weight vectors and
 a broadcast.
@@ -14,11 +14,11 @@ best divisor tile by ROUND_ROWS_GAIN; a column count with no vector width of 4 o
 129 frequency bins or 37 classes) is padded to a whole number of vectors. Constant weights are padded at
 compile time (PackDenseWeights); others, up to PAD_LIMIT, here (`_pad`): copied into a zero-padded buffer
 each call, the epilogue computed per tile over the real part. enh_conv_bilstm's [100, 192] x [192, 129] +
-sigmoid: 0.47 -> 0.05 ms (benchmarks/history.md); the unpadded kernel fell back to reduction_tiled's scalar
-columns.
+sigmoid ran about ten times faster (benchmarks/history.md); the unpadded kernel fell back to reduction_tiled's
+scalar columns.
 
 With more columns than rows the column panels are the outer loop, so the weights stream from memory once
-(ddddocr's [40, 1024] x [1024, 8208] classifier: 7.8 -> 4.3 ms); else the row blocks are."""
+(ddddocr's [40, 1024] x [1024, 8208] classifier ran almost twice as fast); else the row blocks are."""
 
 from __future__ import annotations
 
@@ -61,7 +61,7 @@ def matmul_tiled(sch: s_tir.Schedule, anchor, lanes: int, registers: int = 16) -
         raise s_tir.ScheduleError("not a matmul with rows and columns")
     if len(spatial) > 2 and extent(sch, spatial[-2]) == 1 and _shared_weight(sch, anchor):
         # [T, 1, K] x [K, N] (a recurrence's input projection over T steps of batch 1): the steps are the rows.
-        # One row per tile read each weight vector once per step: ddddocr's LSTM projections at 53 GFLOP/s
+        # One row per tile read each weight vector once per step: ddddocr's LSTM projections ran slowly
         spatial = [*spatial[:-3], sch.fuse(spatial[-3], spatial[-2]), spatial[-1]]
     rows, cols = spatial[-2], spatial[-1]
     vec = vector_width(extent(sch, cols), lanes)

@@ -39,8 +39,8 @@ class BudgetBuilder(WorkerBuilder._cls):
 class Workers:
     """The two processes a local tuning run measures with, started together and early: the build
     worker (BudgetBuilder) and MetaSchedule's LocalRunner, whose constructor waits for its own worker
-    to start and run a check. Each imports TVM (about 1.5 and 3 s on a quiet Zen 4, several times
-    that on a loaded 2-core host): started before the model is imported, that time overlaps the
+    to start and run a check. Each imports TVM (seconds, more on a loaded host; benchmarks/history.md):
+    started before the model is imported, that time overlaps the
     import and optimization instead of coming after them, inside --budget."""
 
     def __init__(self, builder: BudgetBuilder, runner: concurrent.futures.Future | None, pool=None):

@@ -3,10 +3,10 @@
 The ONNX recurrences were unrolled into ops (frontends/decompose/rnn.py): per step a Gather of the
 step's input projection, a [B, H] x [H, G*H] MatMul and the gate math, 4-6 kernels a step. On small
 hidden sizes each kernel is a few hundred FLOPs and the calls cost more than the work: kws_conv_gru
-(2 GRU layers, 49 steps, hidden 64) ran ~390 kernel calls at 2.4x onnxruntime. Here the input
-projection of all steps stays one MatMul (the frontend emits it, batched over directions), and the
-recurrence is one PrimFunc: a serial loop over the steps, directions in parallel (a bidirectional
-layer takes both cores), per step the matrix-vector product with the recurrent weights on vector
+(2 GRU layers, 49 steps, hidden 64) ran ~390 kernel calls, far behind onnxruntime (timings in
+benchmarks/history.md). Here the input projection of all steps stays one MatMul (the frontend emits it, batched over
+directions), and the recurrence is one PrimFunc: a serial loop over the steps, directions in parallel (a
+bidirectional layer takes both cores), per step the matrix-vector product with the recurrent weights on vector
 accumulators and the gates with a polynomial exp (the one topi.fast_exp uses), all in registers.
 
 The kernel is generated as TVMScript text from a Recurrence (its shape and cell) and the target's
@@ -154,14 +154,8 @@ def source(rec: Recurrence, lanes: int = DEFAULT_LANES, registers: int = DEFAULT
     T_, B, H, D, G = rec.steps, rec.batch, rec.hidden, rec.directions, rec.gates
     lstm, gru = rec.cell == "lstm", rec.cell == "gru"
     acc = lanes * max(1, registers // 2)
-    params = [f'xw: T.Buffer(({T_}, {B}, {D * G * H}), "float32")', f'rt: T.Buffer(({D}, {H}, {G * H}), "float32")']
-    params += [f'rbh: T.Buffer(({D}, {H}), "float32")'] if gru else []
-    params += [f'h0: T.Buffer(({D}, {B}, {H}), "float32")']
-    params += [f'c0: T.Buffer(({D}, {B}, {H}), "float32")'] if lstm else []
-    params += [f'y: T.Buffer(({T_}, {D}, {B}, {H}), "float32")', f'yh: T.Buffer(({D}, {B}, {H}), "float32")']
-    params += [f'yc: T.Buffer(({D}, {B}, {H}), "float32")'] if lstm else []
     x = _Text(lanes)
-    x.add(0, "@T.prim_func", f"def recurrence({', '.join(params)}):")
+    x.add(0, "@T.prim_func", f"def recurrence({', '.join(_params(rec))}):")
     x.add(1, 'T.func_attr({"global_symbol": "recurrence", "tirx.noalias": True})')
     x.add(1, f"for d in {'T.parallel' if D > 1 else 'range'}({D}):")
     x.add(2, f'h = T.alloc_buffer(({B * H},), "float32", scope="local")')
@@ -184,56 +178,83 @@ def source(rec: Recurrence, lanes: int = DEFAULT_LANES, registers: int = DEFAULT
         else f"T.if_then_else(d == {rev.index(True)}, {T_ - 1} - s, s)"
     )
     x.add(3, f"t = {step}", f"for b in range({B}):")
-    base = f"d * {G * H}"
-    hb = lambda k: f"h[b * {H} + {k}]"
-    store_g = lambda i, j, a: x.add(i, f"g[{j}] = xw[t, b, {base} + {j}] + {a}")
-    if gru:
-        x.matvec(4, (0, 2 * H), hb, rec, registers, store_g)
-        if rec.linear_before_reset:
-            x.matvec(
-                4, (2 * H, 3 * H), hb, rec, registers, lambda i, j, a: x.add(i, f"g[{j}] = {a} + rbh[d, {j} - {2 * H}]")
-            )
-        else:
-            x.each(4, H, lambda i, j: x.add(i, *_sigmoid("r", f"g[{H} + {j}]", ""), f"rh[{j}] = $r * h[b * {H} + {j}]"))
-            x.matvec(
-                4,
-                (2 * H, 3 * H),
-                lambda k: f"rh[{k}]",
-                rec,
-                registers,
-                lambda i, j, a: x.add(i, f"g[{j}] = xw[t, b, {base} + {j}] + {a} + rbh[d, {j} - {2 * H}]"),
-            )
-
-        def gru_cell(i, j):
-            x.add(i, *_sigmoid("z", f"g[{j}]", ""))
-            if rec.linear_before_reset:
-                x.add(i, *_sigmoid("r", f"g[{H} + {j}]", ""))
-                x.add(i, *_tanh("hh", f"xw[t, b, {base} + {2 * H} + {j}] + $r * g[{2 * H} + {j}]", ""))
-            else:
-                x.add(i, *_tanh("hh", f"g[{2 * H} + {j}]", ""))
-            x.add(i, f"h[b * {H} + {j}] = $hh + $z * (h[b * {H} + {j}] - $hh)", f"y[t, d, b, {j}] = h[b * {H} + {j}]")
-
-        x.each(4, H, gru_cell)
-    else:
-        x.matvec(4, (0, G * H), hb, rec, registers, store_g)
-
-        def cell(i, j):
-            if lstm:
-                x.add(i, *_sigmoid("gi", f"g[{j}]", ""), *_sigmoid("go", f"g[{H} + {j}]", ""))
-                x.add(i, *_sigmoid("gf", f"g[{2 * H} + {j}]", ""), *_tanh("gc", f"g[{3 * H} + {j}]", ""))
-                x.add(i, f"c[b * {H} + {j}] = $gf * c[b * {H} + {j}] + $gi * $gc")
-                x.add(i, *_tanh("ct", f"c[b * {H} + {j}]", ""), f"h[b * {H} + {j}] = $go * $ct")
-            else:
-                x.add(i, *_tanh("hn", f"g[{j}]", ""), f"h[b * {H} + {j}] = $hn")
-            x.add(i, f"y[t, d, b, {j}] = h[b * {H} + {j}]")
-
-        x.each(4, H, cell)
+    (_gru_step if gru else _step)(x, rec, registers)
     x.add(2, f"for b in range({B}):")
     x.each(3, H, lambda i, j: x.add(i, f"yh[d, b, {j}] = h[b * {H} + {j}]"))
     if lstm:
         x.each(3, H, lambda i, j: x.add(i, f"yc[d, b, {j}] = c[b * {H} + {j}]"))
     scratch = f'sc = T.alloc_buffer(({max(1, len(x.slots))}, {lanes}), "float32", scope="local")'
     return "\n".join(ln.replace("SCRATCH", scratch) for ln in x.lines) + "\n"
+
+
+def _params(rec: Recurrence) -> list[str]:
+    """The kernel's parameters, as TVMScript."""
+    T_, B, H, D, G = rec.steps, rec.batch, rec.hidden, rec.directions, rec.gates
+    lstm, gru = rec.cell == "lstm", rec.cell == "gru"
+    params = [f'xw: T.Buffer(({T_}, {B}, {D * G * H}), "float32")', f'rt: T.Buffer(({D}, {H}, {G * H}), "float32")']
+    params += [f'rbh: T.Buffer(({D}, {H}), "float32")'] if gru else []
+    params += [f'h0: T.Buffer(({D}, {B}, {H}), "float32")']
+    params += [f'c0: T.Buffer(({D}, {B}, {H}), "float32")'] if lstm else []
+    params += [f'y: T.Buffer(({T_}, {D}, {B}, {H}), "float32")', f'yh: T.Buffer(({D}, {B}, {H}), "float32")']
+    params += [f'yc: T.Buffer(({D}, {B}, {H}), "float32")'] if lstm else []
+    return params
+
+
+def _hb(rec: Recurrence):
+    return lambda k: f"h[b * {rec.hidden} + {k}]"
+
+
+def _store_g(x, rec: Recurrence):
+    base = f"d * {rec.gates * rec.hidden}"
+    return lambda i, j, a: x.add(i, f"g[{j}] = xw[t, b, {base} + {j}] + {a}")
+
+
+def _gru_step(x, rec: Recurrence, registers: int) -> None:
+    """One GRU step of batch row b: the gates' recurrent products, then the cell per hidden unit."""
+    H, base = rec.hidden, f"d * {rec.gates * rec.hidden}"
+    x.matvec(4, (0, 2 * H), _hb(rec), rec, registers, _store_g(x, rec))
+    if rec.linear_before_reset:
+        store_n = lambda i, j, a: x.add(i, f"g[{j}] = {a} + rbh[d, {j} - {2 * H}]")
+        x.matvec(4, (2 * H, 3 * H), _hb(rec), rec, registers, store_n)
+    else:
+        x.each(4, H, lambda i, j: x.add(i, *_sigmoid("r", f"g[{H} + {j}]", ""), f"rh[{j}] = $r * h[b * {H} + {j}]"))
+        x.matvec(
+            4,
+            (2 * H, 3 * H),
+            lambda k: f"rh[{k}]",
+            rec,
+            registers,
+            lambda i, j, a: x.add(i, f"g[{j}] = xw[t, b, {base} + {j}] + {a} + rbh[d, {j} - {2 * H}]"),
+        )
+
+    def gru_cell(i, j):
+        x.add(i, *_sigmoid("z", f"g[{j}]", ""))
+        if rec.linear_before_reset:
+            x.add(i, *_sigmoid("r", f"g[{H} + {j}]", ""))
+            x.add(i, *_tanh("hh", f"xw[t, b, {base} + {2 * H} + {j}] + $r * g[{2 * H} + {j}]", ""))
+        else:
+            x.add(i, *_tanh("hh", f"g[{2 * H} + {j}]", ""))
+        x.add(i, f"h[b * {H} + {j}] = $hh + $z * (h[b * {H} + {j}] - $hh)", f"y[t, d, b, {j}] = h[b * {H} + {j}]")
+
+    x.each(4, H, gru_cell)
+
+
+def _step(x, rec: Recurrence, registers: int) -> None:
+    """One LSTM or RNN step of batch row b: the gates' recurrent products, then the cell per hidden unit."""
+    H, lstm = rec.hidden, rec.cell == "lstm"
+    x.matvec(4, (0, rec.gates * H), _hb(rec), rec, registers, _store_g(x, rec))
+
+    def cell(i, j):
+        if lstm:
+            x.add(i, *_sigmoid("gi", f"g[{j}]", ""), *_sigmoid("go", f"g[{H} + {j}]", ""))
+            x.add(i, *_sigmoid("gf", f"g[{2 * H} + {j}]", ""), *_tanh("gc", f"g[{3 * H} + {j}]", ""))
+            x.add(i, f"c[b * {H} + {j}] = $gf * c[b * {H} + {j}] + $gi * $gc")
+            x.add(i, *_tanh("ct", f"c[b * {H} + {j}]", ""), f"h[b * {H} + {j}] = $go * $ct")
+        else:
+            x.add(i, *_tanh("hn", f"g[{j}]", ""), f"h[b * {H} + {j}] = $hn")
+        x.add(i, f"y[t, d, b, {j}] = h[b * {H} + {j}]")
+
+    x.each(4, H, cell)
 
 
 def kernel(rec: Recurrence, lanes: int = DEFAULT_LANES, registers: int = DEFAULT_REGISTERS):

@@ -12,7 +12,7 @@ import json
 import warnings
 from pathlib import Path
 
-from .._io import atomic_write_text
+from ..._io import atomic_write_text
 
 FILES = ("database_workload.json", "database_tuning_record.json")
 # {workload structural hash: [digests of the default-schedule traces measured for it]}: compaction drops
@@ -208,7 +208,7 @@ def compact(db_dir: str | Path) -> tuple[int, int]:
 
     from tvm.s_tir import meta_schedule as ms
 
-    from .._io import atomic_write_bytes
+    from ..._io import atomic_write_bytes
 
     db_dir = Path(db_dir)
     db = open_database(db_dir)

@@ -7,7 +7,7 @@ from __future__ import annotations
 import tvm
 from tvm import tirx
 
-from ..counters import Counter
+from ...counters import Counter
 from .apply import is_scheduled
 
 # what ApplyGPUSchedules counts in the report (kiln/counters.py)

@@ -78,7 +78,7 @@ def _padded_rows(sch: s_tir.Schedule, anchor, lanes: int, rows: int) -> None:
     """A map whose rows are a little narrower than a vector (ShuffleNet's 14 x 14 on 16 lanes): each row
     padded to one vector (pad_einsum: a zero-padded copy of the input, the conv over whole vectors, the
     real columns copied out), then the same register tile as the flat rule, a row of pixels per tile.
-    ShuffleNet's 116-channel convs on 14 x 14 maps ran on the generic rule at ~45 GFLOP/s."""
+    ShuffleNet's 116-channel convs on 14 x 14 maps ran slowly on the generic rule (timings in benchmarks/history.md)."""
     sch.transform_block_layout(anchor, lambda n, c, y, x, rc, ry, rx: (n, c, y, x, rc))  # 1x1: einsum indices
     # padded before the producers are inlined (a channel shuffle's slice would give the input non-plain indices);
     # then they are inlined into the padded copy, and the copy of the real columns into the epilogue

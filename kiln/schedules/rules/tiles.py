@@ -15,7 +15,7 @@ def divisor_at_most(n: int, cap: int) -> int:
 
 MAX_TILE_VECTORS = 8  # column vectors of a matmul register tile
 ROUND_ROWS_GAIN = 1.25  # round a matmul's rows up when the free tile does this many more FMAs per load (128 rows
-# keep their 4 x 4 tile: 90% of peak, 2.0 FMAs per load against 6 x 4's 2.4)
+# keep their 4 x 4 tile, near peak, 2.0 FMAs per load against 6 x 4's 2.4; benchmarks/history.md)
 
 
 def matmul_tile(rows: int | None, vectors: int, registers: int) -> tuple[int, int]:
@@ -47,7 +47,7 @@ def round_to_tile(rows: int, tile) -> int | None:
 
 def rounded_rows(rows: int, vectors: int, registers: int) -> int | None:
     """round_to_tile for the float32 matmul tile: 197 tokens (prime) have only 1-row tiles, which read a weight
-    vector per FMA (27-31% of peak), where 6 x 4 zmm tiles read one per 2.4 FMAs."""
+    vector per FMA (far below peak; timings in benchmarks/history.md), where 6 x 4 zmm tiles read one per 2.4 FMAs."""
     return round_to_tile(rows, lambda m: matmul_tile(m, vectors, registers))
 
 
@@ -83,10 +83,9 @@ def conv_register_tile(width: int, blocks: int, registers: int) -> tuple[int, in
     registers (AVX2): t | width pixels x b | blocks channel blocks, at most NARROW_ACCUMULATORS
     accumulators and 4 weight vectors, the most FMAs per load (t broadcasts + b weight vectors for
     t x b FMAs), then more channel blocks. None on 32-register targets (AVX-512, NEON): they keep the
-    row tile of up to 8 pixels, which beat this tile and a 16-accumulator one on Zen 4. On Zen 3 (one
-    core) the row tile ran ResNet-50's 1x1 convs at 35-55% of peak; 2 pixels x 4 blocks (7 x 1 on
-    7-wide maps) at 70-80%. 12 accumulators measured no faster than 8 (benchmarks/history.md, "AVX2"
-    and "AVX-512")."""
+    row tile of up to 8 pixels, which beat this tile and a 16-accumulator one on Zen 4. On Zen 3 the
+    row tile ran ResNet-50's 1x1 convs well below 2 pixels x 4 blocks (7 x 1 on 7-wide maps). 12
+    accumulators measured no faster than 8 (timings in benchmarks/history.md, "AVX2" and "AVX-512")."""
     if registers > NARROW_REGISTERS:
         return None
     best, best_key = (1, 1), (0.0, 0)

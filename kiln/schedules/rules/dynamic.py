@@ -1,7 +1,7 @@
 """Default schedule for kernels sized at run time (detection heads: the RoI count, the boxes NMS
 keeps). The static rules read loop extents; these kernels have symbolic ones, and left to TVM's
-default lowering they run single-threaded and scalar: FasterRCNN's box-head matmul took 13.4 s of
-a 14.2 s run (benchmarks/history.md). The rule uses only the extents that are constants: it
+default lowering they run single-threaded and scalar: FasterRCNN's box-head matmul took almost all
+of its run (benchmarks/history.md). The rule uses only the extents that are constants: it
 parallelizes over the outer spatial loops (whatever their size), vectorizes a constant innermost
 spatial axis, and register-tiles a reduction over a constant output axis (lanes wide, over a few
 rows of the run-time axis, whose tail a predicate guards). ScheduleError when it does not apply."""
@@ -85,7 +85,7 @@ def _reduction(sch, block, lanes: int, registers: int) -> None:
     if len(outer) == 2 and rows:
         # [rows, columns]: not fused, so the register tile's indices stay plain loop variables. Fused with
         # the run-time row count, the tile's offsets are div/mod expressions the buffer compaction cannot
-        # cancel, and the accumulators were a stack array (a load and a store per FMA: 90 GFLOP/s)
+        # cancel, and the accumulators were a stack array (a load and a store per FMA; benchmarks/history.md)
         sch.parallel(joo if _const(sch, joo) >= MIN_PARALLEL_TILES else outer[1])
         tile_loop = outer[1]
     else:

@@ -3,8 +3,9 @@ reductions, then its output, computed together in one parallel loop over rows, a
 reduction vectorized into lane-wide partial sums (rfactor) that one short loop adds up.
 
 A scalar reduction is one add chain: 128 dependent adds per row, at the adder's latency (3-4
-cycles), not its throughput. TOPI's layer norm over [128, 128] took 15 us that way and 2 us with
-16-lane partial sums (Zen 5); the zoo transformer's 4 layer norms were 12% of its time."""
+cycles), not its throughput: TOPI's layer norm ran several times slower that way than with 16-lane
+partial sums, and the zoo transformer's layer norms were a noticeable share of its time (timings in
+benchmarks/history.md)."""
 
 from __future__ import annotations
 
