@@ -2,7 +2,7 @@
 the two orders), so Whisper's FFN-down [1500, 1536] x [1536, 384] sweeps each column group over every row
 instead of streaming its 2.4 MB of weights once per 6-row block."""
 
-from kiln.schedules.matmul import CACHE_BYTES, _columns_outer
+from kiln.schedules.rules.matmul import CACHE_BYTES, _columns_outer
 
 
 def test_large_weights_are_swept_once():
