@@ -2,8 +2,8 @@
 (batch x head, block of query rows) on Kiln's C kernel (kiln/schedules/kernels/attention.c): an online
 (streaming) softmax over blocks of keys, so the scores are never written out. Unfused, Whisper-tiny's
 encoder wrote and read 6 x 1500 x 1500 scores per layer (54 MB) three times (Q Kᵀ, softmax, · V) and its
-softmax, on 1500-wide rows no whole vector of 16 divides, ran scalar: those three kernels were 51% of the
-model's time (benchmarks/history.md).
+softmax, on 1500-wide rows no whole vector of 16 divides, ran scalar: those three kernels were half the
+model's time (timings in benchmarks/history.md).
 
 It takes the chain as both torch exporters write it, over static float32 tensors of rank 3 or 4:
 matmul(Q, Kᵀ) [* or / a scalar constant] [+ an additive mask that broadcasts over batch, heads or query

@@ -10,7 +10,7 @@
  * kt   [BH, NB, D, KB] float32: the keys transposed and packed in blocks of KB keys (NB = N / KB rounded up,
  *                      zeros past N; kiln_attention_key_block() gives KB): each block's D x KB floats are
  *                      contiguous, so the scores' loop reads one stream (K^T's rows N floats apart each cost
- *                      a TLB miss per step: 55% of peak on Whisper's 1500 keys)
+ *                      a TLB miss per step; timings in benchmarks/history.md)
  * v    [BH, N, DV]   float32, DV a multiple of VL
  * mask additive, element (bh, i, j) at mask[(bh / mh_div % mh_mod) * mask_bh + i * mask_row + j]
  *      (strides 0 where it broadcasts), or NULL
