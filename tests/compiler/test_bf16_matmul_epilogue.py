@@ -23,6 +23,8 @@ CONSTS |= {"s2pi": F(0.7978845608028654), "near": F(1.5)}
 def _gelu_nodes(form: str) -> list:
     """a1 -> g: the TorchScript exporter's erf GELU, the dynamo exporter's, GPT-2's tanh form, or a near miss."""
     mk = helper.make_node
+    if form == "relu":
+        return [mk("Relu", ["a1"], ["g"])]
     if form in ("erf", "near"):
         return [
             mk("Div", ["a1", "sq2" if form == "erf" else "near"], ["d"]),
@@ -79,7 +81,9 @@ def _bf16(a):
 def _reference(x, form: str):
     """float64 with the kernel's roundings: x, the weights and the GELU's output in bf16."""
     a1 = _bf16(x) @ _bf16(rand(K, H, seed=1) * 0.2) + rand(H, seed=2)
-    if form in ("tanh", "gpt2_gemm"):
+    if form == "relu":
+        g = np.maximum(a1, 0)
+    elif form in ("tanh", "gpt2_gemm"):
         g = 0.5 * a1 * (1 + np.tanh(math.sqrt(2 / math.pi) * (a1 + 0.044715 * a1**3)))
     else:
         g = 0.5 * a1 * (1 + np.vectorize(math.erf)(a1 / (1.5 if form == "near" else math.sqrt(2))))
@@ -87,7 +91,9 @@ def _reference(x, form: str):
 
 
 @needs_bf16
-@pytest.mark.parametrize("form, rows", [("erf", 20), ("erf_dynamo", 7), ("tanh", 37), ("near", 20), ("gpt2_gemm", 24)])
+@pytest.mark.parametrize(
+    "form, rows", [("erf", 20), ("erf_dynamo", 7), ("tanh", 37), ("near", 20), ("gpt2_gemm", 24), ("relu", 9)]
+)
 def test_ffn_epilogues_match_a_bf16_reference_and_onnxruntime(tmp_path, form, rows):
     m = _ffn(form, rows)
     r = kiln.compile(m, tmp_path / "m.kiln", precision="bf16")
