@@ -203,8 +203,7 @@ def _collect(kept, count, offsets, classes: int, total_rows: int):
 
 
 def all_class_nms(boxes, scores, iou_t, score_t, limit_t, limit: int, lanes: int):
-    """(selected rows, padded to batch * classes * limit; their count as a (1,) int64 tensor). The padded rows
-    are what the op's type says; the ONNX converter (frontends/tvm_nms.py) slices the kept ones."""
+    """(selected rows, padded to batch * classes * limit; their count as a (1,) int64 tensor)."""
     batch, classes, num_boxes = scores.shape
     flat = topi.reshape(scores, (batch * classes, num_boxes))
     flat_boxes = topi.reshape(boxes, (batch * num_boxes, 4))
@@ -213,6 +212,14 @@ def all_class_nms(boxes, scores, iou_t, score_t, limit_t, limit: int, lanes: int
     total = topi.sum(topi.cast(count, "int64"), axis=0, keepdims=True)
     rows = _collect(kept, count, offsets, int(classes), int(batch * classes * max(limit, 1)))
     return rows, total
+
+
+def _slice_bounds(total):
+    """begin, end and strides of the valid rows [0:total, 0:3] (computes, as TVM's lowering builds them)."""
+    zero, one, three = (tirx.const(c, "int64") for c in (0, 1, 3))
+    begin = te.compute((2,), lambda i: zero, name="begin")
+    end = te.compute((2,), lambda i: tirx.if_then_else(i == 0, total[0], three), name="end")
+    return begin, end, te.compute((2,), lambda i: one, name="strides")
 
 
 def _static_limit(limit, count: int | None) -> int | None:
@@ -242,7 +249,14 @@ def legalize(lanes: int, fallback):
         # its loops run as far as the data says: no FLOP count (the profile's GFLOP/s would be made up)
         gv = out.args[0]
         bb.update_func(gv, bb.get()[gv].with_attr(FLOPS_ATTR, 0))
-        # every allocated row, as the op is typed: Kiln's converter (frontends/tvm_nms.py) slices the kept ones
-        return relax.Tuple([bb.emit(relax.TupleGetItem(out, 0)), bb.emit(relax.TupleGetItem(out, 1))])
+        rows, total = bb.emit(relax.TupleGetItem(out, 0)), bb.emit(relax.TupleGetItem(out, 1))
+        if count is not None:
+            # a static box count: every allocated row, as the op is typed; Kiln's converter
+            # (frontends/tvm_nms.py, _selected_rows) slices the kept ones
+            return relax.Tuple([rows, total])
+        bounds = bb.call_te(_slice_bounds, total)
+        begin, end, strides = (bb.emit(relax.TupleGetItem(bounds, i)) for i in range(3))
+        trimmed = bb.emit(relax.op.dynamic_strided_slice(rows, begin, end, strides))
+        return relax.Tuple([trimmed, total])
 
     return lower

@@ -45,15 +45,16 @@ def _selected_rows(bb, out, scores):
     """The selected indices sliced to the rows kept, with a symbolic row count. TVM types them (batch * classes
     * limit, 3), the rows allocated; typed so, what reads them was sized for every allocated row (a Reshape to
     -1 after a Gather made 22638 values from 112, reading past the kept ones: issue 51's SSDlite with run-time
-    thresholds). Where legalize_nms.py's kernel lowers the op (static batch and class counts, as here) it
-    returns the allocated rows, and this slice keeps as many as it counted; TVM's own lowering (anything
-    else) trims them itself. A match_cast of the untrimmed value would be folded back to its static type."""
+    thresholds). With static scores (batch, classes and boxes), legalize_nms.py's kernel returns the allocated
+    rows, as typed, and this slice keeps as many as it counted; otherwise the type is symbolic and the lowering
+    (Kiln's or TVM's) trims the rows itself (RetinaNet's boxes after TopK). A match_cast of the untrimmed value
+    alone would be folded back to its static type."""
     import tvm
     from tvm import relax
 
     selected, total = (bb.emit(relax.TupleGetItem(out, i)) for i in (0, 1))
     shape = scores.ty.shape if isinstance(scores.ty, relax.TensorType) else None
-    if shape is None or not all(isinstance(d, tvm.tirx.IntImm) for d in shape.values[:2]):
+    if shape is None or not all(isinstance(d, tvm.tirx.IntImm) for d in shape.values):
         return selected
     begin, three, strides = (relax.const(np.array(v, np.int64), "int64") for v in ([0, 0], [3], [1, 1]))
     end = bb.emit(relax.op.concat([relax.op.astype(total, "int64"), three], axis=0))

@@ -84,6 +84,26 @@ def test_what_reads_nms_rows_sees_only_the_rows_kept(tmp_path, limit):
         np.testing.assert_allclose(ours["kept"], ref[0], rtol=1e-6)
 
 
+def test_nms_over_a_run_time_box_count_after_topk(tmp_path):
+    """RetinaNet's pattern: the candidates are a TopK with a run-time k, so the box count is symbolic and NMS's
+    rows are typed by it while the kernel allocates for its static bound: the rows kept, as onnxruntime's."""
+    m, feeds = _nms_model()
+    feeds = {"boxes": feeds["boxes"][:1], "scores": feeds["scores"][:1, :1], "k": np.array([25], np.int64)}
+    nodes = [
+        helper.make_node("TopK", ["scores", "k"], ["top", "at"], axis=2),
+        helper.make_node("Squeeze", ["at", "axes"], ["at1"]),
+        helper.make_node("Gather", ["boxes", "at1"], ["cand"], axis=1),
+        helper.make_node("NonMaxSuppression", ["cand", "top", "max_out", "iou", "score_t"], ["sel"]),
+    ]
+    inits = {"axes": np.array([0, 1], np.int64), "max_out": np.array([100], np.int64)}
+    inits.update(iou=np.array([0.3], np.float32), score_t=np.array([0.1], np.float32))
+    m = make_model(nodes, feeds, ["sel"], inits)
+    art = kiln.compile(m, tmp_path / "m.kiln") and kiln.load(tmp_path / "m.kiln")
+    for k in (25, 40, 3):
+        f = dict(feeds, k=np.array([k], np.int64))
+        np.testing.assert_array_equal(art.run(f)["sel"], ort_run(m, f)[0])
+
+
 def test_nms_run_time_limit_over_a_run_time_box_count_is_refused(tmp_path):
     """The boxes kept by a score filter (Compress): their count is known only at run time, so a run-time
     limit has no static size to allocate the selected rows for; the error says how to fix it."""
