@@ -23,7 +23,6 @@ _FROZEN = "freeze: a shape-determining value fed as a graph input (UnsupportedMo
 KNOWN_FAILURES = {
     # ops with no ahead-of-time lowering: UnsupportedModelError naming the op
     "test_ai_onnx_ml_label_encoder_string_int": "ai.onnx.ml op on strings",
-    "test_basic_deform_conv_with_padding": "DeformConv: no TVM converter, no rewrite yet",
     "test_regex_full_match_basic": "string op",
     "test_string_concat": "string op",
     "test_string_split_basic": "string op",

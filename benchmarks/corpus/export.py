@@ -132,7 +132,7 @@ PACKAGED = [
 
 def make_input(rng, shape, dtype, kind):
     """One input array: seeded, in the range the model expects."""
-    if isinstance(kind, int):
+    if isinstance(kind, (int, float)):  # a constant: a sample rate, an NMS threshold or box limit
         return np.full(shape, kind, dtype=dtype)
     if kind == "zeros":
         return np.zeros(shape, dtype=dtype)
@@ -456,6 +456,230 @@ def _wav2vec2():
     return _hf_wrap(Wav2Vec2Model(c).eval(), ["input_values"])
 
 
+# ------------------------------------------------------------------- issue 51: run-time scalars, DCN, branches
+def _ort_nms():
+    """The NonMaxSuppression export wrapper detector repos ship (YOLOv7's models/experimental.py `ORT_NMS`,
+    mmdeploy's `ONNXNMSop`): an autograd Function whose symbolic emits ONNX NonMaxSuppression with the limit
+    and thresholds passed through, here as forward() arguments, so they become graph inputs. The eager
+    forward is torchvision's batched NMS (only its output's shape and dtype matter to the tracer)."""
+    torch = _torch()
+    import torchvision
+
+    class ORT_NMS(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, boxes, scores, max_output_boxes_per_class, iou_threshold, score_threshold):
+            b, s = boxes[0], scores[0]  # (N, 4), (C, N)
+            keep = []
+            for c in range(s.shape[0]):
+                ok = torch.nonzero(s[c] > score_threshold[0]).flatten()
+                k = torchvision.ops.nms(b[ok], s[c][ok], float(iou_threshold[0]))
+                k = ok[k][: int(max_output_boxes_per_class[0])]
+                keep.append(torch.stack([torch.zeros_like(k), torch.full_like(k, c), k], 1))
+            return torch.cat(keep, 0)
+
+        @staticmethod
+        def symbolic(g, boxes, scores, max_output_boxes_per_class, iou_threshold, score_threshold):
+            return g.op("NonMaxSuppression", boxes, scores, max_output_boxes_per_class, iou_threshold, score_threshold)
+
+    return ORT_NMS
+
+
+def _ssdlite_nms_inputs():
+    """torchvision's SSDlite320 (MobileNetV3-Large backbone, SSDLite head, 8 classes, random weights) with its
+    post-processing written the way detector repos export it for onnxruntime: boxes decoded by the model's own
+    BoxCoder over its anchors, softmax class scores without the background, then ONNX NonMaxSuppression whose
+    max_output_boxes_per_class, iou_threshold and score_threshold are graph inputs (YOLOv7/mmdeploy style), the
+    kept boxes and scores gathered from its indices."""
+    torch = _torch()
+    import torchvision
+    from torchvision.models.detection.image_list import ImageList
+
+    m = torchvision.models.detection.ssdlite320_mobilenet_v3_large(
+        weights=None, weights_backbone=None, num_classes=8
+    ).eval()
+    with torch.no_grad():  # detection's conv init (std 0.03) shrinks features to 1e-13, every score to 1/8
+        for w in m.parameters():
+            if w.dim() == 4:
+                torch.nn.init.kaiming_normal_(w, nonlinearity="relu")
+        for head in (m.head.classification_head, m.head.regression_head):
+            for seq in head.module_list:  # logits and box deltas of std ~0.4: scores spread, few exact ties
+                seq[-1].weight.mul_(0.1)
+    nms = _ort_nms()
+
+    class Det(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.backbone, self.head, self.box_coder, self.nms = m.backbone, m.head, m.box_coder, nms.apply
+            x = torch.zeros(1, 3, 320, 320)
+            with torch.no_grad():
+                feats = list(self.backbone(x).values())
+                anchors = m.anchor_generator(ImageList(x, [(320, 320)]), feats)[0]
+            self.register_buffer("anchors", anchors)
+
+        def forward(self, x, max_output_boxes_per_class, iou_threshold, score_threshold):
+            out = self.head(list(self.backbone(x).values()))
+            boxes = self.box_coder.decode_single(out["bbox_regression"][0], self.anchors)  # (N, 4) x1y1x2y2
+            scores = out["cls_logits"][0].softmax(-1)[:, 1:].transpose(0, 1)  # (C, N)
+            sel = self.nms(boxes[None], scores[None], max_output_boxes_per_class, iou_threshold, score_threshold)
+            return boxes[sel[:, 2]], scores[sel[:, 1], sel[:, 2]], sel[:, 1]
+
+    return Det().eval()
+
+
+_NMS_OP = []
+
+
+def _nms_custom_op():
+    """For the dynamo exporter, the documented route for an op with no ATen decomposition: a torch.library
+    custom op (eager: torchvision NMS per class; fake: a data-dependent row count) and an onnxscript
+    translation to ONNX NonMaxSuppression, passed as torch.onnx.export(custom_translation_table=...)."""
+    torch = _torch()
+    if _NMS_OP:
+        return _NMS_OP[0]
+    import torchvision
+    from onnxscript import opset18 as op
+
+    schema = "(Tensor boxes, Tensor scores, Tensor limit, Tensor iou, Tensor score) -> Tensor"  # (lazy annotations)
+
+    @torch.library.custom_op("corpus::nms", mutates_args=(), schema=schema)
+    def nms(boxes, scores, limit, iou, score):
+        b, s, keep = boxes[0], scores[0], []
+        for c in range(s.shape[0]):
+            ok = torch.nonzero(s[c] > score[0]).flatten()
+            k = ok[torchvision.ops.nms(b[ok], s[c][ok], float(iou[0]))][: int(limit[0])]
+            keep.append(torch.stack([torch.zeros_like(k), torch.full_like(k, c), k], 1))
+        return torch.cat(keep, 0)
+
+    @nms.register_fake
+    def _(boxes, scores, limit, iou, score):
+        return boxes.new_empty((torch.library.get_ctx().new_dynamic_size(), 3), dtype=torch.int64)
+
+    def nms_onnx(boxes, scores, limit, iou, score):
+        return op.NonMaxSuppression(boxes, scores, limit, iou, score)
+
+    _NMS_OP.append((nms, {torch.ops.corpus.nms.default: nms_onnx}))
+    return _NMS_OP[0]
+
+
+def _ssdlite_nms_inputs_dynamo():
+    """_ssdlite_nms_inputs with its NMS as a custom op the dynamo exporter translates (see _nms_custom_op)."""
+    det = _ssdlite_nms_inputs()
+    nms, table = _nms_custom_op()
+    det.nms = nms
+    det.onnx_translation = table
+    return det
+
+
+NMS_THRESHOLDS = {
+    "max_output_boxes_per_class": ((1,), "int64", 20),
+    "iou_threshold": ((1,), "float32", 0.45),
+    "score_threshold": ((1,), "float32", 0.25),
+}
+
+
+def _deform_conv_symbolic():
+    """ONNX DeformConv (opset 19) for torchvision::deform_conv2d: torchvision registers no ONNX symbolic for
+    it, so a DCN user registers one (its arguments map one to one onto the ONNX op's inputs and attributes)."""
+    torch = _torch()
+    from torch.onnx import symbolic_helper as sh
+
+    @sh.parse_args("v", "v", "v", "v", "v", "i", "i", "i", "i", "i", "i", "i", "i", "b")
+    def deform_conv2d(g, x, w, offset, mask, bias, sh_, sw, ph, pw, dh, dw, groups, offset_groups, use_mask):
+        ins = [x, w, offset, bias] + ([mask] if use_mask else [])
+        kh, kw = (sh._get_tensor_sizes(w) or [0, 0, 3, 3])[2:]
+        return g.op(
+            "DeformConv",
+            *ins,
+            dilations_i=[dh, dw],
+            group_i=groups,
+            kernel_shape_i=[kh, kw],
+            offset_group_i=offset_groups,
+            pads_i=[ph, pw, ph, pw],
+            strides_i=[sh_, sw],
+        )
+
+    torch.onnx.register_custom_op_symbolic("torchvision::deform_conv2d", deform_conv2d, 19)
+
+
+def _resnet18_dcn():
+    """ResNet-18 with modulated deformable convolution (DCNv2, Zhu et al. 2019) in the 3x3 convs of its last
+    two stages, the `stage_with_dcn=(False, False, True, True)` backbone of CenterNet/mmdetection DCN
+    detectors: each block's conv2 becomes torchvision.ops.DeformConv2d fed by a zero-initialised offset/mask
+    conv (random here, so the sampling really moves)."""
+    torch = _torch()
+    import torchvision
+
+    nn = torch.nn
+    _deform_conv_symbolic()
+
+    class DCNv2(nn.Module):
+        def __init__(self, conv):
+            super().__init__()
+            c, s = conv.in_channels, conv.stride
+            self.offset = nn.Conv2d(c, 27, 3, s, 1)  # 2*9 offsets + 9 mask logits
+            nn.init.normal_(self.offset.weight, std=0.01)
+            self.dcn = torchvision.ops.DeformConv2d(c, conv.out_channels, 3, s, 1, bias=False)
+
+        def forward(self, x):
+            o = self.offset(x)
+            return self.dcn(x, o[:, :18], o[:, 18:].sigmoid())
+
+    r = torchvision.models.resnet18(weights=None)
+    for layer in (r.layer3, r.layer4):
+        for block in layer:
+            block.conv2 = DCNv2(block.conv2)
+    return r.eval()
+
+
+def _lstm_text():
+    """A text classifier of the kind onnxruntime's quantize_dynamic is run on: token embedding, a 2-layer
+    bidirectional LSTM, mean over time, linear head."""
+    torch = _torch()
+    nn = torch.nn
+
+    class TextLSTM(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.emb = nn.Embedding(VOCAB, 64)
+            self.lstm = nn.LSTM(64, 96, num_layers=2, batch_first=True, bidirectional=True)
+            self.fc = nn.Linear(192, 4)
+
+        def forward(self, input):
+            y, _ = self.lstm(self.emb(input))
+            return self.fc(y.mean(1))
+
+    return TextLSTM().eval()
+
+
+def _vad_sr_branch():
+    """A Silero-style voice-activity detector scripted with torch.jit.script, as silero's is: an `If` on the
+    sample-rate input picks the 16 kHz or the 8 kHz front end (each a learned STFT-like Conv1d over a frame of
+    that rate's length), then a shared conv encoder, an LSTMCell carrying the state, a sigmoid speech
+    probability. For the 16 kHz frame the other branch cannot type-check (its frame is half as long)."""
+    torch = _torch()
+    nn = torch.nn
+
+    class VAD(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.stft16 = nn.Conv1d(1, 130, 256, stride=128, bias=False)
+            self.stft8 = nn.Conv1d(1, 130, 128, stride=64, bias=False)
+            self.proj16 = nn.Linear(4 * 130, 128)
+            self.proj8 = nn.Linear(4 * 130, 128)
+            self.cell = nn.LSTMCell(128, 128)
+            self.out = nn.Linear(128, 1)
+
+        def forward(self, x, state, sr):
+            if bool(sr == 16000):
+                f = self.proj16(torch.relu(self.stft16(x.unsqueeze(1))).reshape(x.shape[0], 4 * 130))
+            else:
+                f = self.proj8(torch.relu(self.stft8(x.unsqueeze(1))).reshape(x.shape[0], 4 * 130))
+            h, c = self.cell(f, (state[0], state[1]))
+            return torch.sigmoid(self.out(h)), torch.stack([h, c])
+
+    return torch.jit.script(VAD().eval())
+
+
 def _image(shape=(1, 3, 224, 224), kind="normal"):
     return {"input": (shape, "float32", kind)}
 
@@ -467,8 +691,8 @@ TEXT_BERT = {
 }
 TEXT2 = {"input_ids": ((1, SEQ), "int64", ("int", VOCAB)), "attention_mask": ((1, SEQ), "int64", "ones")}
 
-# name -> (builder, inputs, exporter, source description). Exporter "torchscript" = dynamo=False (opset 17),
-# "dynamo" = dynamo=True (opset 18, onnxscript, optimized).
+# name -> (builder, inputs, exporter, source description[, opset]). Exporter "torchscript" = dynamo=False
+# (opset 17 unless given), "dynamo" = dynamo=True (opset 18, onnxscript, optimized).
 TORCH = {
     "resnet18": (_tv("resnet18"), _image(), "torchscript", "torchvision"),
     "resnet18_dynamo": (_tv("resnet18"), _image(), "dynamo", "torchvision"),
@@ -585,6 +809,38 @@ TORCH = {
         "torchscript",
         "transformers Wav2Vec2Model (conv feature extractor + 2 layers)",
     ),
+    # issue 51's patterns: run-time NMS thresholds, DCN, If on a sample-rate input, a quantized LSTM's float base
+    "ssdlite320_nms_inputs": (
+        _ssdlite_nms_inputs,
+        {**_image((1, 3, 320, 320), "uniform"), **NMS_THRESHOLDS},
+        "torchscript",
+        "torchvision SSDlite320 (8 classes), decode + ONNX NMS with limit/iou/score thresholds as graph inputs",
+    ),
+    "ssdlite320_nms_inputs_dynamo": (
+        _ssdlite_nms_inputs_dynamo,
+        {**_image((1, 3, 320, 320), "uniform"), **NMS_THRESHOLDS},
+        "dynamo",
+        "torchvision SSDlite320 (8 classes), decode + NMS custom op translated to ONNX NMS, thresholds as inputs",
+    ),
+    "resnet18_dcn": (
+        _resnet18_dcn,
+        _image((1, 3, 112, 112)),
+        "torchscript",
+        "torchvision ResNet-18, DCNv2 (torchvision.ops.DeformConv2d) in stages 3-4, ONNX DeformConv",
+        19,
+    ),
+    "vad_sr_branch": (
+        _vad_sr_branch,
+        {"x": ((1, 640), "float32", "normal"), "state": ((2, 1, 128), "float32", "zeros"), "sr": VAD_SR},
+        "torchscript",
+        "Silero-style VAD (torch.jit.script: If on the sample rate, 16k/8k Conv1d front ends, LSTMCell)",
+    ),
+    "lstm_text": (
+        _lstm_text,
+        {"input": ((1, SEQ), "int64", ("int", VOCAB))},
+        "torchscript",
+        "text classifier (Embedding + 2-layer BiLSTM) in torch.nn",
+    ),
 }
 
 # quantized with onnxruntime.quantization from a float export above: name -> (float model, how)
@@ -594,21 +850,34 @@ QUANTIZED = {
     "resnet18_qdq": ("resnet18", "static_qdq"),
     "mobilenet_v2_qdq": ("mobilenet_v2", "static_qdq"),
     "resnet18_qoperator": ("resnet18", "static_qoperator"),
+    "lstm_text_qdynamic": ("lstm_text", "dynamic"),  # DynamicQuantizeLSTM (issue 51)
+    "crnn_lstm_qdynamic": ("crnn_lstm", "dynamic"),  # ConvInteger + DynamicQuantizeLSTM in a CNN + LSTM
 }
 
 
 def export_torch(name, out: Path, rng) -> dict:
     torch = _torch()
-    builder, inputs, exporter, source = TORCH[name]
+    builder, inputs, exporter, source, *opset = TORCH[name]
     feed = {k: make_input(rng, *v) for k, v in inputs.items()}
     model = builder()
     args = tuple(torch.from_numpy(v) for v in feed.values())
     path = out / f"{name}.onnx"
     with torch.no_grad():
         if exporter == "dynamo":
-            torch.onnx.export(model, args, str(path), dynamo=True, external_data=False, input_names=list(feed))
+            table = getattr(model, "onnx_translation", None)  # custom ops' onnxscript translations
+            torch.onnx.export(
+                model,
+                args,
+                str(path),
+                dynamo=True,
+                external_data=False,
+                input_names=list(feed),
+                **({"custom_translation_table": table} if table else {}),
+            )
         else:
-            torch.onnx.export(model, args, str(path), dynamo=False, opset_version=17, input_names=list(feed))
+            torch.onnx.export(
+                model, args, str(path), dynamo=False, opset_version=(opset or [17])[0], input_names=list(feed)
+            )
     return {"feed": feed, "source": source, "exporter": f"torch.onnx.export({exporter}) torch {torch.__version__}"}
 
 

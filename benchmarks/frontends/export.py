@@ -27,7 +27,7 @@ MODELS = ["resnet18", "mobilenet_v2", "mobilenet_v3_small", "squeezenet1_1", "sh
 def export_one(name: str, out: Path) -> dict:
     import torch
 
-    build, inputs, _, source = corpus.TORCH[name]
+    build, inputs, _, source, *_ = corpus.TORCH[name]
     torch.manual_seed(corpus.SEED)
     model = build()
     rng = np.random.default_rng(corpus.SEED)

@@ -250,6 +250,10 @@ def legalize(lanes: int, fallback):
         gv = out.args[0]
         bb.update_func(gv, bb.get()[gv].with_attr(FLOPS_ATTR, 0))
         rows, total = bb.emit(relax.TupleGetItem(out, 0)), bb.emit(relax.TupleGetItem(out, 1))
+        if count is not None:
+            # a static box count: every allocated row, as the op is typed; Kiln's converter
+            # (frontends/tvm_nms.py, _selected_rows) slices the kept ones
+            return relax.Tuple([rows, total])
         bounds = bb.call_te(_slice_bounds, total)
         begin, end, strides = (bb.emit(relax.TupleGetItem(bounds, i)) for i in range(3))
         trimmed = bb.emit(relax.op.dynamic_strided_slice(rows, begin, end, strides))

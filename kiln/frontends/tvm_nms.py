@@ -13,7 +13,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..errors import UnsupportedModelError
-from .tvm_bounds import upper
+from .tvm_bounds import bound, upper
 
 NMS_ROWS_LIMIT = 1 << 24  # selected-index rows TVM's NMS may allocate (batch * classes * per-class limit)
 DEFAULTS = {3: 0.0, 4: float("-inf")}  # iou_threshold, score_threshold when the input is absent
@@ -36,9 +36,32 @@ def nms_converter():
             out = bb.normalize(
                 relax.op.vision.all_class_non_max_suppression(boxes, scores, limit, iou, score, output_format="onnx")
             )
-            return bb.emit(relax.TupleGetItem(out, 0))
+            return _selected_rows(bb, out, scores)
 
     return NonMaxSuppression
+
+
+def _selected_rows(bb, out, scores):
+    """The selected indices sliced to the rows kept, with a symbolic row count. TVM types them (batch * classes
+    * limit, 3), the rows allocated; typed so, what reads them was sized for every allocated row (a Reshape to
+    -1 after a Gather made 22638 values from 112, reading past the kept ones: issue 51's SSDlite with run-time
+    thresholds). With static scores (batch, classes and boxes), legalize_nms.py's kernel returns the allocated
+    rows, as typed, and this slice keeps as many as it counted; otherwise the type is symbolic and the lowering
+    (Kiln's or TVM's) trims the rows itself (RetinaNet's boxes after TopK). A match_cast of the untrimmed value
+    alone would be folded back to its static type."""
+    import tvm
+    from tvm import relax
+
+    selected, total = (bb.emit(relax.TupleGetItem(out, i)) for i in (0, 1))
+    shape = scores.ty.shape if isinstance(scores.ty, relax.TensorType) else None
+    if shape is None or not all(isinstance(d, tvm.tirx.IntImm) for d in shape.values):
+        return selected
+    begin, three, strides = (relax.const(np.array(v, np.int64), "int64") for v in ([0, 0], [3], [1, 1]))
+    end = bb.emit(relax.op.concat([relax.op.astype(total, "int64"), three], axis=0))
+    kept = bb.emit(relax.op.dynamic_strided_slice(selected, begin, end, strides))
+    rows = tvm.tirx.Var("nms_selected_rows", "int64")
+    bound(rows, selected.ty.shape.values[0])
+    return bb.match_cast(kept, relax.TensorType([rows, 3], "int64"))
 
 
 def _with_shape(bb, x, i: int):

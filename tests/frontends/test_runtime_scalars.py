@@ -49,6 +49,61 @@ def test_nms_thresholds_and_limit_are_run_time_inputs(tmp_path, center):
     assert len(set(counts)) == len(counts)  # each setting selected a different number of boxes: all were read
 
 
+@pytest.mark.parametrize("limit", ["input", "constant"])
+def test_what_reads_nms_rows_sees_only_the_rows_kept(tmp_path, limit):
+    """The selected indices' row count is the run's, not the rows allocated (batch * classes * limit): a
+    detector's post-processing (torch.onnx.export of scores[sel[:, 1], sel[:, 2]]) gathers from a flattened
+    score map and reshapes the result to -1. Typed with the allocated rows (240 here; 30 with a constant limit),
+    that Reshape made that many values from the kept ones, the rest read past them (issue 51's SSDlite with its
+    thresholds as inputs)."""
+    m, feeds = _nms_model()
+    if limit == "constant":
+        del feeds["max_out"]
+    nodes = [
+        helper.make_node("NonMaxSuppression", ["boxes", "scores", "max_out", "iou", "score_t"], ["sel"]),
+        helper.make_node("Gather", ["sel", "one"], ["cls"], axis=1),
+        helper.make_node("Gather", ["sel", "two"], ["box"], axis=1),
+        helper.make_node("Mul", ["cls", "n"], ["row"]),
+        helper.make_node("Add", ["row", "box"], ["at"]),
+        helper.make_node("Gather", ["scores", "zero"], ["s0"], axis=0),
+        helper.make_node("Flatten", ["s0"], ["flat"], axis=2),  # (classes * boxes, 1)
+        helper.make_node("Gather", ["flat", "at"], ["picked"], axis=0),
+        helper.make_node("Reshape", ["picked", "minus_one"], ["kept"]),
+    ]
+    inits = {"one": np.array(1), "two": np.array(2), "n": np.array(40), "zero": np.array(0), "minus_one": [-1]}
+    inits = {k: np.asarray(v, np.int64) for k, v in inits.items()}
+    if limit == "constant":
+        inits["max_out"] = np.array([5], np.int64)
+    m = make_model(nodes, feeds, ["kept", "sel"], inits)
+    art = kiln.compile(m, tmp_path / "m.kiln") and kiln.load(tmp_path / "m.kiln")
+    for score in (0.2, 0.7):
+        f = dict(feeds, score_t=np.array([score], np.float32))
+        ours, ref = art.run(f), ort_run(m, f)
+        np.testing.assert_array_equal(ours["sel"], ref[1])
+        assert ours["kept"].shape == ref[0].shape  # as many values as rows kept, not allocated
+        np.testing.assert_allclose(ours["kept"], ref[0], rtol=1e-6)
+
+
+def test_nms_over_a_run_time_box_count_after_topk(tmp_path):
+    """RetinaNet's pattern: the candidates are a TopK with a run-time k, so the box count is symbolic and NMS's
+    rows are typed by it while the kernel allocates for its static bound: the rows kept, as onnxruntime's."""
+    m, feeds = _nms_model()
+    feeds = {"boxes": feeds["boxes"][:1], "scores": feeds["scores"][:1, :1], "k": np.array([25], np.int64)}
+    nodes = [
+        helper.make_node("TopK", ["scores", "k"], ["top", "at"], axis=2),
+        helper.make_node("Squeeze", ["at", "axes"], ["at1"]),
+        helper.make_node("Gather", ["boxes", "at1"], ["cand"], axis=1),
+        helper.make_node("NonMaxSuppression", ["cand", "top", "max_out", "iou", "score_t"], ["sel"]),
+    ]
+    inits = {"axes": np.array([0, 1], np.int64), "max_out": np.array([100], np.int64)}
+    inits.update(iou=np.array([0.3], np.float32), score_t=np.array([0.1], np.float32))
+    m = make_model(nodes, feeds, ["sel"], inits)
+    art = kiln.compile(m, tmp_path / "m.kiln") and kiln.load(tmp_path / "m.kiln")
+    for k in (25, 40, 3):
+        f = dict(feeds, k=np.array([k], np.int64))
+        np.testing.assert_array_equal(art.run(f)["sel"], ort_run(m, f)[0])
+
+
 def test_nms_run_time_limit_over_a_run_time_box_count_is_refused(tmp_path):
     """The boxes kept by a score filter (Compress): their count is known only at run time, so a run-time
     limit has no static size to allocate the selected rows for; the error says how to fix it."""

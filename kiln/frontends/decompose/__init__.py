@@ -12,6 +12,7 @@ from .contrib import DEFAULT_DOMAIN_REWRITES as CONTRIB_DEFAULT_REWRITES
 from .contrib import REWRITES as MS_FLOAT_REWRITES
 from .contrib_quant import REWRITES as MS_QUANT_REWRITES
 from .control_flow import REWRITES as CONTROL_FLOW_REWRITES
+from .deform_conv import REWRITES as DEFORM_CONV_REWRITES
 from .emitter import CURRENT_MODEL, Emitter
 from .llm_ops import REWRITES as LLM_REWRITES
 from .ml import ML_REWRITES
@@ -29,6 +30,7 @@ REWRITES = {"LSTM": decompose_lstm, "GRU": decompose_gru, "RNN": decompose_rnn, 
 REWRITES.update(STANDARD_REWRITES)  # standard ops TVM lacks or converts wrongly (standard.py)
 REWRITES.update(MATH_REWRITES)  # math, norms, layout ops TVM lacks or gets wrong (standard_math.py)
 REWRITES.update(SPATIAL_REWRITES)  # ConvTranspose, Col2Im, MaxPool, Resize (standard_spatial.py)
+REWRITES.update(DEFORM_CONV_REWRITES)  # DeformConv as GridSample taps and a grouped MatMul (deform_conv.py)
 REWRITES.update(LLM_REWRITES)  # LinearAttention, TensorScatter (llm_ops.py)
 REWRITES.update(CONTROL_FLOW_REWRITES)  # Loop/Scan with static trip counts, unrolled (control_flow.py)
 REWRITES.update(SEQUENCE_REWRITES)  # SplitToSequence as Split + SequenceConstruct (sequences.py)
