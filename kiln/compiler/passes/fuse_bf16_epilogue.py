@@ -14,31 +14,27 @@ from tvm import relax
 from tvm.ir.expr import GenericConst
 
 from ...counters import Counter
-from ..ir import op_name, var_users, var_uses
+from ..ir import op_name, var_users
 from .bf16_conv_kernel import EXTERN, Epilogue, kernel_func
 from .counting import static_shape
-from .epilogue_outputs import bf16_casts, output_types, rebind, rebuilt
-from .module_map import keep_added_functions, rewrite_functions
-
-CALL_TIR = tvm.ir.Op.get("relax.call_tir")
+from .epilogue_outputs import (
+    bf16_casts,
+    called_primfunc,
+    fuse_epilogues,
+    kernel_call,
+    output_types,
+    rebind,
+    rebuilt,
+    tensor_type,
+)
 
 
 def _kernel(mod, value):
     """The BF16ConvKernel PrimFunc a binding's value calls without an epilogue yet, else None."""
-    if not (
-        isinstance(value, relax.Call) and value.op.same_as(CALL_TIR) and isinstance(value.args[0], tvm.ir.GlobalVar)
-    ):
-        return None
-    func = mod[value.args[0]] if EXTERN in value.args[0].name_hint else None
+    func = called_primfunc(mod, value)
     if func is None or func.attrs is None or "kiln.bf16_conv" not in func.attrs:
         return None
     return func if int(func.attrs["kiln.bf16_epilogue"]) == Epilogue().flags else None
-
-
-def _tensor(e) -> tuple | None:
-    """(static shape, dtype) of a tensor-typed expression, else None."""
-    shape = static_shape(e)
-    return None if shape is None else (shape, str(e.ty.dtype))
 
 
 def _clamp(value) -> tuple[float, float] | None:
@@ -54,7 +50,7 @@ def _clamp(value) -> tuple[float, float] | None:
 
 def _chain(bindings, i, uses, users, claimed):
     """Follow binding i's kernel output through single uses: (bias, residual, clamp, chain indices)."""
-    out = _tensor(bindings[i].var)
+    out = tensor_type(bindings[i].var)
     bias = residual = clamp = None
     chain = [i]
     cur = bindings[i].var
@@ -71,10 +67,10 @@ def _chain(bindings, i, uses, users, claimed):
                 bias is None
                 and residual is None
                 and isinstance(other, GenericConst)
-                and _tensor(other) == ((1, out[0][1], 1, 1, 16), "float32")
+                and tensor_type(other) == ((1, out[0][1], 1, 1, 16), "float32")
             ):
                 bias = other
-            elif residual is None and isinstance(other, relax.Var) and _tensor(other) == out:
+            elif residual is None and isinstance(other, relax.Var) and tensor_type(other) == out:
                 residual = other
             else:
                 break
@@ -113,7 +109,7 @@ def _fuse_block(mod, builder, block, uses, stats):
         gv = builder.add_func(new.without_attr("global_symbol"), EXTERN)
         args = [data, packed] + [bias] * ep.bias + [residual] * ep.residual
         types = output_types(out_shape, ep.float32, ep.bf16)
-        call = relax.call_tir(gv, args, types if len(types) > 1 else types[0])
+        call = kernel_call(gv, args, types)
         claimed.update(chain, casts)
         rebind(block, bindings, chain, casts, call, types, replace)
         stats["bf16_epilogues_fused"] += 1
@@ -136,16 +132,4 @@ class FuseBF16Epilogue:
     def transform_module(self, mod: tvm.IRModule, ctx) -> tvm.IRModule:
         if not any(EXTERN in gv.name_hint for gv in mod.get_global_vars()):
             return mod
-        builder = relax.BlockBuilder(mod)
-
-        def rewrite(f):
-            if not isinstance(f.body, relax.SeqExpr):
-                return f
-            uses = var_uses(f)
-            blocks = [_fuse_block(mod, builder, blk, uses, self.stats) for blk in f.body.blocks]
-            return relax.Function(f.params, relax.SeqExpr(blocks, f.body.body), f.ret_ty, f.is_pure, f.attrs)
-
-        out = rewrite_functions(mod, rewrite)
-        if not self.stats["bf16_epilogues_fused"]:
-            return mod
-        return relax.transform.DeadCodeElimination(["main"])(keep_added_functions(out, mod, builder))
+        return fuse_epilogues(mod, _fuse_block, self.stats, "bf16_epilogues_fused")

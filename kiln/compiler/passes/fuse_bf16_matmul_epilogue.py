@@ -14,30 +14,27 @@ import tvm
 from tvm import relax
 
 from ...counters import Counter
-from ..ir import op_name, var_users, var_uses
+from ..ir import op_name, var_users
 from .activation_region import identify, region
 from .bf16_matmul_kernel import MatmulEpilogue, kernel_func
 from .counting import static_shape
-from .epilogue_outputs import bf16_casts, output_types, rebind, rebuilt
-from .module_map import keep_added_functions, rewrite_functions
-
-CALL_TIR = tvm.ir.Op.get("relax.call_tir")
+from .epilogue_outputs import (
+    bf16_casts,
+    called_primfunc,
+    fuse_epilogues,
+    kernel_call,
+    output_types,
+    rebind,
+    rebuilt,
+    tensor_type,
+)
 
 
 def _kernel(mod, value):
     """The BF16MatmulKernel PrimFunc a binding's value calls with no epilogue past its bias, else None."""
-    if not (
-        isinstance(value, relax.Call) and value.op.same_as(CALL_TIR) and isinstance(value.args[0], tvm.ir.GlobalVar)
-    ):
-        return None
-    func = mod[value.args[0]]
-    info = (func.attrs or {}).get("kiln.bf16_matmul") if isinstance(func, tvm.tirx.PrimFunc) else None
+    func = called_primfunc(mod, value)
+    info = (func.attrs or {}).get("kiln.bf16_matmul") if func is not None else None
     return func if info is not None and [int(v) for v in info][1:] == [0, 1, 0] else None
-
-
-def _tensor(e):
-    shape = static_shape(e)
-    return None if shape is None else (tuple(shape), str(e.ty.dtype))
 
 
 def _residual(bindings, users, cur, uses, claimed):
@@ -49,7 +46,7 @@ def _residual(bindings, users, cur, uses, claimed):
     if op_name(value) != "relax.add":
         return None
     other = value.args[1] if value.args[0].same_as(cur) else value.args[0]
-    if isinstance(other, relax.Var) and not other.same_as(cur) and _tensor(other) == _tensor(cur):
+    if isinstance(other, relax.Var) and not other.same_as(cur) and tensor_type(other) == tensor_type(cur):
         return readers[0], other
     return None
 
@@ -106,7 +103,7 @@ def _fuse_block(mod, builder, block, uses, stats):
         new = kernel_func(static_shape(x), k, n, str(x.ty.dtype) == "bfloat16", ep, static_shape(final))
         gv = builder.add_func(new.without_attr("global_symbol"), "bf16_matmul")
         types = output_types(static_shape(final), ep.float32, ep.bf16)
-        call = relax.call_tir(gv, [x, packed, *rest] + [residual] * ep.residual, types if len(types) > 1 else types[0])
+        call = kernel_call(gv, [x, packed, *rest] + [residual] * ep.residual, types)
         claimed.update(chain, casts)
         rebind(block, bindings, chain, casts, call, types, replace)
         stats["bf16_matmul_epilogues_fused"] += 1
@@ -127,19 +124,7 @@ class FuseBF16MatmulEpilogue:
         self.stats = {"bf16_matmul_epilogues_fused": 0}
 
     def transform_module(self, mod: tvm.IRModule, ctx) -> tvm.IRModule:
-        builder = relax.BlockBuilder(mod)
-
-        def rewrite(f):
-            if not isinstance(f.body, relax.SeqExpr):
-                return f
-            uses = var_uses(f)
-            blocks = [_fuse_block(mod, builder, blk, uses, self.stats) for blk in f.body.blocks]
-            return relax.Function(f.params, relax.SeqExpr(blocks, f.body.body), f.ret_ty, f.is_pure, f.attrs)
-
-        out = rewrite_functions(mod, rewrite)
-        if not self.stats["bf16_matmul_epilogues_fused"]:
-            return mod
-        return relax.transform.DeadCodeElimination(["main"])(keep_added_functions(out, mod, builder))
+        return fuse_epilogues(mod, _fuse_block, self.stats, "bf16_matmul_epilogues_fused")
 
 
 __all__ = ["FuseBF16MatmulEpilogue"]
