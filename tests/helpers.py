@@ -66,6 +66,22 @@ def check_against_ort(model, feeds: dict, tmp_path, input_shapes=None, rtol=1e-4
     return ours
 
 
+def check_runs_against_ort(model, feeds_list, tmp_path, rtol=0.0, atol=0.0) -> list[tuple]:
+    """Compile once with the inputs left to run time, then each feeds of feeds_list against onnxruntime: output "y"
+    of the same shape, dtype and values (to rtol/atol; exact by default). Returns the output shapes."""
+    import kiln
+
+    kiln.compile(model, tmp_path / "m.kiln")
+    art = kiln.load(tmp_path / "m.kiln")
+    shapes = []
+    for feeds in feeds_list:
+        ours, ref = art.run(feeds)["y"], ort_run(model, feeds)[0]
+        assert ours.shape == ref.shape and ours.dtype == ref.dtype, (feeds, ours.shape, ref.shape)
+        np.testing.assert_allclose(ours, ref, rtol=rtol, atol=atol)
+        shapes.append(ref.shape)
+    return shapes
+
+
 def compiled_asm(model, spec: str) -> tuple[str, dict]:
     """The model compiled for target `spec` (not run): its kernels' assembly, and the compile report."""
     from kiln.compiler.executable import build_executable

@@ -4,22 +4,12 @@ without --freeze-input, each run matching onnxruntime for several values fed to 
 
 import numpy as np
 import pytest
-from helpers import make_model, ort_run
+from helpers import check_runs_against_ort, make_model
 from onnx import helper
-
-import kiln
 
 
 def _check(m, feeds_list, tmp_path, rtol=0.0, atol=0.0):
-    kiln.compile(m, tmp_path / "m.kiln")
-    art = kiln.load(tmp_path / "m.kiln")
-    shapes = []
-    for feeds in feeds_list:
-        ours, ref = art.run(feeds)["y"], ort_run(m, feeds)[0]
-        assert ours.shape == ref.shape and ours.dtype == ref.dtype, (feeds, ours.shape, ref.shape)
-        np.testing.assert_allclose(ours, ref, rtol=rtol, atol=atol)
-        shapes.append(ref.shape)
-    return shapes
+    return check_runs_against_ort(m, feeds_list, tmp_path, rtol=rtol, atol=atol)
 
 
 @pytest.mark.parametrize("align_corners", [0, 1])

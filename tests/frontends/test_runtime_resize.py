@@ -4,24 +4,14 @@ applied in float32: rtol 1e-4, atol 1e-5) for several values fed to the same com
 
 import numpy as np
 import pytest
-from helpers import make_model, ort_run
+from helpers import check_runs_against_ort, make_model
 from onnx import helper
-
-import kiln
 
 X = np.random.default_rng(7).standard_normal((1, 2, 5, 6)).astype(np.float32)
 
 
 def _check(m, feeds_list, tmp_path):
-    kiln.compile(m, tmp_path / "m.kiln")
-    art = kiln.load(tmp_path / "m.kiln")
-    shapes = []
-    for feeds in feeds_list:
-        ours, ref = art.run(feeds)["y"], ort_run(m, feeds)[0]
-        assert ours.shape == ref.shape, (feeds, ours.shape, ref.shape)
-        np.testing.assert_allclose(ours, ref, rtol=1e-4, atol=1e-5)
-        shapes.append(ref.shape)
-    return shapes
+    return check_runs_against_ort(m, feeds_list, tmp_path, rtol=1e-4, atol=1e-5)
 
 
 @pytest.mark.parametrize(
