@@ -81,88 +81,16 @@ def shape_layer(layer_like: dict) -> conv.ConvLayer:
 
 
 def tune_layers(workloads: dict[str, list[str]], cfg: VTAConfig, db_dir: Path, opts, progress, start: float) -> dict:
-    """Tune each workload (key -> the layer names that have it) into db_dir."""
-    from ....schedules.tuning.tuning import pick_tasks
-
+    """Tune each workload (key -> the layer names that have it) into db_dir: the defaults measured first, then
+    rounds of candidates until the trials or the budget run out."""
     db_dir.mkdir(parents=True, exist_ok=True)
     records = load_records(db_dir)
     before = len(records)
-    tasks = []
-    for key, names in workloads.items():
-        layer = shape_layer(json.loads(key))
-        default = conv.plan(layer, cfg)
-        cands = sorted(conv.space(layer, cfg), key=lambda s, layer=layer: estimate(layer, s, cfg))
-        t = Task(key, layer, names, cands, default)
-        t.done = {json.dumps(r["schedule"], sort_keys=True) for r in records if r["workload"] == key}
-        tasks.append(t)
-    out = (db_dir / FILE).open("a")
-
-    def record(t: Task, s: conv.Schedule, is_default: bool) -> int:
-        cyc = measure(t.layer, s, cfg)
-        r = {"workload": t.key, "schedule": s.to_json(), "cycles": cyc, "default": is_default, "config": cfg.name}
-        out.write(json.dumps(r, sort_keys=True) + "\n")
-        out.flush()
-        records.append(r)
-        t.done.add(_sj(s))
-        return cyc
-
-    with out:
-        seeded = 0
-        default_cycles = {}
-        for t in tasks:  # the baseline each candidate must beat, measured once per database
-            dj = _sj(t.default)
-            known = [r["cycles"] for r in records if r["workload"] == t.key and r["schedule"] == t.default.to_json()]
-            default_cycles[t.key] = known[0] if known else record(t, t.default, True)
-            seeded += not known
-            t.done.add(dj)
-        if seeded:
-            progress(f"measured the default schedules of {seeded} layer workload(s) new to the database")
-        shares = [default_cycles[t.key] * len(t.names) for t in tasks]
-        per_task, trials, rounds, per_trial = [0] * len(tasks), 0, 0, None
-        while True:
-            elapsed = time.perf_counter() - start
-            left = [i for i, t in enumerate(tasks) if any(_sj(s) not in t.done for s in t.candidates)]
-            if not left or opts.trials is not None and trials >= opts.trials:
-                break
-            batch = opts.trials_per_iter
-            if (
-                opts.budget_s is not None
-                and per_trial is not None
-                and elapsed + 1.15 * batch * per_trial > opts.budget_s
-            ):
-                progress(f"stopping with {max(0.0, opts.budget_s - elapsed):.0f}s of the budget left")
-                break
-            (i,) = pick_tasks([shares[j] if j in left else 0.0 for j in range(len(tasks))], per_task, 1)
-            t, n = tasks[i], 0
-            t0 = time.perf_counter()
-            for s in t.candidates:
-                if n >= batch or opts.trials is not None and trials >= opts.trials:
-                    break
-                if _sj(s) in t.done:
-                    continue
-                record(t, s, False)
-                n, trials = n + 1, trials + 1
-            per_task[i] += max(n, 1)
-            per_trial = (
-                (time.perf_counter() - t0) / max(n, 1)
-                if per_trial is None
-                else 0.5 * per_trial + 0.5 * (time.perf_counter() - t0) / max(n, 1)
-            )
-            rounds += 1
-            best = best_schedules(records)
-            faster = sum(best[t.key][1] < default_cycles[t.key] for t in tasks)
-            total = sum(best[t.key][1] * len(t.names) for t in tasks)
-            elapsed = time.perf_counter() - start
-            remain = (
-                f"{max(0.0, opts.budget_s - elapsed):.0f}s left"
-                if opts.budget_s
-                else f"{max(0, opts.trials - trials)} trials left"
-            )
-            progress(
-                f"round {rounds}: {sum(1 for c in per_task if c)}/{len(tasks)} layer workloads searched, {faster} "
-                f"with a record faster than the default, {trials} trials, {total / 1e6:.3f} M cycles, "
-                f"{elapsed:.0f}s elapsed, {remain}"
-            )
+    tasks = _tasks(workloads, cfg, records)
+    with (db_dir / FILE).open("a") as out:
+        record = _recorder(out, records, cfg)
+        default_cycles, seeded = _measure_defaults(tasks, records, record, progress)
+        per_task, trials, rounds = _search(tasks, default_cycles, records, record, opts, progress, start)
     best = best_schedules(records)
     return {
         "tasks": len(tasks),
@@ -189,6 +117,104 @@ def tune_layers(workloads: dict[str, list[str]], cfg: VTAConfig, db_dir: Path, o
         "budget_s": opts.budget_s,
         "db": str(db_dir),
     }
+
+
+def _tasks(workloads: dict[str, list[str]], cfg: VTAConfig, records: list) -> list:
+    """A Task per workload: its candidates cheapest-estimate first, the schedules the database already has done."""
+    tasks = []
+    for key, names in workloads.items():
+        layer = shape_layer(json.loads(key))
+        default = conv.plan(layer, cfg)
+        cands = sorted(conv.space(layer, cfg), key=lambda s, layer=layer: estimate(layer, s, cfg))
+        t = Task(key, layer, names, cands, default)
+        t.done = {json.dumps(r["schedule"], sort_keys=True) for r in records if r["workload"] == key}
+        tasks.append(t)
+    return tasks
+
+
+def _recorder(out, records: list, cfg: VTAConfig):
+    """record(task, schedule, is_default) -> cycles: measure it, append the record to the database file and to
+    `records`, mark it done."""
+
+    def record(t: Task, s: conv.Schedule, is_default: bool) -> int:
+        cyc = measure(t.layer, s, cfg)
+        r = {"workload": t.key, "schedule": s.to_json(), "cycles": cyc, "default": is_default, "config": cfg.name}
+        out.write(json.dumps(r, sort_keys=True) + "\n")
+        out.flush()
+        records.append(r)
+        t.done.add(_sj(s))
+        return cyc
+
+    return record
+
+
+def _measure_defaults(tasks: list, records: list, record, progress) -> tuple[dict, int]:
+    """({workload: its default schedule's cycles}, how many were measured now): the baseline each candidate must
+    beat, measured once per database."""
+    seeded = 0
+    default_cycles = {}
+    for t in tasks:
+        dj = _sj(t.default)
+        known = [r["cycles"] for r in records if r["workload"] == t.key and r["schedule"] == t.default.to_json()]
+        default_cycles[t.key] = known[0] if known else record(t, t.default, True)
+        seeded += not known
+        t.done.add(dj)
+    if seeded:
+        progress(f"measured the default schedules of {seeded} layer workload(s) new to the database")
+    return default_cycles, seeded
+
+
+def _search(tasks: list, default_cycles: dict, records: list, record, opts, progress, start: float):
+    """Rounds of up to trials_per_iter candidates of the task pick_tasks chooses (shares: each workload's cycles),
+    until every candidate is measured, --trials are spent or the next round would pass --budget.
+    Returns (trials per task, trials, rounds)."""
+    from ....schedules.tuning.tuning import pick_tasks
+
+    shares = [default_cycles[t.key] * len(t.names) for t in tasks]
+    per_task, trials, rounds, per_trial = [0] * len(tasks), 0, 0, None
+    while True:
+        elapsed = time.perf_counter() - start
+        left = [i for i, t in enumerate(tasks) if any(_sj(s) not in t.done for s in t.candidates)]
+        if not left or opts.trials is not None and trials >= opts.trials:
+            break
+        batch = opts.trials_per_iter
+        if opts.budget_s is not None and per_trial is not None and elapsed + 1.15 * batch * per_trial > opts.budget_s:
+            progress(f"stopping with {max(0.0, opts.budget_s - elapsed):.0f}s of the budget left")
+            break
+        (i,) = pick_tasks([shares[j] if j in left else 0.0 for j in range(len(tasks))], per_task, 1)
+        t, n = tasks[i], 0
+        t0 = time.perf_counter()
+        for s in t.candidates:
+            if n >= batch or opts.trials is not None and trials >= opts.trials:
+                break
+            if _sj(s) in t.done:
+                continue
+            record(t, s, False)
+            n, trials = n + 1, trials + 1
+        per_task[i] += max(n, 1)
+        step = (time.perf_counter() - t0) / max(n, 1)
+        per_trial = step if per_trial is None else 0.5 * per_trial + 0.5 * step
+        rounds += 1
+        progress(_round_line(tasks, default_cycles, records, per_task, trials, rounds, opts, start))
+    return per_task, trials, rounds
+
+
+def _round_line(tasks, default_cycles: dict, records: list, per_task, trials: int, rounds: int, opts, start) -> str:
+    """The progress line after a round."""
+    best = best_schedules(records)
+    faster = sum(best[t.key][1] < default_cycles[t.key] for t in tasks)
+    total = sum(best[t.key][1] * len(t.names) for t in tasks)
+    elapsed = time.perf_counter() - start
+    remain = (
+        f"{max(0.0, opts.budget_s - elapsed):.0f}s left"
+        if opts.budget_s
+        else f"{max(0, opts.trials - trials)} trials left"
+    )
+    return (
+        f"round {rounds}: {sum(1 for c in per_task if c)}/{len(tasks)} layer workloads searched, {faster} "
+        f"with a record faster than the default, {trials} trials, {total / 1e6:.3f} M cycles, "
+        f"{elapsed:.0f}s elapsed, {remain}"
+    )
 
 
 def tune(model, compile_options, opts, progress: Callable[[str], None] = print) -> dict:
