@@ -13,7 +13,7 @@ from ..errors import tvm_errors
 from .hostrun import missing_on_host
 from .optimize import Optimized, optimize
 from .quantize.accuracy import compare
-from .quantize.calibrate import build_tapped, finish
+from .quantize.calibrate import build_tapped, finish, load_build
 from .quantize.calibration import load_calibration
 
 
@@ -24,16 +24,19 @@ def precision_flow(imported, options, layout: str, where: str) -> Optimized:
     t = time.perf_counter()
     samples = load_calibration(options.calibration, imported.inputs)
     fp32 = build_tapped(pre.mod, [], imported, dataclasses.replace(options, precision="fp32"), layout, where)
-    reduced = build_tapped(pre.mod, [], imported, options, layout, where)
+    here = not missing_on_host(options.target)  # the artifact's own module runs here: no second optimize
+    reduced = (
+        load_build(opt, [], imported, options, where)
+        if here
+        else build_tapped(pre.mod, [], imported, options, layout, where)
+    )
     fo, ro = [], []
     with tvm_errors("Running the model for the precision check", where):
         for i in range(len(samples)):
             fo.append(fp32.run(samples.feed(i))[0])
             ro.append(reduced.run(samples.feed(i))[0])
     accuracy = compare([o.name for o in imported.outputs], fo, ro, [], [], [])
-    accuracy["measured_on"] = (
-        "target" if not missing_on_host(options.target) else "host build (the target's code cannot run here)"
-    )
+    accuracy["measured_on"] = "target" if here else "host build (the target's code cannot run here)"
     opt.report["precision_accuracy"] = {
         "precision": options.precision,
         "calibration": samples.source,

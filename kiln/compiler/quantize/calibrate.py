@@ -53,11 +53,17 @@ class Calibration:
 def build_tapped(mod, tap_names, imported, options, layout, where) -> TappedBuild:
     """The rest of the pipeline on a tapped module, built for this host (calibration and the accuracy
     check run here, whatever the target) and loaded into a VM."""
+    options = host_options(options)
+    return load_build(
+        optimize(mod, options, layout=layout, where=where, part="post"), tap_names, imported, options, where
+    )
+
+
+def load_build(opt: Optimized, tap_names, imported, options, where) -> TappedBuild:
+    """An optimized module built for this host (options: ones whose target runs here) and loaded into a VM."""
     import tvm
     from tvm import relax
 
-    options = host_options(options)
-    opt = optimize(mod, options, layout=layout, where=where, part="post")
     exe = build_executable(opt.mod, options, where)
     with tvm_errors("Running the model for calibration", where):
         vm = relax.VirtualMachine(exe, tvm.cpu())
