@@ -3,9 +3,9 @@ weights reads every weight once, from memory, so its speed is the memory system'
 schedule takes a tile of columns at a time, and each tile reads a narrow strip of every weight row
 (160 of ResNet-50's 4000-byte rows), which memory delivers well below its bandwidth. Packed at
 compile time into [N/b, K, b], each tile reads contiguous streams, at the bandwidth the cores get.
-The same holds at any row count (up to MAX_ROWS_STREAMED) when the weights are past a core's L2
-(STREAMED_BYTES): the strips then come from L3 or DRAM for every row tile (ConvNeXt-T's last stage,
-9 tokens x [768, 3072]; a [512, 768] x [768, 3072] matmul).
+The same holds at any row count when the weights are past a core's L2 (STREAMED_BYTES): the strips then
+come from L3 or DRAM for every row tile (ConvNeXt-T's last stage, 9 tokens x [768, 3072]; a [512, 768] x
+[768, 3072] matmul; Whisper's 1500 frames x [1536, 384], whose unpacked [K, N] rows are 1536 bytes apart).
 The same results bit for bit (same summation order); timings in benchmarks/history.md.
 FuseEpilogue fuses the bias after it like after a matmul. `stats["dense_packed"]` counts them.
 
@@ -43,10 +43,8 @@ from .module_map import rewrite_calls
 
 PRIMFUNC = register_kernel("matmul_packed", "matmul_packed")  # the kernels' name hint (FuseEpilogue anchors on it)
 MAX_ROWS = 4  # more rows reuse each weight from cache: the plain matmul schedule is the better one ...
-# ... unless the weights are past a core's L2: then its column strips stream from L3 or DRAM at any row count.
-# packed was faster at every row count measured up to 784, and no slower for weights within L2
-# (timings in benchmarks/history.md)
-MAX_ROWS_STREAMED = 1024  # measured up to 784
+# ... unless the weights are past a core's L2: then its column strips stream from L3 or DRAM at any row count
+# (packed was faster at every row count measured, 1 to 4096; no faster for weights within L2: benchmarks/history.md)
 STREAMED_BYTES = 1 << 20
 MIN_BLOCK = 8  # narrower column tiles are not worth a packed layout
 MAX_PAD = 0.125  # run-time-row matmuls: the share of padded columns a wider tile may cost
@@ -134,7 +132,7 @@ def column_block(call, block: int) -> int | None:
         return None
     w = call.args[1]
     rows, nbytes = int(np.prod(x_shape[:-1])), int(np.prod(w.value.shape)) * 4
-    if rows > MAX_ROWS and (rows > MAX_ROWS_STREAMED or nbytes < STREAMED_BYTES):
+    if rows > MAX_ROWS and nbytes < STREAMED_BYTES:
         return None
     b = widest_block(int(w.value.shape[1]), block)
     return b if b >= MIN_BLOCK else None
