@@ -62,22 +62,30 @@ static inline vf splat(float x) { return (vf){x, x, x, x, x, x, x, x}; }
 static inline vf load(const float *p) { return *(const vf_unaligned *)p; }
 static inline void store(float *p, vf v) { *(vf_unaligned *)p = v; }
 
-/* exp for x <= 0 (scores minus their row's running max), max relative error about 4e-7; exp(-inf) is 0 and a NaN
- * stays NaN. AVX-512: 2^n 2^f with n = round(x log2 e), a degree-5 polynomial for 2^f on [-1/2, 1/2] and vscalefps
- * for 2^n (11 instructions; below 2^-150 it is 0). AVX2: Cephes' range reduction and degree-6 polynomial, 0 below
- * -87. */
+/* The softmax's exp in base 2: the scores are put in log2 units by the FMA that subtracts their row's running max,
+ * so P = 2^t for t <= 0, max relative error about 4e-7, 2^-inf = 0, a NaN stays NaN. AVX-512: 2^n 2^f with n =
+ * round(t), a degree-5 polynomial for 2^f on [-1/2, 1/2] and vscalefps for 2^n (8 instructions); a masked block's
+ * scores (-inf where masked) are clamped at -150 first (2^-150 is 0). AVX2: Cephes' range reduction and degree-6
+ * polynomial of e^(t ln 2), 0 below e^-87. */
 #if VL == 16
 #include <immintrin.h>
-static inline vf vexp(vf x) {
-  __m512 t = _mm512_max_ps(_mm512_set1_ps(-150.0f), _mm512_mul_ps((__m512)x, _mm512_set1_ps(1.44269504088896341f)));
-  __m512 n = _mm512_roundscale_ps(t, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC), f = _mm512_sub_ps(t, n);
+/* 2^f for f in [-1/2, 1/2] */
+static inline vf pow2_fraction(vf fv) {
+  __m512 f = (__m512)fv;
   __m512 p = _mm512_fmadd_ps(_mm512_set1_ps(1.3395285932347178e-3f), f, _mm512_set1_ps(9.670767933130264e-3f));
   p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(5.550340563058853e-2f));
   p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(2.4022211134433746e-1f));
   p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(6.931471824645996e-1f));
-  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(1.0f));
-  return (vf)_mm512_scalef_ps(p, n);
+  return (vf)_mm512_fmadd_ps(p, f, _mm512_set1_ps(1.0f));
 }
+static inline vf vexp2(vf t) {
+  __m512 n = _mm512_roundscale_ps((__m512)t, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  return (vf)_mm512_scalef_ps((__m512)pow2_fraction((vf)_mm512_sub_ps((__m512)t, n)), n);
+}
+static inline vf vexp2_masked(vf t) { return vexp2((vf)_mm512_max_ps((__m512)t, _mm512_set1_ps(-150.0f))); }
+static inline vf vmax(vf a, vf b) { return (vf)_mm512_max_ps((__m512)a, (__m512)b); }
+static inline float hmax(vf v) { return _mm512_reduce_max_ps((__m512)v); }
+static inline float hsum(vf v) { return _mm512_reduce_add_ps((__m512)v); }
 #else
 static inline vf vexp(vf x) {
   vi small = x < -87.0f;
@@ -97,8 +105,8 @@ static inline vf vexp(vf x) {
   vf scale = (vf)((n + 127) << 23);
   return (vf)((vi)(p * scale) & ~small);
 }
-#endif
-
+static inline vf vexp2(vf t) { return vexp(t * 0.69314718055994531f); }
+static inline vf vexp2_masked(vf t) { return vexp2(t); }
 static inline vf vmax(vf a, vf b) {
   vi gt = a > b;
   return (vf)(((vi)a & gt) | ((vi)b & ~gt));
@@ -122,6 +130,7 @@ static inline float hsum(vf v) {
   }
   return v[0];
 }
+#endif
 
 typedef struct {
   const float *mask;
@@ -144,8 +153,7 @@ static inline vf madd(vf acc, vf a, vf b) { return acc + a * b; }
 static inline vf load_elems(const elem *p) { return load((const float *)p); }
 
 #define DEFINE_SCORES(NV)                                                                                        \
-  static void scores##NV(const elem *const qi[R], const elem *kt, int64_t ldk, int DP, float scale, vf s[R][KV],  \
-                         int c0) {                                                                               \
+  static void scores##NV(const elem *const qi[R], const elem *kt, int64_t ldk, int DP, vf s[R][KV], int c0) {     \
     vf acc[R][NV];                                                                                               \
     for (int r = 0; r < R; ++r)                                                                                  \
       for (int c = 0; c < NV; ++c) acc[r][c] = splat(0.0f);                                                      \
@@ -159,7 +167,7 @@ static inline vf load_elems(const elem *p) { return load((const float *)p); }
       }                                                                                                          \
     }                                                                                                            \
     for (int r = 0; r < R; ++r)                                                                                  \
-      for (int c = 0; c < NV; ++c) s[r][c0 + c] = acc[r][c] * scale;                                             \
+      for (int c = 0; c < NV; ++c) s[r][c0 + c] = acc[r][c];                                                     \
   }
 DEFINE_SCORES(1)
 DEFINE_SCORES(2)
@@ -168,15 +176,14 @@ DEFINE_SCORES(3)
 DEFINE_SCORES(4)
 #endif
 
-static void scores(int nv, const elem *const qi[R], const elem *kt, int64_t ldk, int D, float scale, vf s[R][KV],
-                   int c0) {
+static void scores(int nv, const elem *const qi[R], const elem *kt, int64_t ldk, int D, vf s[R][KV], int c0) {
   switch (nv) {
-    case 1: scores1(qi, kt, ldk, D, scale, s, c0); break;
+    case 1: scores1(qi, kt, ldk, D, s, c0); break;
 #if SV > 2
-    case 3: scores3(qi, kt, ldk, D, scale, s, c0); break;
-    case 4: scores4(qi, kt, ldk, D, scale, s, c0); break;
+    case 3: scores3(qi, kt, ldk, D, s, c0); break;
+    case 4: scores4(qi, kt, ldk, D, s, c0); break;
 #endif
-    default: scores2(qi, kt, ldk, D, scale, s, c0); break;
+    default: scores2(qi, kt, ldk, D, s, c0); break;
   }
 }
 
@@ -200,6 +207,39 @@ static void apply_mask(const masking *mk, int bh, const int i[R], int j0, int va
       }
       s[r][c] = (vf)(((vi)s[r][c] & ~dead) | ((vi)ninf & dead));
     }
+  }
+}
+
+#define LOG2E 1.44269504088896341f
+
+/* A block whose scores may be -inf or whose scale is not positive: S scaled, then the mask. */
+static void scale_and_mask(const masking *mk, int bh, const int idx[R], int j0, int valid, int nv, float scale,
+                           vf s[R][KV]) {
+  for (int r = 0; r < R; ++r)
+    for (int c = 0; c < nv; ++c) s[r][c] *= scale;
+  apply_mask(mk, bh, idx, j0, valid, s);
+}
+
+/* The online softmax over one block of scores s (times c: log2 units): running max m and sum l per row (in log2 units
+ * and plain), P = 2^(c s - m) into p, and alpha = 2^(m_old - m), the factor the rows' outputs so far are scaled by. */
+static void softmax_block(vf s[R][KV], int nv, float c, int masked, float m[R], float l[R], float alpha[R],
+                          float p[R][KB]) {
+  for (int r = 0; r < R; ++r) {
+    vf mx = s[r][0];
+    for (int k = 1; k < nv; ++k) mx = vmax(mx, s[r][k]);
+    float mnew = hmax(mx) * c;
+    if (mnew < m[r]) mnew = m[r];
+    /* a row whose keys so far are all masked: exp of 0, as softmax gives over equal (masked) scores */
+    float base = mnew == -INFINITY ? 0.0f : mnew;
+    alpha[r] = m[r] == -INFINITY ? 0.0f : vexp2(splat(m[r] - base))[0];
+    m[r] = mnew;
+    vf sum = splat(0.0f), vc = splat(c), vb = splat(-base);
+    for (int k = 0; k < nv; ++k) {
+      vf e = masked ? vexp2_masked(s[r][k] * vc + vb) : vexp2(s[r][k] * vc + vb);
+      store(p[r] + k * VL, e);
+      sum += e;
+    }
+    l[r] = l[r] * alpha[r] + hsum(sum);
   }
 }
 
@@ -276,26 +316,12 @@ static void tile(const elem *q, const elem *kt, const elem *v, const elem *v_tai
     vf s[R][KV] __attribute__((aligned(64)));
     int nv = (valid + VL - 1) / VL, keys = nv * VL; /* a partial last block: only its vectors */
     for (int c0 = 0; c0 < nv; c0 += SV)
-      scores(nv - c0 < SV ? nv - c0 : SV, qi, kt + (int64_t)j0 * DP + c0 * VL, KB, DP, scale, s, c0);
-    if (need_mask || tail) apply_mask(mk, bh, idx, j0, valid, s);
+      scores(nv - c0 < SV ? nv - c0 : SV, qi, kt + (int64_t)j0 * DP + c0 * VL, KB, DP, s, c0);
+    /* an unmasked block (scale > 0) keeps Q K^T as it is: the scale and log2 e fold into one FMA before the exp */
+    int masked = need_mask || tail || !(scale > 0.0f);
+    if (masked) scale_and_mask(mk, bh, idx, j0, valid, nv, scale, s);
     float alpha[R], p[R][KB] __attribute__((aligned(64)));
-    for (int r = 0; r < R; ++r) {
-      vf mx = s[r][0];
-      for (int c = 1; c < nv; ++c) mx = vmax(mx, s[r][c]);
-      float mnew = hmax(mx);
-      if (mnew < m[r]) mnew = m[r];
-      /* a row whose keys so far are all masked: exp of 0, as softmax gives over equal (masked) scores */
-      float base = mnew == -INFINITY ? 0.0f : mnew;
-      alpha[r] = m[r] == -INFINITY ? 0.0f : vexp(splat(m[r] - base))[0];
-      m[r] = mnew;
-      vf sum = splat(0.0f);
-      for (int c = 0; c < nv; ++c) {
-        vf e = vexp(s[r][c] - base);
-        store(p[r] + c * VL, e);
-        sum += e;
-      }
-      l[r] = l[r] * alpha[r] + hsum(sum);
-    }
+    softmax_block(s, nv, masked ? LOG2E : scale * LOG2E, masked, m, l, alpha, p);
 #ifdef KILN_BF16
     elem pp[R][PP_ROW] __attribute__((aligned(64)));
     p_elems(p, keys, pp);
