@@ -69,14 +69,21 @@ static inline void store(float *p, vf v) { *(vf_unaligned *)p = v; }
  * polynomial of e^(t ln 2), 0 below e^-87. */
 #if VL == 16
 #include <immintrin.h>
-/* 2^f for f in [-1/2, 1/2] */
+/* 2^f for f in [-1/2, 1/2]. The bf16 build rounds P to bf16 (relative step 2^-8) for P V: a degree-3 polynomial
+ * (relative error 7.5e-5) is exact enough there; float32 takes degree 5 (about 4e-7). */
 static inline vf pow2_fraction(vf fv) {
   __m512 f = (__m512)fv;
+#ifdef KILN_BF16
+  __m512 p = _mm512_fmadd_ps(_mm512_set1_ps(5.5170249193906784e-2f), f, _mm512_set1_ps(2.4260790646076202e-1f));
+  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(6.93260908126831e-1f));
+  return (vf)_mm512_fmadd_ps(p, f, _mm512_set1_ps(9.999282956123352e-1f));
+#else
   __m512 p = _mm512_fmadd_ps(_mm512_set1_ps(1.3395285932347178e-3f), f, _mm512_set1_ps(9.670767933130264e-3f));
   p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(5.550340563058853e-2f));
   p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(2.4022211134433746e-1f));
   p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(6.931471824645996e-1f));
   return (vf)_mm512_fmadd_ps(p, f, _mm512_set1_ps(1.0f));
+#endif
 }
 static inline vf vexp2(vf t) {
   __m512 n = _mm512_roundscale_ps((__m512)t, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
