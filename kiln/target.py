@@ -16,15 +16,20 @@ generic CPU, or drop a feature): an -mcpu LLVM does not know for the triple, an 
 leading + or -, naming a feature LLVM does not know or both enabling and disabling one, a triple LLVM has
 no backend for, and a cuda -arch outside CUDA_ARCHS. Each is a TargetError that lists the valid values.
 What the target's hardware can do is `Target.caps` (kiln.capabilities).
+
+A Target is its kind (`Kind`: llvm, cuda, vta-sim) and one frozen record of that kind's fields (`CPUSpec`,
+`CUDASpec`, `VTASpec`). Only this module and kiln/compiler/backends/ look at the kind; everything else
+reads what means the same for every kind (`arch`, `caps`, `tvm()`, `required_features()`, `str()`).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import difflib
+import enum
 import shlex
 
-from .accel import KINDS as ACCELERATORS  # the accelerator kinds (re-exported)
+from .accel import KINDS as ACCELERATORS  # noqa: F401 - the accelerator kinds (re-exported)
 from .env import default_target
 from .errors import TargetError
 
@@ -92,18 +97,108 @@ LLVM_OPTIONS = ("mcpu", "mtriple", "mattr", "num-cores")
 from .capabilities import ISA_FEATURES  # noqa: E402,F401 - re-exported: the features an artifact may depend on
 
 
+class Kind(enum.StrEnum):
+    """A target kind: the string's first word (presets and `host` are llvm), which record describes the
+    target and which backend compiles for it (kiln/compiler/backends: each names its `target_kind`)."""
+
+    LLVM = "llvm"  # a CPU, through LLVM
+    CUDA = "cuda"  # an NVIDIA GPU (host code generic for this host's arch)
+    VTA_SIM = "vta-sim"  # the simulated VTA accelerator beside an LLVM host CPU
+
+
 @dataclasses.dataclass(frozen=True)
-class Target:
-    kind: str = "llvm"
+class CPUSpec:
+    """An LLVM CPU: the -mcpu/-mtriple/-mattr/-num-cores options (None/empty: LLVM's default, the host triple)."""
+
     mcpu: str | None = None
     mtriple: str | None = None
     mattr: tuple[str, ...] = ()
     num_cores: int | None = None
-    accel: str | None = None  # "vta-sim": offload to the simulated accelerator
-    board: str | None = None
-    accel_config: str | None = None
-    gpu_arch: str | None = None  # cuda: sm_XX
-    gpu: str | None = None  # cuda: a TVM target tag, e.g. nvidia/nvidia-a100
+
+    def words(self) -> list[str]:
+        """The options as the target string writes them, in its order."""
+        out = [f"-{k}={v}" for k, v in (("mcpu", self.mcpu), ("mtriple", self.mtriple)) if v]
+        if self.mattr:
+            out.append("-mattr=" + ",".join(self.mattr))
+        if self.num_cores:
+            out.append(f"-num-cores={self.num_cores}")
+        return out
+
+    def to_dict(self) -> dict:
+        """The dict TVM 0.27 builds an llvm Target from (strings raise there)."""
+        d: dict = {"kind": "llvm"}
+        if self.mcpu:
+            d["mcpu"] = self.mcpu
+        if self.mtriple:
+            d["mtriple"] = self.mtriple
+        if self.mattr:
+            d["mattr"] = list(self.mattr)
+        if self.num_cores:
+            d["num-cores"] = self.num_cores
+        return d
+
+
+@dataclasses.dataclass(frozen=True)
+class CUDASpec:
+    """An NVIDIA GPU: its sm architecture, and the TVM target tag it was named by (-gpu=), if any."""
+
+    arch: str = DEFAULT_CUDA_ARCH
+    gpu: str | None = None  # a TVM target tag, e.g. nvidia/nvidia-a100
+
+    def words(self) -> list[str]:
+        return [f"-gpu={self.gpu}"] if self.gpu else [f"-arch={self.arch}"]
+
+    def to_dict(self) -> dict:
+        return {"kind": "cuda", "arch": self.arch, **({"tag": self.gpu} if self.gpu else {})}
+
+    def tvm_base(self):
+        """TVM's cuda Target, without its host: the tag's, or one for the arch with the limits every sm_50+ has."""
+        import tvm
+
+        if self.gpu:
+            return tvm.target.Target(self.gpu)
+        limits = {"max_shared_memory_per_block": 49152, "max_threads_per_block": 1024, "thread_warp_size": 32}
+        return tvm.target.Target({"kind": "cuda", "arch": self.arch, **limits})
+
+
+@dataclasses.dataclass(frozen=True)
+class VTASpec:
+    """The simulated VTA accelerator: its board (clock) and configuration (kiln.accel.vta.config), and the
+    host CPU that runs everything it does not (LLVM options apply to the host)."""
+
+    board: str
+    config: str
+    cpu: CPUSpec = CPUSpec()
+
+    def words(self) -> list[str]:
+        return [f"-board={self.board}", f"-config={self.config}", *self.cpu.words()]
+
+    def to_dict(self) -> dict:
+        return self.cpu.to_dict()  # TVM builds the host's code; the accelerator's programs are Kiln's own
+
+    def vta_config(self):
+        from .accel.vta.config import VTAConfig
+
+        return VTAConfig.parse(self.config, self.board)
+
+
+SPECS = {Kind.LLVM: CPUSpec, Kind.CUDA: CUDASpec, Kind.VTA_SIM: VTASpec}  # each kind's record
+_NO_CPU = CPUSpec()
+
+
+@dataclasses.dataclass(frozen=True)
+class Target:
+    """A parsed target: its kind and that kind's record (SPECS). Made by `parse` or `host`; `str()` gives
+    back the string `parse` reads (manifests record it). Code outside this module and the backends reads
+    the properties below, which mean the same for every kind, and does not branch on `kind`."""
+
+    kind: Kind = Kind.LLVM
+    spec: CPUSpec | CUDASpec | VTASpec = _NO_CPU
+
+    def __post_init__(self):
+        object.__setattr__(self, "kind", Kind(self.kind))
+        if type(self.spec) is not SPECS[self.kind]:
+            raise TypeError(f"a {self.kind} target's record is a {SPECS[self.kind].__name__}, not {self.spec!r}")
 
     @staticmethod
     def parse(spec: str | Target | None = None) -> Target:
@@ -118,55 +213,15 @@ class Target:
         except ValueError as e:
             raise _bad(spec, str(e)) from None
         head, rest = words[0], words[1:]
-        allowed = LLVM_OPTIONS
-        if head in PRESETS:
-            fields = dict(PRESETS[head])
-        elif head == "llvm":
-            fields = {}
-        elif head in ACCELERATORS:
-            fields, allowed = {"accel": head}, LLVM_OPTIONS + ACCEL_OPTIONS
-        elif head == "cuda":
-            return _cuda(spec, rest)
-        else:
-            raise _bad(spec, f"unknown target kind {head!r}")
-        for w in rest:
-            key, eq, val = w.lstrip("-").partition("=")
-            if not w.startswith("-") or not eq or key not in allowed or not val:
-                raise _bad(spec, f"bad option {w!r} (options: {', '.join('-' + o + '=' for o in allowed)})")
-            if key in ACCEL_OPTIONS:
-                fields["board" if key == "board" else "accel_config"] = val
-            elif key == "mattr":
-                fields["mattr"] = tuple(a for a in val.split(",") if a)
-            elif key == "num-cores":
-                if not val.isdigit() or int(val) < 1:
-                    raise _bad(spec, f"-num-cores must be a positive integer, got {val!r}")
-                fields["num_cores"] = int(val)
-            else:
-                fields[key] = val
-        if "mcpu" not in fields and "mtriple" not in fields:
-            host = Target.host()
-            fields.setdefault("mcpu", host.mcpu)
-            if fields.get("accel"):
-                fields.setdefault("num_cores", host.num_cores)
-        if fields.get("accel"):
-            from .accel.vta.config import DEFAULT, VTAConfig
-
-            fields.setdefault("board", "sim")
-            fields.setdefault("accel_config", DEFAULT)
-            VTAConfig.parse(
-                fields["accel_config"], fields["board"]
-            )  # a bad board or config fails here, listing the valid ones
-        _check_llvm(spec, fields)
-        return Target(**fields)
-
-    @property
-    def is_gpu(self) -> bool:
-        return self.kind == "cuda"
-
-    def vta_config(self):
-        from .accel.vta.config import VTAConfig
-
-        return VTAConfig.parse(self.accel_config, self.board) if self.accel else None
+        if head in PRESETS or head == "llvm":
+            cpu = _cpu(spec, PRESETS.get(head, {}), _options(spec, rest, LLVM_OPTIONS))
+            _check_llvm(spec, cpu)
+            return Target(Kind.LLVM, cpu)
+        if head == Kind.VTA_SIM:
+            return Target(Kind.VTA_SIM, _vta(spec, _options(spec, rest, LLVM_OPTIONS + ACCEL_OPTIONS)))
+        if head == "cuda":
+            return Target(Kind.CUDA, _cuda(spec, _options(spec, rest, GPU_OPTIONS)))
+        raise _bad(spec, f"unknown target kind {head!r}")
 
     @staticmethod
     def host() -> Target:
@@ -176,7 +231,52 @@ class Target:
         from .runtime.hostinfo import host_cpu_flags, physical_cores
 
         mcpu, _ = host_cpu_name(str(codegen.llvm_get_system_cpu()), host_cpu_flags())
-        return Target(mcpu=mcpu, mattr=host_mattr(mcpu, _host_triple()), num_cores=physical_cores())
+        return Target(Kind.LLVM, CPUSpec(mcpu=mcpu, mattr=host_mattr(mcpu, _host_triple()), num_cores=physical_cores()))
+
+    @property
+    def cpu(self) -> CPUSpec | None:
+        """The LLVM CPU the target's CPU code is built for: all of an llvm target, a vta-sim target's
+        host; None for cuda (its host code is generic)."""
+        if self.kind is Kind.VTA_SIM:
+            return self.spec.cpu
+        return self.spec if self.kind is Kind.LLVM else None
+
+    def with_cpu(self, **changes) -> Target:
+        """The same target with fields of its CPU record replaced (mcpu=, mtriple=, mattr=, num_cores=)."""
+        if self.kind is Kind.CUDA:
+            raise ValueError(f"{self}: a cuda target's host code is generic, it has no CPU options")
+        cpu = dataclasses.replace(self.cpu, **changes)
+        return Target(self.kind, cpu if self.kind is Kind.LLVM else dataclasses.replace(self.spec, cpu=cpu))
+
+    @property
+    def mcpu(self) -> str | None:
+        return (self.cpu or _NO_CPU).mcpu
+
+    @property
+    def mtriple(self) -> str | None:
+        return (self.cpu or _NO_CPU).mtriple
+
+    @property
+    def mattr(self) -> tuple[str, ...]:
+        return (self.cpu or _NO_CPU).mattr
+
+    @property
+    def num_cores(self) -> int | None:
+        return (self.cpu or _NO_CPU).num_cores
+
+    @property
+    def gpu_arch(self) -> str | None:
+        """cuda: the sm architecture (sm_XX); None for other kinds."""
+        return self.spec.arch if self.kind is Kind.CUDA else None
+
+    @property
+    def gpu(self) -> str | None:
+        """cuda: the TVM target tag of a GPU named with -gpu=; None otherwise."""
+        return self.spec.gpu if self.kind is Kind.CUDA else None
+
+    def vta_config(self):
+        """vta-sim: the accelerator's VTAConfig; None for other kinds."""
+        return self.spec.vta_config() if self.kind is Kind.VTA_SIM else None
 
     @property
     def arch(self) -> str:
@@ -185,43 +285,15 @@ class Target:
 
     def to_dict(self) -> dict:
         """The dict TVM 0.27 builds a Target from (strings raise there)."""
-        d: dict = {"kind": self.kind}
-        if self.is_gpu:
-            return {**d, "arch": self.gpu_arch, **({"tag": self.gpu} if self.gpu else {})}
-        if self.mcpu:
-            d["mcpu"] = self.mcpu
-        if self.mtriple:
-            d["mtriple"] = self.mtriple
-        if self.mattr:
-            d["mattr"] = list(self.mattr)
-        if self.num_cores:
-            d["num-cores"] = self.num_cores
-        return d
+        return self.spec.to_dict()
 
     def tvm(self):
         import tvm
 
-        if self.is_gpu:
-            try:
-                base = (
-                    tvm.target.Target(self.gpu)
-                    if self.gpu
-                    else tvm.target.Target(
-                        {
-                            "kind": "cuda",
-                            "arch": self.gpu_arch,
-                            "max_shared_memory_per_block": 49152,
-                            "max_threads_per_block": 1024,
-                            "thread_warp_size": 32,
-                        }
-                    )
-                )
-                return tvm.target.Target(
-                    base, host={"kind": "llvm"}
-                )  # generic host code: runs on any x86-64 GPU server
-            except Exception as e:
-                raise _bad(str(self), str(e).splitlines()[-1]) from None
         try:
+            if self.kind is Kind.CUDA:
+                # generic host code: runs on any x86-64 GPU server
+                return tvm.target.Target(self.spec.tvm_base(), host={"kind": "llvm"})
             return tvm.target.Target(self.to_dict())
         except Exception as e:  # TVM's own validation of option values
             raise _bad(str(self), str(e).splitlines()[-1]) from None
@@ -231,35 +303,65 @@ class Target:
         """What the hardware can do (kiln.capabilities): Capabilities, or GpuCapabilities for cuda. Cached."""
         from .capabilities import capabilities, gpu_capabilities
 
-        return gpu_capabilities(self) if self.is_gpu else capabilities(self)
+        return gpu_capabilities(self) if self.kind is Kind.CUDA else capabilities(self)
 
     def required_features(self) -> list[str]:
         """ISA features (LLVM names) that code generated for this target may use."""
-        if self.is_gpu:
+        if self.kind is Kind.CUDA:
             return []  # generic host code
         return list(self.caps.isa_features)
 
     def __str__(self) -> str:
-        if self.is_gpu:
-            return f"cuda -gpu={self.gpu}" if self.gpu else f"cuda -arch={self.gpu_arch}"
-        parts = [self.accel, f"-board={self.board}", f"-config={self.accel_config}"] if self.accel else [self.kind]
-        for k, v in (("mcpu", self.mcpu), ("mtriple", self.mtriple)):
-            if v:
-                parts.append(f"-{k}={v}")
-        if self.mattr:
-            parts.append("-mattr=" + ",".join(self.mattr))
-        if self.num_cores:
-            parts.append(f"-num-cores={self.num_cores}")
-        return " ".join(parts)
+        return " ".join([self.kind.value, *self.spec.words()])
 
 
-def _cuda(spec: str, rest: list[str]) -> Target:
-    fields = {}
+def _options(spec: str, rest: list[str], allowed: tuple[str, ...]) -> dict[str, str]:
+    """The -key=value words after the kind, {key: value} (the last of a repeated key wins); a word that
+    is not one of `allowed`, or a -num-cores that is not a positive integer, is a TargetError."""
+    out = {}
     for w in rest:
         key, eq, val = w.lstrip("-").partition("=")
-        if not w.startswith("-") or not eq or key not in GPU_OPTIONS or not val:
-            raise _bad(spec, f"bad option {w!r} (options: {', '.join('-' + o + '=' for o in GPU_OPTIONS)})")
-        fields[key] = val
+        if not w.startswith("-") or not eq or key not in allowed or not val:
+            raise _bad(spec, f"bad option {w!r} (options: {', '.join('-' + o + '=' for o in allowed)})")
+        if key == "num-cores" and (not val.isdigit() or int(val) < 1):
+            raise _bad(spec, f"-num-cores must be a positive integer, got {val!r}")
+        out[key] = val
+    return out
+
+
+def _cpu(spec: str, preset: dict, opts: dict[str, str], host_cores: bool = False) -> CPUSpec:
+    """The LLVM CPU of a preset (or none) and the string's options; with neither -mcpu nor -mtriple, this
+    host's -mcpu (and, host_cores, its physical cores). Not yet checked against LLVM (_check_llvm)."""
+    fields = dict(preset)
+    for key, val in opts.items():
+        if key == "mattr":
+            fields["mattr"] = tuple(a for a in val.split(",") if a)
+        elif key == "num-cores":
+            fields["num_cores"] = int(val)
+        elif key in ("mcpu", "mtriple"):
+            fields[key] = val
+    if "mcpu" not in fields and "mtriple" not in fields:
+        host = Target.host()
+        fields.setdefault("mcpu", host.mcpu)
+        if host_cores:
+            fields.setdefault("num_cores", host.num_cores)
+    return CPUSpec(**fields)
+
+
+def _vta(spec: str, opts: dict[str, str]) -> VTASpec:
+    """vta-sim: the board (default sim) and configuration (default the accelerator's), checked here (a bad
+    one lists the valid ones), and the host CPU (this host's cores unless the string names a CPU)."""
+    from .accel.vta.config import DEFAULT, VTAConfig
+
+    cpu = _cpu(spec, {}, opts, host_cores=True)
+    board, config = opts.get("board", "sim"), opts.get("config", DEFAULT)
+    VTAConfig.parse(config, board)  # a bad board or config fails here, listing the valid ones
+    _check_llvm(spec, cpu)
+    return VTASpec(board, config, cpu)
+
+
+def _cuda(spec: str, fields: dict[str, str]) -> CUDASpec:
+    """cuda: a GPU named by TVM's tag (-gpu=, its arch from the tag), else -arch= (checked against CUDA_ARCHS)."""
     if "gpu" in fields:
         import tvm
 
@@ -272,7 +374,7 @@ def _cuda(spec: str, rest: list[str]) -> Target:
             raise _bad(
                 spec, f"unknown GPU {name!r} (TVM's tags, e.g. a100, h100, geforce-rtx-4090, nvidia/jetson-orin-nano)"
             )
-        return Target(kind="cuda", gpu=found, gpu_arch=str(tvm.target.Target(found).attrs["arch"]))
+        return CUDASpec(arch=str(tvm.target.Target(found).attrs["arch"]), gpu=found)
     arch = fields.get("arch", DEFAULT_CUDA_ARCH)
     if not (arch.startswith("sm_") and arch[3:].rstrip("a").isdigit()):
         raise _bad(spec, f"-arch must look like sm_80, got {arch!r}", fix="use one of: " + ", ".join(CUDA_ARCHS))
@@ -282,15 +384,15 @@ def _cuda(spec: str, rest: list[str]) -> Target:
             f"unknown CUDA arch {arch!r}{_did_you_mean(arch, CUDA_ARCHS)}",
             fix="use one of: " + ", ".join(CUDA_ARCHS),
         )
-    return Target(kind="cuda", gpu_arch=arch)
+    return CUDASpec(arch=arch)
 
 
-def _check_llvm(spec: str, fields: dict) -> None:
+def _check_llvm(spec: str, cpu: CPUSpec) -> None:
     """Refuse an -mcpu or -mattr LLVM does not know for the triple, here rather than deep in the build
     (LLVM itself only prints a line per codegen call and falls back to a generic CPU or drops the feature)."""
     from . import capabilities as caps
 
-    triple = fields.get("mtriple") or _host_triple()
+    triple = cpu.mtriple or _host_triple()
     backends = caps.llvm_backends()
     if not caps.llvm_has_backend(triple):  # LLVM would crash on it
         raise _bad(
@@ -300,16 +402,15 @@ def _check_llvm(spec: str, fields: dict) -> None:
             + ", ".join(backends)
             + ")",
         )
-    cpu = fields.get("mcpu")
-    if cpu and not caps.llvm_is_cpu(cpu, triple):
+    if cpu.mcpu and not caps.llvm_is_cpu(cpu.mcpu, triple):
         cpus = caps.llvm_cpus(triple)
         raise _bad(
             spec,
-            f"LLVM {_llvm_version()} does not know -mcpu={cpu} for {triple}{_did_you_mean(cpu, cpus)}",
+            f"LLVM {_llvm_version()} does not know -mcpu={cpu.mcpu} for {triple}{_did_you_mean(cpu.mcpu, cpus)}",
             fix=f"use one of the {len(cpus)} CPUs LLVM knows for {triple}: " + ", ".join(cpus),
         )
     seen: dict[str, str] = {}
-    for a in fields.get("mattr", ()):
+    for a in cpu.mattr:
         sign, name = a[:1], a[1:]
         if sign not in "+-" or not name:
             hint = f"+{a}" if caps.llvm_is_feature(a, triple) else "+FEATURE"

@@ -175,15 +175,13 @@ def bf16_block(c=32, hw=8):
 def host_without_amx():
     """This host's target with AMX switched off (the same target where the host has none): for tests of the
     AVX-512 paths that AMX would take over on Sapphire/Emerald Rapids."""
-    import dataclasses
-
     from kiln.target import Target
 
     host = Target.host()
     if not host.caps.amx:
         return host
     mattr = tuple(a for a in host.mattr if "amx" not in a) + ("-amx-tile", "-amx-int8", "-amx-bf16")
-    return dataclasses.replace(host, mattr=mattr)
+    return host.with_cpu(mattr=mattr)
 
 
 def qdq_conv(cin=32, cout=48, k=3, stride=1, pad=1, zx=0, wmax=64, hw=10, seed=0):

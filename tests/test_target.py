@@ -91,3 +91,31 @@ def test_cuda_arch_is_checked():
         Target.parse("cuda -arch=sm_999")
     with pytest.raises(TargetError, match="did you mean .*sm_86"):
         Target.parse("cuda -arch=sm_85")
+
+
+def test_a_target_is_a_kind_and_its_record():
+    from kiln.target import CPUSpec, CUDASpec, Kind, VTASpec
+
+    cpu = Target.parse("llvm -mcpu=znver3 -mtriple=x86_64-linux-gnu -num-cores=2")
+    assert (cpu.kind, cpu.spec) == (Kind.LLVM, CPUSpec("znver3", "x86_64-linux-gnu", (), 2)) and cpu.cpu is cpu.spec
+    gpu = Target.parse("cuda -arch=sm_86")
+    assert (gpu.kind, gpu.spec, gpu.cpu, gpu.mcpu, gpu.mattr) == (Kind.CUDA, CUDASpec("sm_86"), None, None, ())
+    vta = Target.parse("vta-sim -board=ultra96 -mcpu=znver3 -mtriple=x86_64-linux-gnu")
+    assert vta.kind == "vta-sim" and isinstance(vta.spec, VTASpec) and vta.spec.board == "ultra96"
+    assert vta.cpu == CPUSpec("znver3", "x86_64-linux-gnu") and vta.to_dict() == vta.cpu.to_dict()
+    assert vta.vta_config().board == "ultra96" and cpu.vta_config() is None and gpu.gpu_arch == "sm_86"
+    for t in (cpu, gpu, vta):
+        assert Target.parse(str(t)) == t and hash(Target.parse(str(t))) == hash(t)
+    assert str(vta) == "vta-sim -board=ultra96 -config=1x16_i8w8a32_15_15_18_17 -mcpu=znver3 -mtriple=x86_64-linux-gnu"
+    with pytest.raises(TypeError, match="CUDASpec"):
+        Target(Kind.CUDA, CPUSpec())  # a record of another kind
+
+
+def test_with_cpu_replaces_the_cpu_record_only():
+    vta = Target.parse("vta-sim -board=pynq -mcpu=znver3 -mtriple=x86_64-linux-gnu")
+    moved = vta.with_cpu(mcpu="haswell", mtriple=None, num_cores=3)
+    assert moved.kind == vta.kind and moved.spec.board == "pynq" and (moved.mcpu, moved.mtriple) == ("haswell", None)
+    assert str(moved).startswith("vta-sim -board=pynq -config=") and moved.num_cores == 3
+    assert Target.parse("llvm -mcpu=znver3").with_cpu(mattr=("+avx2",)).mattr == ("+avx2",)
+    with pytest.raises(ValueError, match="no CPU options"):
+        Target.parse("cuda").with_cpu(mcpu="znver3")

@@ -29,9 +29,7 @@ def host_options(options):
     host = Target.host()
     return dataclasses.replace(
         options,
-        target=dataclasses.replace(
-            options.target, mcpu=host.mcpu, mtriple=None, mattr=host.mattr, num_cores=host.num_cores
-        ),
+        target=options.target.with_cpu(mcpu=host.mcpu, mtriple=None, mattr=host.mattr, num_cores=host.num_cores),
         tuning_db=None,
     )
 

@@ -10,10 +10,10 @@ from onnx import helper
 
 import kiln
 from kiln.compiler import CompileOptions, compile_model
-from kiln.compiler.backends import BACKENDS, CPU, NULL, backend_for
+from kiln.compiler.backends import BACKENDS, BY_TARGET_KIND, CPU, NULL, backend_for
 from kiln.compiler.pipeline import STAGES
 from kiln.errors import ArtifactError, IncompatibleArtifactError
-from kiln.target import Target
+from kiln.target import Kind, Target
 
 
 def _model():
@@ -47,3 +47,4 @@ def test_every_backend_supplies_the_interface():
     assert backend_for(Target.parse("llvm -mcpu=znver4")) is CPU
     assert backend_for(Target.parse("cuda -arch=sm_80")).kind == "cuda"
     assert backend_for(Target.parse("vta-sim")).kind == "vta"
+    assert set(BY_TARGET_KIND) == set(Kind)  # every target kind has its backend

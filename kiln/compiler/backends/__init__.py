@@ -7,6 +7,7 @@ only the driver, the tuning driver, the options and the backends themselves impo
 
 from __future__ import annotations
 
+from ...target import Kind
 from .base import Backend, ManifestSection
 from .cpu import CPU
 from .cuda import CUDA
@@ -15,13 +16,12 @@ from .vta import VTA
 
 BACKENDS: dict[str, Backend] = {b.kind: b for b in (CPU, CUDA, VTA, NULL)}
 
-__all__ = ["BACKENDS", "Backend", "ManifestSection", "backend_for"]
+__all__ = ["BACKENDS", "BY_TARGET_KIND", "Backend", "ManifestSection", "backend_for"]
+
+
+BY_TARGET_KIND: dict[Kind, Backend] = {b.target_kind: b for b in (CPU, CUDA, VTA)}
 
 
 def backend_for(target) -> Backend:
-    """The backend that compiles for this parsed Target."""
-    if target.accel:
-        return VTA
-    if target.is_gpu:
-        return CUDA
-    return CPU
+    """The backend that compiles for this parsed Target: the one whose target_kind is its kind."""
+    return BY_TARGET_KIND[target.kind]

@@ -2,12 +2,14 @@
 stage, its build flow, its code generation and export, its tuner, its tuning-record selection and its
 manifest section. The compile driver asks `backend_for(target)` once (CompileOptions.make does, and
 the options carry the answer as `options.backend`); nothing outside the backends branches on the kind
-of target. A new target kind is a new module here and a line in `backend_for`."""
+of target. A new target kind is a `Kind` with its record in kiln/target.py and a module here whose
+backend names it as its `target_kind` (and joins `backend_for`'s list)."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
 
+from ...target import Kind
 from ..manifest import ManifestSection
 from ..pipeline import STAGES, PassSpec, Stage, pass_names, select_rows
 
@@ -18,6 +20,7 @@ class Backend:
     library exported with Kiln's C kernels)."""
 
     kind = ""  # the backend's name: cpu, cuda, vta, null
+    target_kind: Kind | None = None  # the kiln.target.Kind it compiles for (None: chosen by name only, e.g. null)
     device = "cpu"  # the runtime device the manifest names (kiln.runtime.model.DEVICES)
     schedule_row = ""  # the row `kiln tune` disables: MetaSchedule searches what it would schedule
     recurrence_kernel = True  # LSTM/GRU loops as Kiln's CPU recurrence kernel (frontends.importer)

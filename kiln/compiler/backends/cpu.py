@@ -9,6 +9,7 @@ from tvm import relax
 from ...capabilities import BF16
 from ...schedules.rules.apply import ApplyDefaultSchedules, ApplyTuningDatabase
 from ...schedules.rules.int8 import int8_kernel
+from ...target import Kind
 from .. import passes as kp
 from ..legalize import legalize_map
 from ..pipeline import PassSpec, Stage, select_rows
@@ -158,6 +159,7 @@ ROWS: tuple[PassSpec, ...] = GRAPH_ROWS + LOWER_ROWS + SCHEDULE_ROWS
 
 class CPUBackend(Backend):
     kind = "cpu"
+    target_kind = Kind.LLVM
     schedule_row = "DefaultSchedules"
 
     def rows(self, stage: Stage) -> tuple[PassSpec, ...]:
@@ -174,11 +176,9 @@ class CPUBackend(Backend):
         """MetaSchedule needs num-cores ("llvm -mcpu=znver3" has none): this host's physical cores."""
         if target.num_cores:
             return target
-        import dataclasses
-
         from ...runtime.hostinfo import physical_cores
 
-        return dataclasses.replace(target, num_cores=physical_cores())
+        return target.with_cpu(num_cores=physical_cores())
 
 
 CPU = CPUBackend()

@@ -8,6 +8,7 @@ from tvm import relax
 
 from ...schedules.rules.apply import ApplyTuningDatabase
 from ...schedules.rules.gpu import ApplyGPUSchedules
+from ...target import Kind
 from .. import passes as kp
 from ..pipeline import PassSpec, Stage
 from . import cpu
@@ -58,6 +59,7 @@ ROWS: tuple[PassSpec, ...] = GRAPH_ROWS + LOWER_ROWS + SCHEDULE_ROWS
 
 class CUDABackend(Backend):
     kind = "cuda"
+    target_kind = Kind.CUDA
     device = "cuda"
     schedule_row = "GPUSchedules"
     recurrence_kernel = False  # the recurrence kernel is CPU code

@@ -12,6 +12,7 @@ from .cpu import CPUBackend
 
 class NullBackend(CPUBackend):
     kind = "null"
+    target_kind = None  # no target string selects it: a test hands it to the options
     device = "null"
 
     def build(self, mod, options, where: str):

@@ -7,6 +7,7 @@ manifest's accelerator kind."""
 from __future__ import annotations
 
 from ....errors import OptionsError
+from ....target import Kind
 from ...pipeline import PassSpec, Stage
 from .. import cpu
 from ..base import ManifestSection
@@ -25,6 +26,7 @@ def _graph_row(spec: PassSpec) -> PassSpec:
 
 class VTABackend(cpu.CPUBackend):
     kind = "vta"
+    target_kind = Kind.VTA_SIM
 
     def rows(self, stage: Stage) -> tuple[PassSpec, ...]:
         return tuple(_graph_row(s) for s in super().rows(stage))
@@ -36,10 +38,10 @@ class VTABackend(cpu.CPUBackend):
         """The accelerator runs int8 convolutions: a calibrated int8 compile of one shape."""
         if quantize != "int8" or buckets or layout == "auto":
             raise OptionsError(
-                f"target {target.accel} runs int8 convolutions: it needs --quantize int8 --calibration DATA"
+                f"target {target.kind} runs int8 convolutions: it needs --quantize int8 --calibration DATA"
                 + (" and no shape buckets or --layout auto" if buckets or layout == "auto" else ""),
                 where="--target",
-                fix=f"kiln compile MODEL --target {target.accel} --quantize int8 --calibration DATA.npz",
+                fix=f"kiln compile MODEL --target {target.kind} --quantize int8 --calibration DATA.npz",
             )
 
     def flow(self, options):
@@ -77,9 +79,9 @@ class VTABackend(cpu.CPUBackend):
 
         target = options.target
         accelerator = {
-            "kind": target.accel,
-            "board": target.board,
-            "config": target.accel_config,
+            "kind": target.kind.value,
+            "board": target.spec.board,
+            "config": target.spec.config,
             "members": list(vta_rt.MEMBERS),
             "digest": vta_rt.digest(members),
         }

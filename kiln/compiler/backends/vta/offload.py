@@ -143,72 +143,29 @@ def make_layers(
     its schedule (tuned: workload key -> (Schedule, cycles) from a tuning database, else conv.plan);
     one that does not fit gets a reason."""
     out, tuned = [], tuned or {}
-    scale = lambda r: max(abs(r[0]), abs(r[1]), 1e-12) / 127.0
-    out_scale = lambda r, relu: max(r[1], 1e-12) / 127.0 if relu else scale(r)
-    # end variable -> (name, output scale) of every offloadable layer: its int8 output feeds neighbours as it is
-    # (if it ends up on the CPU after all, the neighbour quantizes its float output at that same scale)
-    made = {
-        ch.end_var: {"name": ch.name, "sy": out_scale(ranges[ch.name + ":out"], ch.relu)}
-        for ch in chains
-        if ch.reason is None
-    }
+    made = _output_scales(chains, ranges)
     for ch in chains:
         if ch.reason is not None:
             continue
-        c = ch.conv
-        w = c.args[1].value.numpy().astype(np.float32)
-        if ch.dense:  # [K, N] -> a 1x1 conv's [N, K, 1, 1] on a [1, K, 1, 1] input
-            w = np.ascontiguousarray(w.T)[:, :, None, None]
-        src = made.get(ch.x)  # an accelerator layer's output: its int8 and scale, no CPU re-quantization
-        sx = src["sy"] if src else scale(ranges[ch.name])
-        sy = made[ch.end_var]["sy"]
-        wq, sw, shift = conv.shift_quantize(w, sx, sy)
-        bias = ch.bias if ch.bias is not None else np.zeros(w.shape[0], np.float32)
-        bq = conv.rounded_bias(np.round(bias / (sx * sw)), shift)
-        rsrc, sr, rmul = None, None, None
-        if ch.residual is not None:
-            rsrc = made.get(ch.residual)
-            sr = rsrc["sy"] if rsrc else scale(ranges[ch.name + ":res"])
-            rmul = np.round(sr / (sx * sw)).astype(np.int64)  # residual units -> accumulator units
-        if conv.acc_bound(wq, bq, rmul) >= 2**31:
-            ch.reason = "accumulator range exceeds 32 bits"
+        q = _quantize(ch, ranges, made)
+        if q is None:
             continue
-        in_shape = tuple(int(v) for v in c.args[0].ty.shape.values)
-        geometry = {}
-        if ch.dense:
-            in_shape = (1, in_shape[1], 1, 1)
-        else:
-            a = c.attrs
-            geometry = {"stride": tuple(int(s) for s in a.strides), "padding": tuple(int(p) for p in a.padding)}
-        layer = conv.ConvLayer(
-            wq,
-            bq.astype(np.int32),
-            shift,
-            ch.relu,
-            in_shape,
-            **geometry,
-            rmul=None if rmul is None else rmul.astype(np.int32),
-        )
         try:
-            prog = codegen.compile_conv(layer, cfg)
+            prog, default_cycles, record = _program(q.layer, cfg, tuned)
         except conv.NotOffloadable as e:
             ch.reason = str(e)
             continue
-        default_cycles = codegen.cycles(prog, cfg).cycles
-        record = tuned.get(json.dumps(layer.workload(), sort_keys=True))
-        if record is not None and record[0] != prog.schedule:
-            prog = codegen.compile_conv(layer, cfg, record[0])
         info = {
-            "sx": sx,
-            "sy": sy,
-            "sr": sr,
-            "int8_input_from": src["name"] if src else None,
-            "int8_residual_from": rsrc["name"] if rsrc else None,
+            "sx": q.sx,
+            "sy": q.sy,
+            "sr": q.sr,
+            "int8_input_from": q.src["name"] if q.src else None,
+            "int8_residual_from": q.rsrc["name"] if q.rsrc else None,
             "schedule": prog.schedule.to_json(),
             "tuned": record is not None,
             "default_cycles": default_cycles,
-            "alu_epilogue": conv.alu_epilogue(layer, cfg),
-            "macs": int(np.prod(layer.out_shape)) * int(np.prod(w.shape[1:])),
+            "alu_epilogue": conv.alu_epilogue(q.layer, cfg),
+            "macs": int(np.prod(q.layer.out_shape)) * q.macs_per_output,
             "name": ch.name,
         }
         out.append((ch, codegen.to_layer_program(prog, ch.name, cfg), info))
@@ -217,6 +174,90 @@ def make_layers(
         for k in ("int8_input_from", "int8_residual_from"):
             info[k] = info[k] if info[k] in done else None
     return out
+
+
+def _scale(r) -> float:
+    """The symmetric int8 scale of a calibrated (min, max) range."""
+    return max(abs(r[0]), abs(r[1]), 1e-12) / 127.0
+
+
+def _output_scales(chains: list[Chain], ranges: dict) -> dict:
+    """End variable -> {"name", "sy": output scale} of every offloadable layer: its int8 output feeds
+    neighbours as it is (if it ends up on the CPU after all, the neighbour quantizes its float output
+    at that same scale)."""
+    return {
+        ch.end_var: {"name": ch.name, "sy": _out_scale(ranges[ch.name + ":out"], ch.relu)}
+        for ch in chains
+        if ch.reason is None
+    }
+
+
+def _out_scale(r, relu: bool) -> float:
+    """A layer output's int8 scale: after a ReLU the values are >= 0, so [0, max] gets all 127 steps."""
+    return max(r[1], 1e-12) / 127.0 if relu else _scale(r)
+
+
+@dataclasses.dataclass
+class _Quantized:
+    """A chain's integer layer and the scales it was quantized at (input sx, output sy, residual
+    sr), with the accelerator layers whose int8 output it reads directly (src, rsrc: None for floats
+    from the CPU)."""
+
+    layer: conv.ConvLayer
+    sx: float
+    sy: float
+    sr: float | None
+    src: dict | None
+    rsrc: dict | None
+    macs_per_output: int
+
+
+def _quantize(ch: Chain, ranges: dict, made: dict) -> _Quantized | None:
+    """The chain as an integer conv layer; None (with ch.reason) when its accumulator could
+    overflow 32 bits."""
+    w = ch.conv.args[1].value.numpy().astype(np.float32)
+    if ch.dense:  # [K, N] -> a 1x1 conv's [N, K, 1, 1] on a [1, K, 1, 1] input
+        w = np.ascontiguousarray(w.T)[:, :, None, None]
+    src = made.get(ch.x)  # an accelerator layer's output: its int8 and scale, no CPU re-quantization
+    sx = src["sy"] if src else _scale(ranges[ch.name])
+    sy = made[ch.end_var]["sy"]
+    wq, sw, shift = conv.shift_quantize(w, sx, sy)
+    bias = ch.bias if ch.bias is not None else np.zeros(w.shape[0], np.float32)
+    bq = conv.rounded_bias(np.round(bias / (sx * sw)), shift)
+    rsrc, sr, rmul = None, None, None
+    if ch.residual is not None:
+        rsrc = made.get(ch.residual)
+        sr = rsrc["sy"] if rsrc else _scale(ranges[ch.name + ":res"])
+        rmul = np.round(sr / (sx * sw)).astype(np.int64)  # residual units -> accumulator units
+    if conv.acc_bound(wq, bq, rmul) >= 2**31:
+        ch.reason = "accumulator range exceeds 32 bits"
+        return None
+    in_shape, geometry = _geometry(ch)
+    rmul32 = None if rmul is None else rmul.astype(np.int32)
+    layer = conv.ConvLayer(wq, bq.astype(np.int32), shift, ch.relu, in_shape, **geometry, rmul=rmul32)
+    return _Quantized(layer, sx, sy, sr, src, rsrc, int(np.prod(w.shape[1:])))
+
+
+def _geometry(ch: Chain) -> tuple[tuple, dict]:
+    """The layer's NCHW input shape and its stride/padding (a dense layer: a 1x1 image, the defaults)."""
+    c = ch.conv
+    in_shape = tuple(int(v) for v in c.args[0].ty.shape.values)
+    if ch.dense:
+        return (1, in_shape[1], 1, 1), {}
+    a = c.attrs
+    return in_shape, {"stride": tuple(int(s) for s in a.strides), "padding": tuple(int(p) for p in a.padding)}
+
+
+def _program(layer: conv.ConvLayer, cfg: VTAConfig, tuned: dict):
+    """(program, its cycles under the default schedule, the tuning record or None): compiled with the
+    tuned schedule where the database has one for this workload (the default's cycles are reported
+    beside it); conv.NotOffloadable when the default schedule does not fit."""
+    prog = codegen.compile_conv(layer, cfg)
+    default_cycles = codegen.cycles(prog, cfg).cycles
+    record = tuned.get(json.dumps(layer.workload(), sort_keys=True))
+    if record is not None and record[0] != prog.schedule:
+        prog = codegen.compile_conv(layer, cfg, record[0])
+    return prog, default_cycles, record
 
 
 @relax.expr_functor.mutator
