@@ -28,12 +28,12 @@ class Branches:
 
     def loop(self, node, env):
         body = _attr(node, "body")
-        from .simplify import _outer_refs_of
+        from .simplify import outer_refs_of
 
         involved = (
             any(i in env for i in node.input[2:])
             or any(is_structured(v) for v in list(body.input) + list(body.output))
-            or any(r in env for r in _outer_refs_of(body))
+            or any(r in env for r in outer_refs_of(body))
         )
         if not involved:
             return None

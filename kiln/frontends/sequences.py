@@ -14,6 +14,7 @@ or a split fed at run time): the sequence's length or an element's shape would o
 from __future__ import annotations
 
 import collections
+import warnings
 
 import numpy as np
 import onnx
@@ -180,7 +181,7 @@ class _Flattener(Branches):
             a.type in (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS) for a in node.attribute
         ):
             return None
-        from .simplify import NONDETERMINISTIC, _eval
+        from .simplify import NONDETERMINISTIC, eval_node
 
         if node.op_type in NONDETERMINISTIC or node.domain not in ("", "ai.onnx"):
             return None
@@ -191,7 +192,9 @@ class _Flattener(Branches):
                 if v is None or v.size > 4096:
                     return None
                 feeds[i] = v
-        values = _eval(node, feeds, self.opsets, {}, self.where)
+        with warnings.catch_warnings():  # a value it cannot fold stays for TVM: simplify.py warns of it later
+            warnings.simplefilter("ignore")
+            values = eval_node(node, feeds, self.opsets, {}, self.where)
         if values is None:
             return None
         self.known.update({o: v for o, v in zip(node.output, values) if o})
@@ -297,9 +300,9 @@ class _Flattener(Branches):
         axis = _attr(node, "axis", 0)
         parts = list(s)
         if _attr(node, "new_axis", 0):
-            from .decompose.control_flow import _unsqueeze
+            from .decompose.control_flow import unsqueeze
 
-            parts = [_unsqueeze(em, p, axis) for p in parts]
+            parts = [unsqueeze(em, p, axis) for p in parts]
         if len(parts) == 1:
             em.op("Identity", parts, out=node.output[0])
         else:
