@@ -20,7 +20,7 @@ import numpy as np
 import onnx
 
 from ..errors import UnsupportedModelError
-from .decompose.control_flow import inline_body
+from .decompose.control_flow import inline_body, unsqueeze
 from .decompose.emitter import Emitter
 from .decompose.sequences import split_to_sequence
 from .freeze import FLAG
@@ -277,6 +277,11 @@ class _Flattener(Branches):
 
     def op_SequenceAt(self, node, env):
         s = self._seq(node, env, 0).items
+        if self.value(node.input[1]) is None and self._same_shapes(s):  # one shape: stacked, then gathered
+            em = self.emitter(node)
+            stacked = em.op("Concat", [unsqueeze(em, x, 0) for x in s], axis=0)
+            em.op("Gather", [stacked, em.reshape(node.input[1], [])], out=node.output[0], axis=0)
+            return em.nodes
         pos = int(self.static(node, node.input[1], "position").reshape(-1)[0])
         if not -len(s) <= pos < len(s):
             raise UnsupportedModelError(
@@ -285,6 +290,10 @@ class _Flattener(Branches):
                 fix="check the position against the sequence's length",
             )
         return [onnx.helper.make_node("Identity", [s[pos]], [node.output[0]], name=node.name)]
+
+    def _same_shapes(self, items) -> bool:
+        shapes = self.shapes() if items else {}
+        return bool(items) and all(x in shapes for x in items) and len({shapes[x] for x in items}) == 1
 
     def op_SequenceLength(self, node, env):
         self.consts[node.output[0]] = np.array(len(self._seq(node, env, 0).items), np.int64)
@@ -300,8 +309,6 @@ class _Flattener(Branches):
         axis = _attr(node, "axis", 0)
         parts = list(s)
         if _attr(node, "new_axis", 0):
-            from .decompose.control_flow import unsqueeze
-
             parts = [unsqueeze(em, p, axis) for p in parts]
         if len(parts) == 1:
             em.op("Identity", parts, out=node.output[0])
