@@ -11,6 +11,9 @@ compile), internal (CompileError, InternalError or any other exception: a bug), 
 process died or hung past the per-case timeout). Every case runs in a worker subprocess
 (fuzz/executor.py's protocol), which is restarted when it dies, so nothing a case does can stop the run.
 
+Inputs the model leaves open (a sequence's length and element shapes, an optional's presence, a symbolic
+tensor dim) are pinned to the case's feeds with input_shapes=, as a user pins them with --input-shape.
+
 Cases whose models take a shape-determining value (Reshape's shape, Slice's starts, TopK's k, ...)
 as a graph input are also compiled with that input frozen to the case's value
 (`kiln.compile(..., freeze_inputs=...)`, the CLI's --freeze-input): the "pass with freeze" column.
