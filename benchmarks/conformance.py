@@ -11,6 +11,9 @@ compile), internal (CompileError, InternalError or any other exception: a bug), 
 process died or hung past the per-case timeout). Every case runs in a worker subprocess
 (fuzz/executor.py's protocol), which is restarted when it dies, so nothing a case does can stop the run.
 
+Inputs the model leaves open (a sequence's length and element shapes, an optional's presence, a symbolic
+tensor dim) are pinned to the case's feeds with input_shapes=, as a user pins them with --input-shape.
+
 Cases whose models take a shape-determining value (Reshape's shape, Slice's starts, TopK's k, ...)
 as a graph input are also compiled with that input frozen to the case's value
 (`kiln.compile(..., freeze_inputs=...)`, the CLI's --freeze-input): the "pass with freeze" column.
@@ -116,6 +119,24 @@ def feeds(case) -> dict:
     return dict(zip(names, case.data_sets[0][0]))
 
 
+def pinned_shapes(case) -> dict:
+    """The shapes to pin (input_shapes=, as `--input-shape` would) for the case's inputs the model leaves
+    open: a sequence's element shapes, an optional's value (None when absent), a tensor's symbolic dims."""
+    import numpy as np
+
+    fed, out = feeds(case), {}
+    for vi in case.model.graph.input:
+        if vi.name not in fed:
+            continue
+        v, kind = fed[vi.name], vi.type.WhichOneof("value")
+        dims = vi.type.tensor_type.shape.dim if kind == "tensor_type" else ()
+        if isinstance(v, list):
+            out[vi.name] = [tuple(np.shape(e)) for e in v] if v else "[]"
+        elif v is None or kind != "tensor_type" or any(not d.HasField("dim_value") for d in dims):
+            out[vi.name] = None if v is None else tuple(np.shape(v))
+    return out
+
+
 def shape_inputs(case) -> dict:
     """The graph inputs of the case that feed a shape-determining node input, with their values."""
     fed = feeds(case)
@@ -202,7 +223,8 @@ def run_kiln(case, tmp: Path, freeze: bool = False) -> dict:
 
     internal = tuple(getattr(errors, n) for n in ("CompileError", "InternalError") if hasattr(errors, n))
     fed = feeds(case)
-    kwargs = {}
+    pinned = pinned_shapes(case)
+    kwargs = {"input_shapes": pinned} if pinned else {}
     if freeze:
         frozen = shape_inputs(case)
         kwargs["freeze_inputs"] = frozen
@@ -211,6 +233,9 @@ def run_kiln(case, tmp: Path, freeze: bool = False) -> dict:
         out = tmp / "m.kiln"
         for _ in range(3):  # Kiln's refusal names the graph inputs to freeze (an _expanded case feeds them elsewhere)
             try:
+                frozen_now = kwargs.get("freeze_inputs", {})
+                if pinned:  # a frozen input is a constant, not pinned
+                    kwargs["input_shapes"] = {k: v for k, v in pinned.items() if k not in frozen_now}
                 kiln.compile(case.model, out, **kwargs)
                 break
             except kiln.UnsupportedModelError as e:

@@ -195,6 +195,7 @@ def package(source: Source, built: list[Built], options, layout: str, layout_ms)
         first.stats,
         report,
         layout,
+        getattr(first, "structure", None),
     )
     return Artifact(manifest(parts), members, report)
 

@@ -57,6 +57,7 @@ class ManifestParts:
     import_stats: dict
     report: dict  # the compile's report (the first bucket's, with the others under "buckets")
     layout: str  # the layout the compile asked for, where the report names none
+    io_structure: dict | None = None  # sequence/optional inputs and outputs (frontends/sequence_io.py)
 
 
 def manifest(parts: ManifestParts) -> dict:
@@ -89,6 +90,7 @@ def manifest(parts: ManifestParts) -> dict:
         "quantization": quant_summary(report.get("quantization")),
         "accelerator": parts.section.accelerator,
         "created_unix": int(time.time()),
+        **({"io_structure": parts.io_structure} if parts.io_structure else {}),
     }
 
 

@@ -197,7 +197,7 @@ class CompileOptions:
     def to_json(self) -> dict:
         return {
             "target": str(self.target),
-            "input_shapes": {k: list(v) for k, v in self.input_shapes},
+            "input_shapes": {k: _shape_json(v) for k, v in self.input_shapes},
             "shape_buckets": [{k: list(v) for k, v in b} for b in self.shape_buckets],
             "bucket_policy": self.bucket_policy,
             "max_memory": self.max_memory,
@@ -364,3 +364,10 @@ def _db_digest(path) -> str | None:
         if f.exists():
             h.update(f.read_bytes())
     return h.hexdigest()
+
+
+def _shape_json(dims):
+    """A pinned shape as JSON: a tensor's dims, a sequence's element shapes (lists), null for an absent optional."""
+    if dims is None:
+        return None
+    return [d if isinstance(d, int) else list(d) for d in dims]

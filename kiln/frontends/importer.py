@@ -18,6 +18,8 @@ from .decompose import decompose, rewrite_for
 from .decompose.rnn import ONE_KERNEL
 from .freeze import freeze_inputs, parse_frozen_inputs
 from .onnx_load import check_onnx, load_onnx, to_array
+from .sequence_io import expand_inputs, is_structured, read_structure
+from .sequences import flatten_sequences
 from .shape_values import cast_shape_values, clamp_slice_bounds
 from .shapes import graph_inputs, parse_input_shapes, pin_input_shapes
 from .tvm_converters import kiln_converters
@@ -32,6 +34,11 @@ class ImportedModel:
     stats: dict[str, int]
     onnx_model: onnx.ModelProto  # the simplified model TVM imported
 
+    @property
+    def structure(self) -> dict | None:
+        """The sequence/optional structure of the model's inputs and outputs (sequence_io.py); None: tensors."""
+        return read_structure(self.onnx_model)
+
 
 def prepare_onnx(
     model: onnx.ModelProto, input_shapes=None, where: str = "<model>", frozen=()
@@ -42,7 +49,10 @@ def prepare_onnx(
     model_c = onnx.ModelProto()
     model_c.CopyFrom(model)
     freeze_inputs(model_c, parse_frozen_inputs(frozen), where)
-    pin_input_shapes(model_c, parse_input_shapes(input_shapes), where)
+    shapes = dict(parse_input_shapes(input_shapes))
+    in_structure, seeds = expand_inputs(model_c, shapes, where)  # sequence/optional inputs as tensors
+    pin_input_shapes(model_c, shapes, where)
+    flatten_sequences(model_c, seeds, in_structure, where)  # sequences and optionals as tensors (sequences.py)
     simple, stats = simplify_mod.simplify(model_c, where)
     preflight.check_supported(simple, where)  # what the rewrites below and TVM's importer take
     stats["rewritten"] = _decompose(simple, where)
@@ -143,20 +153,21 @@ def _decompose(model: onnx.ModelProto, where: str) -> int:
 
 
 def _check_tensor_io(model: onnx.ModelProto, where: str) -> None:
-    """An artifact takes and returns tensors: a sequence, map or optional at the graph's boundary cannot be compiled."""
+    """An artifact takes and returns tensors, and sequences and optionals of them (sequence_io.py): a map or a
+    sparse tensor at the graph's boundary cannot be compiled."""
     inits = {i.name for i in model.graph.initializer}
     bad = [
         f"{kind} {vi.name!r} ({vi.type.WhichOneof('value')})"
         for kind, vis in (("input", model.graph.input), ("output", model.graph.output))
         for vi in vis
-        if vi.name not in inits and vi.type.WhichOneof("value") not in ("tensor_type", None)
+        if vi.name not in inits and vi.type.WhichOneof("value") not in ("tensor_type", None) and not is_structured(vi)
     ]
     if bad:
         raise UnsupportedModelError(
-            f"the graph takes or returns values that are not tensors: {', '.join(bad)}",
+            f"the graph takes or returns values that are not tensors, sequences or optionals: {', '.join(bad)}",
             where=where,
-            fix="a compiled model takes and returns tensors: export the sequence's elements as separate "
-            "inputs/outputs (a fixed number of them)",
+            fix="a compiled model takes and returns tensors (and sequences or optionals of them): export a map's "
+            "keys and values as separate tensors",
         )
 
 

@@ -9,6 +9,7 @@ import onnx
 
 from ..errors import UnsupportedModelError
 from .decompose import DOMAIN_REWRITES, REWRITES
+from .sequences import HANDLED as SEQUENCE_OPS
 
 DEFAULT_DOMAINS = ("", "ai.onnx")
 # Ops Kiln rewrites into supported ONNX ops itself before TVM sees the graph (see decompose/).
@@ -16,6 +17,7 @@ KILN_REWRITTEN = frozenset(REWRITES)
 # Control flow TVM's importer builds itself (relax.If, run by the VM); an If whose condition is
 # constant once shapes are pinned or inputs frozen is inlined by simplify.py instead.
 CONTROL_FLOW = frozenset({"If"})
+# Sequence and optional ops of static length are flattened into tensors by Kiln (sequences.py): SEQUENCE_OPS
 # Microsoft contrib ops that TVM's importer converts and Kiln does not rewrite first: none. TVM 0.27's
 # Attention/SkipLayerNormalization/EmbedLayerNormalization are incomplete (decompose/contrib.py says how),
 # so Kiln rewrites those and the Gelu family itself (DOMAIN_REWRITES).
@@ -31,7 +33,12 @@ def tvm_converted_ops() -> frozenset[str]:
 
 def is_supported(domain: str, op_type: str) -> bool:
     if domain in DEFAULT_DOMAINS:
-        return op_type in CONTROL_FLOW or op_type in tvm_converted_ops() or op_type in KILN_REWRITTEN
+        return (
+            op_type in CONTROL_FLOW
+            or op_type in SEQUENCE_OPS
+            or op_type in tvm_converted_ops()
+            or op_type in KILN_REWRITTEN
+        )
     return op_type in CONTRIB.get(domain, ()) or op_type in DOMAIN_REWRITES.get(domain, {})
 
 

@@ -24,6 +24,10 @@ class InputShape:
             raise ShapeError(
                 f"bad input shape {spec!r}", where=FLAG, fix=f"write it as NAME:DIMS, e.g. {FLAG} input:1x3x224x224"
             )
+        if dims.strip().lower() == "none" or dims.strip().startswith("["):  # a sequence or an absent optional
+            from .sequence_io import parse_spec
+
+            return InputShape(name, parse_spec(dims, spec))
         try:
             parsed = tuple(int(d) for d in dims.lower().split("x")) if dims.strip() else ()
         except ValueError:
@@ -39,6 +43,12 @@ class InputShape:
         return InputShape(name, parsed)
 
     def __str__(self) -> str:
+        from .sequence_io import SeqShape
+
+        if self.dims is None:
+            return f"{self.name}:none"
+        if isinstance(self.dims, SeqShape):
+            return f"{self.name}:[{','.join('x'.join(map(str, d)) or '()' for d in self.dims)}]"
         return f"{self.name}:{'x'.join(map(str, self.dims))}"
 
 
@@ -47,7 +57,9 @@ def parse_input_shapes(specs) -> dict[str, tuple[int, ...]]:
     if not specs:
         return {}
     if isinstance(specs, dict):
-        return {k: tuple(int(d) for d in v) for k, v in specs.items()}
+        from .sequence_io import parse_dims
+
+        return {k: parse_dims(v) for k, v in specs.items()}
     out = {}
     for s in specs:
         s = s if isinstance(s, InputShape) else InputShape.parse(s)

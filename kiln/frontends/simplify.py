@@ -80,7 +80,7 @@ def map_branches(m: onnx.ModelProto, consts: dict, fn) -> None:
             sub = branch_model(m, a.g, typed, consts)
             if sub is None:
                 continue  # an outer value of unknown type: leave the branch as it is
-            outer = _outer_refs_of(a.g)
+            outer = outer_refs_of(a.g)
             done = fn(sub)
             del a.g.node[:]
             a.g.node.extend(done.graph.node)
@@ -94,7 +94,7 @@ def branch_model(m: onnx.ModelProto, g: onnx.GraphProto, typed: dict, consts: di
     """An If branch g of model m as a model of its own: its inputs are the outer values it reads, typed as
     in `typed` (typed_values of m), its initializers include the outer constants it reads; None when an
     outer value it reads has no known type."""
-    outer = sorted(_outer_refs_of(g))
+    outer = sorted(outer_refs_of(g))
     inputs = [
         onnx.helper.make_tensor_value_info(n, typed[n][0], typed[n][1]) for n in outer if n not in consts and n in typed
     ]
@@ -108,14 +108,14 @@ def branch_model(m: onnx.ModelProto, g: onnx.GraphProto, typed: dict, consts: di
     )
 
 
-def _outer_refs_of(g: onnx.GraphProto) -> set[str]:
+def outer_refs_of(g: onnx.GraphProto) -> set[str]:
     """Names a subgraph (and the subgraphs inside it) reads that it does not define."""
     own = {i.name for i in g.input} | {i.name for i in g.initializer} | {o for n in g.node for o in n.output if o}
     reads = {i for n in g.node for i in n.input if i}
     for n in g.node:
         for a in n.attribute:
             for sub in [a.g] if a.type == onnx.AttributeProto.GRAPH else list(a.graphs):
-                reads |= _outer_refs_of(sub)
+                reads |= outer_refs_of(sub)
     return reads - own
 
 
@@ -145,7 +145,7 @@ def _try_fold(node, consts, shapes, opsets, out_nodes, stats, where) -> bool:
     if op == "Concat" and len(node.input) > 1:
         _drop_empty_inputs(node, consts)
     if op == "Constant":
-        value = _eval(node, consts, opsets, stats, where)
+        value = eval_node(node, consts, opsets, stats, where)
         if value is None:
             return False
         consts[node.output[0]] = value[0]
@@ -182,7 +182,7 @@ def _try_fold(node, consts, shapes, opsets, out_nodes, stats, where) -> bool:
         return False
     if any(o in shapes and int(np.prod(shapes[o])) > MAX_FOLD_ELEMENTS for o in node.output):
         return False
-    values = _eval(node, consts, opsets, stats, where)
+    values = eval_node(node, consts, opsets, stats, where)
     if values is None:
         return False
     for name, val in zip(node.output, values):
@@ -200,7 +200,7 @@ def _drop_empty_inputs(node, consts) -> None:
         node.input[:] = keep
 
 
-def _eval(node, consts, opsets, stats, where) -> list[np.ndarray] | None:
+def eval_node(node, consts, opsets, stats, where) -> list[np.ndarray] | None:
     """The node's outputs on its constant inputs, by ONNX's reference evaluator; None where the
     evaluator cannot run it (its own gaps, e.g. opset-11 Unsqueeze with an axes attribute): the
     node then stays in the graph for TVM to compute, with one warning per op type."""

@@ -18,6 +18,7 @@ from . import buckets as bk
 from . import pool
 from .hostinfo import enable_amx, host_arch, host_cpu_flags, missing_cpu_features, raise_thread_pool_cap
 from .replica import apply_cpus, default_threads
+from .structure import Structure
 
 pool_lock = threading.Lock()
 _pool_threads: int | None = None
@@ -174,6 +175,8 @@ class Model:
         self.inputs, self.outputs = list(self.buckets[0].inputs), list(self.buckets[0].outputs)
         self._dtypes = [np.dtype(s.dtype) for s in self.inputs]
         co = manifest.get("compile_options", {})
+        io = manifest.get("io_structure")
+        self.structure = Structure(io, where) if io else None  # sequence/optional inputs and outputs
         self._pinned = frozenset(set(co.get("input_shapes", {})).union(*(b for b in co.get("shape_buckets", []))))
         self._on_cpu = self._dev.dlpack_device_type() == 1
         self._lock = threading.Lock()
@@ -269,11 +272,15 @@ class Model:
         return bk.choose(self.buckets, shapes, self.bucket_policy, str(self.path), self._pinned)
 
     def run(self, feed: dict) -> dict[str, np.ndarray]:
+        """Sequences (lists of arrays) and optionals (None when absent) in and out where the model has them."""
+        if self.structure is not None:
+            feed = self.structure.flatten(feed)
         arrays = self.validate(feed)
         i = self.select(arrays)
         arrays, padded = bk.pad(arrays, self.buckets[i])
         results = bk.crop(self._run_bucket(i, arrays), padded)
-        return {spec.name: r for spec, r in zip(self.buckets[i].outputs, results)}
+        out = {spec.name: r for spec, r in zip(self.buckets[i].outputs, results)}
+        return out if self.structure is None else self.structure.unflatten(out)
 
     def _argument(self, k: int, a: np.ndarray):
         """Input k as a TVM tensor. On the CPU: the array itself (DLPack, no copy) where it is aligned as TVM's

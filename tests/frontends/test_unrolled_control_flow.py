@@ -144,7 +144,7 @@ def test_split_to_sequence_with_a_data_split_is_refused(tmp_path):
         helper.make_node("SplitToSequence", ["x", "sp"], ["seq"], axis=1),
         helper.make_node("ConcatFromSequence", ["seq"], ["c"], axis=0),
     ]
-    with pytest.raises(kiln.UnsupportedModelError, match="SplitToSequence with a split 'sp' computed from data"):
+    with pytest.raises(kiln.UnsupportedModelError, match="SplitToSequence's split 'sp' is computed from data"):
         kiln.compile(make_model(nodes, feeds, ["c"]), tmp_path / "m.kiln")
 
 

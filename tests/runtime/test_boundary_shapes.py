@@ -34,7 +34,10 @@ def test_concat_with_an_empty_constant(tmp_path):
     check_against_ort(m, {"x": x}, tmp_path)
 
 
-def test_sequence_at_the_boundary_is_refused_by_name(tmp_path):
+def test_sequence_at_the_boundary_needs_its_length_and_a_static_position(tmp_path):
+    """A sequence input is compiled for a pinned length (tests/frontends/test_sequences.py); a SequenceAt whose
+    position is fed at run time picks an element of a shape known only then: refused naming the input (elements
+    of one shape are stacked and gathered)."""
     g = helper.make_graph(
         [helper.make_node("SequenceAt", ["s", "i"], ["y"])],
         "g",
@@ -44,5 +47,15 @@ def test_sequence_at_the_boundary_is_refused_by_name(tmp_path):
         ],
         [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
     )
-    with pytest.raises(kiln.UnsupportedModelError, match="input 's' \\(sequence_type\\)"):
-        kiln.compile(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]), tmp_path / "s.kiln")
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    with pytest.raises(kiln.ShapeError, match=r"input 's' is a sequence: its length and element shapes"):
+        kiln.compile(m, tmp_path / "s.kiln")
+    with pytest.raises(kiln.UnsupportedModelError, match="position 'i' is computed from data") as e:
+        kiln.compile(m, tmp_path / "s.kiln", input_shapes={"s": "[2,3]"})
+    assert e.value.ops[0]["sources"] == ["i"]
+    kiln.compile(m, tmp_path / "t.kiln", input_shapes={"s": "[2,2,2]"})
+    a, b, c = (np.full(2, v, np.float32) for v in (1, 2, 3))
+    for i in (0, 2, -1):
+        np.testing.assert_array_equal(
+            kiln.load(tmp_path / "t.kiln").run({"s": [a, b, c], "i": np.array(i)})["y"], [a, b, c][i]
+        )

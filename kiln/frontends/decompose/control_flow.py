@@ -80,7 +80,7 @@ def inline_body(em: Emitter, body: onnx.GraphProto, feeds: list[str | None], tag
     return [rename.get(o.name, o.name) for o in body.output]
 
 
-def _unsqueeze(em: Emitter, x: str, axis: int) -> str:
+def unsqueeze(em: Emitter, x: str, axis: int) -> str:
     """Unsqueeze in the form of the model's opset (axes became an input in opset 13)."""
     if getattr(em, "opset", 13) >= 13:
         return em.op("Unsqueeze", [x, em.const(np.array([axis], np.int64), "ax")])
@@ -90,9 +90,9 @@ def _unsqueeze(em: Emitter, x: str, axis: int) -> str:
 def _stack(em: Emitter, parts: list[str], axis: int, out: str) -> None:
     """Stack same-shape tensors along a new axis (negative counts from the result's end)."""
     if len(parts) == 1:
-        em.op("Identity", [_unsqueeze(em, parts[0], axis)], out=out)
+        em.op("Identity", [unsqueeze(em, parts[0], axis)], out=out)
     else:
-        em.op("Concat", [_unsqueeze(em, p, axis) for p in parts], out=out, axis=axis)
+        em.op("Concat", [unsqueeze(em, p, axis) for p in parts], out=out, axis=axis)
 
 
 def _is_true_const(name: str, consts) -> bool:

@@ -21,10 +21,22 @@ def _attr(node, name, default=None):
     return default
 
 
-def split_to_sequence(node, em: Emitter, shapes, consts, where) -> None:
+def split_to_sequence(node, em: Emitter, shapes, consts, where, runtime_split=None) -> None:
+    """runtime_split: raises the error for a split fed at run time that is not a list of static length (the
+    number of elements would be data-dependent); without it such a split is refused here."""
     where_n = f"{where}: node {node.name!r}"
     x = node.input[0]
     split = node.input[1] if len(node.input) > 1 and node.input[1] else ""
+    opset = getattr(em, "opset", 13)
+    if split and split not in consts and runtime_split is not None:
+        if len(shapes.get(split, ())) != 1 or opset < 13:
+            runtime_split()
+        # sizes fed at run time, as many as the split has: Split's run-time sizes (tvm_dynamic_shapes.py)
+        parts = [em.name("part") for _ in range(shapes[split][0])]
+        axis = _attr(node, "axis", 0)
+        em.nodes.append(onnx.helper.make_node("Split", [x, split], parts, name=em.name("Split"), axis=axis))
+        em.op("SequenceConstruct", parts, out=node.output[0])
+        return
     if split and split not in consts:
         raise UnsupportedModelError(
             f"SplitToSequence with a split {split!r} computed from data has a run-time number of elements",
@@ -46,7 +58,6 @@ def split_to_sequence(node, em: Emitter, shapes, consts, where) -> None:
     else:
         sizes = [int(v) for v in s]
     squeeze = not split and not _attr(node, "keepdims", 1)
-    opset = getattr(em, "opset", 13)
     if len(sizes) == 1:
         parts = [em.op("Identity", [x])]
     elif opset >= 13:
