@@ -44,7 +44,7 @@ class KilnModel(kserve.Model):
         return {first.name: np.asarray(payload["instances"], dtype=first.dtype)}
 
     async def predict(self, payload, headers=None, response_headers=None):
-        results = self.model.run(self._feed(payload))
+        results = self.model.run_tensors(self._feed(payload))
         if not isinstance(payload, InferRequest):
             return {"predictions": next(iter(results.values())).tolist()}
         outputs = [

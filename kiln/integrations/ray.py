@@ -69,11 +69,11 @@ class KilnReplica:
         """Requests with the same input shapes run as one batch (the model pads to a bucket)."""
         names = [s.name for s in self.model.inputs]
         if len(feeds) > 1 and len({tuple(f[n].shape[1:] for n in names) for f in feeds}) == 1:
-            joined = self.model.run({n: np.concatenate([f[n] for f in feeds]) for n in names})
+            joined = self.model.run_tensors({n: np.concatenate([f[n] for f in feeds]) for n in names})
             cuts = np.cumsum([f[names[0]].shape[0] for f in feeds])[:-1]
             parts = {k: np.split(v, cuts) for k, v in joined.items()}
             return [{k: parts[k][i] for k in parts} for i in range(len(feeds))]
-        return [self.model.run(f) for f in feeds]
+        return [self.model.run_tensors(f) for f in feeds]
 
     async def __call__(self, request):
         from starlette.responses import JSONResponse, Response

@@ -273,14 +273,18 @@ class Model:
 
     def run(self, feed: dict) -> dict[str, np.ndarray]:
         """Sequences (lists of arrays) and optionals (None when absent) in and out where the model has them."""
-        if self.structure is not None:
-            feed = self.structure.flatten(feed)
+        if self.structure is None:
+            return self.run_tensors(feed)
+        return self.structure.unflatten(self.run_tensors(self.structure.flatten(feed)))
+
+    def run_tensors(self, feed: dict) -> dict[str, np.ndarray]:
+        """run() on the flat tensors of `inputs` and `outputs` (a sequence's elements as `xs[0]`, `xs[1]`, ...):
+        what the servers batch and encode, whatever structure the model's inputs and outputs have."""
         arrays = self.validate(feed)
         i = self.select(arrays)
         arrays, padded = bk.pad(arrays, self.buckets[i])
         results = bk.crop(self._run_bucket(i, arrays), padded)
-        out = {spec.name: r for spec, r in zip(self.buckets[i].outputs, results)}
-        return out if self.structure is None else self.structure.unflatten(out)
+        return {spec.name: r for spec, r in zip(self.buckets[i].outputs, results)}
 
     def _argument(self, k: int, a: np.ndarray):
         """Input k as a TVM tensor. On the CPU: the array itself (DLPack, no copy) where it is aligned as TVM's

@@ -145,10 +145,10 @@ class Batcher:
     def _run(self, requests: list[list[np.ndarray]]) -> list[list[np.ndarray]]:
         names = [s.name for s in self.model.inputs]
         if len(requests) == 1:
-            out = self.model.run(dict(zip(names, requests[0])))
+            out = self.model.run_tensors(dict(zip(names, requests[0])))
             return [list(out.values())]
         feed = {n: np.concatenate([r[i] for r in requests]) for i, n in enumerate(names)}
-        out = list(self.model.run(feed).values())
+        out = list(self.model.run_tensors(feed).values())
         sizes = np.cumsum([r[0].shape[0] for r in requests])[:-1]
         parts = [np.split(o, sizes) for o in out]
         return [[p[j] for p in parts] for j in range(len(requests))]
