@@ -2,12 +2,13 @@
 reduced-precision build stayed wider: what `kiln inspect` prints per layer and the manifest's kernel_info records
 (`precision`, `unit`, `why`), so `--precision bf16` is honest about the layers it did not make faster.
 
-A kernel's precision is its multiply-add's: Kiln's C kernels say theirs by kind (vdpbf16ps, AMX tiles); an int8
-kernel runs on the target's int8 path (VNNI, AMX, pmaddubsw); every other TVM kernel computes in float32 vector
-registers, also where its operands are stored in bf16 or fp16 (TVM 0.27 converts them around each op)."""
+A kernel's precision is its multiply-add's: Kiln's C kernels say theirs by kind (vdpbf16ps, AMX tiles, bfmmla on
+arm64); an int8 kernel runs on the target's int8 path (VNNI, AMX, pmaddubsw); every other TVM kernel computes in
+float32 vector registers, also where its operands are stored in bf16 or fp16 (TVM 0.27 converts them around each op)."""
 
 from __future__ import annotations
 
+from ..capabilities import BF16
 from ..runtime.profile import MULTIPLY_ADD  # the kinds whose FLOPs are multiply-adds (the bf16 ones return first)
 
 WHY_WIDER = {  # a float32 multiply-add kernel of a bf16/fp16 build: what no reduced-precision kernel takes
@@ -29,6 +30,8 @@ def _fma_unit(caps) -> str:
 def describe(kind: str | None, int8: bool, amx_kernel: bool, reduced_storage: str | None, precision: str, caps) -> dict:
     """{precision, unit[, why]} for one kernel. reduced_storage: "bfloat16"/"float16" when TVM computes a kernel
     whose operands are stored so; precision: the build's --precision."""
+    if kind == "bf16_matmul" and caps.bf16 is BF16.ARM:
+        return {"precision": "bf16", "unit": "arm-bf16 bfmmla"}
     if kind in ("bf16_matmul", "bf16_conv", "attention_bf16"):
         return {"precision": "bf16", "unit": "amx-bf16 tdpbf16ps" if amx_kernel else "avx512-bf16 vdpbf16ps"}
     if int8 or kind in ("conv2d_int8", "matmul_int8", "conv2d_amx"):

@@ -95,3 +95,31 @@ def test_fp16_sums_in_fp16_emit_fp16_fmas(spec):
     asm = tvm.compile(sch.mod, target=Target.parse(spec).tvm()).mod.inspect_source("asm")
     pattern = r"\bvfn?madd\w*ph\b" if spec == SPR else r"\bfmla\s+v\d+\.8h"
     assert re.search(pattern, asm)
+
+
+def test_graviton3_bf16_matmul_calls_the_bfmmla_kernel():
+    """A bf16 build for Graviton3 (Arm BF16) calls the same kernel symbol, whose arm64 object is bfmmla, with the
+    GELU and the bf16 cast for the next matmul in its epilogue; the report names the unit."""
+    import shutil
+
+    from kiln.schedules.kernels import build
+
+    asm, report, units = _build(_mlp(), GRAVITON3, "bf16")
+    assert report["bf16_kernel_matmuls"] == 2 and report["bf16_matmul_epilogues_fused"] == 1
+    assert "kiln_bf16_matmul" in asm
+    assert units["bf16_matmul"] == ("bf16", "arm-bf16 bfmmla")
+    missing = [t for t in ("aarch64-linux-gnu-gcc", "aarch64-linux-gnu-objdump") if shutil.which(t) is None]
+    if missing:
+        pytest.skip(f"the arm64 kernel's object needs {', '.join(missing)}")
+    obj, _ = build("bf16_matmul", "aarch64")
+    code = _objdump(obj, "aarch64-linux-gnu-objdump")
+    assert len(re.findall(r"\bbfmmla\s+v\d+\.4s, v\d+\.8h, v\d+\.8h", code)) >= 16 and "bfcvtn" in code
+
+
+def _mlp(rows=17, k=64, h=128, n=64):
+    """matmul, bias, GELU (erf), matmul, bias."""
+    mk = helper.make_node
+    nodes = [mk("MatMul", ["input", "w1"], ["m1"]), mk("Add", ["m1", "b1"], ["a1"]), mk("Gelu", ["a1"], ["g"])]
+    nodes += [mk("MatMul", ["g", "w2"], ["m2"]), mk("Add", ["m2", "b2"], ["output"])]
+    inits = {"w1": rand(k, h, seed=1) * 0.2, "b1": rand(h, seed=2), "w2": rand(h, n, seed=3) * 0.1}
+    return make_model(nodes, {"input": rand(1, rows, k)}, ["output"], inits | {"b2": rand(n, seed=4)})

@@ -100,7 +100,8 @@ def _fuse_block(mod, builder, block, uses, stats):
         ep = MatmulEpilogue(bias, residual is not None, activation, float32=float32, bf16=bool(casts))
         x, packed, *rest = b.value.args[1].fields
         k, n = static_shape(x)[-1], static_shape(packed)[0] * 16
-        new = kernel_func(static_shape(x), k, n, str(x.ty.dtype) == "bfloat16", ep, static_shape(final))
+        x_bf16 = str(x.ty.dtype) == "bfloat16"
+        new = kernel_func(static_shape(x), k, n, x_bf16, ep, static_shape(final), static_shape(packed))
         gv = builder.add_func(new.without_attr("global_symbol"), "bf16_matmul")
         types = output_types(static_shape(final), ep.float32, ep.bf16)
         call = kernel_call(gv, [x, packed, *rest] + [residual] * ep.residual, types)
