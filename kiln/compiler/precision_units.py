@@ -2,9 +2,10 @@
 reduced-precision build stayed wider: what `kiln inspect` prints per layer and the manifest's kernel_info records
 (`precision`, `unit`, `why`), so `--precision bf16` is honest about the layers it did not make faster.
 
-A kernel's precision is its multiply-add's: Kiln's C kernels say theirs by kind (vdpbf16ps, AMX tiles, bfmmla on
-arm64); an int8 kernel runs on the target's int8 path (VNNI, AMX, pmaddubsw); every other TVM kernel computes in
-float32 vector registers, also where its operands are stored in bf16 or fp16 (TVM 0.27 converts them around each op)."""
+A kernel's precision is its multiply-add's: Kiln's C kernels say theirs by kind (vdpbf16ps, AMX tiles, bfmmla and
+fp16 fmla on arm64); an int8 kernel runs on the target's int8 path (VNNI, AMX, pmaddubsw); every other TVM kernel
+computes in float32 vector registers, also where its operands are stored in bf16 or fp16 (TVM 0.27 converts them
+around each op)."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ from ..runtime.profile import MULTIPLY_ADD  # the kinds whose FLOPs are multiply
 
 WHY_WIDER = {  # a float32 multiply-add kernel of a bf16/fp16 build: what no reduced-precision kernel takes
     "attention": "activations x activations (Q K^T, P V) on a CPU without AVX512-BF16: the float32 attention kernel",
-    "matmul": "no bf16 kernel for it: operands both activations, or columns not a multiple of 16",
+    "matmul": "no bf16/fp16 kernel for it: operands both activations, or columns not a multiple of 16",
     "depthwise_nchw": "grouped/depthwise conv: bf16 only adds conversions (TVM computes it in float32)",
     "depthwise_pointwise": "fused depthwise + pointwise block: float32",
 }
@@ -30,6 +31,8 @@ def _fma_unit(caps) -> str:
 def describe(kind: str | None, int8: bool, amx_kernel: bool, reduced_storage: str | None, precision: str, caps) -> dict:
     """{precision, unit[, why]} for one kernel. reduced_storage: "bfloat16"/"float16" when TVM computes a kernel
     whose operands are stored so; precision: the build's --precision."""
+    if kind == "fp16_matmul":  # fp16 products summed in fp16 over 16 inputs, then in float32
+        return {"precision": "fp16", "unit": "arm-fp16 fmla .8h"}
     if kind == "bf16_matmul" and caps.bf16 is BF16.ARM:
         return {"precision": "bf16", "unit": "arm-bf16 bfmmla"}
     if kind in ("bf16_matmul", "bf16_conv", "attention_bf16"):

@@ -1,6 +1,7 @@
 """The reduced-precision instructions in the code of pinned targets, compiled on any host and never run: bf16
-matmuls on vdpbf16ps (znver4), and what an fp16 build computes in on AVX512-FP16 (sapphirerapids) and arm64 fp16
-(fullfp16, neoverse-v1) -- with the per-layer precision report saying the same."""
+matmuls on vdpbf16ps (znver4) and bfmmla (graviton3), and what an fp16 build computes in on AVX512-FP16
+(sapphirerapids: float32) and arm64 fp16 (fullfp16: fmla .8h on Kiln's kernel) -- with the per-layer precision
+report saying the same."""
 
 from __future__ import annotations
 
@@ -66,15 +67,35 @@ def test_sapphirerapids_fp16_matmul_computes_in_fp32():
     assert units["matmul"] == ("fp32", "fp32 FMA avx512 (float16 stored, converted)")
 
 
-def test_arm64_fp16_matmul_computes_in_fp32():
-    """The same on arm64 with fullfp16 (Graviton3): fcvtl widens the fp16 weights, fmla .4s multiply-adds, no
-    fmla .8h; the report says so (Kiln's fp16 matmul kernel on arm64 is not written yet)."""
-    assert Target.parse(GRAVITON3).caps.native_fp16
-    asm, report, units = _build(_dense(), GRAVITON3, "fp16")
-    assert report["mixed_precision_ops"] == 1
-    assert not re.search(r"\bfmla\s+v\d+\.8h", asm)
-    assert re.search(r"\bfcvtl2?\s+v\d+\.4s", asm) and re.search(r"\bfmla\s+v\d+\.4s", asm)
-    assert units["matmul"] == ("fp32", "fp32 fmla neon (float16 stored, converted)")
+def test_arm64_fp16_matmul_runs_on_fp16_fmla():
+    """An fp16 build for arm64 with fullfp16 (Graviton3, and the Raspberry Pi 5's Cortex-A76) calls Kiln's fp16
+    matmul kernel, whose object multiply-adds by fmla .8h (fp16 partial sums, float32 totals); a matmul of two
+    activations, which no kernel takes, stays float32 (fmla .4s), and the report says both."""
+    import shutil
+
+    from kiln.schedules.kernels import build
+
+    for spec in (GRAVITON3, "rpi5"):
+        assert Target.parse(spec).caps.native_fp16
+        asm, report, units = _build(_dense(), spec, "fp16")
+        assert report["fp16_kernel_matmuls"] == 1 and "kiln_fp16_matmul" in asm
+        assert units["fp16_matmul"] == ("fp16", "arm-fp16 fmla .8h")
+    asm, report, units = _build(_activation_matmul(), GRAVITON3, "fp16")
+    assert report["fp16_kernel_matmuls"] == 0 and report["mixed_precision_kept"] == 1
+    assert not re.search(r"\bfmla\s+v\d+\.8h", asm) and re.search(r"\bfmla\s+v\d+\.4s", asm)
+    assert units["matmul"] == ("fp32", "fp32 fmla neon")
+    missing = [t for t in ("aarch64-linux-gnu-gcc", "aarch64-linux-gnu-objdump") if shutil.which(t) is None]
+    if missing:
+        pytest.skip(f"the arm64 kernel's object needs {', '.join(missing)}")
+    code = _objdump(build("fp16_matmul", "aarch64")[0], "aarch64-linux-gnu-objdump")
+    assert len(re.findall(r"\bfmla\s+v\d+\.8h, v\d+\.8h, v\d+\.(8h|h\[\d\])", code)) >= 64
+
+
+def _activation_matmul():
+    """x @ x^T: both operands activations."""
+    mk = helper.make_node
+    nodes = [mk("Transpose", ["input"], ["t"], perm=[0, 2, 1]), mk("MatMul", ["input", "t"], ["output"])]
+    return make_model(nodes, {"input": rand(1, 32, 64)}, ["output"], {})
 
 
 @pytest.mark.parametrize("spec", [SPR, GRAVITON3])

@@ -45,9 +45,11 @@ SOURCES = {  # x86-64 builds
     ),
 }
 # aarch64 builds: the same symbols and signatures. armv8.2-a (not 8.6-a) so the compiler uses nothing beyond
-# what Neoverse V1 (Graviton3, Armv8.4) has; +bf16 enables the BF16 extension's bfmmla alone.
+# what Neoverse V1 (Graviton3, Armv8.4) has; +bf16 enables the BF16 extension's bfmmla alone, +fp16 fp16 arithmetic
+# (fullfp16, which Cortex-A76 has too).
 AARCH64_SOURCES = {
     "bf16_matmul": (HERE / "bf16_matmul_arm.c", ["-march=armv8.2-a+bf16"]),
+    "fp16_matmul": (HERE / "fp16_matmul_arm.c", ["-march=armv8.2-a+fp16"]),
 }
 BY_ARCH = {"x86_64": SOURCES, "aarch64": AARCH64_SOURCES}
 COMPILERS = {"x86_64": "x86_64-linux-gnu-gcc", "aarch64": "aarch64-linux-gnu-gcc"}  # where the host is another arch

@@ -1,13 +1,13 @@
-"""The arm64 bf16 matmul kernel runs (kiln/schedules/kernels/bf16_matmul_arm.c, bfmmla): small models built with
-`--precision bf16 --target graviton3` run in the C++ runner under qemu-aarch64 (`-cpu max`, which has the BF16
-extension) and match a float64 reference with the kernel's bf16 roundings and onnxruntime's float32. Needs the edge
-tools (see test_cpp_runner.py).
+"""The arm64 reduced-precision matmul kernels run (kiln/schedules/kernels/bf16_matmul_arm.c: bfmmla;
+fp16_matmul_arm.c: fmla .8h): small models built with `--precision bf16 --target graviton3` and `--precision fp16
+--target rpi5` run in the C++ runner under qemu-aarch64 (`-cpu max`, which has BF16 and fullfp16) and match a float64
+reference with the kernel's roundings and onnxruntime's float32. Needs the edge tools (see test_cpp_runner.py).
 
-Tolerances: against the bf16 reference (inputs, weights and the GELU's output rounded to bf16 as the kernel rounds
+Tolerances: against the reference (inputs, weights and the GELU's output rounded to bf16/fp16 as the kernel rounds
 them, then summed in float64) 2e-3 of the output's largest magnitude, as for the x86 kernel
-(tests/compiler/test_bf16_matmul_epilogue.py): float32 accumulation plus a GELU value within an ulp of a bf16
-rounding boundary. Against onnxruntime's float32: 2e-2 of the largest magnitude (bf16 keeps 8 significant bits,
-2^-8 = 0.4% per operand, summed over K) and cosine > 0.9999."""
+(tests/compiler/test_bf16_matmul_epilogue.py): float32 accumulation (fp16: partial sums of 16 products in fp16) plus a
+GELU value within an ulp of a rounding boundary. Against onnxruntime's float32: 2e-2 of the largest magnitude for
+bf16 (8 significant bits, 2^-8 = 0.4% per operand, summed over K), 5e-3 for fp16 (11 bits), and cosine > 0.9999."""
 
 from __future__ import annotations
 
@@ -25,8 +25,13 @@ import kiln
 K, H = 64, 128
 
 
-def _bf16(a):
-    return np.asarray(a, np.float32).astype(ml_dtypes.bfloat16).astype(np.float64)
+TYPES = {"bf16": ml_dtypes.bfloat16, "fp16": np.float16}
+TARGETS = {"bf16": "graviton3", "fp16": "rpi5"}
+FP32_TOLERANCE = {"bf16": 2e-2, "fp16": 5e-3}
+
+
+def _round(a, precision: str):
+    return np.asarray(a, np.float32).astype(TYPES[precision]).astype(np.float64)
 
 
 def _mlp(rows: int):
@@ -41,10 +46,10 @@ def _mlp(rows: int):
     return make_model(nodes, {"input": rand(1, rows, K)}, ["output"], inits)
 
 
-def _mlp_reference(x):
-    a1 = _bf16(x) @ _bf16(rand(K, H, seed=1) * 0.2) + rand(H, seed=2)
+def _mlp_reference(x, p: str):
+    a1 = _round(x, p) @ _round(rand(K, H, seed=1) * 0.2, p) + rand(H, seed=2)
     g = 0.5 * a1 * (1 + np.vectorize(math.erf)(a1 / math.sqrt(2)))
-    return _bf16(g) @ _bf16(rand(H, K, seed=3) * 0.1) + rand(K, seed=4)
+    return _round(g, p) @ _round(rand(H, K, seed=3) * 0.1, p) + rand(K, seed=4)
 
 
 def _dense(rows: int, k: int, n: int):
@@ -53,25 +58,29 @@ def _dense(rows: int, k: int, n: int):
     return make_model(nodes, {"input": rand(1, rows, k)}, ["output"], {"w": rand(k, n, seed=1) * 0.1, "b": rand(n)})
 
 
-def _dense_reference(x, k: int, n: int):
-    return _bf16(x) @ _bf16(rand(k, n, seed=1) * 0.1) + rand(n)
+def _dense_reference(x, p: str, k: int, n: int):
+    return _round(x, p) @ _round(rand(k, n, seed=1) * 0.1, p) + rand(n)
 
 
 CASES = {  # name: (model, input shape, reference, bf16 kernels, kernels with an epilogue)
     "mlp_17_rows": (_mlp(17), (1, 17, K), _mlp_reference, 2, 1),  # ragged: 17 rows, tiles of 8
     "mlp_32_rows": (_mlp(32), (1, 32, K), _mlp_reference, 2, 1),
-    "dense_odd_k": (_dense(7, 33, 48), (1, 7, 33), lambda x: _dense_reference(x, 33, 48), 1, 0),
+    # odd K (bf16: the kernel converts x itself; K/4 and K/8 have a partial last step), and past one fp16 flush
+    "dense_odd_k": (_dense(7, 33, 48), (1, 7, 33), lambda x, p: _dense_reference(x, p, 33, 48), 1, 0),
 }
+UNITS = {"bf16": "arm-bf16 bfmmla", "fp16": "arm-fp16 fmla .8h"}
 
 
+@pytest.mark.parametrize("precision", ["bf16", "fp16"])
 @pytest.mark.parametrize("name", list(CASES))
-def test_graviton3_bf16_matmuls_under_qemu(tmp_path, aarch64_runner, name):  # noqa: F811
+def test_arm64_reduced_matmuls_under_qemu(tmp_path, aarch64_runner, name, precision):  # noqa: F811
     model, shape, reference, kernels, fused = CASES[name]
-    r = kiln.compile(model, tmp_path / "arm.kiln", target="graviton3", precision="bf16")
-    assert r.manifest["arch"] == "aarch64" and r.report["bf16_kernel_matmuls"] == kernels
+    r = kiln.compile(model, tmp_path / "arm.kiln", target=TARGETS[precision], precision=precision)
+    assert r.manifest["arch"] == "aarch64" and r.report[f"{precision}_kernel_matmuls"] == kernels
     assert r.report["bf16_matmul_epilogues_fused"] == fused
-    units = {v["unit"] for v in r.manifest["buckets"][0]["kernel_info"].values() if v["kind"] == "bf16_matmul"}
-    assert units == {"arm-bf16 bfmmla"}
+    kinds = {f"{precision}_matmul"}
+    units = {v["unit"] for v in r.manifest["buckets"][0]["kernel_info"].values() if v["kind"] in kinds}
+    assert units == {UNITS[precision]}
 
     x = rand(*shape, seed=9)
     np.save(tmp_path / "x.npy", x)
@@ -81,8 +90,8 @@ def test_graviton3_bf16_matmuls_under_qemu(tmp_path, aarch64_runner, name):  # n
     assert run.returncode == 0, run.stderr[-2000:]
     out = np.load(tmp_path / "out" / "output.npy")
 
-    ref = reference(x)
+    ref = reference(x, precision)
     np.testing.assert_allclose(out, ref, rtol=0, atol=2e-3 * np.abs(ref).max())
     fp32 = ort_run(model, {"input": x})[0]
-    np.testing.assert_allclose(out, fp32, rtol=0, atol=2e-2 * np.abs(fp32).max())
+    np.testing.assert_allclose(out, fp32, rtol=0, atol=FP32_TOLERANCE[precision] * np.abs(fp32).max())
     assert float((out.ravel() @ fp32.ravel()) / np.linalg.norm(out) / np.linalg.norm(fp32)) > 0.9999
