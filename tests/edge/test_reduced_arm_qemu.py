@@ -67,6 +67,8 @@ CASES = {  # name: (model, input shape, reference, bf16 kernels, kernels with an
     "mlp_32_rows": (_mlp(32), (1, 32, K), _mlp_reference, 2, 1),
     # odd K (bf16: the kernel converts x itself; K/4 and K/8 have a partial last step), and past one fp16 flush
     "dense_odd_k": (_dense(7, 33, 48), (1, 7, 33), lambda x, p: _dense_reference(x, p, 33, 48), 1, 0),
+    # 48 column groups: one row task of all 100 rows, which the kernels take 48 rows at a time
+    "dense_100_rows": (_dense(100, 40, 768), (1, 100, 40), lambda x, p: _dense_reference(x, p, 40, 768), 1, 0),
 }
 UNITS = {"bf16": "arm-bf16 bfmmla", "fp16": "arm-fp16 fmla .8h"}
 
