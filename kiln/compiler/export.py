@@ -16,8 +16,9 @@ CROSS_COMPILERS = {"aarch64": "aarch64-linux-gnu-g++"}
 POOL_SOURCE = str(Path(art.__file__).with_name("pool.c"))  # the runtime's thread pool, linked into CPU libraries
 
 
-def c_kernels(mod) -> list[str]:
-    """Object files of Kiln's C kernels the module calls (linked into its library)."""
+def c_kernels(mod, arch: str | None = None) -> list[str]:
+    """Object files of Kiln's C kernels the module calls, built for `arch` (None: the host's), to link into its
+    library."""
     from .passes.bf16_conv_kernel import C_KERNELS
 
     sources = {
@@ -33,7 +34,7 @@ def c_kernels(mod) -> list[str]:
         return []
     from ..schedules.kernels import build
 
-    return [build(s)[0] for s in sorted(sources)]
+    return [build(s, arch)[0] for s in sorted(sources)]
 
 
 def export_library(exe, arch: str, where: str, objects: list[str] = (), pool: bool = True) -> bytes:
@@ -52,7 +53,7 @@ def export_library(exe, arch: str, where: str, objects: list[str] = (), pool: bo
                 where=where,
                 fix="apt-get install g++-aarch64-linux-gnu (or compile on the target machine)",
             )
-        kwargs["fcompile"] = tvm_cc.cross_compiler(cc, options=flags, add_files=[POOL_SOURCE] if pool else None)
+        kwargs["fcompile"] = tvm_cc.cross_compiler(cc, options=flags, add_files=extra or None)
     elif extra:
 
         def fcompile(output, files, options=None, **kw):

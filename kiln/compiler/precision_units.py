@@ -2,17 +2,19 @@
 reduced-precision build stayed wider: what `kiln inspect` prints per layer and the manifest's kernel_info records
 (`precision`, `unit`, `why`), so `--precision bf16` is honest about the layers it did not make faster.
 
-A kernel's precision is its multiply-add's: Kiln's C kernels say theirs by kind (vdpbf16ps, AMX tiles); an int8
-kernel runs on the target's int8 path (VNNI, AMX, pmaddubsw); every other TVM kernel computes in float32 vector
-registers, also where its operands are stored in bf16 or fp16 (TVM 0.27 converts them around each op)."""
+A kernel's precision is its multiply-add's: Kiln's C kernels say theirs by kind (vdpbf16ps, AMX tiles, bfmmla and
+fp16 fmla on arm64); an int8 kernel runs on the target's int8 path (VNNI, AMX, pmaddubsw); every other TVM kernel
+computes in float32 vector registers, also where its operands are stored in bf16 or fp16 (TVM 0.27 converts them
+around each op)."""
 
 from __future__ import annotations
 
+from ..capabilities import BF16
 from ..runtime.profile import MULTIPLY_ADD  # the kinds whose FLOPs are multiply-adds (the bf16 ones return first)
 
 WHY_WIDER = {  # a float32 multiply-add kernel of a bf16/fp16 build: what no reduced-precision kernel takes
     "attention": "activations x activations (Q K^T, P V) on a CPU without AVX512-BF16: the float32 attention kernel",
-    "matmul": "no bf16 kernel for it: operands both activations, or columns not a multiple of 16",
+    "matmul": "no bf16/fp16 kernel for it: operands both activations, or columns not a multiple of 16",
     "depthwise_nchw": "grouped/depthwise conv: bf16 only adds conversions (TVM computes it in float32)",
     "depthwise_pointwise": "fused depthwise + pointwise block: float32",
 }
@@ -29,6 +31,10 @@ def _fma_unit(caps) -> str:
 def describe(kind: str | None, int8: bool, amx_kernel: bool, reduced_storage: str | None, precision: str, caps) -> dict:
     """{precision, unit[, why]} for one kernel. reduced_storage: "bfloat16"/"float16" when TVM computes a kernel
     whose operands are stored so; precision: the build's --precision."""
+    if kind == "fp16_matmul":  # fp16 products summed in fp16 over 16 inputs, then in float32
+        return {"precision": "fp16", "unit": "arm-fp16 fmla .8h"}
+    if kind == "bf16_matmul" and caps.bf16 is BF16.ARM:
+        return {"precision": "bf16", "unit": "arm-bf16 bfmmla"}
     if kind in ("bf16_matmul", "bf16_conv", "attention_bf16"):
         return {"precision": "bf16", "unit": "amx-bf16 tdpbf16ps" if amx_kernel else "avx512-bf16 vdpbf16ps"}
     if int8 or kind in ("conv2d_int8", "matmul_int8", "conv2d_amx"):
@@ -46,7 +52,7 @@ def describe(kind: str | None, int8: bool, amx_kernel: bool, reduced_storage: st
 
 def kernel_precision(f, kind: str | None, int8: bool, precision: str, caps) -> dict:
     """describe() for a PrimFunc: its parameters' storage types and whether it is the AMX bf16 conv kernel."""
-    reduced = {str(p.dtype) for p in getattr(f, "buffer_map", {}).values()} & {"bfloat16", "float16"}
+    reduced = {str(getattr(p.ty, "dtype", "")) for p in f.params} & {"bfloat16", "float16"}
     amx = f.attrs is not None and "kiln.bf16_conv" in f.attrs and bool(int(f.attrs["kiln.bf16_conv"][8]))
     if kind == "attention" and f.attrs is not None and str(f.attrs.get("kiln.c_kernel", "")) == "attention_bf16":
         kind = "attention_bf16"  # Q K^T and P V on vdpbf16ps (FuseAttention's bf16 build)

@@ -41,6 +41,7 @@ MULTIPLY_ADD = frozenset(
         "bf16_conv",
         "attention",
         "bf16_matmul",
+        "fp16_matmul",
     }
 )
 BUILTIN = "vm.builtin."

@@ -63,7 +63,9 @@ class Backend:
         """The executable as the bytes of a shared library (with Kiln's C kernels `mod` calls)."""
         from ..export import c_kernels, export_library
 
-        return export_library(exe, options.target.arch, where, c_kernels(mod), pool=self.thread_pool)
+        return export_library(
+            exe, options.target.arch, where, c_kernels(mod, options.target.arch), pool=self.thread_pool
+        )
 
     def tuning_db(self, path, target) -> str | None:
         """The tuning database folder a compile applies (`--tuning-db` resolved; None: none)."""

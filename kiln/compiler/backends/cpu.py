@@ -40,6 +40,19 @@ def vdpbf16ps(o) -> bool:
     return o.precision == "bf16" and o.target.caps.has_vdpbf16ps
 
 
+def bf16_matmul_kernel(o) -> bool:
+    """bf16 matmuls by constant weights can run on Kiln's bf16 matmul kernel (BF16MatmulKernel): bf16 on a CPU
+    with AVX512-BF16 (vdpbf16ps) or Arm BF16 (bfmmla)."""
+    return vdpbf16ps(o) or (o.precision == "bf16" and o.target.caps.bf16 is BF16.ARM)
+
+
+def fp16_matmul_kernel(o) -> bool:
+    """fp16 matmuls by constant weights can run on Kiln's fp16 matmul kernel (FP16MatmulKernel): fp16 on arm64
+    with fp16 arithmetic (fullfp16). x86-64's AVX512-FP16 has no such kernel yet."""
+    caps = o.target.caps
+    return o.precision == "fp16" and caps.arch == "aarch64" and caps.native_fp16
+
+
 def precision_note(o) -> str | None:
     """Why --precision fp16/bf16 will not be faster on this target (None where it has the instructions):
     without them the reduced type is only storage, converted to float32 around every op."""
@@ -58,12 +71,16 @@ def precision_note(o) -> str | None:
 
 
 def _conv_kernels(o) -> frozenset:
-    """The passes of this build that give reduced-precision convs a kernel of their own (MixedPrecision
-    converts only what they take): under bf16, BF16ConvKernel where the CPU has AVX512-BF16 and convs run blocked."""
+    """The passes of this build that give reduced-precision convs and matmuls a kernel of their own
+    (MixedPrecision converts only what they take): under bf16, BF16ConvKernel where the CPU has AVX512-BF16 and
+    convs run blocked, BF16MatmulKernel where bf16_matmul_kernel and under fp16 FP16MatmulKernel where
+    fp16_matmul_kernel (they take float32 matmuls, so MixedPrecision leaves them float32)."""
     on = {s.name for s in select_rows(ROWS, o.opt_level, o.disabled_passes)}
+    matmul = on & {"BF16MatmulKernel"} if bf16_matmul_kernel(o) else set()
+    matmul |= on & {"FP16MatmulKernel"} if fp16_matmul_kernel(o) else set()
     if not (vdpbf16ps(o) and o.layout == "NCHWc" and "BF16ConvKernel" in on):
-        return frozenset()
-    return frozenset(on & {"BF16ConvKernel", "Winograd"})
+        return frozenset(matmul)
+    return frozenset(on & {"BF16ConvKernel", "Winograd"} | matmul)
 
 
 def _min_reduced_winograd_tile(o) -> int:
@@ -121,8 +138,13 @@ GRAPH_ROWS: tuple[PassSpec, ...] = (
     PassSpec("FuseDepthwisePointwise", lambda o: kp.FuseDepthwisePointwise(), 2),
     PassSpec("MergeSiblingMatmuls", lambda o: kp.MergeSiblingMatmuls(), 2),  # before PackDenseWeights packs each
     PassSpec("FuseAttention", lambda o: kp.FuseAttention(isa) if (isa := attention_kernel(o)) else None, 2),
-    PassSpec("BF16MatmulKernel", lambda o: kp.BF16MatmulKernel() if vdpbf16ps(o) else None, 2),
-    PassSpec("FuseBF16MatmulEpilogue", lambda o: kp.FuseBF16MatmulEpilogue() if vdpbf16ps(o) else None, 2),
+    PassSpec("BF16MatmulKernel", lambda o: kp.BF16MatmulKernel(o.target.arch) if bf16_matmul_kernel(o) else None, 2),
+    PassSpec("FP16MatmulKernel", lambda o: kp.FP16MatmulKernel(o.target.arch) if fp16_matmul_kernel(o) else None, 2),
+    PassSpec(
+        "FuseBF16MatmulEpilogue",
+        lambda o: kp.FuseBF16MatmulEpilogue() if bf16_matmul_kernel(o) or fp16_matmul_kernel(o) else None,
+        2,
+    ),  # the bf16 and the fp16 matmul kernels' epilogues
     PassSpec(
         "PackDenseWeights", lambda o: kp.PackDenseWeights(o.target.caps.f32_block, o.target.caps.vector_registers), 2
     ),

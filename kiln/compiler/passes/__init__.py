@@ -11,6 +11,7 @@ from .dead_code import DeadCode
 from .drop_dead_conv_taps import DropDeadConvTaps
 from .fold_batchnorm import FoldBatchNorm
 from .fold_constants import FoldConstants
+from .fp16_matmul_kernel import FP16MatmulKernel
 from .fuse_attention import FuseAttention
 from .fuse_bf16_epilogue import FuseBF16Epilogue
 from .fuse_bf16_matmul_epilogue import FuseBF16MatmulEpilogue
@@ -42,6 +43,7 @@ __all__ = [
     "DropDeadConvTaps",
     "FoldBatchNorm",
     "FoldConstants",
+    "FP16MatmulKernel",
     "FuseAttention",
     "FuseBF16Epilogue",
     "FuseBF16MatmulEpilogue",

@@ -1,13 +1,14 @@
-"""BF16MatmulKernel: with --precision bf16 on a CPU with AVX512-BF16, a float32 matmul by constant weights
-(a transformer's projections and MLP, a classifier) runs on Kiln's vdpbf16ps C kernel
-(kiln/schedules/kernels/bf16_matmul.c): the weights converted to bf16 and packed at compile time into
-[N/16, K/2, 16, 2], float32 accumulation, the bias added as the tile is stored. The activations are cast to
-bf16 by an astype this pass inserts, which FuseOps fuses into their producer (LayerNorm, GELU, the attention
-output's transpose), so the producer writes bf16 once instead of every task converting its rows (an odd K,
-whose rows are not whole bf16 pairs, is converted by the kernel). TVM 0.27 computes bf16 matmuls in float32
-registers, so before this `--precision bf16` left transformers' matmuls in float32 (bit-identical to the fp32
-build). One vdpbf16ps does 32 multiply-adds where an fp32 FMA does 16. Each matmul becomes a call_tir to a
-PrimFunc calling the kernel over its tasks (`tasks`) in parallel; timings in benchmarks/history.md.
+"""BF16MatmulKernel: with --precision bf16 on a CPU with AVX512-BF16 or Arm BF16, a float32 matmul by constant
+weights (a transformer's projections and MLP, a classifier) runs on Kiln's bf16 C kernel: vdpbf16ps on x86-64
+(kiln/schedules/kernels/bf16_matmul.c), bfmmla on arm64 (bf16_matmul_arm.c, the same symbol and arguments). The
+weights are converted to bf16 and packed at compile time for the target's kernel (`pack`), float32 accumulation,
+the bias added as the tile is stored. The activations are cast to bf16 by an astype this pass inserts, which
+FuseOps fuses into their producer (LayerNorm, GELU, the attention output's transpose), so the producer writes
+bf16 once instead of every task converting its rows (an odd K, whose rows are not whole bf16 pairs, is converted
+by the kernel). TVM 0.27 computes bf16 matmuls in float32 registers, so before this `--precision bf16` left
+transformers' matmuls in float32 (bit-identical to the fp32 build). One vdpbf16ps does 32 multiply-adds where an
+fp32 FMA does 16; one bfmmla 16 where an fp32 fmla does 4. Each matmul becomes a call_tir to a PrimFunc calling
+the kernel over its tasks (`tasks`) in parallel; timings in benchmarks/history.md.
 `stats["bf16_kernel_matmuls"]` counts them."""
 
 from __future__ import annotations
@@ -47,14 +48,54 @@ def takes(call) -> bool:
     )
 
 
-def pack(w: np.ndarray) -> np.ndarray:
-    """[K, N] float32 -> [N/16, K2, 16, 2] bf16 bits (K2 = K/2 rounded up, a zero row past an odd K)."""
+@dataclasses.dataclass(frozen=True)
+class KernelType:
+    """What differs between Kiln's bf16 matmul kernels and its fp16 one (fp16_matmul_arm.c, FP16MatmulKernel):
+    one PrimFunc shape, one call signature and one rewrite serve both."""
+
+    dtype: str  # x where it comes reduced, the packed weights and the 16-bit output
+    source: str  # the C kernel (schedules/kernels' SOURCES name), also the kernel kind
+    function: str
+
+
+BF16 = KernelType("bfloat16", SOURCE, FUNCTION)
+FP16 = KernelType("float16", "fp16_matmul", "kiln_fp16_matmul")
+BY_SOURCE = {t.source: t for t in (BF16, FP16)}
+
+
+def pack(w: np.ndarray, arch: str = "x86_64", kt: KernelType = BF16) -> np.ndarray:
+    """[K, N] float32 -> bfloat16 (a type the C++ runner loads, as it does not uint16) as the arch's kernel reads
+    them: x86-64 [N/16, K2, 16, 2] (K2 = K/2 rounded up, a zero row past an odd K: vdpbf16ps's input pairs x 16
+    outputs); aarch64 pack_bfmmla's."""
+    if kt is FP16:
+        return pack_fp16(w)
+    if arch == "aarch64":
+        return pack_bfmmla(w)
     k, n = w.shape
     k2 = -(-k // 2)
     padded = np.zeros((2 * k2, n), np.float32)
     padded[:k] = w
-    bits = padded.astype(ml_dtypes.bfloat16).view(np.uint16)
+    bits = padded.astype(ml_dtypes.bfloat16)
     return np.ascontiguousarray(bits.reshape(k2, 2, n // BLOCK, BLOCK).transpose(2, 0, 3, 1))
+
+
+def pack_bfmmla(w: np.ndarray) -> np.ndarray:
+    """[K, N] float32 -> [N/16, 2, K4, 32] bf16 (K4 = K/4 rounded up, zeros past K): for each 8 columns
+    (two per block of 16) and 4 inputs, 4 column pairs x 2 columns x 4 inputs, bfmmla's right operand per pair."""
+    k, n = w.shape
+    k4 = -(-k // 4)
+    padded = np.zeros((4 * k4, n), np.float32)
+    padded[:k] = w
+    bits = padded.astype(ml_dtypes.bfloat16)  # [q, i, c8, p, j] -> [c8, q, p, j, i]
+    blocks = bits.reshape(k4, 4, n // 8, 4, 2).transpose(2, 0, 3, 4, 1)
+    return np.ascontiguousarray(blocks.reshape(n // BLOCK, 2, k4, 32))
+
+
+def pack_fp16(w: np.ndarray) -> np.ndarray:
+    """[K, N] float32 -> [N/16, 2, K, 8] float16: for each 8 columns, every input's 8 weights (fp16_matmul_arm.c)."""
+    k, n = w.shape
+    blocks = w.astype(np.float16).reshape(k, n // 8, 8).transpose(1, 0, 2)
+    return np.ascontiguousarray(blocks.reshape(n // BLOCK, 2, k, 8))
 
 
 def tile_rows(m: int) -> int:
@@ -96,22 +137,34 @@ class MatmulEpilogue:
 
 
 def kernel_func(
-    x_shape: list[int], k: int, n: int, x_bf16: bool, ep: MatmulEpilogue = MatmulEpilogue(), out_shape=None
+    x_shape: list[int],
+    k: int,
+    n: int,
+    x_bf16: bool,
+    ep: MatmulEpilogue = MatmulEpilogue(),
+    out_shape=None,
+    w_shape=None,
+    kt: KernelType = BF16,
 ):
     """The PrimFunc calling the kernel for every task in parallel; x_bf16: x comes as bf16 (K even). Its
     parameters: x, the packed weights, the epilogue's bias [N] and residual (float32, the output's shape) where
     it has them, then its outputs (float32, bf16). The epilogue is kept in the `kiln.bf16_matmul` attribute
     (bias, flags, outputs) so FuseBF16MatmulEpilogue knows which kernels it has not extended yet. out_shape:
-    the outputs' shape where a reshape of [..., M, N] (the same row-major elements) is what reads them."""
+    the outputs' shape where a reshape of [..., M, N] (the same row-major elements) is what reads them; w_shape:
+    the packed weights' shape (`pack`'s for the target; None: x86-64's); kt: the bf16 or the fp16 kernel (x_bf16
+    then means x comes as fp16, and the 16-bit output is fp16)."""
     m = int(np.prod(x_shape[:-1]))
     k2, blocks = -(-k // 2), n // BLOCK
     task_rows, col_tasks, tile = tasks(m, blocks)
     group = TILES[tile]
     row_tasks = -(-m // task_rows)
     out_shape = list(out_shape or [*x_shape[:-1], n])
-    params = [("x", x_shape, "bfloat16" if x_bf16 else "float32"), ("w", [blocks, k2, BLOCK, 2], "uint16")]
+    params = [
+        ("x", x_shape, kt.dtype if x_bf16 else "float32"),
+        ("w", list(w_shape or [blocks, k2, BLOCK, 2]), kt.dtype),
+    ]
     params += [("bias", [n], "float32")] * ep.bias + [("res", out_shape, "float32")] * ep.residual
-    params += [("out", out_shape, "float32")] * ep.float32 + [("out16", out_shape, "bfloat16")] * ep.bf16
+    params += [("out", out_shape, "float32")] * ep.float32 + [("out16", out_shape, kt.dtype)] * ep.bf16
     names = {p for p, _, _ in params}
     ptrs = ", ".join(f"{p}.data" if p in names else "T.int64(0)" for p in ("bias", "res", "out", "out16"))
     x_args = "T.int64(0), x.data" if x_bf16 else "x.data, T.int64(0)"
@@ -120,9 +173,9 @@ def kernel_func(
 @T.prim_func
 def func({", ".join(f'{p}: T.Buffer({tuple(s)}, "{d}")' for p, s, d in params)}):
     T.func_attr({{"tirx.noalias": True, "tirx.is_scheduled": True, "op_pattern": 8, "kiln.bf16_matmul": {info},
-                 "kiln.kernel_kind": "bf16_matmul", "kiln.c_kernel": "{SOURCE}", "kiln.flops": {2 * m * k * n}}})
+                 "kiln.kernel_kind": "{kt.source}", "kiln.c_kernel": "{kt.source}", "kiln.flops": {2 * m * k * n}}})
     for t in T.parallel({row_tasks * col_tasks}):
-        T.evaluate(T.call_extern("int32", "{FUNCTION}", {x_args}, w.data, {ptrs}, {ep.flags}, {tile}, {m}, {n}, {k},
+        T.evaluate(T.call_extern("int32", "{kt.function}", {x_args}, w.data, {ptrs}, {ep.flags}, {tile}, {m}, {n}, {k},
                                  t // {col_tasks} * {task_rows}, {task_rows}, t % {col_tasks} * {group},
                                  T.min(t % {col_tasks} * {group} + {group}, {blocks})))
 """  # 8: opaque, FuseOps leaves it alone
@@ -160,26 +213,46 @@ def _absorbed(mod: tvm.IRModule, uses: dict) -> list:
     return found
 
 
-def _rewrite(builder, call, uses, lookup, absorbed: list):
+def _rewrite(builder, call, uses, lookup, absorbed: list, arch: str, kt: KernelType):
     fused = _bias(call, uses, lookup)
     mm, b = fused if fused else (call, None)
     if fused is None and (not takes(call) or any(call.args[1].same_as(w) for w in absorbed)):
         return None
     w = mm.args[1].value.numpy()
     x_shape = float32_shape(mm.args[0])
-    x_bf16 = w.shape[0] % 2 == 0  # the cast fuses into x's producer, which then writes bf16
-    func = kernel_func(x_shape, w.shape[0], w.shape[1], x_bf16, MatmulEpilogue(bias=b is not None))
-    gv = builder.add_func(func.without_attr("global_symbol"), "bf16_matmul")
-    x = builder.emit(relax.op.astype(mm.args[0], "bfloat16")) if x_bf16 else mm.args[0]
-    args = [x, relax.const(pack(w), "uint16")]
+    x_bf16 = kt is FP16 or w.shape[0] % 2 == 0  # the cast fuses into x's producer, which then writes bf16/fp16
+    packed = pack(w, arch, kt)
+    ep = MatmulEpilogue(bias=b is not None)
+    func = kernel_func(x_shape, w.shape[0], w.shape[1], x_bf16, ep, None, packed.shape, kt)
+    gv = builder.add_func(func.without_attr("global_symbol"), kt.source)
+    x = builder.emit(relax.op.astype(mm.args[0], kt.dtype)) if x_bf16 else mm.args[0]
+    args = [x, relax.const(packed, kt.dtype)]
     if b is not None:
         args.append(relax.const(np.ascontiguousarray(b.value.numpy().reshape(-1)), "float32"))
     return relax.call_tir(gv, args, relax.TensorType([*x_shape[:-1], int(w.shape[1])], "float32"))
 
 
+def take_matmuls(mod: tvm.IRModule, arch: str, kt: KernelType) -> tuple[tvm.IRModule, int]:
+    """The module with every matmul the kernel takes (`takes`, with its bias) rewritten to call it, and their
+    count (`mod` itself where none)."""
+    uses = module_var_uses(mod)
+    absorbed = _absorbed(mod, uses)
+    out, count = rewrite_calls(
+        mod, lambda b, call, lookup: _rewrite(b, call, uses, lookup, absorbed, arch, kt), lookup=True
+    )
+    if not count:
+        return mod, 0
+    from ...runtime.hostinfo import host_arch
+    from ...schedules.kernels import build
+
+    if arch == host_arch():  # compiled and loaded before an in-process build references its symbol
+        build(kt.source)  # (another arch's build is compiled when the artifact is linked: export.c_kernels)
+    return relax.transform.DeadCodeElimination(["main"])(out), count
+
+
 # what BF16MatmulKernel counts in the report (kiln/counters.py)
 COUNTERS: tuple[Counter, ...] = (
-    Counter("bf16_kernel_matmuls", int, "matmuls on Kiln's vdpbf16ps matmul kernel", always=True),
+    Counter("bf16_kernel_matmuls", int, "matmuls on Kiln's bf16 matmul kernel (vdpbf16ps, bfmmla)", always=True),
 )
 
 
@@ -187,20 +260,14 @@ COUNTERS: tuple[Counter, ...] = (
 class BF16MatmulKernel:
     COUNTERS = COUNTERS
 
-    def __init__(self):
+    def __init__(self, arch: str = "x86_64"):
+        self.arch = arch  # the target's: which kernel build, and its weight packing
         self.stats = {"bf16_kernel_matmuls": 0}
 
     def transform_module(self, mod: tvm.IRModule, ctx) -> tvm.IRModule:
-        uses = module_var_uses(mod)
-        absorbed = _absorbed(mod, uses)
-        out, count = rewrite_calls(mod, lambda b, call, lookup: _rewrite(b, call, uses, lookup, absorbed), lookup=True)
-        if not count:
-            return mod
-        from ...schedules.kernels import build
-
-        build(SOURCE)  # compiled and loaded before anything references its symbol
+        out, count = take_matmuls(mod, self.arch, BF16)
         self.stats["bf16_kernel_matmuls"] += count
-        return relax.transform.DeadCodeElimination(["main"])(out)
+        return out
 
 
 __all__ = ["BF16MatmulKernel"]

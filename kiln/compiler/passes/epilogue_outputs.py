@@ -49,20 +49,21 @@ def fuse_epilogues(mod, fuse_block, stats: dict, counter: str):
     return relax.transform.DeadCodeElimination(["main"])(keep_added_functions(out, mod, builder))
 
 
-def bf16_casts(bindings, users: dict, var, claimed: set) -> list[int]:
-    """The indices of the bindings casting `var` to bf16 that no other fusion has taken."""
+def bf16_casts(bindings, users: dict, var, claimed: set, dtype: str = "bfloat16") -> list[int]:
+    """The indices of the bindings casting `var` to bf16 (or `dtype`: fp16 kernels) that no other fusion has
+    taken."""
     return [
         k
         for k in users.get(var, [])
         if op_name(bindings[k].value) == "relax.astype"
-        and str(bindings[k].value.attrs.dtype) == "bfloat16"
+        and str(bindings[k].value.attrs.dtype) == dtype
         and k not in claimed
     ]
 
 
-def output_types(shape, float32: bool, bf16: bool) -> list:
-    """The kernel's output types: float32 and/or bf16, in that order."""
-    return [relax.TensorType(list(shape), "float32")] * float32 + [relax.TensorType(list(shape), "bfloat16")] * bf16
+def output_types(shape, float32: bool, bf16: bool, dtype: str = "bfloat16") -> list:
+    """The kernel's output types: float32 and/or bf16 (or `dtype`), in that order."""
+    return [relax.TensorType(list(shape), "float32")] * float32 + [relax.TensorType(list(shape), dtype)] * bf16
 
 
 def kernel_call(gv, args: list, types: list):

@@ -16,7 +16,7 @@ from tvm import relax
 from ...counters import Counter
 from ..ir import op_name, var_users
 from .activation_region import identify, region
-from .bf16_matmul_kernel import MatmulEpilogue, kernel_func
+from .bf16_matmul_kernel import BY_SOURCE, MatmulEpilogue, kernel_func
 from .counting import static_shape
 from .epilogue_outputs import (
     bf16_casts,
@@ -31,7 +31,8 @@ from .epilogue_outputs import (
 
 
 def _kernel(mod, value):
-    """The BF16MatmulKernel PrimFunc a binding's value calls with no epilogue past its bias, else None."""
+    """The BF16MatmulKernel (or FP16MatmulKernel) PrimFunc a binding's value calls with no epilogue past its bias,
+    else None."""
     func = called_primfunc(mod, value)
     info = (func.attrs or {}).get("kiln.bf16_matmul") if func is not None else None
     return func if info is not None and [int(v) for v in info][1:] == [0, 1, 0] else None
@@ -92,7 +93,8 @@ def _fuse_block(mod, builder, block, uses, stats):
             continue
         activation, residual, chain = _chain(bindings, i, uses, users, claimed)
         final = bindings[chain[-1]].var
-        casts = bf16_casts(bindings, users, final, claimed)
+        kt = BY_SOURCE[str(func.attrs["kiln.c_kernel"])]  # bf16 or fp16: the type its 16-bit output has
+        casts = bf16_casts(bindings, users, final, claimed, kt.dtype)
         if len(chain) == 1 and not casts:
             continue
         float32 = uses.get(final, 0) > len(casts)
@@ -100,9 +102,10 @@ def _fuse_block(mod, builder, block, uses, stats):
         ep = MatmulEpilogue(bias, residual is not None, activation, float32=float32, bf16=bool(casts))
         x, packed, *rest = b.value.args[1].fields
         k, n = static_shape(x)[-1], static_shape(packed)[0] * 16
-        new = kernel_func(static_shape(x), k, n, str(x.ty.dtype) == "bfloat16", ep, static_shape(final))
-        gv = builder.add_func(new.without_attr("global_symbol"), "bf16_matmul")
-        types = output_types(static_shape(final), ep.float32, ep.bf16)
+        x_bf16 = str(x.ty.dtype) == kt.dtype
+        new = kernel_func(static_shape(x), k, n, x_bf16, ep, static_shape(final), static_shape(packed), kt)
+        gv = builder.add_func(new.without_attr("global_symbol"), kt.source)
+        types = output_types(static_shape(final), ep.float32, ep.bf16, kt.dtype)
         call = kernel_call(gv, [x, packed, *rest] + [residual] * ep.residual, types)
         claimed.update(chain, casts)
         rebind(block, bindings, chain, casts, call, types, replace)

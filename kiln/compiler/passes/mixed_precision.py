@@ -1,19 +1,18 @@
 """MixedPrecision: run conv2d and matmul on fp16 or bf16 operands with fp32 accumulation.
 
-Inputs of each conv2d/matmul are cast to the reduced type (constant weights converted here, at
-compile time, so the artifact stores them at half size); the op accumulates and returns float32,
-so every other op (softmax, layer norm, residual adds) stays fp32. TVM's ToMixedPrecision does
-fp16 only; this one pass serves both. Grouped/depthwise convs stay float32: TVM computes reduced
-types in float32 registers, so their casts would only add kernels. `kernels` names the passes of
-this build that run convs well: when it has BF16ConvKernel (bf16 on AVX512-BF16, convs in NCHW16c),
-a conv becomes bf16 only where a bf16 kernel takes it: Kiln's vdpbf16ps kernel (batch 1, input and
-output channels multiples of 16) or, with Winograd, Winograd (3x3, stride 1, bf16 weights); the
-rest (e.g. MobileNetV2's 24-channel convs, the 3-channel stem; FuseDepthwisePointwise still fuses
-the depthwise convs before float32 projections) stay float32, and so do matmuls (no bf16 matmul
-kernel in TVM: BF16MatmulKernel takes them on AVX512-BF16). Converting every conv made
-MobileNetV2 slower than float32; converting only these makes it faster (benchmarks/history.md,
-"Reduced precision"). `stats["mixed_precision_ops"]` counts the
-ops converted, `mixed_precision_kept` the ones left in float32."""
+Inputs of each conv2d/matmul are cast to the reduced type (constant weights converted here, at compile time, so the
+artifact stores them at half size); the op accumulates and returns float32, so every other op (softmax, layer norm,
+residual adds) stays fp32. TVM's ToMixedPrecision does fp16 only; this one pass serves both. Grouped/depthwise convs
+stay float32: TVM computes reduced types in float32 registers, so their casts would only add kernels. `kernels`
+names the passes of this build that run convs well: when it has BF16ConvKernel (bf16 on AVX512-BF16, convs in
+NCHW16c), a conv becomes bf16 only where a bf16 kernel takes it: Kiln's vdpbf16ps kernel (batch 1, input and output
+channels multiples of 16) or, with Winograd, Winograd (3x3, stride 1, bf16 weights); the rest (e.g. MobileNetV2's
+24-channel convs, the 3-channel stem; FuseDepthwisePointwise still fuses the depthwise convs before float32
+projections) stay float32, and so do matmuls wherever `kernels` has BF16MatmulKernel (AVX512-BF16, Arm BF16) or
+FP16MatmulKernel (arm64 fp16): TVM has no such kernels, and those passes take float32 matmuls by constant weights.
+Converting every conv made MobileNetV2 slower than float32; converting only these makes it faster
+(benchmarks/history.md, "Reduced precision"). `stats["mixed_precision_ops"]` counts the ops converted,
+`mixed_precision_kept` the ones left in float32."""
 
 from __future__ import annotations
 
@@ -39,8 +38,8 @@ class _Cast(relax.PyExprMutator):
 
     def _keep_float(self, call) -> bool:
         """A conv2d or matmul no reduced-precision kernel would take better than float32 does."""
-        if call.op.name == "relax.matmul":
-            return "BF16ConvKernel" in self.kernels
+        if call.op.name == "relax.matmul":  # BF16MatmulKernel and FP16MatmulKernel take float32 matmuls
+            return bool({"BF16ConvKernel", "BF16MatmulKernel", "FP16MatmulKernel"} & self.kernels)
         a = call.attrs
         if int(a.groups) != 1:
             return True

@@ -6,7 +6,7 @@
  *
  * x16   [M, K]            bf16 rows (K even), converted by the producer's kernel (its epilogue), or NULL and
  * x     [M, K]            float32 rows, converted to bf16 here, 48 rows at a time (an odd K)
- * w     [N/16, K2, 16, 2] bf16 bits, K2 = K/2 rounded up (a zero row past an odd K): input pairs x 16 outputs
+ * w     [N/16, K2, 16, 2] bf16, K2 = K/2 rounded up (a zero row past an odd K): input pairs x 16 outputs
  * bias  [N]               float32, or NULL
  * res   [M, N]            float32 residual (flags & MM_RES), or NULL
  * out   [M, N]            float32, or NULL;  out16 [M, N] bf16 (what the next bf16 matmul reads), or NULL

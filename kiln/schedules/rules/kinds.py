@@ -45,9 +45,12 @@ KINDS = {  # kind -> what has it; registry.RULES maps each (but SCHEDULED) to a 
     "depthwise_pointwise": "passes/fuse_depthwise_pointwise.dwpw_conv2d",
     "bf16_conv": "passes/bf16_conv_kernel: the caller of the vdpbf16ps C kernel (comes scheduled)",
     "attention": "passes/fuse_attention: the caller of the fused attention C kernel (comes scheduled)",
-    "bf16_matmul": "passes/bf16_matmul_kernel: the caller of the vdpbf16ps matmul C kernel (comes scheduled)",
+    "bf16_matmul": "passes/bf16_matmul_kernel: the caller of the bf16 matmul C kernel (comes scheduled)",
+    "fp16_matmul": "passes/fp16_matmul_kernel: the caller of the arm64 fp16 matmul C kernel (comes scheduled)",
 }
-SCHEDULED = frozenset({"bf16_conv", "attention", "bf16_matmul"})  # kinds whose kernels come scheduled: no rule
+SCHEDULED = frozenset(
+    {"bf16_conv", "attention", "bf16_matmul", "fp16_matmul"}
+)  # kinds whose kernels come scheduled: no rule
 # kinds whose default schedule is a hand-written tile kernel: MetaSchedule's search space (no AMX intrinsics)
 # holds nothing faster, so kiln tune spends no trials on them
 UNTUNED = frozenset({"conv2d_amx"})

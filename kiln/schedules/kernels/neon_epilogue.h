@@ -1,0 +1,65 @@
+/* The epilogue of Kiln's arm64 matmul kernels (bf16_matmul_arm.c: bfmmla, fp16_matmul_arm.c: fp16 fmla), on 4
+ * columns of an output row at a time while they are in registers: + bias (added by the caller), the activation
+ * (GELU in its erf or tanh form, ReLU), + residual, stored in float32 and/or the kernel's 16-bit type (KILN_STORE16,
+ * defined by the including kernel). The flags are bf16_matmul.c's (fuse_bf16_matmul_epilogue.py: FLAGS). */
+#ifndef KILN_NEON_EPILOGUE_H
+#define KILN_NEON_EPILOGUE_H
+#include <arm_neon.h>
+#include <stdint.h>
+
+enum { MM_RES = 1, MM_GELU_ERF = 2, MM_GELU_TANH = 4, MM_RELU = 8 }; /* fuse_bf16_matmul_epilogue.py: FLAGS */
+
+typedef struct {
+  const float *bias, *res;
+  float *out;
+  uint16_t *out16;
+  int flags, N;
+} mm_epilogue;
+
+/* odd polynomial p(x) / even q(x) in x^2: Eigen's rational erf and tanh (clamped), max error 4e-7 */
+static inline float32x4_t rational(float32x4_t x, const float *a, int na, const float *b, int nb) {
+  float32x4_t x2 = vmulq_f32(x, x), p = vdupq_n_f32(a[na - 1]), q = vdupq_n_f32(b[nb - 1]);
+  for (int i = na - 2; i >= 0; --i) p = vfmaq_f32(vdupq_n_f32(a[i]), p, x2);
+  for (int i = nb - 2; i >= 0; --i) q = vfmaq_f32(vdupq_n_f32(b[i]), q, x2);
+  return vdivq_f32(vmulq_f32(p, x), q);
+}
+
+static inline float32x4_t clamp(float32x4_t x, float lim) {
+  return vminq_f32(vmaxq_f32(x, vdupq_n_f32(-lim)), vdupq_n_f32(lim));
+}
+
+static const float ERF_A[7] = {-1.60960333262415e-02f, -2.95459980854025e-03f, -7.34990630326855e-04f,
+                               -5.69250639462346e-05f, -2.10102402082508e-06f, 2.77068142495902e-08f,
+                               -2.72614225801306e-10f};
+static const float ERF_B[5] = {-1.42647390514189e-02f, -7.37332916720468e-03f, -1.68282697438203e-03f,
+                               -2.13374055278905e-04f, -1.45660718464996e-05f};
+static const float TANH_A[7] = {4.89352455891786e-03f,  6.37261928875436e-04f,  1.48572235717979e-05f,
+                                5.12229709037114e-08f,  -8.60467152213735e-11f, 2.00018790482477e-13f,
+                                -2.76076847742355e-16f};
+static const float TANH_B[4] = {4.89352518554385e-03f, 2.26843463243900e-03f, 1.18534705686654e-04f,
+                                1.19825839466702e-06f};
+
+/* GELU: 0.5 v (1 + erf(v / sqrt 2)), or its tanh form 0.5 v (1 + tanh(sqrt(2 / pi) (v + 0.044715 v^3))) */
+static inline float32x4_t activate(float32x4_t v, int flags) {
+  if (flags & MM_RELU) return vmaxq_f32(v, vdupq_n_f32(0.0f));
+  float32x4_t t;
+  if (flags & MM_GELU_ERF) {
+    t = rational(clamp(vmulq_f32(v, vdupq_n_f32(0.70710678118654752f)), 4.0f), ERF_A, 7, ERF_B, 5);
+  } else if (flags & MM_GELU_TANH) {
+    float32x4_t inner = vfmaq_f32(v, vmulq_f32(vmulq_f32(v, v), v), vdupq_n_f32(0.044715f));
+    t = rational(clamp(vmulq_f32(inner, vdupq_n_f32(0.79788456080286536f)), 7.90531110763549805f), TANH_A, 7,
+                 TANH_B, 4);
+  } else {
+    return v;
+  }
+  return vmulq_f32(vmulq_f32(v, vdupq_n_f32(0.5f)), vaddq_f32(t, vdupq_n_f32(1.0f)));
+}
+
+/* the epilogue of 4 columns of output row r (offset o = r * N + column), bias already added */
+static inline void store(const mm_epilogue *ep, float32x4_t v, int64_t o) {
+  v = activate(v, ep->flags);
+  if (ep->flags & MM_RES) v = vaddq_f32(v, vld1q_f32(ep->res + o));
+  if (ep->out) vst1q_f32(ep->out + o, v);
+  if (ep->out16) KILN_STORE16(ep->out16 + o, v);
+}
+#endif
