@@ -24,6 +24,7 @@ from .sequences import REWRITES as SEQUENCE_REWRITES
 from .standard import REWRITES as STANDARD_REWRITES
 from .standard_math import REWRITES as MATH_REWRITES
 from .standard_spatial import REWRITES as SPATIAL_REWRITES
+from .tfidf import REWRITES as TFIDF_REWRITES
 
 # op type -> rewrite(node, emitter, shapes, consts, where); a rewrite may return False to keep the node
 REWRITES = {"LSTM": decompose_lstm, "GRU": decompose_gru, "RNN": decompose_rnn, **QUANT_REWRITES}
@@ -37,6 +38,7 @@ REWRITES.update(SEQUENCE_REWRITES)  # SplitToSequence as Split + SequenceConstru
 REWRITES.update(ACTIVATION_REWRITES)  # Elu with constants typed like its input (activations.py)
 REWRITES.update(CONTRIB_DEFAULT_REWRITES)  # onnxruntime's SimplifiedLayerNormalization (default domain)
 REWRITES.update(RUNTIME_SCALAR_REWRITES)  # Pad's fill value as a run-time input (runtime_scalars.py)
+REWRITES.update(TFIDF_REWRITES)  # TfIdfVectorizer over integer tokens as slice compares (tfidf.py)
 # contrib domains: domain -> {op type -> rewrite}
 DOMAIN_REWRITES = {
     **CONTRIB_REWRITES,
