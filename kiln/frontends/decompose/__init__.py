@@ -15,6 +15,7 @@ from .control_flow import REWRITES as CONTROL_FLOW_REWRITES
 from .deform_conv import REWRITES as DEFORM_CONV_REWRITES
 from .emitter import CURRENT_MODEL, Emitter
 from .llm_ops import REWRITES as LLM_REWRITES
+from .low_precision import REWRITES as LOW_PRECISION_REWRITES
 from .ml import ML_REWRITES
 from .quant import CONTRIB_REWRITES
 from .quant import REWRITES as QUANT_REWRITES
@@ -39,6 +40,7 @@ REWRITES.update(ACTIVATION_REWRITES)  # Elu with constants typed like its input 
 REWRITES.update(CONTRIB_DEFAULT_REWRITES)  # onnxruntime's SimplifiedLayerNormalization (default domain)
 REWRITES.update(RUNTIME_SCALAR_REWRITES)  # Pad's fill value as a run-time input (runtime_scalars.py)
 REWRITES.update(TFIDF_REWRITES)  # TfIdfVectorizer over integer tokens as slice compares (tfidf.py)
+REWRITES.update(LOW_PRECISION_REWRITES)  # fp16/bf16 Softmax: float32 steps, each rounded (low_precision.py)
 # contrib domains: domain -> {op type -> rewrite}
 DOMAIN_REWRITES = {
     **CONTRIB_REWRITES,
