@@ -26,7 +26,6 @@ KNOWN_FAILURES = {
     "test_regex_full_match_basic": "string op",
     "test_string_concat": "string op",
     "test_string_split_basic": "string op",
-    "test_tfidfvectorizer_tf_only_bigrams_skip0": "TfIdfVectorizer: no TVM converter",
     "test_sequence_map_identity_1_sequence": "sequence op",
     # bugs elsewhere, reported: a rank-0 input arrives as shape (1,) (np.ascontiguousarray in the runtime's
     # validate); SplitToSequence ends in an InternalError instead of UnsupportedModelError
