@@ -21,6 +21,7 @@ from .quant import CONTRIB_REWRITES
 from .quant import REWRITES as QUANT_REWRITES
 from .rnn import decompose_gru, decompose_lstm, decompose_rnn
 from .runtime_scalars import REWRITES as RUNTIME_SCALAR_REWRITES
+from .scalar_axes import REWRITES as SCALAR_AXES_REWRITES
 from .sequences import REWRITES as SEQUENCE_REWRITES
 from .standard import REWRITES as STANDARD_REWRITES
 from .standard_math import REWRITES as MATH_REWRITES
@@ -40,6 +41,7 @@ REWRITES.update(ACTIVATION_REWRITES)  # Elu with constants typed like its input 
 REWRITES.update(CONTRIB_DEFAULT_REWRITES)  # onnxruntime's SimplifiedLayerNormalization (default domain)
 REWRITES.update(RUNTIME_SCALAR_REWRITES)  # Pad's fill value as a run-time input (runtime_scalars.py)
 REWRITES.update(TFIDF_REWRITES)  # TfIdfVectorizer over integer tokens as slice compares (tfidf.py)
+REWRITES.update(SCALAR_AXES_REWRITES)  # Unsqueeze's rank-0 constant axes as 1-D (scalar_axes.py)
 REWRITES.update(LOW_PRECISION_REWRITES)  # fp16/bf16 Softmax: float32 steps, each rounded (low_precision.py)
 # contrib domains: domain -> {op type -> rewrite}
 DOMAIN_REWRITES = {
