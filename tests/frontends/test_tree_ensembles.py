@@ -1,6 +1,6 @@
 """ai.onnx.ml tree ensembles (decompose/ml_trees.py) against onnxruntime: random forests built by code, every
 node mode (set membership included), NaN sent down the branch a node names, each aggregate and the
-post transforms Kiln supports; TreeEnsemble (opset 5) and TreeEnsembleRegressor."""
+post transforms Kiln supports; TreeEnsemble (opset 5), TreeEnsembleRegressor and TreeEnsembleClassifier."""
 
 import numpy as np
 import pytest
@@ -101,8 +101,9 @@ def test_tree_ensemble(tmp_path, dtype, aggregate, transform, modes):
     np.testing.assert_allclose(compile_and_run(model(transform), {"x": x}, tmp_path)["y"], want, rtol=1e-5, atol=1e-6)
 
 
-def _regressor(seed, trees, **attrs):
-    """Random trees in TreeEnsembleRegressor's (tree id, node id) arrays; two targets, a leaf may feed both."""
+def _regressor(seed, trees, op="TreeEnsembleRegressor", prefix="target", outputs=2, **attrs):
+    """Random trees in TreeEnsembleRegressor's (or Classifier's) (tree id, node id) arrays; a leaf feeds one
+    or more of `outputs` targets (classes)."""
     rng, a = np.random.default_rng(seed), {k: [] for k in ("treeids", "nodeids", "feat", "val", "mode", "t", "f")}
     tg = {k: [] for k in ("treeids", "nodeids", "ids", "weights")}
 
@@ -113,7 +114,7 @@ def _regressor(seed, trees, **attrs):
             a[k].append(v)
         i = len(a["treeids"]) - 1
         if leaf:
-            for target in rng.choice(2, int(rng.integers(1, 3)), replace=False):
+            for target in rng.choice(outputs, int(rng.integers(1, outputs + 1)), replace=False):
                 for k, v in zip(tg, (tree, nid, int(target), float(np.round(rng.normal(), 3)))):
                     tg[k].append(v)
             return nid
@@ -126,10 +127,11 @@ def _regressor(seed, trees, **attrs):
     for tree in range(trees):
         build(tree, 0)
     return helper.make_node(
-        "TreeEnsembleRegressor", ["x"], ["y"], domain="ai.onnx.ml", n_targets=2, nodes_treeids=a["treeids"],
-        nodes_nodeids=a["nodeids"], nodes_featureids=a["feat"], nodes_values=a["val"], nodes_modes=a["mode"],
-        nodes_truenodeids=a["t"], nodes_falsenodeids=a["f"], target_treeids=tg["treeids"],
-        target_nodeids=tg["nodeids"], target_ids=tg["ids"], target_weights=tg["weights"], **attrs,
+        op, ["x"], ["y"] if prefix == "target" else ["label", "y"], domain="ai.onnx.ml",
+        nodes_treeids=a["treeids"], nodes_nodeids=a["nodeids"], nodes_featureids=a["feat"], nodes_values=a["val"],
+        nodes_modes=a["mode"], nodes_truenodeids=a["t"], nodes_falsenodeids=a["f"],
+        **{f"{prefix}_treeids": tg["treeids"], f"{prefix}_nodeids": tg["nodeids"], f"{prefix}_ids": tg["ids"]},
+        **{f"{prefix}_weights": tg["weights"]}, **attrs,
     )  # fmt: skip
 
 
@@ -142,7 +144,7 @@ def _regressor(seed, trees, **attrs):
     ],
 )
 def test_tree_ensemble_regressor(tmp_path, dtype, attrs):
-    node = _regressor(seed=len(attrs), trees=4, **attrs)
+    node = _regressor(seed=len(attrs), trees=4, n_targets=2, **attrs)
     m = _model(node, dtype, [("", 17), ("ai.onnx.ml", 3)])
     m.graph.output[0].type.tensor_type.elem_type = TensorProto.FLOAT
     check_against_ort(m, {"x": _features(dtype)}, tmp_path, rtol=1e-5, atol=1e-6)
@@ -152,3 +154,16 @@ def test_tree_ensemble_probit_refused(tmp_path):
     node = _V5Builder(seed=0, targets=1, modes=[0]).node(1, np.float32, post_transform=4)
     with pytest.raises(kiln.UnsupportedModelError, match="PROBIT"):
         kiln.compile(_model(node, np.float32, [("ai.onnx.ml", 5)]), tmp_path / "m.kiln")
+
+
+@pytest.mark.parametrize("transform", ["NONE", "SOFTMAX"])
+def test_tree_ensemble_classifier(tmp_path, transform):
+    node = _regressor(seed=3, trees=5, op="TreeEnsembleClassifier", prefix="class", outputs=3,
+                      classlabels_int64s=[4, 7, 9], post_transform=transform)  # fmt: skip
+    g = helper.make_graph(
+        [node], "trees", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [16, 4])],
+        [helper.make_tensor_value_info("label", TensorProto.INT64, None),
+         helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+    )  # fmt: skip
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("ai.onnx.ml", 3)])
+    check_against_ort(m, {"x": _features(np.float32)}, tmp_path, rtol=1e-5, atol=1e-6)

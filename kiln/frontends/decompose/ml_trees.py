@@ -1,5 +1,5 @@
-"""ai.onnx.ml's tree ensembles (TreeEnsemble, opset 5; TreeEnsembleRegressor) as gathers and compares over
-static node arrays; TVM 0.27's importer converts none of them.
+"""ai.onnx.ml's tree ensembles (TreeEnsemble, opset 5; TreeEnsembleRegressor and Classifier) as gathers
+and compares over static node arrays; TVM 0.27's importer converts none of them.
 
 Every tree node (leaves included) is a state with a feature, a threshold, a comparison and its two next
 states (a leaf's are itself). All node conditions are evaluated at once for a batch ([N, S]: the input's
@@ -290,4 +290,32 @@ def tree_ensemble_regressor(node, em: Emitter, shapes, consts, where):
     _post_transform(em, y, transform, node.output[0])
 
 
-REWRITES = {"TreeEnsemble": tree_ensemble, "TreeEnsembleRegressor": tree_ensemble_regressor}
+def tree_ensemble_classifier(node, em: Emitter, shapes, consts, where):
+    """ai.onnx.ml TreeEnsembleClassifier with integer labels: the class scores summed over the trees (Z,
+    float32, post-transformed) and the label of the highest (Y, int64; the first on ties)."""
+    a = _attrs(node)
+    labels = a.get("classlabels_int64s")
+    if not labels:
+        _fail(node, where, "string class labels (classlabels_strings) are not supported",
+              "TVM has no string tensors: export the classifier with integer labels (classlabels_int64s)")  # fmt: skip
+    if len(labels) == 2 and len(set(a["class_ids"])) == 1:
+        _fail(node, where, "a binary classifier with one score column (onnxruntime derives the other) is not "
+              "supported", "export it with both classes' weights")  # fmt: skip
+    transform = TRANSFORMS[a.get("post_transform", b"NONE")]
+    x, dtype, opset = _prepare(node, em, shapes, where, transform)
+    base = a.get("base_values_as_tensor") or a.get("base_values") or None
+    spec = {"aggregate": 1, "targets": len(labels), "base": base}
+    z = _emit_forest(em, x, forest_regressor(a, "class"), spec, dtype, opset)
+    if dtype != np.float32:
+        z = em.op("Cast", [z], to=onnx.TensorProto.FLOAT)
+    best = em.op("ArgMax", [z], axis=1, keepdims=0)  # the transforms keep the order
+    em.op("Gather", [em.const(np.array(labels, np.int64), "labels"), best], out=node.output[0])
+    if len(node.output) > 1 and node.output[1]:
+        _post_transform(em, z, transform, node.output[1])
+
+
+REWRITES = {
+    "TreeEnsemble": tree_ensemble,
+    "TreeEnsembleRegressor": tree_ensemble_regressor,
+    "TreeEnsembleClassifier": tree_ensemble_classifier,
+}
