@@ -26,7 +26,6 @@ KNOWN_FAILURES = {
     "test_regex_full_match_basic": "string op",
     "test_string_concat": "string op",
     "test_string_split_basic": "string op",
-    "test_tfidfvectorizer_tf_only_bigrams_skip0": "TfIdfVectorizer: no TVM converter",
     # a scalar split fed at run time: the number of elements is data-dependent
     "test_split_to_sequence_1": _FROZEN,
 }

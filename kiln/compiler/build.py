@@ -26,7 +26,7 @@ from ..frontends.sources import Source, load_source
 from ..result import CompileResult
 from ..runtime import artifact as art
 from .autolayout import choose_layout
-from .fallback import blame, with_fallback
+from .fallback import blame, frozen_names, with_fallback
 from .flows import run_flow
 from .kernel_info import for_manifest
 from .limits import check_planned_memory, check_tensor_sizes, io_bytes
@@ -247,7 +247,7 @@ def _import(model: onnx.ModelProto, shapes, options: CompileOptions, where: str,
             return False
 
         repro = reproducer(simple, fails, options, output)
-        raise blame(e, model, where, repro, hint=_if_hint(model)) from None
+        raise blame(e, model, where, repro, hint=_if_hint(model), frozen=frozen_names(options)) from None
 
 
 def _if_hint(model: onnx.ModelProto) -> str | None:

@@ -13,7 +13,9 @@ from collections.abc import Callable
 
 import onnx
 
-from ..errors import CompileError, InternalError, KilnWarning, ModelLoadError
+from ..errors import CompileError, InternalError, KilnWarning, ModelLoadError, UnsupportedModelError
+from ..frontends.constant_inputs import runtime_shape_sources
+from ..frontends.freeze import FLAG
 
 # rows whose output the user asked for: skipping them would change what the model computes
 SEMANTIC_ROWS = frozenset({"Quantize", "MixedPrecision", "LowerQDQ"})
@@ -87,14 +89,28 @@ def with_fallback(
             stacklevel=2,
         )
         return result, [skip]
-    raise blame(first, model, where, reproduce)
+    raise blame(first, model, where, reproduce, frozen=frozen_names(options))
+
+
+def frozen_names(options) -> set[str]:
+    """The names of the inputs the compile froze (--freeze-input)."""
+    from ..frontends.freeze import parse_frozen_inputs
+
+    return {f.name for f in parse_frozen_inputs(getattr(options, "freeze_inputs", ()))}
 
 
 def blame(
-    err: CompileError, model: onnx.ModelProto | None, where: str, reproduce: Callable | None, hint: str | None = None
+    err: CompileError,
+    model: onnx.ModelProto | None,
+    where: str,
+    reproduce: Callable | None,
+    hint: str | None = None,
+    frozen=(),
 ):
-    """The model's fault only if ONNX itself rejects it; else an InternalError with a reproducer (and
-    the hint, when the caller knows a likelier cause than a bug)."""
+    """The model's fault only if ONNX itself rejects it; an UnsupportedModelError naming the inputs to
+    freeze when shapes are computed from input values (frozen: the names already frozen), as TVM cannot
+    always follow those; else an InternalError with a reproducer (and the hint, when the caller knows a
+    likelier cause than a bug)."""
     invalid = _onnx_rejects(model) if model is not None else None
     if invalid:
         return ModelLoadError(
@@ -102,6 +118,9 @@ def blame(
             where=where,
             fix="fix the model (onnxruntime would refuse it as well) and re-export it",
         )
+    shaped = runtime_shape_sources(model, frozen) if model is not None else {}
+    if shaped:
+        return _runtime_shapes_error(err, shaped, where)
     stage = getattr(err, "stage", "build")
     found = reproduce(err, budget_s=90.0, write=True) if reproduce else None
     node = found.get("node") if found else None
@@ -119,6 +138,22 @@ def blame(
         reproducer=repro,
         where=where,
         fix=fix,
+    )
+
+
+def _runtime_shapes_error(err: CompileError, shaped: dict, where: str) -> UnsupportedModelError:
+    """The compile failed on a model whose shapes are computed from input values: what TVM said, and which
+    inputs to freeze (run-time shapes compile op by op, but not every chain of them)."""
+    stage = getattr(err, "stage", "build")
+    listing = "; ".join(f"{name!r} (into {', '.join(ops)})" for name, ops in sorted(shaped.items()))
+    feeds = sorted(shaped)
+    return UnsupportedModelError(
+        f"shapes computed at run time from the values of input(s) {listing}: {stage} could not follow them "
+        f"({getattr(err, 'detail', err.what)[:300]})",
+        ops=[{"op_type": ops[0], "input": name, "sources": [name]} for name, ops in sorted(shaped.items())],
+        where=where,
+        fix=f"if these inputs are known when you deploy, freeze them: {FLAG} {feeds[0]}=VALUE (repeatable), "
+        "which makes every shape static",
     )
 
 

@@ -99,3 +99,67 @@ def graph_input_sources(model: onnx.ModelProto, name: str) -> set[str]:
     consts = {i.name for i in g.initializer}
     producer = {o: n for n in g.node for o in n.output if o}
     return _sources(name, producer, {i.name for i in g.input if i.name not in consts})[0]
+
+
+# op type -> the inputs whose values decide an output's shape and that Kiln takes at run time (tvm_converters.py and
+# the modules it names): each alone compiles with symbolic dims, but a chain of them can leave TVM a rank or a dim it
+# cannot track (an expanded AffineGrid's Range -> Unsqueeze -> Transpose on its run-time size)
+RUNTIME_SHAPE_INPUTS = {
+    **{op: (1,) for op in ("Reshape", "Expand", "Tile", "Split", "Squeeze", "Unsqueeze", "TopK", "AffineGrid")},
+    **{op: (1,) for op in ("Upsample", "Trilu", "ReduceSum", "ReduceMean", "ReduceMax", "ReduceMin", "ReduceProd")},
+    **{op: (1,) for op in ("ReduceL1", "ReduceL2", "ReduceLogSum", "ReduceLogSumExp", "ReduceSumSquare")},
+    "ConstantOfShape": (0,),
+    "Range": (0, 1, 2),
+    "Slice": (1, 2, 3, 4),
+    "Resize": (1, 2, 3),
+    "Pad": (1,),
+    "Col2Im": (1, 2),
+}
+
+
+def runtime_shape_sources(model: onnx.ModelProto, frozen=()) -> dict[str, list[str]]:
+    """Graph input -> the ops whose shape-deciding inputs its values reach (not through Shape/Size: those
+    read only the pinned shapes; through If/Loop branches too), the frozen inputs left out; empty when
+    every shape is static."""
+    g = model.graph
+    nodes = list(_all_nodes(g))
+    producer = {o: n for n in nodes for o in n.output if o}
+    inputs = {i.name for i in g.input} - {i.name for i in g.initializer} - set(frozen)
+    out: dict[str, list[str]] = {}
+    for node in nodes:
+        for idx in RUNTIME_SHAPE_INPUTS.get(node.op_type, ()) if node.domain in ("", "ai.onnx") else ():
+            if idx < len(node.input) and node.input[idx]:
+                for src in _value_sources(node.input[idx], producer, inputs):
+                    ops = out.setdefault(src, [])
+                    if node.op_type not in ops:
+                        ops.append(node.op_type)
+    return out
+
+
+def _all_nodes(g: onnx.GraphProto):
+    for n in g.node:
+        yield n
+        for a in n.attribute:
+            for sub in [a.g] if a.type == onnx.AttributeProto.GRAPH else a.graphs:
+                yield from _all_nodes(sub)
+
+
+def _value_sources(name: str, producer: dict, inputs: set[str]) -> set[str]:
+    """The graph inputs whose values `name` is computed from (a node with branches: from everything its
+    branches read too), not through Shape/Size nor a CastLike's type input."""
+    seen, stack, out = set(), [name], set()
+    while stack:
+        v = stack.pop()
+        if v in seen:
+            continue
+        seen.add(v)
+        if v in inputs:
+            out.add(v)
+        node = producer.get(v)
+        if node is None or node.op_type in ("Shape", "Size"):
+            continue
+        stack.extend(i for i in (node.input[:1] if node.op_type == "CastLike" else node.input) if i)
+        for a in node.attribute:
+            for sub in [a.g] if a.type == onnx.AttributeProto.GRAPH else a.graphs:
+                stack.extend(i for n in _all_nodes(sub) for i in n.input if i)
+    return out

@@ -143,7 +143,7 @@ def _try_fold(node, consts, shapes, opsets, out_nodes, stats, where) -> bool:
         return False
     op = node.op_type
     if op == "Concat" and len(node.input) > 1:
-        _drop_empty_inputs(node, consts)
+        _drop_empty_inputs(node, consts, shapes)
     if op == "Constant":
         value = eval_node(node, consts, opsets, stats, where)
         if value is None:
@@ -192,10 +192,16 @@ def _try_fold(node, consts, shapes, opsets, out_nodes, stats, where) -> bool:
     return True
 
 
-def _drop_empty_inputs(node, consts) -> None:
-    """A Concat of a constant with a zero-size axis and something else is that something else: TVM would
-    keep the empty constant, which its saved executable cannot load back ("Invalid DLTensor file format")."""
-    keep = [i for i in node.input if not (i in consts and np.asarray(consts[i]).size == 0)]
+def _drop_empty_inputs(node, consts, shapes) -> None:
+    """A Concat of an empty value (a constant with a zero-size axis, or a value of static zero-size shape:
+    a CastLike of such a constant, as CausalConvWithState's body pads with for kernel size 1) and something
+    else is that something else: TVM would keep the empty constant, which its saved executable cannot load
+    back ("Invalid DLTensor file format")."""
+
+    def empty(i):
+        return (i in consts and np.asarray(consts[i]).size == 0) or (i in shapes and 0 in shapes[i])
+
+    keep = [i for i in node.input if not empty(i)]
     if keep and len(keep) < len(node.input):
         node.input[:] = keep
 

@@ -33,6 +33,7 @@ from .tvm_bounds import BOUNDS as _BOUNDS
 from .tvm_bounds import bound as _bound
 from .tvm_bounds import upper as _upper
 from .tvm_col2im import col2im_converter
+from .tvm_conv_fp16 import conv_converter
 from .tvm_dynamic_shapes import (
     expand_converter,
     reshape_converter,
@@ -245,6 +246,7 @@ OVERRIDES = {
     "Pad": pad_converter,  # pads fed at run time (tvm_pad.py)
     "AffineGrid": affine_grid_converter,  # size fed at run time (tvm_affine_grid.py)
     "Trilu": trilu_converter,  # k fed at run time (tvm_trilu.py)
+    "Conv": conv_converter,  # float16/bfloat16 accumulated in float32 (tvm_conv_fp16.py)
     "Col2Im": col2im_converter,  # image_shape/block_shape fed at run time (tvm_col2im.py; constant ones: decompose/)
     RECURRENCE: recurrence_converter,  # Kiln's own node: an LSTM/GRU/RNN layer as one kernel (tvm_recurrence.py)
     ASSERT: assert_converter,  # Kiln's own node: the check that replaces an If branch that cannot run

@@ -15,15 +15,18 @@ from .control_flow import REWRITES as CONTROL_FLOW_REWRITES
 from .deform_conv import REWRITES as DEFORM_CONV_REWRITES
 from .emitter import CURRENT_MODEL, Emitter
 from .llm_ops import REWRITES as LLM_REWRITES
+from .low_precision import REWRITES as LOW_PRECISION_REWRITES
 from .ml import ML_REWRITES
 from .quant import CONTRIB_REWRITES
 from .quant import REWRITES as QUANT_REWRITES
 from .rnn import decompose_gru, decompose_lstm, decompose_rnn
 from .runtime_scalars import REWRITES as RUNTIME_SCALAR_REWRITES
+from .scalar_axes import REWRITES as SCALAR_AXES_REWRITES
 from .sequences import REWRITES as SEQUENCE_REWRITES
 from .standard import REWRITES as STANDARD_REWRITES
 from .standard_math import REWRITES as MATH_REWRITES
 from .standard_spatial import REWRITES as SPATIAL_REWRITES
+from .tfidf import REWRITES as TFIDF_REWRITES
 
 # op type -> rewrite(node, emitter, shapes, consts, where); a rewrite may return False to keep the node
 REWRITES = {"LSTM": decompose_lstm, "GRU": decompose_gru, "RNN": decompose_rnn, **QUANT_REWRITES}
@@ -37,6 +40,9 @@ REWRITES.update(SEQUENCE_REWRITES)  # SplitToSequence as Split + SequenceConstru
 REWRITES.update(ACTIVATION_REWRITES)  # Elu with constants typed like its input (activations.py)
 REWRITES.update(CONTRIB_DEFAULT_REWRITES)  # onnxruntime's SimplifiedLayerNormalization (default domain)
 REWRITES.update(RUNTIME_SCALAR_REWRITES)  # Pad's fill value as a run-time input (runtime_scalars.py)
+REWRITES.update(TFIDF_REWRITES)  # TfIdfVectorizer over integer tokens as slice compares (tfidf.py)
+REWRITES.update(SCALAR_AXES_REWRITES)  # Unsqueeze's rank-0 constant axes as 1-D (scalar_axes.py)
+REWRITES.update(LOW_PRECISION_REWRITES)  # fp16/bf16 Softmax: float32 steps, each rounded (low_precision.py)
 # contrib domains: domain -> {op type -> rewrite}
 DOMAIN_REWRITES = {
     **CONTRIB_REWRITES,

@@ -59,6 +59,17 @@ def _model_types(model: onnx.ModelProto | None) -> dict:
     return _TYPES[1]
 
 
+def value_elem_type(name: str, consts: dict) -> int | None:
+    """The element type of a value of the model decompose() is rewriting; inferred again once when the
+    name is new since the last inference (a node emitted by an earlier round's rewrite)."""
+    model = _caller_model()
+    types = _model_types(model)
+    if name not in types and name not in consts and model is not None:
+        _TYPES[0] = None
+        types = _model_types(model)
+    return _elem_type(types, consts, name)
+
+
 def _opset(model: onnx.ModelProto | None) -> int:
     if model is None:
         return onnx.defs.onnx_opset_version()
