@@ -153,7 +153,8 @@ def _runtime_shapes_error(err: CompileError, shaped: dict, where: str) -> Unsupp
         ops=[{"op_type": ops[0], "input": name, "sources": [name]} for name, ops in sorted(shaped.items())],
         where=where,
         fix=f"if these inputs are known when you deploy, freeze them: {FLAG} {feeds[0]}=VALUE (repeatable), "
-        "which makes every shape static",
+        "which makes every shape static; if the compile still fails with them frozen, that failure is a Kiln "
+        "bug: it then reports as an internal error with a reproducer",
     )
 
 
