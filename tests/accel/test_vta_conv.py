@@ -7,8 +7,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from kiln.accel.vta import codegen, conv
+from kiln.accel.vta import conv
 from kiln.accel.vta.config import VTAConfig
+from kiln.compiler.backends.vta import codegen
 
 CFG = VTAConfig.parse()
 

@@ -12,7 +12,7 @@ shift-based flow does (vta-spec 4.2). STORE truncates to int8. `reference` is th
 arithmetic in numpy, so an offloaded layer is checked bit for bit.
 
 Layouts (vta-spec 4.3): activations NCHW -> NCHW1n16c, weights OIHW -> OIHW16o16i, channels
-zero-padded to the block. A `Schedule` says how a layer is tiled (codegen.py turns it into a
+zero-padded to the block. A `Schedule` says how a layer is tiled (compiler/backends/vta/codegen.py turns it into a
 stream); `plan` is the default heuristic, `check` refuses a schedule that does not fit."""
 
 from __future__ import annotations

@@ -20,13 +20,14 @@ import tvm
 from tvm import relax
 from tvm.ir.expr import GenericConst
 
-from ....accel.vta import codegen, conv, runtime
+from ....accel.vta import conv, runtime
 from ....accel.vta.config import VTAConfig
 from ...ir import op_name as _op
 from ...ir import var_users, var_uses
 from ...optimize import Optimized, optimize
 from ...quantize.calibrate import calibrate, finish
 from ...quantize.layers import LayerNames, candidate, with_taps
+from . import codegen
 from .lower import offloaded
 
 

@@ -22,10 +22,11 @@ from pathlib import Path
 
 import numpy as np
 
-from ....accel.vta import codegen, conv
+from ....accel.vta import conv
 from ....accel.vta.config import VTAConfig
 from ....accel.vta.records import FILE, best_schedules, db_key, load_records
 from ....errors import OptionsError
+from . import codegen
 
 SAFETY = 1.15  # a round is started only if its estimated time, times this, fits in what is left of the budget
 

@@ -19,10 +19,10 @@ from functools import partial
 
 import numpy as np
 
-from . import isa, runtime
-from .config import VTAConfig
-from .conv import N_CONST, ONES, ConvLayer, Schedule, bias_weights, check, plan
-from .sim import Simulator, Stats
+from ....accel.vta import isa, runtime
+from ....accel.vta.config import VTAConfig
+from ....accel.vta.conv import N_CONST, ONES, ConvLayer, Schedule, bias_weights, check, plan
+from ....accel.vta.sim import Simulator, Stats
 
 
 @dataclasses.dataclass
