@@ -36,9 +36,7 @@ def _qlinear_add_chain(links: int = LINKS):
         [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 16])],
         inits,
     )
-    return helper.make_model(
-        g, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("com.microsoft", 1)]
-    )
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("com.microsoft", 1)])
 
 
 @pytest.mark.parametrize("links", [3, LINKS])
