@@ -28,16 +28,7 @@ static inline float32x4_t clamp(float32x4_t x, float lim) {
   return vminq_f32(vmaxq_f32(x, vdupq_n_f32(-lim)), vdupq_n_f32(lim));
 }
 
-static const float ERF_A[7] = {-1.60960333262415e-02f, -2.95459980854025e-03f, -7.34990630326855e-04f,
-                               -5.69250639462346e-05f, -2.10102402082508e-06f, 2.77068142495902e-08f,
-                               -2.72614225801306e-10f};
-static const float ERF_B[5] = {-1.42647390514189e-02f, -7.37332916720468e-03f, -1.68282697438203e-03f,
-                               -2.13374055278905e-04f, -1.45660718464996e-05f};
-static const float TANH_A[7] = {4.89352455891786e-03f,  6.37261928875436e-04f,  1.48572235717979e-05f,
-                                5.12229709037114e-08f,  -8.60467152213735e-11f, 2.00018790482477e-13f,
-                                -2.76076847742355e-16f};
-static const float TANH_B[4] = {4.89352518554385e-03f, 2.26843463243900e-03f, 1.18534705686654e-04f,
-                                1.19825839466702e-06f};
+#include "gelu_rational.h"
 
 /* GELU: 0.5 v (1 + erf(v / sqrt 2)), or its tanh form 0.5 v (1 + tanh(sqrt(2 / pi) (v + 0.044715 v^3))) */
 static inline float32x4_t activate(float32x4_t v, int flags) {
