@@ -21,16 +21,9 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "matmul_epilogue.h"
+
 #define MAX_ROWS 48 /* rows of float32 x a task converts at once (its bf16 copy lives on the stack) */
-
-enum { MM_RES = 1, MM_GELU_ERF = 2, MM_GELU_TANH = 4, MM_RELU = 8 }; /* fuse_bf16_matmul_epilogue.py: FLAGS */
-
-typedef struct {
-  const float *bias, *res;
-  float *out;
-  uint16_t *out16;
-  int flags, N;
-} mm_epilogue;
 
 /* odd polynomial p(x) / even q(x) in x^2: Eigen's rational erf and tanh (clamped), max error 4e-7 */
 static inline __m512 rational(__m512 x, const float *a, int na, const float *b, int nb) {
@@ -45,8 +38,6 @@ static inline __m512 rational(__m512 x, const float *a, int na, const float *b, 
 static inline __m512 clamp(__m512 x, float lim) {
   return _mm512_min_ps(_mm512_max_ps(x, _mm512_set1_ps(-lim)), _mm512_set1_ps(lim));
 }
-
-#include "gelu_rational.h"
 
 /* GELU: 0.5 v (1 + erf(v / sqrt 2)), or its tanh form 0.5 v (1 + tanh(sqrt(2 / pi) (v + 0.044715 v^3))) */
 static inline __m512 activate(__m512 v, int flags) {

@@ -7,14 +7,7 @@
 #include <arm_neon.h>
 #include <stdint.h>
 
-enum { MM_RES = 1, MM_GELU_ERF = 2, MM_GELU_TANH = 4, MM_RELU = 8 }; /* fuse_bf16_matmul_epilogue.py: FLAGS */
-
-typedef struct {
-  const float *bias, *res;
-  float *out;
-  uint16_t *out16;
-  int flags, N;
-} mm_epilogue;
+#include "matmul_epilogue.h"
 
 /* odd polynomial p(x) / even q(x) in x^2: Eigen's rational erf and tanh (clamped), max error 4e-7 */
 static inline float32x4_t rational(float32x4_t x, const float *a, int na, const float *b, int nb) {
@@ -27,8 +20,6 @@ static inline float32x4_t rational(float32x4_t x, const float *a, int na, const 
 static inline float32x4_t clamp(float32x4_t x, float lim) {
   return vminq_f32(vmaxq_f32(x, vdupq_n_f32(-lim)), vdupq_n_f32(lim));
 }
-
-#include "gelu_rational.h"
 
 /* GELU: 0.5 v (1 + erf(v / sqrt 2)), or its tanh form 0.5 v (1 + tanh(sqrt(2 / pi) (v + 0.044715 v^3))) */
 static inline float32x4_t activate(float32x4_t v, int flags) {

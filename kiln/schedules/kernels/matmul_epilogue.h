@@ -1,7 +1,19 @@
-/* The rational approximations of erf and tanh the GELU epilogues use (Eigen's: odd numerator in x, even denominator,
- * inputs clamped to where they saturate), shared by the AVX-512 (bf16_matmul.c) and NEON (neon_epilogue.h) epilogues. */
-#ifndef KILN_GELU_RATIONAL_H
-#define KILN_GELU_RATIONAL_H
+/* What the matmul kernels' epilogues share across ISAs (the AVX-512 bf16_matmul.c, the NEON neon_epilogue.h): the
+ * epilogue's flags and arguments, and the rational approximations of erf and tanh its GELU uses (Eigen's: odd
+ * numerator in x, even denominator, inputs clamped to where they saturate). */
+#ifndef KILN_MATMUL_EPILOGUE_H
+#define KILN_MATMUL_EPILOGUE_H
+#include <stdint.h>
+
+enum { MM_RES = 1, MM_GELU_ERF = 2, MM_GELU_TANH = 4, MM_RELU = 8 }; /* fuse_bf16_matmul_epilogue.py: FLAGS */
+
+typedef struct {
+  const float *bias, *res;
+  float *out;
+  uint16_t *out16;
+  int flags, N;
+} mm_epilogue;
+
 static const float ERF_A[7] = {-1.60960333262415e-02f, -2.95459980854025e-03f, -7.34990630326855e-04f,
                                -5.69250639462346e-05f, -2.10102402082508e-06f, 2.77068142495902e-08f,
                                -2.72614225801306e-10f};
