@@ -71,10 +71,10 @@ def _constant_node(node) -> bool:
     return node is not None and node.op_type == "Constant"
 
 
-def _sources(name: str, producer: dict, inputs: set[str]) -> tuple[set[str], bool]:
-    """The graph inputs a value is computed from (not counting those only read through a Shape or
-    Size node), and whether a Shape/Size node is on the way."""
-    seen, stack, out, via_shape = set(), [name], set(), False
+def reachable(name: str, inputs, step) -> set[str]:
+    """The members of `inputs` that `name` is computed from: a walk back from it, step(v) giving the values v is
+    computed from (nothing where the walk stops)."""
+    seen, stack, out = set(), [name], set()
     while stack:
         v = stack.pop()
         if v in seen:
@@ -82,15 +82,28 @@ def _sources(name: str, producer: dict, inputs: set[str]) -> tuple[set[str], boo
         seen.add(v)
         if v in inputs:
             out.add(v)
-        elif v in producer:
-            if producer[v].op_type in ("Shape", "Size"):
-                via_shape = True
-                continue
-            ins = (
-                producer[v].input[:1] if producer[v].op_type == "CastLike" else producer[v].input
-            )  # its 2nd input: a type
-            stack.extend(i for i in ins if i)
-    return out, via_shape
+        stack.extend(i for i in step(v) if i)
+    return out
+
+
+def _operands(node) -> list[str]:
+    """A node's value inputs (CastLike's second input is only a type)."""
+    return list(node.input[:1] if node.op_type == "CastLike" else node.input)
+
+
+def _sources(name: str, producer: dict, inputs: set[str]) -> tuple[set[str], bool]:
+    """The graph inputs a value is computed from (not counting those only read through a Shape or
+    Size node), and whether a Shape/Size node is on the way."""
+    via_shape = []
+
+    def step(v):
+        node = None if v in inputs else producer.get(v)
+        if node is not None and node.op_type in ("Shape", "Size"):
+            via_shape.append(v)
+            return ()
+        return _operands(node) if node is not None else ()
+
+    return reachable(name, inputs, step), bool(via_shape)
 
 
 def graph_input_sources(model: onnx.ModelProto, name: str) -> set[str]:
@@ -147,19 +160,12 @@ def _all_nodes(g: onnx.GraphProto):
 def _value_sources(name: str, producer: dict, inputs: set[str]) -> set[str]:
     """The graph inputs whose values `name` is computed from (a node with branches: from everything its
     branches read too), not through Shape/Size nor a CastLike's type input."""
-    seen, stack, out = set(), [name], set()
-    while stack:
-        v = stack.pop()
-        if v in seen:
-            continue
-        seen.add(v)
-        if v in inputs:
-            out.add(v)
+
+    def step(v):
         node = producer.get(v)
         if node is None or node.op_type in ("Shape", "Size"):
-            continue
-        stack.extend(i for i in (node.input[:1] if node.op_type == "CastLike" else node.input) if i)
-        for a in node.attribute:
-            for sub in [a.g] if a.type == onnx.AttributeProto.GRAPH else a.graphs:
-                stack.extend(i for n in _all_nodes(sub) for i in n.input if i)
-    return out
+            return ()
+        subs = [sub for a in node.attribute for sub in ([a.g] if a.type == onnx.AttributeProto.GRAPH else a.graphs)]
+        return _operands(node) + [i for sub in subs for n in _all_nodes(sub) for i in n.input]
+
+    return reachable(name, inputs, step)

@@ -20,6 +20,7 @@ import numpy as np
 import onnx
 
 from ..errors import UnsupportedModelError
+from .constant_inputs import reachable
 from .decompose.control_flow import inline_body, unsqueeze
 from .decompose.emitter import Emitter
 from .decompose.sequences import split_to_sequence
@@ -202,17 +203,8 @@ class _Flattener(Branches):
 
     def sources(self, name: str) -> list[str]:
         """The graph inputs a value is computed from."""
-        seen, stack, out = set(), [name], set()
-        while stack:
-            v = stack.pop()
-            if v in seen:
-                continue
-            seen.add(v)
-            if v in self.inputs:
-                out.add(v)
-            elif v in self.producer:
-                stack.extend(i for i in self.producer[v].input if i)
-        return sorted(out)
+        producer = self.producer
+        return sorted(reachable(name, self.inputs, lambda v: () if v not in producer else producer[v].input))
 
     def static(self, node, name: str, what: str):
         v = self.value(name)
