@@ -93,10 +93,8 @@ def with_fallback(
 
 
 def frozen_names(options) -> set[str]:
-    """The names of the inputs the compile froze (--freeze-input)."""
-    from ..frontends.freeze import parse_frozen_inputs
-
-    return {f.name for f in parse_frozen_inputs(getattr(options, "freeze_inputs", ()))}
+    """The names of the inputs the compile froze (--freeze-input; CompileOptions holds them parsed)."""
+    return {f.name for f in options.freeze_inputs}
 
 
 def blame(

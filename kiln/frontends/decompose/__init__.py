@@ -50,7 +50,7 @@ DOMAIN_REWRITES = {
     **ML_REWRITES,
 }  # ai.onnx.ml's tensor-arithmetic ops (ml.py)
 
-MAX_ROUNDS = 8  # nesting depth of rewrites that emit rewritable nodes
+MAX_ROUNDS = 8  # rounds beyond one per node: rewrites that emit rewritable nodes, nested (_decompose_rounds)
 # ops whose outputs ONNX's shape inference leaves shapeless (a Loop's carried values): a rewrite reading
 # them waits for the next round, when the unrolled nodes have inferred shapes
 SHAPELESS_OUTPUTS = frozenset({"Loop", "Scan"})
