@@ -42,6 +42,7 @@ MULTIPLY_ADD = frozenset(
         "attention",
         "bf16_matmul",
         "fp16_matmul",
+        "f32_matmul",
     }
 )
 BUILTIN = "vm.builtin."

@@ -10,6 +10,7 @@ from helpers import make_model, ort_run, rand
 from onnx import helper
 
 import kiln
+from kiln.runtime.hostinfo import host_cpu_flags
 from kiln.schedules.rules.tiles import ROUND_ROWS_GAIN, matmul_tile, rounded_rows
 
 
@@ -22,10 +23,15 @@ def test_rounded_rows_gives_a_full_tile(rows, registers):
     if rounded is None:  # a divisor of the rows tiles within ROUND_ROWS_GAIN of the best
         r, v = matmul_tile(rows, vectors, registers)
         assert rows % r == 0 and ROUND_ROWS_GAIN * r * v / (r + v) >= best[0] * best[1] / sum(best)
-    else:
-        assert rows < rounded < rows + best[0] and rounded % best[0] == 0
+    else:  # a full tile as good as the best, padding no more rows than the best tile's would
         r, v = matmul_tile(rounded, vectors, registers)
         assert r * v / (r + v) == best[0] * best[1] / sum(best)
+        assert rows < rounded < rows + r and rounded % r == 0 and rounded <= -(-rows // best[0]) * best[0]
+
+
+def test_rounding_pads_the_fewest_rows_among_the_best_tiles():
+    assert rounded_rows(31, 48, 32) == 32  # 4 x 6 zmm tiles; 6 x 4 would compute 36 rows
+    assert rounded_rows(17, 48, 32) == 18  # 6 x 4; 4 x 6 would compute 20
 
 
 def test_prime_rows_are_rounded_and_nice_rows_are_not():
@@ -51,19 +57,38 @@ def _block(rows: int, k: int, n: int, epilogue: str):
     return make_model(nodes, {"input": rand(1, rows, k)}, ["output"], inits)
 
 
+RAGGED = [(197, 256, 512, "gelu"), (17, 256, 256, "residual"), (257, 256, 256, "residual"), (31, 384, 1152, "gelu")]
+RAGGED_IDS = ["vit_tokens", "17_rows", "257_rows", "31_rows"]
+
+
+@pytest.mark.parametrize("rows, k, n, epilogue", RAGGED, ids=RAGGED_IDS)
+def test_ragged_rows_match_numpy_and_onnxruntime(tmp_path, rows, k, n, epilogue):
+    """TVM's schedule (the path of every target without AVX-512): rows rounded up to the tile, cropped."""
+    m = _block(rows, k, n, epilogue)
+    r = kiln.compile(m, tmp_path / "m.kiln", disabled_passes=("F32MatmulKernel",))
+    assert r.report["dense_rows_rounded"] == 1
+    _check_block(tmp_path, m, rows, k, n, epilogue, "matmul")
+
+
+@pytest.mark.skipif("avx512f" not in host_cpu_flags(), reason="the fp32 matmul C kernel needs AVX-512 (avx512f)")
 @pytest.mark.parametrize(
     "rows, k, n, epilogue",
-    [(197, 256, 512, "gelu"), (17, 256, 256, "residual"), (257, 256, 256, "residual"), (31, 384, 1152, "gelu")],
-    ids=["vit_tokens", "17_rows", "257_rows", "31_rows"],
+    [*RAGGED, (1, 64, 48, "gelu"), (1500, 384, 1536, "gelu")],
+    ids=[*RAGGED_IDS, "1_row", "whisper_ffn_up"],
 )
-def test_ragged_rows_match_numpy_and_onnxruntime(tmp_path, rows, k, n, epilogue):
+def test_ragged_rows_on_the_fp32_kernel_match_numpy_and_onnxruntime(tmp_path, rows, k, n, epilogue):
+    """AVX-512: Kiln's fp32 C kernel, the last rows on a tile of their own row count, the epilogue inside."""
     m = _block(rows, k, n, epilogue)
     r = kiln.compile(m, tmp_path / "m.kiln")
-    assert r.report["dense_rows_rounded"] == 1
-    assert r.report["kernels"] == 1  # bias, GELU and the residual stay in the matmul's kernel
+    assert r.report["f32_kernel_matmuls"] == 1 and r.report["dense_rows_rounded"] == 0
+    assert r.report["bf16_matmul_epilogues_fused"] == 1
+    _check_block(tmp_path, m, rows, k, n, epilogue, "f32_matmul")
+
+
+def _check_block(tmp_path, m, rows, k, n, epilogue, kind):
     model = kiln.load(tmp_path / "m.kiln")
     info = model.manifest["buckets"][0]["kernel_info"]
-    assert [v["kind"] for v in info.values()] == ["matmul"]
+    assert [v["kind"] for v in info.values()] == [kind]  # bias, GELU and the residual stay in the matmul's kernel
     x = rand(1, rows, k, seed=3)
     out = model.run({"input": x})["output"]
     assert out.shape == (1, rows, n)
@@ -75,7 +100,7 @@ def test_ragged_rows_match_numpy_and_onnxruntime(tmp_path, rows, k, n, epilogue)
 
 
 def test_tiled_rows_are_left_alone(tmp_path):
-    r = kiln.compile(_block(128, 256, 256, "residual"), tmp_path / "m.kiln")
+    r = kiln.compile(_block(128, 256, 256, "residual"), tmp_path / "m.kiln", disabled_passes=("F32MatmulKernel",))
     assert r.report["dense_rows_rounded"] == 0
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from tvm import relax
 
-from ...capabilities import BF16
+from ...capabilities import BF16, ISA
 from ...schedules.rules.apply import ApplyDefaultSchedules, ApplyTuningDatabase
 from ...schedules.rules.int8 import int8_kernel
 from ...target import Kind
@@ -51,6 +51,13 @@ def fp16_matmul_kernel(o) -> bool:
     with fp16 arithmetic (fullfp16). x86-64's AVX512-FP16 has no such kernel yet."""
     caps = o.target.caps
     return o.precision == "fp16" and caps.arch == "aarch64" and caps.native_fp16
+
+
+def f32_matmul_kernel(o) -> bool:
+    """float32 matmuls by constant weights run on Kiln's fp32 matmul kernel (F32MatmulKernel): an x86-64 target
+    with AVX-512. Under bf16 with a bf16 kernel, BF16MatmulKernel takes them first."""
+    caps = o.target.caps
+    return caps.arch == "x86_64" and caps.isa is ISA.AVX512 and not bf16_matmul_kernel(o)
 
 
 def precision_note(o) -> str | None:
@@ -140,11 +147,16 @@ GRAPH_ROWS: tuple[PassSpec, ...] = (
     PassSpec("FuseAttention", lambda o: kp.FuseAttention(isa) if (isa := attention_kernel(o)) else None, 2),
     PassSpec("BF16MatmulKernel", lambda o: kp.BF16MatmulKernel(o.target.arch) if bf16_matmul_kernel(o) else None, 2),
     PassSpec("FP16MatmulKernel", lambda o: kp.FP16MatmulKernel(o.target.arch) if fp16_matmul_kernel(o) else None, 2),
+    PassSpec("F32MatmulKernel", lambda o: kp.F32MatmulKernel(o.target.arch) if f32_matmul_kernel(o) else None, 2),
     PassSpec(
         "FuseBF16MatmulEpilogue",
-        lambda o: kp.FuseBF16MatmulEpilogue() if bf16_matmul_kernel(o) or fp16_matmul_kernel(o) else None,
+        lambda o: (
+            kp.FuseBF16MatmulEpilogue()
+            if bf16_matmul_kernel(o) or fp16_matmul_kernel(o) or f32_matmul_kernel(o)
+            else None
+        ),
         2,
-    ),  # the bf16 and the fp16 matmul kernels' epilogues
+    ),  # the bf16, fp16 and fp32 matmul kernels' epilogues
     PassSpec(
         "PackDenseWeights", lambda o: kp.PackDenseWeights(o.target.caps.f32_block, o.target.caps.vector_registers), 2
     ),

@@ -9,6 +9,7 @@ from .conv_transpose_as_conv import ConvTransposeAsConv
 from .convert_layout import ConvertLayout
 from .dead_code import DeadCode
 from .drop_dead_conv_taps import DropDeadConvTaps
+from .f32_matmul_kernel import F32MatmulKernel
 from .fold_batchnorm import FoldBatchNorm
 from .fold_constants import FoldConstants
 from .fp16_matmul_kernel import FP16MatmulKernel
@@ -41,6 +42,7 @@ __all__ = [
     "ConvertLayout",
     "DeadCode",
     "DropDeadConvTaps",
+    "F32MatmulKernel",
     "FoldBatchNorm",
     "FoldConstants",
     "FP16MatmulKernel",

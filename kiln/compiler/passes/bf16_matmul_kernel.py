@@ -23,6 +23,7 @@ from tvm import relax
 from tvm.ir.expr import GenericConst
 
 from ...counters import Counter
+from ...schedules.rules.tiles import CACHE_BYTES
 from ..ir import module_var_uses, op_name
 from .counting import float32_shape
 from .module_map import rewrite_calls
@@ -60,7 +61,8 @@ class KernelType:
 
 BF16 = KernelType("bfloat16", SOURCE, FUNCTION)
 FP16 = KernelType("float16", "fp16_matmul", "kiln_fp16_matmul")
-BY_SOURCE = {t.source: t for t in (BF16, FP16)}
+F32 = KernelType("float32", "f32_matmul", "kiln_f32_matmul")  # AVX-512 fp32 FMAs (F32MatmulKernel): x stays float32
+BY_SOURCE = {t.source: t for t in (BF16, FP16, F32)}
 
 
 def pack(w: np.ndarray, arch: str = "x86_64", kt: KernelType = BF16) -> np.ndarray:
@@ -69,6 +71,9 @@ def pack(w: np.ndarray, arch: str = "x86_64", kt: KernelType = BF16) -> np.ndarr
     outputs); aarch64 pack_bfmmla's."""
     if kt is FP16:
         return pack_fp16(w)
+    if kt is F32:  # [N/16, K, 16]: every input's 16 weights of a column block, one stream per block
+        k, n = w.shape
+        return np.ascontiguousarray(w.astype(np.float32).reshape(k, n // BLOCK, BLOCK).transpose(1, 0, 2))
     if arch == "aarch64":
         return pack_bfmmla(w)
     k, n = w.shape
@@ -106,15 +111,24 @@ def tile_rows(m: int) -> int:
     return 8 if p8 < p6 or (p8 == p6 and m <= 256) else 6
 
 
-def tasks(m: int, blocks: int) -> tuple[int, int, int]:
-    """(rows per task, column tasks, tile rows): a task is one column group (the tile's blocks) over all rows,
-    its weights read into cache once; the rows are split as well where there are fewer than MIN_TASKS groups,
-    in multiples of the tile's rows (evenly: uneven row tasks leave a thread idle)."""
+def tasks(m: int, blocks: int, group_bytes: int = 0, x_bytes: int = 0) -> tuple[int, int, int, int]:
+    """(rows per task, column tasks, tile rows, column groups per task): a task is one column group (the tile's
+    blocks) over all rows, its weights read into cache once; the rows are split as well where there are fewer than
+    MIN_TASKS groups, in multiples of the tile's rows (evenly: uneven row tasks leave a thread idle). Where x
+    (x_bytes) is past L2 and a group's weights (group_bytes, given by the fp32 kernel) are not, a task takes as
+    many groups as fit in L2 while MIN_TASKS tasks (an even number) remain, so x streams from L3 once per task, not
+    per group."""
     tile = tile_rows(m)
-    col_tasks = -(-blocks // TILES[tile])
+    groups = -(-blocks // TILES[tile])
+    per = 1
+    if group_bytes and x_bytes > CACHE_BYTES:
+        per = max(1, min(groups // MIN_TASKS, CACHE_BYTES // group_bytes))
+        while per > 1 and -(-groups // per) % 2:  # an even task count: an odd one left a thread of two idle
+            per -= 1
+    col_tasks = -(-groups // per)
     row_tasks = min(-(-MIN_TASKS // col_tasks), -(-m // tile))
-    per = -(-m // row_tasks)
-    return -(-per // tile) * tile, col_tasks, tile
+    rows = -(-m // row_tasks)
+    return -(-rows // tile) * tile, col_tasks, tile, per
 
 
 ACTIVATIONS = {"gelu_erf": 2, "gelu_tanh": 4, "relu": 8}  # bf16_matmul.c: MM_GELU_ERF, MM_GELU_TANH, MM_RELU
@@ -155,8 +169,9 @@ def kernel_func(
     then means x comes as fp16, and the 16-bit output is fp16)."""
     m = int(np.prod(x_shape[:-1]))
     k2, blocks = -(-k // 2), n // BLOCK
-    task_rows, col_tasks, tile = tasks(m, blocks)
-    group = TILES[tile]
+    wide = kt.dtype == "float32"  # the fp32 kernel: tasks of several column groups where x is past L2
+    task_rows, col_tasks, tile, per = tasks(m, blocks, 64 * k * TILES[tile_rows(m)] * wide, 4 * m * k * wide)
+    group = TILES[tile] * per
     row_tasks = -(-m // task_rows)
     out_shape = list(out_shape or [*x_shape[:-1], n])
     params = [
@@ -220,7 +235,8 @@ def _rewrite(builder, call, uses, lookup, absorbed: list, arch: str, kt: KernelT
         return None
     w = mm.args[1].value.numpy()
     x_shape = float32_shape(mm.args[0])
-    x_bf16 = kt is FP16 or w.shape[0] % 2 == 0  # the cast fuses into x's producer, which then writes bf16/fp16
+    # the cast fuses into x's producer, which then writes bf16/fp16; the fp32 kernel reads x as it is
+    x_bf16 = kt is FP16 or (kt is BF16 and w.shape[0] % 2 == 0)
     packed = pack(w, arch, kt)
     ep = MatmulEpilogue(bias=b is not None)
     func = kernel_func(x_shape, w.shape[0], w.shape[1], x_bf16, ep, None, packed.shape, kt)

@@ -23,7 +23,10 @@ pad them each call (33.6 MB for ddddocr's). `stats["dense_padded"]` counts them.
 A matmul of static rows by constant weights whose row count has no divisor that makes a good register tile
 (ViT-B's 197 tokens, a prime: 1-row tiles, far below peak) is packed and computed over the rows rounded up to
 the best tile's (198 = 33 x 6), the padding rows reading the last real row, and cropped in the same kernel
-(the epilogue runs per tile, predicated on the real rows). `stats["dense_rows_rounded"]` counts them."""
+(the epilogue runs per tile, predicated on the real rows). `stats["dense_rows_rounded"]` counts them.
+
+On AVX-512 targets F32MatmulKernel runs before this pass and takes the static float32 matmuls whose columns are a
+multiple of 16; this pass packs what it leaves (and everything on other targets)."""
 
 from __future__ import annotations
 

@@ -1,7 +1,8 @@
 """Hand-written C kernels for instructions TVM 0.27 cannot emit (AVX512-BF16's vdpbf16ps, Arm BF16's bfmmla:
-its LLVM code generator has no bfloat vector type). Compiled once per target arch with that arch's C compiler
-(the host's, or the cross compiler), linked into every artifact library that calls them, and, where the arch is
-the host's, loaded into this process (RTLD_GLOBAL) so in-process builds resolve them too."""
+its LLVM code generator has no bfloat vector type), and for the float32 matmul on AVX-512, whose ragged row counts
+and fused epilogues TVM's schedule handled less well (f32_matmul.c). Compiled once per target arch with that arch's
+C compiler (the host's, or the cross compiler), linked into every artifact library that calls them, and, where the
+arch is the host's, loaded into this process (RTLD_GLOBAL) so in-process builds resolve them too."""
 
 from __future__ import annotations
 
@@ -39,6 +40,7 @@ SOURCES = {  # x86-64 builds
         ["-mavx512f", "-mavx512bf16", "-DKILN_BF16", "-DKILN_ATTENTION=kiln_attention_bf16"],
     ),
     "bf16_matmul": (HERE / "bf16_matmul.c", ["-mavx512f", "-mavx512bw", "-mavx512bf16"]),
+    "f32_matmul": (HERE / "f32_matmul.c", ["-mavx512f"]),
     "amx_bf16_conv": (
         HERE / "amx_bf16_conv.c",
         ["-mavx512f", "-mavx512bw", "-mavx512bf16", "-mamx-tile", "-mamx-bf16"],

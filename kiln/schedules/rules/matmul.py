@@ -37,7 +37,7 @@ from .rules import (
     tile_consumers,
     vectorize_tails,
 )
-from .tiles import matmul_tile, padded_tile, vector_width
+from .tiles import CACHE_BYTES, matmul_tile, padded_tile, vector_width
 
 MIN_ROWS = 2  # a matmul of fewer rows keeps reduction_tiled's column tile (a classifier's [1, K] x [K, N])
 PAD_LIMIT = 1 << 18  # the most weights (K x N) padded each call; constant weights are padded at compile time
@@ -104,9 +104,6 @@ def matmul_tiled(sch: s_tir.Schedule, anchor, lanes: int, registers: int = 16) -
             parallel_vectorize(sch, sch.get_sblock(name), lanes)
         except s_tir.ScheduleError:  # it keeps its loops as they are: correct, serial
             pass
-
-
-CACHE_BYTES = 512 << 10  # what a core's L2 keeps of one operand: half of Zen 4's 1 MB, all of Zen 3's 512 KB
 
 
 def _columns_outer(m: int, n: int, depth: int, r: int, cols_per_group: int) -> bool:

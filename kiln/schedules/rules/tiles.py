@@ -13,6 +13,7 @@ def divisor_at_most(n: int, cap: int) -> int:
     return max(d for d in range(1, min(n, cap) + 1) if n % d == 0)
 
 
+CACHE_BYTES = 512 << 10  # what a core's L2 keeps of one operand: half of Zen 4's 1 MB, all of Zen 3's 512 KB
 MAX_TILE_VECTORS = 8  # column vectors of a matmul register tile
 ROUND_ROWS_GAIN = 1.25  # round a matmul's rows up when the free tile does this many more FMAs per load (128 rows
 # keep their 4 x 4 tile, near peak, 2.0 FMAs per load against 6 x 4's 2.4; benchmarks/history.md)
@@ -47,8 +48,21 @@ def round_to_tile(rows: int, tile) -> int | None:
 
 def rounded_rows(rows: int, vectors: int, registers: int) -> int | None:
     """round_to_tile for the float32 matmul tile: 197 tokens (prime) have only 1-row tiles, which read a weight
-    vector per FMA (far below peak; timings in benchmarks/history.md), where 6 x 4 zmm tiles read one per 2.4 FMAs."""
-    return round_to_tile(rows, lambda m: matmul_tile(m, vectors, registers))
+    vector per FMA (far below peak; timings in benchmarks/history.md), where 6 x 4 zmm tiles read one per 2.4 FMAs.
+    Rounded to the free tile with the least padded work per FMA per load (rows' * (r + v) / (r * v)): 31 rows
+    become 32 (4 x 6), not 36 (6 x 4, 16% more work at the same loads per FMA)."""
+    if round_to_tile(rows, lambda m: matmul_tile(m, vectors, registers)) is None:
+        return None
+    best, best_cost = None, float("inf")
+    for v in range(1, min(vectors, MAX_TILE_VECTORS) + 1):
+        if vectors % v:
+            continue
+        r = max(1, (registers - v - 1) // v)
+        padded = -(-rows // r) * r
+        cost = padded * (r + v) / (r * v)
+        if (cost, padded) < (best_cost, best or 0):
+            best, best_cost = padded, cost
+    return best
 
 
 def padded_tile(rows: int, vectors: int, registers: int) -> tuple[int, int, int, int]:

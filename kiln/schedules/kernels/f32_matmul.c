@@ -1,0 +1,95 @@
+/* Kiln's float32 matmul micro-kernel on AVX-512: out[M, N] = epilogue(x[M, K] x w), w packed at compile time.
+ * The same task split, register tiles and epilogue as bf16_matmul.c (its symbol's arguments too, so one PrimFunc
+ * shape calls either), with fp32 FMAs. Against TVM's schedule of the same tile (schedules/rules/matmul.py) it
+ * keeps rows that do not fill a tile on a tile of their own row count (31 rows: five 6-row tiles and one 1-row
+ * tile, where the padded schedule computed 32 or 36), adds the bias and the fused activation and residual as the
+ * accumulators are stored (no float32 intermediate written and read back), and splits the work into the same
+ * large tasks on every thread count; timings in benchmarks/history.md.
+ *
+ * x     [M, K]            float32 rows
+ * w     [N/16, K, 16]     float32: 16 columns of every input, one contiguous stream per block of columns
+ * bias  [N]               float32, or NULL
+ * res   [M, N]            float32 residual (flags & MM_RES), or NULL
+ * out   [M, N]            float32
+ * A task computes rows [m0, m0 + rows) x column blocks [nb0, nb1) of 16: CHUNK rows at a time through every column
+ * group of G blocks, each group over the chunk's rows, so the chunk of x stays in L2 while the task's groups read
+ * it and a group's weights (G x K x 64 bytes) while the chunk's row tiles do. Where x is past L2, a task takes
+ * several groups whose weights fit there (bf16_matmul_kernel.tasks), so x streams from L3 once per task, not once
+ * per group (Whisper's 1500 x 384 x 1536).
+ * Register tiles: 6 rows x 4 blocks or 8 rows x 3 (tile_rows; 24 of the 32 zmm as accumulators), each over all
+ * of K; the last rows of a task that do not fill one take the tile of their row count. */
+#include <immintrin.h>
+#include <stdint.h>
+
+#include "avx512_matmul_epilogue.h"
+
+#define DEFINE_TILE(R, NB)                                                                                        \
+  static void tile##R##x##NB(const float *x, const float *w, const mm_epilogue *ep, int64_t r0, int K, int nb) { \
+    __m512 acc[R][NB];                                                                                            \
+    for (int r = 0; r < R; ++r)                                                                                   \
+      for (int b = 0; b < NB; ++b) acc[r][b] = _mm512_setzero_ps();                                               \
+    const float *wp = w + (int64_t)nb * K * 16;                                                                   \
+    for (int k = 0; k < K; ++k) {                                                                                 \
+      __m512 wv[NB];                                                                                              \
+      for (int b = 0; b < NB; ++b) wv[b] = _mm512_loadu_ps(wp + ((int64_t)b * K + k) * 16);                      \
+      for (int r = 0; r < R; ++r) {                                                                               \
+        __m512 xv = _mm512_set1_ps(x[(int64_t)r * K + k]);                                                        \
+        for (int b = 0; b < NB; ++b) acc[r][b] = _mm512_fmadd_ps(xv, wv[b], acc[r][b]);                           \
+      }                                                                                                           \
+    }                                                                                                             \
+    for (int b = 0; b < NB; ++b) {                                                                                \
+      __m512 bv = ep->bias ? _mm512_loadu_ps(ep->bias + (nb + b) * 16) : _mm512_setzero_ps();                     \
+      for (int r = 0; r < R; ++r) store(ep, _mm512_add_ps(acc[r][b], bv), (r0 + r) * ep->N + (nb + b) * 16);      \
+    }                                                                                                             \
+  }
+#define DEFINE_ROWS(R) DEFINE_TILE(R, 1) DEFINE_TILE(R, 2) DEFINE_TILE(R, 3)
+DEFINE_ROWS(1)
+DEFINE_ROWS(2)
+DEFINE_ROWS(3)
+DEFINE_ROWS(4)
+DEFINE_ROWS(5)
+DEFINE_ROWS(6)
+DEFINE_ROWS(7)
+DEFINE_ROWS(8)
+DEFINE_TILE(1, 4)
+DEFINE_TILE(2, 4)
+DEFINE_TILE(3, 4)
+DEFINE_TILE(4, 4)
+DEFINE_TILE(5, 4)
+DEFINE_TILE(6, 4)
+
+typedef void (*tile_fn)(const float *, const float *, const mm_epilogue *, int64_t, int, int);
+static const tile_fn TILES[9][4] = {
+    {0, 0, 0, 0},
+    {tile1x1, tile1x2, tile1x3, tile1x4},
+    {tile2x1, tile2x2, tile2x3, tile2x4},
+    {tile3x1, tile3x2, tile3x3, tile3x4},
+    {tile4x1, tile4x2, tile4x3, tile4x4},
+    {tile5x1, tile5x2, tile5x3, tile5x4},
+    {tile6x1, tile6x2, tile6x3, tile6x4},
+    {tile7x1, tile7x2, tile7x3, 0},
+    {tile8x1, tile8x2, tile8x3, 0},
+};
+
+#define CHUNK 48 /* rows a task takes through all its column groups before the next rows (x's chunk stays in L2) */
+
+/* x16 and out16 are bf16_matmul.c's bf16 input and output: never given to this kernel (NULL) */
+int kiln_f32_matmul(const float *x, const void *x16, const float *w, const float *bias, const float *res, float *out,
+                    uint16_t *out16, int flags, int tile_rows, int M, int N, int K, int m0, int rows, int nb0,
+                    int nb1) {
+  (void)x16;
+  const mm_epilogue ep = {bias, res, out, out16, flags, N};
+  const int end = m0 + rows < M ? m0 + rows : M;
+  const int R = tile_rows == 8 ? 8 : 6, G = R == 8 ? 3 : 4; /* G: blocks of 16 columns a tile holds */
+  for (int c0 = m0; c0 < end; c0 += CHUNK) {
+    const int c1 = end - c0 < CHUNK ? end : c0 + CHUNK;
+    for (int nb = nb0; nb < nb1; nb += G) {
+      const int blocks = nb1 - nb < G ? nb1 - nb : G;
+      for (int r = c0; r < c1; r += R) {
+        const int n = c1 - r < R ? c1 - r : R;
+        TILES[n][blocks - 1](x + (int64_t)r * K, w, &ep, r, K, nb);
+      }
+    }
+  }
+  return 0;
+}
