@@ -115,14 +115,15 @@ def tasks(m: int, blocks: int, group_bytes: int = 0, x_bytes: int = 0) -> tuple[
     """(rows per task, column tasks, tile rows, column groups per task): a task is one column group (the tile's
     blocks) over all rows, its weights read into cache once; the rows are split as well where there are fewer than
     MIN_TASKS groups, in multiples of the tile's rows (evenly: uneven row tasks leave a thread idle). Where x
-    (x_bytes) is past L2 and a group's weights (group_bytes, given by the fp32 kernel) are not, a task takes as
-    many groups as fit in L2 while MIN_TASKS tasks (an even number) remain, so x streams from L3 once per task, not
-    per group."""
+    (x_bytes) is past L2 and a group's weights (group_bytes, given by the fp32 kernel) are small, a task takes as
+    many groups as fit in half of L2 (the rest holds x's chunk) while MIN_TASKS tasks (an even number) remain, so x
+    streams from L3 once per task, not per group. Whisper's 1500 x 384 x 1536 ran 4% faster with three groups a
+    task; 256 and 511 x 768 x 3072 10% slower with three groups of 147 KB (timings in benchmarks/history.md)."""
     tile = tile_rows(m)
     groups = -(-blocks // TILES[tile])
     per = 1
     if group_bytes and x_bytes > CACHE_BYTES:
-        per = max(1, min(groups // MIN_TASKS, CACHE_BYTES // group_bytes))
+        per = max(1, min(groups // MIN_TASKS, CACHE_BYTES // 2 // group_bytes))  # with x's chunk: in L2
         while per > 1 and -(-groups // per) % 2:  # an even task count: an odd one left a thread of two idle
             per -= 1
     col_tasks = -(-groups // per)
