@@ -74,6 +74,13 @@ def precision_note(o) -> str | None:
             f"{caps.cpu} has no fp16 arithmetic (AVX512-FP16 or Arm FP16): fp16 is converted to float32 around "
             "every op, so the build will not be faster than float32 and may be slower; use --precision fp32 here"
         )
+    if o.precision == "fp16" and not fp16_matmul_kernel(o):  # x86-64's AVX512-FP16: TVM widens to fp32 FMAs
+        better = " or --precision bf16 (its bf16 units)" if caps.bf16 else ""
+        return (
+            f"{caps.cpu} has fp16 arithmetic (AVX512-FP16) but Kiln has no fp16 kernels for it yet: fp16 is stored "
+            "and converted to float32 for every multiply-add, so the build will not be faster than float32; use "
+            f"--precision fp32{better} here"
+        )
     return None
 
 
