@@ -117,8 +117,7 @@ def tasks(m: int, blocks: int, group_bytes: int = 0, x_bytes: int = 0) -> tuple[
     MIN_TASKS groups, in multiples of the tile's rows (evenly: uneven row tasks leave a thread idle). Where x
     (x_bytes) is past L2 and a group's weights (group_bytes, given by the fp32 kernel) are small, a task takes as
     many groups as fit in half of L2 (the rest holds x's chunk) while MIN_TASKS tasks (an even number) remain, so x
-    streams from L3 once per task, not per group. Whisper's 1500 x 384 x 1536 ran 4% faster with three groups a
-    task; 256 and 511 x 768 x 3072 10% slower with three groups of 147 KB (timings in benchmarks/history.md)."""
+    streams from L3 once per task, not per group; more groups than that ran slower (benchmarks/history.md)."""
     tile = tile_rows(m)
     groups = -(-blocks // TILES[tile])
     per = 1
@@ -170,7 +169,7 @@ def kernel_func(
     then means x comes as fp16, and the 16-bit output is fp16)."""
     m = int(np.prod(x_shape[:-1]))
     k2, blocks = -(-k // 2), n // BLOCK
-    wide = kt.dtype == "float32"  # the fp32 kernel: tasks of several column groups where x is past L2
+    wide = kt is F32  # the fp32 kernel: tasks of several column groups where x is past L2
     task_rows, col_tasks, tile, per = tasks(m, blocks, 64 * k * TILES[tile_rows(m)] * wide, 4 * m * k * wide)
     group = TILES[tile] * per
     row_tasks = -(-m // task_rows)

@@ -4,7 +4,7 @@ packed at compile time into [N/16, K, 16], 6 x 4 or 8 x 3 register tiles of 16-c
 that do not fill a tile on a tile of their own row count, the bias, activation and residual add applied as the
 accumulators are stored (FuseBF16MatmulEpilogue fuses them as for the bf16 kernel). TVM's schedule of the same tile
 (schedules/rules/matmul.py, with PackDenseWeights) padded ragged row counts to whole tiles and wrote its result to
-an intermediate the epilogue read back; at two threads it ran small and ragged GEMMs 10-25% slower than this kernel
+an intermediate the epilogue read back; at two threads it ran small and ragged GEMMs slower than this kernel
 (timings in benchmarks/history.md). The rewrite is BF16MatmulKernel's (bf16_matmul_kernel.take_matmuls, its F32
 kernel type); matmuls it does not take (columns not a multiple of 16, weights that are activations, shapes known
 only at run time) keep TVM's schedules. `stats["f32_kernel_matmuls"]` counts the matmuls it takes."""
