@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 TEST_WORKERS ?= 2  # pytest-xdist workers: the suite is mostly single-threaded compiles; worksteal evens their ends
 
-.PHONY: demo test lint test-all edge-deps edge-test clean corpus conformance
+.PHONY: demo test lint test-all edge-deps edge-test clean corpus conformance integrations
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -44,6 +44,18 @@ edge-test: edge-deps
 
 test-all: $(STAMP)
 	$(BIN)/python -m pytest -q -m ''
+
+# The serving integrations' tests with the engines they integrate with: Ray Serve (a local loopback cluster) from a
+# side folder on PYTHONPATH, KServe in a venv of its own (kserve pins protobuf and psutil below what .venv's grpc
+# extra has). Neither is in `make test`: Ray starts a cluster, and both extras conflict with Kiln's dev extras.
+INTEG := build/integrations
+integrations: $(STAMP)
+	test -d $(INTEG)/ray/ray || $(BIN)/python -m pip install -q --target $(INTEG)/ray 'ray[serve]>=2.40'
+	test -x $(INTEG)/kserve-venv/bin/python || $(PY) -m venv $(INTEG)/kserve-venv
+	$(INTEG)/kserve-venv/bin/python -c 'import kserve' 2>/dev/null || \
+	  $(INTEG)/kserve-venv/bin/python -m pip install -q 'kserve>=0.15'
+	PYTHONPATH=$(INTEG)/ray $(BIN)/python -m pytest -q -rs -m '' tests/integrations/test_ray.py
+	KILN_KSERVE_PYTHON=$(INTEG)/kserve-venv/bin/python $(BIN)/python -m pytest -q -rs tests/integrations/test_kserve.py
 
 # The ONNX backend node tests (onnx's conformance cases) through Kiln and onnxruntime: benchmarks/conformance.md
 conformance: $(STAMP)
