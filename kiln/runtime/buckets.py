@@ -79,6 +79,8 @@ def pad(arrays: list[np.ndarray], bucket: Bucket) -> tuple[list[np.ndarray], dic
     """Pad each input at the end of every axis to the bucket's shape, with its pad value (zeros unless the
     compile gave --pad-value: token ids take the tokenizer's pad id, an attention mask zeros, so the padded
     positions are masked out). Returns the arrays and {axis: (bucket size, original size)} of the padded axes."""
+    if all(a.shape == spec.shape for a, spec in zip(arrays, bucket.inputs)):
+        return arrays, {}  # the common case, an exact bucket: nothing to build (a model's run is a few us)
     values = dict(bucket.pad_values)
     out, padded = [], {}
     for a, spec in zip(arrays, bucket.inputs):
@@ -94,11 +96,13 @@ def pad(arrays: list[np.ndarray], bucket: Bucket) -> tuple[list[np.ndarray], dic
 
 
 def crop(outputs: list[np.ndarray], padded: dict[int, tuple[int, int]]) -> list[np.ndarray]:
+    if not padded:
+        return outputs
     res = []
     for o in outputs:
         idx = tuple(
             slice(0, padded[ax][1]) if ax in padded and o.shape[ax] == padded[ax][0] else slice(None)
             for ax in range(o.ndim)
         )
-        res.append(np.ascontiguousarray(o[idx]) if padded else o)
+        res.append(np.ascontiguousarray(o[idx]))
     return res

@@ -178,6 +178,9 @@ class Model:
         io = manifest.get("io_structure")
         self.structure = Structure(io, where) if io else None  # sequence/optional inputs and outputs
         self._pinned = frozenset(set(co.get("input_shapes", {})).union(*(b for b in co.get("shape_buckets", []))))
+        self._exact: dict = {}  # the input shapes of each bucket -> its index (the first, as buckets.choose)
+        for i, b in enumerate(self.buckets):
+            self._exact.setdefault(tuple(tuple(s.shape) for s in b.inputs), i)
         self._on_cpu = self._dev.dlpack_device_type() == 1
         self._lock = threading.Lock()
         self._staging: dict = {}  # input index -> (aligned TVM tensor, numpy view of it): _argument
@@ -267,7 +270,10 @@ class Model:
         return arrays
 
     def select(self, arrays: list[np.ndarray]) -> int:
-        """The bucket that runs these (validated) inputs."""
+        """The bucket that runs these (validated) inputs: one of exactly their shapes, else buckets.choose's."""
+        exact = self._exact.get(tuple(a.shape for a in arrays))
+        if exact is not None:
+            return exact
         shapes = {s.name: a.shape for s, a in zip(self.inputs, arrays)}
         return bk.choose(self.buckets, shapes, self.bucket_policy, str(self.path), self._pinned)
 
