@@ -73,7 +73,7 @@ def pack(w: np.ndarray, arch: str = "x86_64", kt: KernelType = BF16) -> np.ndarr
         return pack_fp16(w)
     if kt is F32:  # [N/16, K, 16]: every input's 16 weights of a column block, one stream per block
         k, n = w.shape
-        return np.ascontiguousarray(w.astype(np.float32).reshape(k, n // BLOCK, BLOCK).transpose(1, 0, 2))
+        return np.ascontiguousarray(w.reshape(k, n // BLOCK, BLOCK).transpose(1, 0, 2))  # float32: takes()
     if arch == "aarch64":
         return pack_bfmmla(w)
     k, n = w.shape
@@ -111,17 +111,19 @@ def tile_rows(m: int) -> int:
     return 8 if p8 < p6 or (p8 == p6 and m <= 256) else 6
 
 
-def tasks(m: int, blocks: int, group_bytes: int = 0, x_bytes: int = 0) -> tuple[int, int, int, int]:
+def tasks(m: int, blocks: int, f32_depth: int = 0) -> tuple[int, int, int, int]:
     """(rows per task, column tasks, tile rows, column groups per task): a task is one column group (the tile's
     blocks) over all rows, its weights read into cache once; the rows are split as well where there are fewer than
-    MIN_TASKS groups, in multiples of the tile's rows (evenly: uneven row tasks leave a thread idle). Where x
-    (x_bytes) is past L2 and a group's weights (group_bytes, given by the fp32 kernel) are small, a task takes as
-    many groups as fit in half of L2 (the rest holds x's chunk) while MIN_TASKS tasks (an even number) remain, so x
-    streams from L3 once per task, not per group; more groups than that ran slower (benchmarks/history.md)."""
+    MIN_TASKS groups, in multiples of the tile's rows (evenly: uneven row tasks leave a thread idle). For the fp32
+    kernel (f32_depth: its K, float32 x and weights), where x is past L2 and a group's weights are small, a task
+    takes as many groups as fit in half of L2 (the rest holds x's chunk) while MIN_TASKS tasks (an even number)
+    remain, so x streams from L3 once per task, not per group; more groups than that ran slower
+    (benchmarks/history.md)."""
     tile = tile_rows(m)
     groups = -(-blocks // TILES[tile])
     per = 1
-    if group_bytes and x_bytes > CACHE_BYTES:
+    if f32_depth and 4 * m * f32_depth > CACHE_BYTES:
+        group_bytes = 4 * BLOCK * f32_depth * TILES[tile]
         per = max(1, min(groups // MIN_TASKS, CACHE_BYTES // 2 // group_bytes))  # with x's chunk: in L2
         while per > 1 and -(-groups // per) % 2:  # an even task count: an odd one left a thread of two idle
             per -= 1
@@ -169,8 +171,7 @@ def kernel_func(
     then means x comes as fp16, and the 16-bit output is fp16)."""
     m = int(np.prod(x_shape[:-1]))
     k2, blocks = -(-k // 2), n // BLOCK
-    wide = kt is F32  # the fp32 kernel: tasks of several column groups where x is past L2
-    task_rows, col_tasks, tile, per = tasks(m, blocks, 64 * k * TILES[tile_rows(m)] * wide, 4 * m * k * wide)
+    task_rows, col_tasks, tile, per = tasks(m, blocks, k if kt is F32 else 0)
     group = TILES[tile] * per
     row_tasks = -(-m // task_rows)
     out_shape = list(out_shape or [*x_shape[:-1], n])

@@ -16,7 +16,7 @@ from tvm import relax
 from ...counters import Counter
 from ..ir import op_name, var_users
 from .activation_region import identify, region
-from .bf16_matmul_kernel import BY_SOURCE, MatmulEpilogue, kernel_func
+from .bf16_matmul_kernel import BY_SOURCE, F32, MatmulEpilogue, kernel_func
 from .counting import static_shape
 from .epilogue_outputs import (
     bf16_casts,
@@ -94,7 +94,7 @@ def _fuse_block(mod, builder, block, uses, stats):
         activation, residual, chain = _chain(bindings, i, uses, users, claimed)
         final = bindings[chain[-1]].var
         kt = BY_SOURCE[str(func.attrs["kiln.c_kernel"])]  # bf16, fp16 or fp32: the type its 16-bit output has
-        casts = bf16_casts(bindings, users, final, claimed, kt.dtype) if kt.dtype != "float32" else []
+        casts = bf16_casts(bindings, users, final, claimed, kt.dtype) if kt is not F32 else []
         if len(chain) == 1 and not casts:
             continue
         float32 = uses.get(final, 0) > len(casts)
@@ -102,7 +102,7 @@ def _fuse_block(mod, builder, block, uses, stats):
         ep = MatmulEpilogue(bias, residual is not None, activation, float32=float32, bf16=bool(casts))
         x, packed, *rest = b.value.args[1].fields
         k, n = static_shape(x)[-1], static_shape(packed)[0] * 16
-        x_bf16 = kt.dtype != "float32" and str(x.ty.dtype) == kt.dtype
+        x_bf16 = kt is not F32 and str(x.ty.dtype) == kt.dtype
         new = kernel_func(static_shape(x), k, n, x_bf16, ep, static_shape(final), static_shape(packed), kt)
         gv = builder.add_func(new.without_attr("global_symbol"), kt.source)
         types = output_types(static_shape(final), ep.float32, ep.bf16, kt.dtype)

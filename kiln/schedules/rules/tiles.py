@@ -19,6 +19,12 @@ ROUND_ROWS_GAIN = 1.25  # round a matmul's rows up when the free tile does this 
 # keep their 4 x 4 tile, near peak, 2.0 FMAs per load against 6 x 4's 2.4; benchmarks/history.md)
 
 
+def max_tile_rows(v: int, registers: int) -> int:
+    """The most rows of a register tile of v column vectors: r * v accumulators, v weight vectors and one
+    broadcast within the registers."""
+    return max(1, (registers - v - 1) // v)
+
+
 def matmul_tile(rows: int | None, vectors: int, registers: int) -> tuple[int, int]:
     """(r, v): a matmul register tile of r rows x v column vectors, v a divisor of the vectors (at most
     MAX_TILE_VECTORS), r a divisor of `rows` (any r when rows is None), r * v accumulators plus v weight
@@ -27,7 +33,7 @@ def matmul_tile(rows: int | None, vectors: int, registers: int) -> tuple[int, in
     for v in range(1, min(vectors, MAX_TILE_VECTORS) + 1):
         if vectors % v:
             continue
-        cap = max(1, (registers - v - 1) // v)
+        cap = max_tile_rows(v, registers)
         r = cap if rows is None else divisor_at_most(rows, cap)
         key = (r * v / (r + v), r * v)
         if key > best_key:
@@ -57,7 +63,7 @@ def rounded_rows(rows: int, vectors: int, registers: int) -> int | None:
     for v in range(1, min(vectors, MAX_TILE_VECTORS) + 1):
         if vectors % v:
             continue
-        r = max(1, (registers - v - 1) // v)
+        r = max_tile_rows(v, registers)
         padded = -(-rows // r) * r
         cost = padded * (r + v) / (r * v)
         if (cost, padded) < (best_cost, best or 0):
@@ -73,7 +79,7 @@ def padded_tile(rows: int, vectors: int, registers: int) -> tuple[int, int, int,
     r0, v0 = matmul_tile(rows, vectors, registers)
     best, best_cost = (rows, vectors, r0, v0), rows * vectors * (r0 + v0) / (r0 * v0) / ROUND_ROWS_GAIN
     for v in range(1, MAX_TILE_VECTORS + 1):
-        r = max(1, (registers - v - 1) // v)
+        r = max_tile_rows(v, registers)
         pr, pv = -(-rows // r) * r, -(-vectors // v) * v
         cost = pr * pv * (r + v) / (r * v)
         if cost < best_cost:
