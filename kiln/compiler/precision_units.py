@@ -51,10 +51,13 @@ def describe(kind: str | None, int8: bool, amx_kernel: bool, reduced_storage: st
 
 
 def kernel_precision(f, kind: str | None, int8: bool, precision: str, caps) -> dict:
-    """describe() for a PrimFunc: its parameters' storage types and whether it is the AMX bf16 conv kernel."""
+    """describe() for a PrimFunc: its parameters' storage types and whether it is an AMX bf16 kernel (conv, matmul)."""
     reduced = {str(getattr(p.ty, "dtype", "")) for p in f.params} & {"bfloat16", "float16"}
-    amx = f.attrs is not None and "kiln.bf16_conv" in f.attrs and bool(int(f.attrs["kiln.bf16_conv"][8]))
-    if kind == "attention" and f.attrs is not None and str(f.attrs.get("kiln.c_kernel", "")) == "attention_bf16":
+    attrs = f.attrs if f.attrs is not None else {}
+    amx = ("kiln.bf16_conv" in attrs and bool(int(attrs["kiln.bf16_conv"][8]))) or str(
+        attrs.get("kiln.c_kernel", "")
+    ) == "amx_bf16_matmul"
+    if kind == "attention" and str(attrs.get("kiln.c_kernel", "")) == "attention_bf16":
         kind = "attention_bf16"  # Q K^T and P V on vdpbf16ps (FuseAttention's bf16 build)
     return describe(kind, int8, amx, sorted(reduced)[0] if reduced and kind != "bf16_conv" else None, precision, caps)
 

@@ -42,7 +42,7 @@ def vdpbf16ps(o) -> bool:
 
 def bf16_matmul_kernel(o) -> bool:
     """bf16 matmuls by constant weights can run on Kiln's bf16 matmul kernel (BF16MatmulKernel): bf16 on a CPU
-    with AVX512-BF16 (vdpbf16ps) or Arm BF16 (bfmmla)."""
+    with AVX512-BF16 (vdpbf16ps; AMX tiles where it has AMX-BF16) or Arm BF16 (bfmmla)."""
     return vdpbf16ps(o) or (o.precision == "bf16" and o.target.caps.bf16 is BF16.ARM)
 
 
@@ -152,7 +152,11 @@ GRAPH_ROWS: tuple[PassSpec, ...] = (
     PassSpec("FuseDepthwisePointwise", lambda o: kp.FuseDepthwisePointwise(), 2),
     PassSpec("MergeSiblingMatmuls", lambda o: kp.MergeSiblingMatmuls(), 2),  # before PackDenseWeights packs each
     PassSpec("FuseAttention", lambda o: kp.FuseAttention(isa) if (isa := attention_kernel(o)) else None, 2),
-    PassSpec("BF16MatmulKernel", lambda o: kp.BF16MatmulKernel(o.target.arch) if bf16_matmul_kernel(o) else None, 2),
+    PassSpec(
+        "BF16MatmulKernel",
+        lambda o: kp.BF16MatmulKernel(o.target.arch, o.target.caps.bf16 is BF16.AMX) if bf16_matmul_kernel(o) else None,
+        2,
+    ),
     PassSpec("FP16MatmulKernel", lambda o: kp.FP16MatmulKernel(o.target.arch) if fp16_matmul_kernel(o) else None, 2),
     PassSpec("F32MatmulKernel", lambda o: kp.F32MatmulKernel(o.target.arch) if f32_matmul_kernel(o) else None, 2),
     PassSpec(

@@ -1,14 +1,15 @@
 """BF16MatmulKernel: with --precision bf16 on a CPU with AVX512-BF16 or Arm BF16, a float32 matmul by constant
 weights (a transformer's projections and MLP, a classifier) runs on Kiln's bf16 C kernel: vdpbf16ps on x86-64
-(kiln/schedules/kernels/bf16_matmul.c), bfmmla on arm64 (bf16_matmul_arm.c, the same symbol and arguments). The
+(kiln/schedules/kernels/bf16_matmul.c), AMX tiles (tdpbf16ps, amx_bf16_matmul.c, the same arguments) where the
+target has AMX-BF16, bfmmla on arm64 (bf16_matmul_arm.c, the same symbol and arguments). The
 weights are converted to bf16 and packed at compile time for the target's kernel (`pack`), float32 accumulation,
 the bias added as the tile is stored. The activations are cast to bf16 by an astype this pass inserts, which
 FuseOps fuses into their producer (LayerNorm, GELU, the attention output's transpose), so the producer writes
 bf16 once instead of every task converting its rows (an odd K, whose rows are not whole bf16 pairs, is converted
 by the kernel). TVM 0.27 computes bf16 matmuls in float32 registers, so before this `--precision bf16` left
 transformers' matmuls in float32 (bit-identical to the fp32 build). One vdpbf16ps does 32 multiply-adds where an
-fp32 FMA does 16; one bfmmla 16 where an fp32 fmla does 4. Each matmul becomes a call_tir to a PrimFunc calling
-the kernel over its tasks (`tasks`) in parallel; timings in benchmarks/history.md.
+fp32 FMA does 16; one tdpbf16ps 8192; one bfmmla 16 where an fp32 fmla does 4. Each matmul becomes a call_tir
+to a PrimFunc calling the kernel over its tasks (`tasks`) in parallel; timings in benchmarks/history.md.
 `stats["bf16_kernel_matmuls"]` counts them."""
 
 from __future__ import annotations
@@ -30,7 +31,8 @@ from .module_map import rewrite_calls
 
 SOURCE, FUNCTION = "bf16_matmul", "kiln_bf16_matmul"
 MIN_TASKS = 8  # fewer column tasks than this split the rows too (2 threads x 4 tasks each)
-TILES = {6: 4, 8: 3}  # the kernel's register tiles: rows -> blocks of 16 columns (24 accumulators either way)
+TILES = {6: 4, 8: 3, 32: 2}  # register tiles: rows -> blocks of 16 columns (24 zmm accumulators; AMX: 2 x 2 tiles)
+AMX_ROWS = 32  # rows amx_bf16_matmul.c computes a step (two A tiles)
 BLOCK = 16
 
 
@@ -55,14 +57,20 @@ class KernelType:
     one PrimFunc shape, one call signature and one rewrite serve both."""
 
     dtype: str  # x where it comes reduced, the packed weights and the 16-bit output
-    source: str  # the C kernel (schedules/kernels' SOURCES name), also the kernel kind
+    source: str  # the C kernel (schedules/kernels' SOURCES name)
     function: str
+    kind: str = ""  # the kernel kind (schedules/rules/kinds), where it is not the source's name
+
+    @property
+    def kernel_kind(self) -> str:
+        return self.kind or self.source
 
 
 BF16 = KernelType("bfloat16", SOURCE, FUNCTION)
 FP16 = KernelType("float16", "fp16_matmul", "kiln_fp16_matmul")
 F32 = KernelType("float32", "f32_matmul", "kiln_f32_matmul")  # AVX-512 fp32 FMAs (F32MatmulKernel): x stays float32
-BY_SOURCE = {t.source: t for t in (BF16, FP16, F32)}
+AMX = KernelType("bfloat16", "amx_bf16_matmul", "kiln_amx_bf16_matmul", "bf16_matmul")  # AMX-BF16 tiles
+BY_SOURCE = {t.source: t for t in (BF16, FP16, F32, AMX)}
 
 
 def pack(w: np.ndarray, arch: str = "x86_64", kt: KernelType = BF16) -> np.ndarray:
@@ -77,7 +85,7 @@ def pack(w: np.ndarray, arch: str = "x86_64", kt: KernelType = BF16) -> np.ndarr
     if arch == "aarch64":
         return pack_bfmmla(w)
     k, n = w.shape
-    k2 = -(-k // 2)
+    k2 = -(-k // 32) * 16 if kt is AMX else -(-k // 2)  # AMX: whole B tiles of 16 input pairs
     padded = np.zeros((2 * k2, n), np.float32)
     padded[:k] = w
     bits = padded.astype(ml_dtypes.bfloat16)
@@ -111,15 +119,15 @@ def tile_rows(m: int) -> int:
     return 8 if p8 < p6 or (p8 == p6 and m <= 256) else 6
 
 
-def tasks(m: int, blocks: int, f32_depth: int = 0) -> tuple[int, int, int, int]:
+def tasks(m: int, blocks: int, f32_depth: int = 0, amx: bool = False) -> tuple[int, int, int, int]:
     """(rows per task, column tasks, tile rows, column groups per task): a task is one column group (the tile's
     blocks) over all rows, its weights read into cache once; the rows are split as well where there are fewer than
     MIN_TASKS groups, in multiples of the tile's rows (evenly: uneven row tasks leave a thread idle). For the fp32
     kernel (f32_depth: its K, float32 x and weights), where x is past L2 and a group's weights are small, a task
     takes as many groups as fit in half of L2 (the rest holds x's chunk) while MIN_TASKS tasks (an even number)
     remain, so x streams from L3 once per task, not per group; more groups than that ran slower
-    (benchmarks/history.md)."""
-    tile = tile_rows(m)
+    (benchmarks/history.md). amx: the AMX kernel's steps of 32 rows x 2 column blocks."""
+    tile = AMX_ROWS if amx else tile_rows(m)
     groups = -(-blocks // TILES[tile])
     per = 1
     if f32_depth and 4 * m * f32_depth > CACHE_BYTES:
@@ -171,7 +179,7 @@ def kernel_func(
     then means x comes as fp16, and the 16-bit output is fp16)."""
     m = int(np.prod(x_shape[:-1]))
     k2, blocks = -(-k // 2), n // BLOCK
-    task_rows, col_tasks, tile, per = tasks(m, blocks, k if kt is F32 else 0)
+    task_rows, col_tasks, tile, per = tasks(m, blocks, k if kt is F32 else 0, kt is AMX)
     group = TILES[tile] * per
     row_tasks = -(-m // task_rows)
     out_shape = list(out_shape or [*x_shape[:-1], n])
@@ -189,7 +197,8 @@ def kernel_func(
 @T.prim_func
 def func({", ".join(f'{p}: T.Buffer({tuple(s)}, "{d}")' for p, s, d in params)}):
     T.func_attr({{"tirx.noalias": True, "tirx.is_scheduled": True, "op_pattern": 8, "kiln.bf16_matmul": {info},
-                 "kiln.kernel_kind": "{kt.source}", "kiln.c_kernel": "{kt.source}", "kiln.flops": {2 * m * k * n}}})
+                 "kiln.kernel_kind": "{kt.kernel_kind}", "kiln.c_kernel": "{kt.source}",
+                 "kiln.flops": {2 * m * k * n}}})
     for t in T.parallel({row_tasks * col_tasks}):
         T.evaluate(T.call_extern("int32", "{kt.function}", {x_args}, w.data, {ptrs}, {ep.flags}, {tile}, {m}, {n}, {k},
                                  t // {col_tasks} * {task_rows}, {task_rows}, t % {col_tasks} * {group},
@@ -237,7 +246,7 @@ def _rewrite(builder, call, uses, lookup, absorbed: list, arch: str, kt: KernelT
     w = mm.args[1].value.numpy()
     x_shape = float32_shape(mm.args[0])
     # the cast fuses into x's producer, which then writes bf16/fp16; the fp32 kernel reads x as it is
-    x_bf16 = kt is FP16 or (kt is BF16 and w.shape[0] % 2 == 0)
+    x_bf16 = kt is FP16 or (kt in (BF16, AMX) and w.shape[0] % 2 == 0)
     packed = pack(w, arch, kt)
     ep = MatmulEpilogue(bias=b is not None)
     func = kernel_func(x_shape, w.shape[0], w.shape[1], x_bf16, ep, None, packed.shape, kt)
@@ -277,12 +286,13 @@ COUNTERS: tuple[Counter, ...] = (
 class BF16MatmulKernel:
     COUNTERS = COUNTERS
 
-    def __init__(self, arch: str = "x86_64"):
+    def __init__(self, arch: str = "x86_64", amx: bool = False):
         self.arch = arch  # the target's: which kernel build, and its weight packing
+        self.kt = AMX if amx else BF16  # amx: the target has AMX-BF16 (caps.bf16 is BF16.AMX): the tile kernel
         self.stats = {"bf16_kernel_matmuls": 0}
 
     def transform_module(self, mod: tvm.IRModule, ctx) -> tvm.IRModule:
-        out, count = take_matmuls(mod, self.arch, BF16)
+        out, count = take_matmuls(mod, self.arch, self.kt)
         self.stats["bf16_kernel_matmuls"] += count
         return out
 

@@ -41,6 +41,10 @@ SOURCES = {  # x86-64 builds
     ),
     "bf16_matmul": (HERE / "bf16_matmul.c", ["-mavx512f", "-mavx512bw", "-mavx512bf16"]),
     "f32_matmul": (HERE / "f32_matmul.c", ["-mavx512f"]),
+    "amx_bf16_matmul": (
+        HERE / "amx_bf16_matmul.c",
+        ["-mavx512f", "-mavx512bw", "-mavx512bf16", "-mamx-tile", "-mamx-bf16"],
+    ),
     "amx_bf16_conv": (
         HERE / "amx_bf16_conv.c",
         ["-mavx512f", "-mavx512bw", "-mavx512bf16", "-mamx-tile", "-mamx-bf16"],

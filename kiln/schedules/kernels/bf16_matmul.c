@@ -22,24 +22,15 @@
 #include <string.h>
 
 #include "avx512_matmul_epilogue.h"
+#include "bf16_rows.h"
 
 #define MAX_ROWS 48 /* rows of float32 x a task converts at once (its bf16 copy lives on the stack) */
 
-/* rows of x as bf16 pairs (round to nearest even; a zero past an odd K) */
+/* rows of x as bf16 pairs (a zero past an odd K) */
 static void to_bf16(const float *x, int K, int K2, int rows, int32_t *xb) {
   for (int r = 0; r < rows; ++r) {
-    const float *src = x + (int64_t)r * K;
     uint16_t *dst = (uint16_t *)(xb + (int64_t)r * K2);
-    int k = 0;
-    for (; k + 32 <= K; k += 32) {
-      __m512bh v = _mm512_cvtne2ps_pbh(_mm512_loadu_ps(src + k + 16), _mm512_loadu_ps(src + k));
-      _mm512_storeu_si512((void *)(dst + k), (__m512i)v);
-    }
-    for (; k < K; ++k) { /* round to nearest even, as vcvtne2ps2bf16 (finite values) */
-      uint32_t u;
-      memcpy(&u, src + k, 4);
-      dst[k] = (uint16_t)((u + 0x7fff + ((u >> 16) & 1)) >> 16);
-    }
+    bf16_row(x + (int64_t)r * K, K, dst);
     if (K % 2) dst[K] = 0;
   }
 }
