@@ -12,6 +12,7 @@ from __future__ import annotations
 from ..capabilities import BF16
 from ..runtime.profile import MULTIPLY_ADD  # the kinds whose FLOPs are multiply-adds (the bf16 ones return first)
 
+AMX_C_KERNELS = ("amx_bf16_matmul", "attention_amx")  # the C kernels on AMX-BF16 tiles (beside the conv's flag)
 WHY_WIDER = {  # a float32 multiply-add kernel of a bf16/fp16 build: what no reduced-precision kernel takes
     "attention": "activations x activations (Q K^T, P V) on a CPU without AVX512-BF16: the float32 attention kernel",
     "matmul": "no bf16/fp16 kernel for it: operands both activations, or columns not a multiple of 16",
@@ -54,11 +55,10 @@ def kernel_precision(f, kind: str | None, int8: bool, precision: str, caps) -> d
     """describe() for a PrimFunc: its parameters' storage types and whether it is an AMX bf16 kernel (conv, matmul)."""
     reduced = {str(getattr(p.ty, "dtype", "")) for p in f.params} & {"bfloat16", "float16"}
     attrs = f.attrs if f.attrs is not None else {}
-    amx = ("kiln.bf16_conv" in attrs and bool(int(attrs["kiln.bf16_conv"][8]))) or str(
-        attrs.get("kiln.c_kernel", "")
-    ) == "amx_bf16_matmul"
-    if kind == "attention" and str(attrs.get("kiln.c_kernel", "")) == "attention_bf16":
-        kind = "attention_bf16"  # Q K^T and P V on vdpbf16ps (FuseAttention's bf16 build)
+    c_kernel = str(attrs.get("kiln.c_kernel", ""))
+    amx = ("kiln.bf16_conv" in attrs and bool(int(attrs["kiln.bf16_conv"][8]))) or c_kernel in AMX_C_KERNELS
+    if kind == "attention" and c_kernel in ("attention_bf16", "attention_amx"):
+        kind = "attention_bf16"  # Q K^T and P V on vdpbf16ps or AMX tiles (FuseAttention's bf16 builds)
     return describe(kind, int8, amx, sorted(reduced)[0] if reduced and kind != "bf16_conv" else None, precision, caps)
 
 

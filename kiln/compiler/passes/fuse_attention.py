@@ -25,19 +25,23 @@ import tvm.script
 from tvm import relax, te
 from tvm.ir.expr import GenericConst
 
+from ...capabilities import BF16
 from ...counters import Counter
 from ..ir import module_var_uses, op_name
 from .counting import float32_shape
 from .module_map import rewrite_calls
 
 ROWS_PER_TASK = 24  # query rows per parallel task: a multiple of the kernel's tile rows (6 on AVX-512, 4 on AVX2)
+AMX_ROWS_PER_TASK = 32  # on AMX tiles of 16 query rows
 # target vector family -> (C function, kernels.SOURCES entry, float32 lanes (DV is a multiple of them), keys per
 # block (the C build's KB: K^T is packed by it))
 KERNELS = {
     "avx512": ("kiln_attention_f32", "attention_avx512", 16, 128),
     "avx2": ("kiln_attention_f32_avx2", "attention_avx2", 8, 32),
     "avx512_bf16": ("kiln_attention_bf16", "attention_bf16", 16, 128),
+    "amx_bf16": ("kiln_attention_amx", "attention_amx", 16, 128),  # AMX-BF16 tiles, the bf16 build's packing
 }
+FALLBACK = {"avx512_bf16": "avx512", "amx_bf16": "avx512_bf16"}  # where a head's shape does not suit a build
 
 
 @dataclasses.dataclass(frozen=True)
@@ -179,7 +183,8 @@ def kernel_func(g: dict, scale: float, function: str, source: str, kb: int, bf16
     if g["mask"] is not None:
         params.append(("mask", g["mask"]["shape"], "float32"))
     params.append(("out", [*lead, m, dv], "float32"))
-    per_head = -(-m // ROWS_PER_TASK)
+    rows = AMX_ROWS_PER_TASK if source == KERNELS["amx_bf16"][1] else ROWS_PER_TASK
+    per_head = -(-m // rows)
     flops = 2 * g["bh"] * m * n * (d + dv)
     mask_ptr = "mask.data" if g["mask"] is not None else "T.int64(0)"  # the kernel reads no mask
     src = f"""
@@ -191,7 +196,7 @@ def func({", ".join(f'{p}: T.Buffer({tuple(s)}, "{dt}")' for p, s, dt in params)
         T.evaluate(T.call_extern("int32", "{function}", q.data, kt.data, v.data, {mask_ptr}, out.data,
                                  {m}, {n}, {d}, {dv}, T.float32({scale!r}), T.int64({mk["bh"]}), T.int64({mk["row"]}),
                                  {mk["div"]}, {mk["mod"]}, 0, {n - m}, t // {per_head},
-                                 t % {per_head} * {ROWS_PER_TASK}, {ROWS_PER_TASK}))
+                                 t % {per_head} * {rows}, {rows}))
 """  # 8: opaque, FuseOps leaves it alone
     return tvm.script.from_source(src)
 
@@ -201,8 +206,9 @@ def _rewrite(builder, call, uses, lookup, isa: str, stats: dict):
     g = geometry(a, KERNELS[isa][2]) if a is not None else None
     if g is None:
         return None
-    bf16 = isa == "avx512_bf16" and g["D"] % 2 == 0
-    function, source, _, kb = KERNELS[isa if bf16 else isa.removesuffix("_bf16")]
+    isa = build_for(isa, g["D"])
+    bf16 = isa in ("avx512_bf16", "amx_bf16")
+    function, source, _, kb = KERNELS[isa]
     if bf16:  # q's cast fuses into its producer; the packs read float32 and write bf16
         q = builder.emit(relax.op.astype(a.q, "bfloat16"))
         keys = builder.emit(builder.call_te(pack_keys_bf16, a.kt, kb, primfunc_name_hint="attention_keys"))
@@ -218,12 +224,23 @@ def _rewrite(builder, call, uses, lookup, isa: str, stats: dict):
     return relax.call_tir(gv, args, relax.TensorType([*g["lead"], g["M"], g["DV"]], "float32"))
 
 
+def build_for(isa: str, d: int) -> str:
+    """The build a head of D features runs on: the AMX build needs whole A tiles of 32 features (D <= 256), the
+    bf16 builds feature pairs (D even); else the next build down (FALLBACK)."""
+    fits = {"amx_bf16": d % 32 == 0 and d <= 256, "avx512_bf16": d % 2 == 0}
+    while isa in FALLBACK and not fits[isa]:
+        isa = FALLBACK[isa]
+    return isa
+
+
 def kernel_isa(caps, bf16: bool = False) -> str | None:
     """The attention kernel build for a target's capabilities, or None where it has none; bf16: the bf16
-    build (--precision bf16 on a CPU with vdpbf16ps)."""
+    build (--precision bf16 on a CPU with vdpbf16ps; on AMX tiles where it has AMX-BF16)."""
     if caps.arch != "x86_64" or not caps.fma or caps.isa not in KERNELS:
         return None
-    return "avx512_bf16" if bf16 and caps.isa == "avx512" and caps.has_vdpbf16ps else caps.isa
+    if not (bf16 and caps.isa == "avx512" and caps.has_vdpbf16ps):
+        return caps.isa
+    return "amx_bf16" if caps.bf16 is BF16.AMX else "avx512_bf16"
 
 
 # what FuseAttention counts in the report (kiln/counters.py)
@@ -250,8 +267,10 @@ class FuseAttention:
             return mod
         from ...schedules.kernels import build
 
-        for isa in {self.isa, self.isa.removesuffix("_bf16")}:  # compiled and loaded before anything calls them
+        isa = self.isa
+        while isa:  # every build a head may fall back to, compiled and loaded before anything calls them
             build(KERNELS[isa][1])
+            isa = FALLBACK.get(isa)
         self.stats["attention_fused"] += count
         return relax.transform.DeadCodeElimination(["main"])(out)
 

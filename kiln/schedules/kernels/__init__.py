@@ -39,6 +39,11 @@ SOURCES = {  # x86-64 builds
         HERE / "attention.c",
         ["-mavx512f", "-mavx512bf16", "-DKILN_BF16", "-DKILN_ATTENTION=kiln_attention_bf16"],
     ),
+    "attention_amx": (
+        HERE / "attention.c",
+        ["-mavx512f", "-mavx512bf16", "-mamx-tile", "-mamx-bf16", "-DKILN_BF16", "-DKILN_AMX"]
+        + ["-DKILN_ATTENTION=kiln_attention_amx"],
+    ),
     "bf16_matmul": (HERE / "bf16_matmul.c", ["-mavx512f", "-mavx512bw", "-mavx512bf16"]),
     "f32_matmul": (HERE / "f32_matmul.c", ["-mavx512f"]),
     "amx_bf16_matmul": (

@@ -20,7 +20,13 @@
  * KILN_BF16 (AVX512-BF16, --precision bf16): both matmuls on vdpbf16ps, 2 multiply-adds per lane, accumulated
  * in float32; the softmax stays float32 and P is rounded to bf16 for P V. Then q is bf16 [BH, M, D] (D even),
  * kt bf16 pairs of features [BH, NB, D/2, KB, 2] and v bf16 pairs of keys [BH, NB * KB / 2, DV, 2] (zeros past
- * N, so no block of values is partial); each pair read as one int32. */
+ * N, so no block of values is partial); each pair read as one int32.
+ *
+ * KILN_AMX (with KILN_BF16, AMX-BF16): the same operands and packing, both matmuls on AMX tiles for 16 query rows
+ * at a time: S = Q K^T with Q's rows as A tiles (32 features) and a key block's [D/2, KB, 2] as B tiles (16 feature
+ * pairs x 16 keys, KB * 4 bytes apart), stored into the scores' rows; O += P V with P's bf16 rows as A tiles (32 keys)
+ * and V's [KB/2, DV, 2] as B tiles (16 key pairs x 16 features), O's rows loaded into and stored from the accumulator
+ * tiles; the softmax between them as for vdpbf16ps. D a multiple of 32 (fuse_attention.kernel_isa). */
 #ifdef KILN_BF16
 #include <immintrin.h>
 typedef int32_t elem; /* a pair of bf16 */
@@ -41,7 +47,11 @@ typedef float elem;
 #endif
 
 #define VL KILN_VL
+#ifdef KILN_AMX
+#define R 16 /* query rows per tile: an AMX tile's rows */
+#else
 #define R (VL == 16 ? 6 : 4) /* query rows per register tile */
+#endif
 #define SV (VL == 16 ? 4 : 2) /* vectors of keys per pass of Q K^T: its tile is R x SV (24 of 32 zmm, 8 of 16 ymm) */
 #define HALVES 2             /* passes of Q K^T per block: the softmax's per-block work amortized over 2 x SV vectors */
 #define KV (SV * HALVES)     /* vectors of keys per block */
@@ -159,6 +169,7 @@ static inline vf madd(vf acc, vf a, vf b) { return acc + a * b; }
 #endif
 static inline vf load_elems(const elem *p) { return load((const float *)p); }
 
+#ifndef KILN_AMX
 #define DEFINE_SCORES(NV)                                                                                        \
   static void scores##NV(const elem *const qi[R], const elem *kt, int64_t ldk, int DP, vf s[R][KV], int c0) {     \
     vf acc[R][NV];                                                                                               \
@@ -193,6 +204,8 @@ static void scores(int nv, const elem *const qi[R], const elem *kt, int64_t ldk,
     default: scores2(qi, kt, ldk, D, s, c0); break;
   }
 }
+
+#endif
 
 /* The mask on S[R][KB] over keys [j0, j0 + KB): + the additive mask, -inf past the valid keys and, causal,
  * past each query's position; whole vectors of the mask are loaded, the partial one lane by lane. */
@@ -263,6 +276,92 @@ static void p_elems(float p[R][KB], int keys, elem pp[R][PP_ROW]) {
 }
 #endif
 
+#ifdef KILN_AMX
+typedef struct {
+  uint8_t palette, start_row, reserved[14];
+  uint16_t colsb[16];
+  uint8_t rows[16];
+} tile_config;
+
+/* every tile 16 rows of 64 bytes; static data, not stores the compiler might move past ldtilecfg (GCC 12 did) */
+static const tile_config TILES16 __attribute__((aligned(64))) = {
+    1, 0, {0}, {64, 64, 64, 64, 64, 64, 64, 64}, {16, 16, 16, 16, 16, 16, 16, 16}};
+
+static void amx_configure(void) { _tile_loadconfig(&TILES16); }
+
+/* S = Q K^T over nv vectors of 16 keys of a block: qt's 16 rows ldq bytes apart, kt the block's [DP][KB] pairs;
+ * up to 4 accumulator tiles (keys) at a time, one A tile of 32 features per step */
+static void amx_scores(const elem *qt, int64_t ldq, const elem *kt, int DP, int nv, vf s[R][KV]) {
+  for (int c0 = 0; c0 < nv; c0 += 4) {
+    const int n = nv - c0 < 4 ? nv - c0 : 4;
+    _tile_zero(0);
+    _tile_zero(1);
+    _tile_zero(2);
+    _tile_zero(3);
+    for (int d = 0; d < DP; d += 16) {
+      const elem *k = kt + (int64_t)d * KB + c0 * 16;
+      _tile_loadd(4, qt + d, ldq);
+      _tile_loadd(6, k, KB * 4);
+      _tile_dpbf16ps(0, 4, 6);
+      if (n > 1) {
+        _tile_loadd(7, k + 16, KB * 4);
+        _tile_dpbf16ps(1, 4, 7);
+      }
+      if (n > 2) {
+        _tile_loadd(6, k + 32, KB * 4);
+        _tile_dpbf16ps(2, 4, 6);
+      }
+      if (n > 3) {
+        _tile_loadd(7, k + 48, KB * 4);
+        _tile_dpbf16ps(3, 4, 7);
+      }
+    }
+    _tile_stored(0, &s[0][c0], sizeof(s[0]));
+    if (n > 1) _tile_stored(1, &s[0][c0 + 1], sizeof(s[0]));
+    if (n > 2) _tile_stored(2, &s[0][c0 + 2], sizeof(s[0]));
+    if (n > 3) _tile_stored(3, &s[0][c0 + 3], sizeof(s[0]));
+  }
+}
+
+/* O = alpha O + P V over one block of `keys` keys: P's rows of bf16 pairs pe (pe_row elems apart, zeros past keys
+ * to a multiple of 32), vb the block's [KB/2][DV] pairs of keys (zeros past N); 4 accumulator tiles of 16
+ * features at a time, loaded from and stored to O's rows */
+static void values(float o[R][MAX_DV], const float alpha[R], const elem *pe, int pe_row, const elem *vb, int keys,
+                   int DV) {
+  for (int r = 0; r < R; ++r)
+    for (int e = 0; e < DV; e += VL) store(o[r] + e, load(o[r] + e) * alpha[r]);
+  const int64_t ldo = MAX_DV * 4, ldv = (int64_t)DV * 4, ldp = (int64_t)pe_row * 4;
+  for (int e0 = 0; e0 < DV; e0 += 4 * VL) {
+    const int n = (DV - e0) / VL < 4 ? (DV - e0) / VL : 4;
+    _tile_loadd(0, o[0] + e0, ldo);
+    if (n > 1) _tile_loadd(1, o[0] + e0 + 16, ldo);
+    if (n > 2) _tile_loadd(2, o[0] + e0 + 32, ldo);
+    if (n > 3) _tile_loadd(3, o[0] + e0 + 48, ldo);
+    for (int j = 0; j < keys; j += 32) {
+      const elem *v = vb + (int64_t)j / 2 * DV + e0;
+      _tile_loadd(4, pe + j / 2, ldp);
+      _tile_loadd(6, v, ldv);
+      _tile_dpbf16ps(0, 4, 6);
+      if (n > 1) {
+        _tile_loadd(7, v + 16, ldv);
+        _tile_dpbf16ps(1, 4, 7);
+      }
+      if (n > 2) {
+        _tile_loadd(6, v + 32, ldv);
+        _tile_dpbf16ps(2, 4, 6);
+      }
+      if (n > 3) {
+        _tile_loadd(7, v + 48, ldv);
+        _tile_dpbf16ps(3, 4, 7);
+      }
+    }
+    _tile_stored(0, o[0] + e0, ldo);
+    if (n > 1) _tile_stored(1, o[0] + e0 + 16, ldo);
+    if (n > 2) _tile_stored(2, o[0] + e0 + 32, ldo);
+    if (n > 3) _tile_stored(3, o[0] + e0 + 48, ldo);
+  }
+}
+#else
 /* O = alpha O + P V over one block of `keys` keys (a multiple of VL): vb's rows of DV elems, one per key (a pair
  * of keys in bf16); pe: P's rows as elems */
 static void values(float o[R][MAX_DV], const float alpha[R], const elem *pe, int pe_row, const elem *vb, int keys,
@@ -299,6 +398,8 @@ static void values(float o[R][MAX_DV], const float alpha[R], const elem *pe, int
   }
 }
 
+#endif
+
 /* One tile of R query rows over every key block: online softmax, O accumulated in o[R][DV]. */
 static void tile(const elem *q, const elem *kt, const elem *v, const elem *v_tail, const masking *mk, float *out,
                  int bh, int M, int N, int D, int DV, float scale, int row) {
@@ -309,6 +410,15 @@ static void tile(const elem *q, const elem *kt, const elem *v, const elem *v_tai
     idx[r] = row + r < M ? row + r : M - 1; /* past the last row: recompute it, store nothing */
     qi[r] = q + (int64_t)idx[r] * DP;
   }
+#ifdef KILN_AMX
+  elem qbuf[R * 128] __attribute__((aligned(64))); /* a last partial tile's rows, zeros past M (DP <= 128) */
+  const elem *qt = qi[0];
+  if (row + R > M) {
+    memset(qbuf, 0, sizeof(elem) * R * DP);
+    memcpy(qbuf, qi[0], sizeof(elem) * (M - row) * DP);
+    qt = qbuf;
+  }
+#endif
   float o[R][MAX_DV] __attribute__((aligned(64)));
   float m[R], l[R];
   for (int r = 0; r < R; ++r) {
@@ -322,8 +432,12 @@ static void tile(const elem *q, const elem *kt, const elem *v, const elem *v_tai
     int tail = valid < KB;
     vf s[R][KV] __attribute__((aligned(64)));
     int nv = (valid + VL - 1) / VL, keys = nv * VL; /* a partial last block: only its vectors */
+#ifdef KILN_AMX
+    amx_scores(qt, (int64_t)DP * 4, kt + (int64_t)j0 * DP, DP, nv, s);
+#else
     for (int c0 = 0; c0 < nv; c0 += SV)
       scores(nv - c0 < SV ? nv - c0 : SV, qi, kt + (int64_t)j0 * DP + c0 * VL, KB, DP, s, c0);
+#endif
     /* an unmasked block (scale > 0) keeps Q K^T as it is: the scale and log2 e fold into one FMA before the exp */
     int masked = need_mask || tail || !(scale > 0.0f);
     if (masked) scale_and_mask(mk, bh, idx, j0, valid, nv, scale, s);
@@ -354,6 +468,10 @@ int KILN_ATTENTION(const elem *q, const elem *kt, const elem *v, const float *ma
                    int DV, float scale, int64_t mask_bh, int64_t mask_row, int mh_div, int mh_mod, int causal,
                    int causal_offset, int bh, int row0, int rows) {
   if (DV % VL || DV > MAX_DV || D % PAIR) return -1;
+#ifdef KILN_AMX
+  if (D % 32 || D > 256) return -1;
+  amx_configure();
+#endif
   const int nb = (N + KB - 1) / KB, DP = D / PAIR;
   const elem *qh = q + (int64_t)bh * M * DP, *kth = kt + (int64_t)bh * nb * DP * KB;
   float *oh = out + (int64_t)bh * M * DV;
@@ -375,5 +493,8 @@ int KILN_ATTENTION(const elem *q, const elem *kt, const elem *v, const float *ma
   masking mk = {mask, mask_bh, mask_row, mh_div > 0 ? mh_div : 1, mh_mod > 0 ? mh_mod : 1, causal, causal_offset};
   int end = row0 + rows < M ? row0 + rows : M;
   for (int row = row0; row < end; row += R) tile(qh, kth, vh, v_tail, &mk, oh, bh, M, N, D, DV, scale, row);
+#ifdef KILN_AMX
+  _tile_release();
+#endif
   return 0;
 }
