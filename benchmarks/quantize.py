@@ -1,4 +1,5 @@
 """INT8 and BF16, measured. Run by hand:  .venv/bin/python benchmarks/quantize.py [--seconds 20] [--models resnet50]
+[--openvino] [--no-digits]
 
 1. Real data: scikit-learn's digits, a small CNN trained here (benchmarks/digits_cnn.py); test-split
    accuracy of Kiln fp32, Kiln int8 (calibrated on 128 training images) and onnxruntime's int8
@@ -6,6 +7,9 @@
 2. Zoo models (random weights, so calibration uses random-normal inputs): p50 latency of Kiln fp32,
    int8 and bf16 against onnxruntime fp32 and onnxruntime int8 (quantize_static QDQ, per-channel,
    same calibration data), all in the same run, engines alternating in blocks (warm-up first).
+   --openvino adds Kiln compiling onnxruntime's QDQ file (kiln_qdq) and OpenVINO (a benchmark dependency, never
+   Kiln's; LATENCY hint, 2 threads): its default precision on the fp32 file (bf16 where the CPU has AMX or
+   AVX512-BF16) and its int8 kernels on the QDQ file (issue 49's AMX rows).
 Writes benchmarks/quantize.{md,json}."""
 
 from __future__ import annotations
@@ -113,7 +117,18 @@ def timed(engines: dict, seconds: float, block: int = 5) -> dict:
     }
 
 
-def zoo_model(name: str, tmp: Path, seconds: float) -> dict:
+def ov_session(path: Path, threads: int = 2):
+    """OpenVINO's compiled model at its default precision, as a user gets it, and a function running it."""
+    import openvino as ov
+
+    compiled = ov.Core().compile_model(
+        str(path), "CPU", {"PERFORMANCE_HINT": "LATENCY", "INFERENCE_NUM_THREADS": threads}
+    )
+    request = compiled.create_infer_request()
+    return lambda feed: (request.infer(feed), request.get_output_tensor(0).data.copy())[1]
+
+
+def zoo_model(name: str, tmp: Path, seconds: float, openvino: bool = False) -> dict:
     build, shape = zoo.MODELS[name]
     src = tmp / f"{name}.onnx"
     onnx.save(build(), src)
@@ -137,8 +152,12 @@ def zoo_model(name: str, tmp: Path, seconds: float) -> dict:
     arts["int8_compile_s"] = time.perf_counter() - t
     kiln.compile(src, tmp / f"{name}_bf16.kiln", input_shapes=[shape], precision="bf16")
     ort8 = ort_int8(src, tmp / f"{name}_ort8.onnx", [{"input": calib[i : i + 1]} for i in range(len(calib))])
+    kinds = ("fp32", "int8", "bf16")
+    if openvino:  # Kiln on onnxruntime's QDQ file: the path a user with a quantized model takes
+        kiln.compile(ort8, tmp / f"{name}_qdq.kiln", input_shapes=[shape])
+        kinds += ("qdq",)
     x = rng.standard_normal(dims).astype(np.float32)
-    models = {k: kiln.load(tmp / f"{name}_{k}.kiln", num_threads=2) for k in ("fp32", "int8", "bf16")}
+    models = {k: kiln.load(tmp / f"{name}_{k}.kiln", num_threads=2) for k in kinds}
     sessions = {"ort_fp32": ort_session(src), "ort_int8": ort_session(ort8)}
     ref = sessions["ort_fp32"].run(None, {"input": x})[0]
     outs = {k: m.run({"input": x})["output"] for k, m in models.items()} | {
@@ -146,6 +165,11 @@ def zoo_model(name: str, tmp: Path, seconds: float) -> dict:
     }
     engines = {f"kiln_{k}": (lambda m=m: m.run({"input": x})) for k, m in models.items()}
     engines |= {k: (lambda s=s: s.run(None, {"input": x})) for k, s in sessions.items()}
+    if openvino:
+        for k, path in (("ov_default", src), ("ov_int8", ort8)):
+            run = ov_session(path)
+            outs[k] = run({"input": x})
+            engines[k] = lambda run=run: run({"input": x})
     t = timed(engines, seconds)
     q = r8.report["quantization"]
     return {
@@ -165,27 +189,34 @@ def main(argv=None) -> int:
     ap.add_argument("--models", default="resnet50")
     ap.add_argument("--seconds", type=float, default=20.0)
     ap.add_argument("--out", default="benchmarks/quantize")
+    ap.add_argument("--openvino", action="store_true", help="also Kiln on the QDQ file and OpenVINO")
+    ap.add_argument("--no-digits", action="store_true", help="skip the digits accuracy section")
     a = ap.parse_args(argv)
     tmp = Path(tempfile.mkdtemp(prefix="kiln-quant-"))
-    d = digits(tmp)
-    rows = [zoo_model(m, tmp, a.seconds) for m in a.models.split(",")]
+    d = None if a.no_digits else digits(tmp)
+    rows = [zoo_model(m, tmp, a.seconds, a.openvino) for m in a.models.split(",")]
+    from kiln.runtime.hostinfo import cpu_model_name
+
     lines = [
-        f"Kiln {kiln.__version__}, `-mcpu={kiln.target.Target.parse(None).mcpu}`, 2 threads, batch 1, "
-        "untuned default schedules.",
-        "",
-        f"## Digits (scikit-learn), small CNN trained by benchmarks/digits_cnn.py, {d['test_samples']} test images",
+        f"Kiln {kiln.__version__}, `-mcpu={kiln.target.Target.parse(None).mcpu}` ({cpu_model_name()}), 2 threads, "
+        "batch 1, untuned default schedules.",
         "",
     ]
-    lines += table(
-        ["engine", "test accuracy"],
-        [[k, f"{d[k] * 100:.2f}%"] for k in ("numpy_fp32", "kiln_fp32", "kiln_int8", "ort_int8")],
-    )
-    lines += [
-        "",
-        f"int8 layers: {', '.join(d['int8_layers'])}; float: "
-        + "; ".join(f"{k} ({v})" for k, v in d["float_layers"].items()),
-        "",
-    ]
+    if d is not None:
+        lines += [
+            f"## Digits (scikit-learn), small CNN trained by benchmarks/digits_cnn.py, {d['test_samples']} test images",
+            "",
+        ]
+        lines += table(
+            ["engine", "test accuracy"],
+            [[k, f"{d[k] * 100:.2f}%"] for k in ("numpy_fp32", "kiln_fp32", "kiln_int8", "ort_int8")],
+        )
+        lines += [
+            "",
+            f"int8 layers: {', '.join(d['int8_layers'])}; float: "
+            + "; ".join(f"{k} ({v})" for k, v in d["float_layers"].items()),
+            "",
+        ]
     for r in rows:
         lat = r["latency"]
         base, ort = lat["kiln_fp32"]["p50_ms"], lat["ort_fp32"]["p50_ms"]
