@@ -62,10 +62,22 @@ static void store_tile(const float *acc, const mm_epilogue *ep, int64_t r0, int 
   for (int t = 0; t < n; ++t) store(ep, _mm512_add_ps(_mm512_loadu_ps(acc + t * 16), bias), (r0 + t) * ep->N + nb * 16);
 }
 
+/* Prefetch of the weights the thread's next task reads (the next column group), into L2 a few lines per step
+ * over the whole task, so streaming them from memory overlaps this task's tile products: a layer's weights are
+ * read once per run and do not stay in cache between runs (ViT-B's are 170 MB in bf16). */
+typedef struct {
+  const char *next, *end;
+  int per_step; /* lines per step of 32 inputs */
+} prefetch;
+
+static inline void prefetch_some(prefetch *pf) {
+  for (int i = 0; i < pf->per_step && pf->next < pf->end; ++i, pf->next += 64) _mm_prefetch(pf->next, _MM_HINT_T1);
+}
+
 /* BM row tiles x BN column blocks over all of K; a: the step's rows (lda bytes apart), n of them valid */
 #define DEFINE_BLOCK(BM, BN)                                                                                           \
   static void block##BM##BN(const uint16_t *a, int64_t lda, const uint16_t *w, int K2P, const mm_epilogue *ep,       \
-                            int64_t r0, int n, int nb) {                                                               \
+                            int64_t r0, int n, int nb, prefetch *pf) {                                                 \
     float acc[16 * 16] __attribute__((aligned(64)));                                                                   \
     _tile_zero(0);                                                                                                     \
     if (BN > 1) _tile_zero(1);                                                                                         \
@@ -74,6 +86,7 @@ static void store_tile(const float *acc, const mm_epilogue *ep, int64_t r0, int 
     const char *a0 = (const char *)a, *a1 = a0 + 16 * lda;                                                             \
     const uint16_t *w0 = w + (int64_t)nb * K2P * 32, *w1 = w0 + (int64_t)K2P * 32;                                     \
     for (int64_t k2 = 0; k2 < K2P; k2 += 16) {                                                                         \
+      prefetch_some(pf);                                                                                               \
       _tile_loadd(4, a0 + k2 * 4, lda);                                                                                \
       _tile_loadd(6, w0 + k2 * 32, 64);                                                                                \
       _tile_dpbf16ps(0, 4, 6);                                                                                         \
@@ -129,6 +142,11 @@ int kiln_amx_bf16_matmul(const float *x, const uint16_t *x16, const uint16_t *w,
   uint16_t *buf = buffer((size_t)STEP * KP);
   if (!buf) return -1;
   configure();
+  /* the next task's weights: the column group after this one (tasks() numbers a thread's tasks by column) */
+  const int blocks = N / 16, nn = nb1 + (nb1 - nb0) < blocks ? nb1 + (nb1 - nb0) : blocks;
+  const int64_t panel = (int64_t)K2P * 64, steps = ((end - m0 + STEP - 1) / STEP) * ((nb1 - nb0 + 1) / 2) * (K2P / 16);
+  prefetch pf = {(const char *)(w + (int64_t)nb1 * K2P * 32), (const char *)(w + (int64_t)nn * K2P * 32), 0};
+  if (nn > nb1) pf.per_step = (int)(((nn - nb1) * panel / 64 + steps - 1) / steps);
   for (int64_t r0 = m0; r0 < end; r0 += STEP) {
     const int n = end - r0 < STEP ? (int)(end - r0) : STEP;
     const uint16_t *a = buf;
@@ -140,11 +158,11 @@ int kiln_amx_bf16_matmul(const float *x, const uint16_t *x16, const uint16_t *w,
     }
     int nb = nb0;
     if (n > 16) {
-      for (; nb + 2 <= nb1; nb += 2) block22(a, lda, w, K2P, &ep, r0, n, nb);
-      if (nb < nb1) block21(a, lda, w, K2P, &ep, r0, n, nb);
+      for (; nb + 2 <= nb1; nb += 2) block22(a, lda, w, K2P, &ep, r0, n, nb, &pf);
+      if (nb < nb1) block21(a, lda, w, K2P, &ep, r0, n, nb, &pf);
     } else {
-      for (; nb + 2 <= nb1; nb += 2) block12(a, lda, w, K2P, &ep, r0, n, nb);
-      if (nb < nb1) block11(a, lda, w, K2P, &ep, r0, n, nb);
+      for (; nb + 2 <= nb1; nb += 2) block12(a, lda, w, K2P, &ep, r0, n, nb, &pf);
+      if (nb < nb1) block11(a, lda, w, K2P, &ep, r0, n, nb, &pf);
     }
   }
   _tile_release();
