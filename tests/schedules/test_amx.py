@@ -195,3 +195,23 @@ def test_kiln_tune_spends_no_trials_on_tile_kernels():
         kinds[spec] = sorted(kernel_kind(t.mod["main"]) for t in extract(mod, target))
     assert "conv2d_amx" not in kinds[SPR] and "conv2d_int8" in kinds[ZNVER4]
     assert len(kinds[ZNVER4]) == len(kinds[SPR]) + 1
+
+
+@pytest.mark.parametrize("pixels, ob", [(49, 32), (196, 16), (3136, 4), (12, 2), (784, 8), (49, 3)])
+def test_amx_bf16_conv_tasks_cover_the_map_once(pixels, ob):
+    """The AMX conv's tasks (ranges of two pixel tiles across output rows x output-channel ranges) cover every
+    (pixel, channel block) exactly once; a 7 x 7 map's 49 pixels are 4 tiles of 13 (not 7 tiles of 7), and small
+    maps split their channels so there are tasks for the cores."""
+    from kiln.compiler.passes.bf16_conv_kernel import AMX_TASKS, amx_pixel_rows, amx_tasks
+
+    loops, args = amx_tasks(pixels, ob)
+    tasks = int(re.search(r"T\.parallel\((\d+)\)", loops).group(1))
+    expr = args.replace("T.min", "min").replace(" // ", "//")
+    seen = np.zeros((pixels, ob), int)
+    for r in range(tasks):
+        ob0, ob1, p0, n, rows = eval(expr, {"r": r, "min": min})  # the kernel's last five arguments for task r
+        assert rows == amx_pixel_rows(pixels) and n == 2 * rows
+        seen[p0 : min(p0 + n, pixels), ob0:ob1] += 1
+    assert (seen == 1).all()
+    assert amx_pixel_rows(49) == 13 and amx_pixel_rows(196) == 16 and amx_pixel_rows(12) == 12
+    assert tasks >= min(AMX_TASKS, -(-pixels // (2 * amx_pixel_rows(pixels))) * -(-ob // 2))

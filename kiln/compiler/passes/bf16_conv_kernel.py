@@ -1,7 +1,8 @@
 """BF16ConvKernel: run bf16 convolutions (after MixedPrecision, in NCHW16c) on Kiln's C micro-kernel
 that uses AVX512-BF16's vdpbf16ps (kiln/schedules/kernels/bf16_conv.c), or on AMX-BF16 targets the
-tile kernel (amx_bf16_conv.c: a row's receptive fields gathered, then tdpbf16ps; rows in parallel,
-each over every channel, weights packed as AMX's B operand [O/16, K'/2, 16, 2]): TVM 0.27 cannot emit that
+tile kernel (amx_bf16_conv.c: a pixel range's receptive fields gathered, then tdpbf16ps; ranges of two
+tiles of pixels across output rows in parallel, channels split too where the map is small (amx_tasks), weights
+packed as AMX's B operand [O/16, K'/2, 16, 2]): TVM 0.27 cannot emit that
 instruction (its LLVM code generator has no bfloat vector type and its TIR pipeline computes bf16 in
 fp32). Each conv2d becomes a call_tir to a PrimFunc that calls the kernel per output row, in parallel
 on TVM's thread pool over pairs of output-channel blocks (or over rows, where channels are few);
@@ -26,6 +27,7 @@ from .module_map import rewrite_calls
 CHANNEL_TASKS = (
     16  # output-channel pairs that make enough tasks to parallelize over (else rows, unless there are fewer rows)
 )
+AMX_TASKS = 8  # at least this many AMX tasks (pixel ranges x channel ranges) where the channels allow
 EXTERN = "kiln_bf16_conv"  # name of the PrimFuncs that call the C kernel (their library must link it)
 # the C function and source of each kernel (schedules/kernels.SOURCES); a PrimFunc's attribute says which it calls
 C_KERNELS = {False: ("kiln_bf16_conv2d_nchw16c", "bf16_conv"), True: ("kiln_amx_bf16_conv2d_nchw16c", "amx_bf16_conv")}
@@ -54,7 +56,8 @@ def kernel_func(data_shape, out_blocks, kernel_hw, strides, padding, epilogue: E
     weights, then the epilogue's bias [1, O/16, 1, 1, 16] and residual (float32, the output's shape) where
     it has them, then its outputs (float32, bf16). The conv's geometry is kept in the `kiln.bf16_conv`
     attribute so FuseBF16Epilogue can rebuild the function with an epilogue. amx: the AMX-BF16 kernel,
-    whose tasks are rows (each row's gather serves every channel), and whose weights are packed for it."""
+    whose tasks are pixel ranges (amx_tasks: each gather serves the task's channels), and whose weights are
+    packed for it."""
     _, ib, h, w, _ = data_shape
     ob, (kh, kw) = out_blocks, kernel_hw
     (sh, sw), (pt, pl, pb, pr) = strides, padding
@@ -75,7 +78,9 @@ def kernel_func(data_shape, out_blocks, kernel_hw, strides, padding, epilogue: E
         "inf", "'inf'"
     )  # TVMScript spells infinity T.float32('inf')
     pairs = -(-ob // 2)
-    if not amx and pairs >= min(
+    if amx:
+        loops, args = amx_tasks(oh * ow, ob)
+    elif pairs >= min(
         CHANNEL_TASKS, oh
     ):  # tasks: pairs of output-channel blocks, each over every row: each weight is read once
         # (rows in parallel re-read the weights for every row: slower with cold weights; benchmarks/history.md)
@@ -84,17 +89,42 @@ def kernel_func(data_shape, out_blocks, kernel_hw, strides, padding, epilogue: E
     else:  # tasks: output rows, each over every output channel (few channels: not enough pairs to keep the cores busy)
         loops = f"for c in range(1):\n        for r in T.parallel({oh}):"
         ob_range = f"0, {ob}"
+    if not amx:
+        args = f"{ob_range}, r"
     src = f"""
 @T.prim_func
 def func({", ".join(f'{n}: T.Buffer({s}, "{d}")' for n, s, d in params)}):
     T.func_attr({{"tirx.noalias": True, "tirx.is_scheduled": True, "op_pattern": 8, "kiln.kernel_kind": "bf16_conv",
-                 "kiln.bf16_conv": {geometry}, "kiln.bf16_epilogue": {epilogue.flags}}})
+                 "kiln.bf16_conv": {geometry}, "kiln.bf16_epilogue": {epilogue.flags},
+                 "kiln.flops": {2 * oh * ow * ob * 16 * kh * kw * ib * 16}}})
     {loops}
             T.evaluate(T.call_extern("int32", "{C_KERNELS[amx][0]}", data.data, packed.data, {", ".join(ptr)},
                                      {epilogue.flags}, {bounds},
-                                     {ib}, {h}, {w}, {oh}, {ow}, {kh}, {kw}, {sh}, {sw}, {pt}, {pl}, {ob_range}, r))
+                                     {ib}, {h}, {w}, {oh}, {ow}, {kh}, {kw}, {sh}, {sw}, {pt}, {pl}, {args}))
 """  # 8: opaque, FuseOps leaves it alone
     return tvm.script.from_source(src), out_shape
+
+
+def amx_pixel_rows(pixels: int) -> int:
+    """Pixels per AMX tile (at most 16): the map in the fewest tiles, spread evenly over them (49 -> 4 x 13)."""
+    return -(-pixels // -(-pixels // 16))
+
+
+def amx_tasks(pixels: int, ob: int) -> tuple[str, str]:
+    """(the loops, the kernel's last arguments) of the AMX kernel's tasks: ranges of two pixel tiles (the 2 x 2
+    blocks' rows) over the whole map, row-major across output rows, each over a range of output-channel
+    blocks; channels are split (into ranges of whole block pairs) where there are fewer than AMX_TASKS pixel
+    ranges, so a 7 x 7 map's 4 tiles still make 8 tasks for the cores."""
+    rows = amx_pixel_rows(pixels)
+    span = 2 * rows
+    ptasks = -(-pixels // span)
+    pairs = -(-ob // 2)
+    ctasks = max(1, min(pairs, -(-AMX_TASKS // ptasks)))
+    per = 2 * -(-pairs // ctasks)
+    ctasks = -(-ob // per)
+    loops = f"for c in range(1):\n        for r in T.parallel({ptasks * ctasks}):"
+    args = f"r % {ctasks} * {per}, T.min(r % {ctasks} * {per} + {per}, {ob}), r // {ctasks} * {span}, {span}, {rows}"
+    return loops, args
 
 
 def packed_shape(ob: int, ib: int, kh: int, kw: int, amx: bool) -> tuple:

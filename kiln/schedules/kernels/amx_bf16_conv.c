@@ -7,12 +7,13 @@
  *                          (K = KH * KW * IB * 16, KP = K rounded up to 32)
  * out   [OB, OH, OW, 16]   fp32 (EP_F32) and/or out16 in bf16 bits (EP_BF16)
  *
- * A tile's A operand is 16 rows of 32 contiguous bf16, and NCHW16c data has 16 per pixel: the row's
+ * A tile's A operand is 16 rows of 32 contiguous bf16, and NCHW16c data has 16 per pixel: the pixels'
  * receptive fields are first gathered into [pixels, KP] (zeros for padding), one 32-byte copy per pixel,
  * tap and input block, into a per-thread buffer. Then for each block of up to 2 x 2 accumulator tiles
  * (pixel tiles x channel blocks; with their A and B tiles, the 8 tile registers) the kernel accumulates
  * over all of K and stores each tile once to a 1 KiB fp32 buffer, from which the epilogue writes the
- * output. A row of at most 16 pixels is one tile of that many rows; longer rows are padded to 16s.
+ * output ([OB, OH, OW, 16]: a pixel range is contiguous per block). Tiles hold `rows` pixels (at most 16,
+ * chosen by the caller to pad the map least: bf16_conv_kernel.amx_pixel_rows); the last may be partial.
  * The process must hold the AMX tile state (arch_prctl; kiln.runtime.hostinfo.enable_amx). */
 #include <immintrin.h>
 #include <stdint.h>
@@ -39,9 +40,9 @@ static uint16_t *patch_rows(size_t n) {
   return patch_buf;
 }
 
-/* one stored 16 x 16 fp32 tile of pixels [ow0, ow0 + n) and channel block ob -> the output, with the epilogue */
-static void store_tile(const float *acc, const epilogue *ep, int OH, int OW, int ob, int oh, int ow0, int n) {
-  const int64_t o = (((int64_t)ob * OH + oh) * OW + ow0) * 16;
+/* one stored 16 x 16 fp32 tile of pixels [p, p + n) and channel block ob -> the output, with the epilogue */
+static void store_tile(const float *acc, const epilogue *ep, int64_t plane, int ob, int64_t p, int n) {
+  const int64_t o = ((int64_t)ob * plane + p) * 16;
   const int flags = ep->flags;
   const __m512 bias = flags & EP_BIAS ? _mm512_loadu_ps(ep->bias + (int64_t)ob * 16) : _mm512_setzero_ps();
   for (int t = 0; t < n; ++t) epilogue_store(ep, _mm512_add_ps(_mm512_loadu_ps(acc + t * 16), bias), o + t * 16);
@@ -49,8 +50,8 @@ static void store_tile(const float *acc, const epilogue *ep, int OH, int OW, int
 
 /* BM pixel tiles x BN channel blocks: C tiles 0..3, A tiles 4..5, B tiles 6..7 (tile numbers are immediates) */
 #define DEFINE_BLOCK(BM, BN)                                                                                           \
-  static void block##BM##BN(const uint16_t *a, const uint16_t *w, const epilogue *ep, int64_t kp, int rows, int OH,  \
-                            int OW, int ob, int oh, int m0) {                                                          \
+  static void block##BM##BN(const uint16_t *a, const uint16_t *w, const epilogue *ep, int64_t kp, int rows,           \
+                            int64_t plane, int ob, int64_t p0, int np, int m0) {                                       \
     float acc[16 * 16] __attribute__((aligned(64)));                                                                   \
     _tile_zero(0);                                                                                                     \
     if (BN > 1) _tile_zero(1);                                                                                         \
@@ -73,13 +74,13 @@ static void store_tile(const float *acc, const epilogue *ep, int OH, int OW, int
       }                                                                                                                \
     }                                                                                                                  \
     for (int i = 0; i < BM; ++i) {                                                                                     \
-      int ow0 = (m0 + i) * rows, n = OW - ow0 < rows ? OW - ow0 : rows;                                                \
+      int q0 = (m0 + i) * rows, n = np - q0 < rows ? np - q0 : rows;                                                   \
       for (int j = 0; j < BN; ++j) {                                                                                   \
         if (i == 0 && j == 0) _tile_stored(0, acc, 64);                                                                \
         if (i == 0 && j == 1) _tile_stored(1, acc, 64);                                                                \
         if (i == 1 && j == 0) _tile_stored(2, acc, 64);                                                                \
         if (i == 1 && j == 1) _tile_stored(3, acc, 64);                                                                \
-        if (n > 0) store_tile(acc, ep, OH, OW, ob + j, oh, ow0, n);                                                    \
+        if (n > 0) store_tile(acc, ep, plane, ob + j, p0 + q0, n);                                                     \
       }                                                                                                                \
     }                                                                                                                  \
   }
@@ -91,19 +92,23 @@ DEFINE_BLOCK(2, 2)
 int kiln_amx_bf16_conv2d_nchw16c(const uint16_t *data, const uint16_t *w, const float *bias, const float *res,
                                  float *out, uint16_t *out16, int flags, float lo, float hi, int IB, int H, int W,
                                  int OH, int OW, int KH, int KW, int SH, int SW, int PT, int PL, int ob0, int ob1,
-                                 int oh) {
+                                 int p0, int np, int rows) {
   const epilogue ep = {bias, res, out, out16, flags, lo, hi};
-  const int64_t k = (int64_t)KH * KW * IB * 16, kp = (k + 31) / 32 * 32;
-  const int rows = OW < 16 ? OW : 16, tiles = (OW + rows - 1) / rows;
+  const int64_t k = (int64_t)KH * KW * IB * 16, kp = (k + 31) / 32 * 32, plane = (int64_t)OH * OW;
+  if (p0 + np > plane) np = (int)(plane - p0);
+  if (np <= 0) return 0;
+  if (rows > np) rows = np;
+  const int tiles = (np + rows - 1) / rows;
   uint16_t *a = patch_rows((size_t)tiles * rows * kp);
   if (!a) return -1;
-  for (int p = 0; p < tiles * rows; ++p) { /* the receptive field of pixel p, (kh, kw, ib, c) order */
-    uint16_t *dst = a + (int64_t)p * kp;
+  for (int q = 0; q < tiles * rows; ++q) { /* the receptive field of pixel p0 + q, (kh, kw, ib, c) order */
+    uint16_t *dst = a + (int64_t)q * kp;
+    const int oh = (p0 + q) / OW, ow = (p0 + q) % OW;
     for (int kh = 0; kh < KH; ++kh) {
       const int ih = oh * SH - PT + kh;
       for (int kw = 0; kw < KW; ++kw) {
-        const int iw = p * SW - PL + kw;
-        const int inside = p < OW && ih >= 0 && ih < H && iw >= 0 && iw < W;
+        const int iw = ow * SW - PL + kw;
+        const int inside = q < np && ih >= 0 && ih < H && iw >= 0 && iw < W;
         for (int ib = 0; ib < IB; ++ib, dst += 16) {
           if (inside)
             _mm256_storeu_si256((__m256i *)dst,
@@ -122,17 +127,18 @@ int kiln_amx_bf16_conv2d_nchw16c(const uint16_t *data, const uint16_t *w, const 
     cfg.colsb[t] = 64;
     cfg.rows[t] = t >= 6 ? 16 : rows; /* B tiles: 16 pairs of inputs */
   }
+  __asm__ volatile("" ::: "memory"); /* the stores above stay before ldtilecfg (GCC 12 moved them in attention.c) */
   _tile_loadconfig(&cfg);
   int m = 0;
   for (; m + 2 <= tiles; m += 2) {
     int ob = ob0;
-    for (; ob + 2 <= ob1; ob += 2) block22(a, w, &ep, kp, rows, OH, OW, ob, oh, m);
-    if (ob < ob1) block21(a, w, &ep, kp, rows, OH, OW, ob, oh, m);
+    for (; ob + 2 <= ob1; ob += 2) block22(a, w, &ep, kp, rows, plane, ob, p0, np, m);
+    if (ob < ob1) block21(a, w, &ep, kp, rows, plane, ob, p0, np, m);
   }
   if (m < tiles) {
     int ob = ob0;
-    for (; ob + 2 <= ob1; ob += 2) block12(a, w, &ep, kp, rows, OH, OW, ob, oh, m);
-    if (ob < ob1) block11(a, w, &ep, kp, rows, OH, OW, ob, oh, m);
+    for (; ob + 2 <= ob1; ob += 2) block12(a, w, &ep, kp, rows, plane, ob, p0, np, m);
+    if (ob < ob1) block11(a, w, &ep, kp, rows, plane, ob, p0, np, m);
   }
   _tile_release();
   return 0;
