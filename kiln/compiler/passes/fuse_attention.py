@@ -13,7 +13,8 @@ transposed ([..., D, N]: a key's features down a column, as the exporters' Trans
 separately, matches with no scale. Only x86 targets with AVX-512 or AVX2+FMA have the kernel (one source,
 built for each); elsewhere the chain stays as three kernels. With --precision bf16 on AVX512-BF16 (bf16=True)
 a third build runs both matmuls on vdpbf16ps: Q cast to bf16 by its producer, Kᵀ and V packed in bf16 pairs,
-the softmax in float32. `stats["attention_fused"]` counts them; `stats["attention_bf16"]` the bf16 ones."""
+the softmax in float32; on AMX-BF16 a fourth runs them on tiles of 16 query rows (heads of a multiple of 32
+features; build_for). `stats["attention_fused"]` counts them; `stats["attention_bf16"]` the bf16 ones."""
 
 from __future__ import annotations
 
