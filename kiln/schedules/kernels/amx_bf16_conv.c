@@ -20,25 +20,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "amx_tiles.h"
 #include "bf16_epilogue.h"
-
-typedef struct {
-  uint8_t palette, start_row, reserved[14];
-  uint16_t colsb[16];
-  uint8_t rows[16];
-} tile_config;
-
-static __thread uint16_t *patch_buf;
-static __thread size_t patch_cap;
-
-static uint16_t *patch_rows(size_t n) {
-  if (n > patch_cap) {
-    free(patch_buf);
-    patch_buf = (uint16_t *)aligned_alloc(64, (n * 2 + 63) / 64 * 64);
-    patch_cap = patch_buf ? n : 0;
-  }
-  return patch_buf;
-}
 
 /* one stored 16 x 16 fp32 tile of pixels [p, p + n) and channel block ob -> the output, with the epilogue */
 static void store_tile(const float *acc, const epilogue *ep, int64_t plane, int ob, int64_t p, int n) {
@@ -99,7 +82,7 @@ int kiln_amx_bf16_conv2d_nchw16c(const uint16_t *data, const uint16_t *w, const 
   if (np <= 0) return 0;
   if (rows > np) rows = np;
   const int tiles = (np + rows - 1) / rows;
-  uint16_t *a = patch_rows((size_t)tiles * rows * kp);
+  uint16_t *a = scratch((size_t)tiles * rows * kp);
   if (!a) return -1;
   for (int q = 0; q < tiles * rows; ++q) { /* the receptive field of pixel p0 + q, (kh, kw, ib, c) order */
     uint16_t *dst = a + (int64_t)q * kp;

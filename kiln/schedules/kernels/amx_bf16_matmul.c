@@ -18,28 +18,11 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "amx_tiles.h"
 #include "avx512_matmul_epilogue.h"
 #include "bf16_rows.h"
 
 #define STEP 32 /* rows a step computes: two A tiles */
-
-typedef struct {
-  uint8_t palette, start_row, reserved[14];
-  uint16_t colsb[16];
-  uint8_t rows[16];
-} tile_config;
-
-static __thread uint16_t *rows_buf;
-static __thread size_t rows_cap;
-
-static uint16_t *buffer(size_t n) {
-  if (n > rows_cap) {
-    free(rows_buf);
-    rows_buf = (uint16_t *)aligned_alloc(64, (n * 2 + 63) / 64 * 64);
-    rows_cap = rows_buf ? n : 0;
-  }
-  return rows_buf;
-}
 
 /* rows [r0, r0 + n) of x as STEP rows of KP bf16 (zeros past K and past row n) */
 static void gather(const float *x, const uint16_t *x16, int K, int KP, int64_t r0, int n, uint16_t *dst) {
@@ -121,17 +104,6 @@ DEFINE_BLOCK(1, 2)
 DEFINE_BLOCK(2, 1)
 DEFINE_BLOCK(2, 2)
 
-static void configure(void) {
-  tile_config cfg;
-  memset(&cfg, 0, sizeof cfg);
-  cfg.palette = 1;
-  for (int t = 0; t < 8; ++t) {
-    cfg.colsb[t] = 64;
-    cfg.rows[t] = 16;
-  }
-  _tile_loadconfig(&cfg);
-}
-
 int kiln_amx_bf16_matmul(const float *x, const uint16_t *x16, const uint16_t *w, const float *bias, const float *res,
                          float *out, uint16_t *out16, int flags, int tile_rows, int M, int N, int K, int m0, int rows,
                          int nb0, int nb1) {
@@ -139,9 +111,9 @@ int kiln_amx_bf16_matmul(const float *x, const uint16_t *x16, const uint16_t *w,
   const mm_epilogue ep = {bias, res, out, out16, flags, N};
   const int KP = (K + 31) / 32 * 32, K2P = KP / 2;
   const int end = m0 + rows < M ? m0 + rows : M;
-  uint16_t *buf = buffer((size_t)STEP * KP);
+  uint16_t *buf = scratch((size_t)STEP * KP);
   if (!buf) return -1;
-  configure();
+  _tile_loadconfig(&TILES16);
   /* the next task's weights: the column group after this one (tasks() numbers a thread's tasks by column) */
   const int blocks = N / 16, nn = nb1 + (nb1 - nb0) < blocks ? nb1 + (nb1 - nb0) : blocks;
   const int64_t panel = (int64_t)K2P * 64, steps = ((end - m0 + STEP - 1) / STEP) * ((nb1 - nb0 + 1) / 2) * (K2P / 16);

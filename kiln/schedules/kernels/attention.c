@@ -277,17 +277,7 @@ static void p_elems(float p[R][KB], int keys, elem pp[R][PP_ROW]) {
 #endif
 
 #ifdef KILN_AMX
-typedef struct {
-  uint8_t palette, start_row, reserved[14];
-  uint16_t colsb[16];
-  uint8_t rows[16];
-} tile_config;
-
-/* every tile 16 rows of 64 bytes; static data, not stores the compiler might move past ldtilecfg (GCC 12 did) */
-static const tile_config TILES16 __attribute__((aligned(64))) = {
-    1, 0, {0}, {64, 64, 64, 64, 64, 64, 64, 64}, {16, 16, 16, 16, 16, 16, 16, 16}};
-
-static void amx_configure(void) { _tile_loadconfig(&TILES16); }
+#include "amx_tiles.h"
 
 /* S = Q K^T over nv vectors of 16 keys of a block: qt's 16 rows ldq bytes apart, kt the block's [DP][KB] pairs;
  * up to 4 accumulator tiles (keys) at a time, one A tile of 32 features per step */
@@ -470,7 +460,7 @@ int KILN_ATTENTION(const elem *q, const elem *kt, const elem *v, const float *ma
   if (DV % VL || DV > MAX_DV || D % PAIR) return -1;
 #ifdef KILN_AMX
   if (D % 32 || D > 256) return -1;
-  amx_configure();
+  _tile_loadconfig(&TILES16);
 #endif
   const int nb = (N + KB - 1) / KB, DP = D / PAIR;
   const elem *qh = q + (int64_t)bh * M * DP, *kth = kt + (int64_t)bh * nb * DP * KB;
