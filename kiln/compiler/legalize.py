@@ -135,13 +135,19 @@ def _fast_math(compute, attrs=lambda call: ()):
     return legalize
 
 
+PARTIAL_CHUNKS = 8  # contiguous chunks a large reduction to one value is split into: parallel partial results
+PARALLEL_ELEMENTS = 1 << 15  # from this many elements (ViT-B's dynamic quantizer ranges: 151K-605K)
+
+
 def _to_one_value(x, reducer, kind: str, keepdims: bool):
     """A static reduction of every element in two stages, or None: v partial results (v the widest
     power-of-two vector up to 16 dividing the last axis), each over every v-th element, then one over
     those; the first is a spatial + reduction block the reduction rule vectorizes. (TVM's rfactor would
     split it in the schedule, but it knows no reducer with an infinite identity.) A dynamic quantizer's
     min and max over a [32, 128] tensor ran one scalar op per element, 16 of them a third of gpt2_qdynamic's
-    run (timings in benchmarks/history.md)."""
+    run. From PARALLEL_ELEMENTS the partial results are [PARTIAL_CHUNKS, v], one row per contiguous chunk,
+    which the rule runs in parallel: ViT-B's int8 build spent 2.4 ms on one core in its 197 x 768 ranges
+    (timings in benchmarks/history.md)."""
     if not all(isinstance(d, (int, tvm.tirx.IntImm)) for d in x.shape) or not x.shape:
         return None
     dims = [int(d) for d in x.shape]
@@ -149,6 +155,7 @@ def _to_one_value(x, reducer, kind: str, keepdims: bool):
     total = math.prod(dims)
     if not v or total < 8 * v:
         return None
+    chunks = PARTIAL_CHUNKS if total >= PARALLEL_ELEMENTS and total % (PARTIAL_CHUNKS * v) == 0 else 1
 
     def at(flat):
         idx, stride = [], total
@@ -157,12 +164,18 @@ def _to_one_value(x, reducer, kind: str, keepdims: bool):
             idx.append(flat // stride % d)
         return x(*idx)
 
-    o = te.reduce_axis((0, total // v), name="o")
+    per = total // (v * chunks)  # vectors of v a chunk holds
+    o = te.reduce_axis((0, per), name="o")
     partial = te.compute(
-        (v,), lambda i: reducer(at(o * v + i), axis=o), name=f"T_{kind}_partial", attrs=declare("reduction")
+        (chunks, v),
+        lambda c, i: reducer(at((c * per + o) * v + i), axis=o),
+        name=f"T_{kind}_partial",
+        attrs=declare("reduction"),
     )
-    i = te.reduce_axis((0, v), name="i")
-    return te.compute([1] * len(dims) if keepdims else [], lambda *_: reducer(partial[i], axis=i), name=f"T_{kind}")
+    c, i = te.reduce_axis((0, chunks), name="c"), te.reduce_axis((0, v), name="i")
+    return te.compute(
+        [1] * len(dims) if keepdims else [], lambda *_: reducer(partial[c, i], axis=[c, i]), name=f"T_{kind}"
+    )
 
 
 def _inf_identity_reduce(kind: str):

@@ -24,11 +24,12 @@ def test_reduce_of_infinite_rows(tmp_path, op, fill, keepdims):
 
 @pytest.mark.parametrize("op,fill", [("ReduceMax", -np.inf), ("ReduceMin", np.inf)])
 @pytest.mark.parametrize("keepdims", [0, 1])
-@pytest.mark.parametrize("shape", [(32, 128), (3, 5, 24), (6, 10)])
+@pytest.mark.parametrize("shape", [(32, 128), (3, 5, 24), (6, 10), (1, 197, 768)])
 def test_reduce_of_every_element(tmp_path, op, fill, keepdims, shape):
     """A reduction to one value (a dynamic quantizer's range) runs as vector-wide partial results and one
     reduction of those, scheduled, and still starts from -inf/+inf: an all-infinite tensor gives the
-    infinity. (6, 10): no vector width divides the last axis, the one-stage reduction."""
+    infinity. (6, 10): no vector width divides the last axis, the one-stage reduction; (1, 197, 768): partial
+    results per contiguous chunk (PARTIAL_CHUNKS), in parallel."""
     import kiln
 
     rng = np.random.default_rng(0)
