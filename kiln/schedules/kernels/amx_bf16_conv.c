@@ -103,15 +103,7 @@ int kiln_amx_bf16_conv2d_nchw16c(const uint16_t *data, const uint16_t *w, const 
     }
     memset(dst, 0, (size_t)(kp - k) * 2);
   }
-  tile_config cfg;
-  memset(&cfg, 0, sizeof cfg);
-  cfg.palette = 1;
-  for (int t = 0; t < 8; ++t) {
-    cfg.colsb[t] = 64;
-    cfg.rows[t] = t >= 6 ? 16 : rows; /* B tiles: 16 pairs of inputs */
-  }
-  __asm__ volatile("" ::: "memory"); /* the stores above stay before ldtilecfg (GCC 12 moved them in attention.c) */
-  _tile_loadconfig(&cfg);
+  load_tiles(rows);
   int m = 0;
   for (; m + 2 <= tiles; m += 2) {
     int ob = ob0;

@@ -113,7 +113,7 @@ int kiln_amx_bf16_matmul(const float *x, const uint16_t *x16, const uint16_t *w,
   const int end = m0 + rows < M ? m0 + rows : M;
   uint16_t *buf = scratch((size_t)STEP * KP);
   if (!buf) return -1;
-  _tile_loadconfig(&TILES16);
+  load_tiles(16);
   /* the next task's weights: the column group after this one (tasks() numbers a thread's tasks by column) */
   const int blocks = N / 16, nn = nb1 + (nb1 - nb0) < blocks ? nb1 + (nb1 - nb0) : blocks;
   const int64_t panel = (int64_t)K2P * 64, steps = ((end - m0 + STEP - 1) / STEP) * ((nb1 - nb0 + 1) / 2) * (K2P / 16);

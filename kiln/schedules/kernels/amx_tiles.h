@@ -1,10 +1,11 @@
-/* What Kiln's AMX kernels share (amx_bf16_matmul.c, amx_bf16_conv.c, attention.c's KILN_AMX build): the tile
- * configuration (palette 1) and a per-thread scratch buffer. */
+/* What Kiln's AMX kernels share (amx_bf16_matmul.c, amx_bf16_conv.c, attention.c's KILN_AMX build): loading the
+ * tile configuration (palette 1) and a per-thread scratch buffer. */
 #ifndef KILN_AMX_TILES_H
 #define KILN_AMX_TILES_H
 #include <immintrin.h>
 #include <stdint.h>
 #include <stdlib.h>
+#include <string.h>
 
 typedef struct {
   uint8_t palette, start_row, reserved[14];
@@ -12,10 +13,20 @@ typedef struct {
   uint8_t rows[16];
 } tile_config;
 
-/* every tile 16 rows of 64 bytes; static data, not stores the compiler might move past ldtilecfg (GCC 12 moved a
- * stack configuration's in attention.c: a #GP at the first call) */
-static const tile_config TILES16 __attribute__((aligned(64))) = {
-    1, 0, {0}, {64, 64, 64, 64, 64, 64, 64, 64}, {16, 16, 16, 16, 16, 16, 16, 16}};
+/* Configure the tiles: 0..5 (accumulators, A operands) of a_rows rows, 6..7 (B operands: 16 input pairs) of 16,
+ * every row 64 bytes. The asm takes the configuration's address, so its stores stay before ldtilecfg: GCC 12
+ * dropped them from a stack configuration in attention.c, which then died with a #GP at the first call. */
+static inline void load_tiles(int a_rows) {
+  tile_config cfg;
+  memset(&cfg, 0, sizeof cfg);
+  cfg.palette = 1;
+  for (int t = 0; t < 8; ++t) {
+    cfg.colsb[t] = 64;
+    cfg.rows[t] = t >= 6 ? 16 : a_rows;
+  }
+  __asm__ volatile("" : : "r"(&cfg) : "memory");
+  _tile_loadconfig(&cfg);
+}
 
 static __thread uint16_t *scratch_buf;
 static __thread size_t scratch_cap;

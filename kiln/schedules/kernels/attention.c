@@ -26,7 +26,7 @@
  * at a time: S = Q K^T with Q's rows as A tiles (32 features) and a key block's [D/2, KB, 2] as B tiles (16 feature
  * pairs x 16 keys, KB * 4 bytes apart), stored into the scores' rows; O += P V with P's bf16 rows as A tiles (32 keys)
  * and V's [KB/2, DV, 2] as B tiles (16 key pairs x 16 features), O's rows loaded into and stored from the accumulator
- * tiles; the softmax between them as for vdpbf16ps. D a multiple of 32 (fuse_attention.kernel_isa). */
+ * tiles; the softmax between them as for vdpbf16ps. D a multiple of 32 (fuse_attention.build_for). */
 #ifdef KILN_BF16
 #include <immintrin.h>
 typedef int32_t elem; /* a pair of bf16 */
@@ -460,7 +460,7 @@ int KILN_ATTENTION(const elem *q, const elem *kt, const elem *v, const float *ma
   if (DV % VL || DV > MAX_DV || D % PAIR) return -1;
 #ifdef KILN_AMX
   if (D % 32 || D > 256) return -1;
-  _tile_loadconfig(&TILES16);
+  load_tiles(16);
 #endif
   const int nb = (N + KB - 1) / KB, DP = D / PAIR;
   const elem *qh = q + (int64_t)bh * M * DP, *kth = kt + (int64_t)bh * nb * DP * KB;
