@@ -148,6 +148,7 @@ GRAPH_ROWS: tuple[PassSpec, ...] = (
     PassSpec(
         "BF16ConvKernel", lambda o: kp.BF16ConvKernel(o.target.caps.bf16 is BF16.AMX) if vdpbf16ps(o) else None, 2
     ),  # the bf16 convs Winograd did not take
+    PassSpec("BF16Residuals", lambda o: kp.BF16Residuals() if vdpbf16ps(o) else None, 2),  # the residuals in bf16
     PassSpec("FuseBF16Epilogue", lambda o: kp.FuseBF16Epilogue() if vdpbf16ps(o) else None, 2),
     PassSpec("FuseDepthwisePointwise", lambda o: kp.FuseDepthwisePointwise(), 2),
     PassSpec("MergeSiblingMatmuls", lambda o: kp.MergeSiblingMatmuls(), 2),  # before PackDenseWeights packs each

@@ -2,6 +2,7 @@
 
 from .bf16_conv_kernel import BF16ConvKernel
 from .bf16_matmul_kernel import BF16MatmulKernel
+from .bf16_residuals import BF16Residuals
 from .block_grouped_conv import BlockGroupedConv
 from .canonicalize_clip import CanonicalizeClip
 from .conv1d_as_conv2d import Conv1dAsConv2d
@@ -35,6 +36,7 @@ from .winograd import Winograd
 __all__ = [
     "BF16ConvKernel",
     "BF16MatmulKernel",
+    "BF16Residuals",
     "BlockGroupedConv",
     "CanonicalizeClip",
     "Conv1dAsConv2d",

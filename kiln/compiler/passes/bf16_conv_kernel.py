@@ -37,23 +37,27 @@ C_KERNELS = {False: ("kiln_bf16_conv2d_nchw16c", "bf16_conv"), True: ("kiln_amx_
 class Epilogue:
     """What the C kernel does to each output tile as it stores it (kiln_bf16_conv2d_nchw16c's flags):
     + bias, + residual, clamp to [lo, hi] (ReLU: [0, inf], ReLU6: [0, 6]), in that order; written in
-    float32 and/or bf16."""
+    float32 and/or bf16. residual_bf16: the residual is read in bf16 (BF16Residuals' rounded residual stream)."""
 
     bias: bool = False
     residual: bool = False
     clamp: tuple[float, float] | None = None
     float32: bool = True
     bf16: bool = False
+    residual_bf16: bool = False
 
     @property
-    def flags(self) -> int:  # bf16_conv.c: EP_BIAS, EP_RES, EP_CLAMP, EP_F32, EP_BF16
-        return self.bias | self.residual << 1 | (self.clamp is not None) << 2 | self.float32 << 3 | self.bf16 << 4
+    def flags(self) -> int:  # bf16_epilogue.h: EP_BIAS, EP_RES, EP_CLAMP, EP_F32, EP_BF16, EP_RES16
+        res16 = self.residual and self.residual_bf16
+        return (
+            self.bias | self.residual << 1 | (self.clamp is not None) << 2 | self.float32 << 3 | self.bf16 << 4
+        ) | res16 << 5
 
 
 def kernel_func(data_shape, out_blocks, kernel_hw, strides, padding, epilogue: Epilogue = Epilogue(), amx=False):
     """(PrimFunc calling the C kernel once per output row and task, output shape): tasks are pairs of output-
     channel blocks where there are enough of them, else rows. Its parameters: data, packed
-    weights, then the epilogue's bias [1, O/16, 1, 1, 16] and residual (float32, the output's shape) where
+    weights, then the epilogue's bias [1, O/16, 1, 1, 16] and residual (the output's shape, float32 or bf16) where
     it has them, then its outputs (float32, bf16). The conv's geometry is kept in the `kiln.bf16_conv`
     attribute so FuseBF16Epilogue can rebuild the function with an epilogue. amx: the AMX-BF16 kernel,
     whose tasks are pixel ranges (amx_tasks: each gather serves the task's channels), and whose weights are
@@ -65,7 +69,7 @@ def kernel_func(data_shape, out_blocks, kernel_hw, strides, padding, epilogue: E
     out_shape = (1, ob, oh, ow, 16)
     params = [("data", tuple(data_shape), "bfloat16"), ("packed", tuple(packed_shape(ob, ib, kh, kw, amx)), "bfloat16")]
     params += [("bias", (1, ob, 1, 1, 16), "float32")] * epilogue.bias + [
-        ("res", out_shape, "float32")
+        ("res", out_shape, "bfloat16" if epilogue.residual_bf16 else "float32")
     ] * epilogue.residual
     params += [("out", out_shape, "float32")] * epilogue.float32 + [("out16", out_shape, "bfloat16")] * epilogue.bf16
     names = {n for n, _, _ in params}

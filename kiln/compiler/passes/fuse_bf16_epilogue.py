@@ -48,8 +48,18 @@ def _clamp(value) -> tuple[float, float] | None:
     return None
 
 
+def _widened_bf16(bindings, var, shape):
+    """The bf16 tensor of `shape` that `var` casts to float32 (a residual BF16Residuals rounded), else None."""
+    value = next((b.value for b in bindings if b.var.same_as(var)), None)
+    if value is None or op_name(value) != "relax.astype" or str(value.attrs.dtype) != "float32":
+        return None
+    src = value.args[0]
+    return src if isinstance(src, relax.Var) and tensor_type(src) == (shape, "bfloat16") else None
+
+
 def _chain(bindings, i, uses, users, claimed):
-    """Follow binding i's kernel output through single uses: (bias, residual, clamp, chain indices)."""
+    """Follow binding i's kernel output through single uses: (bias, residual, clamp, chain indices); the
+    residual is a bf16 tensor where the add reads one widened to float32."""
     out = tensor_type(bindings[i].var)
     bias = residual = clamp = None
     chain = [i]
@@ -71,7 +81,8 @@ def _chain(bindings, i, uses, users, claimed):
             ):
                 bias = other
             elif residual is None and isinstance(other, relax.Var) and tensor_type(other) == out:
-                residual = other
+                narrow = _widened_bf16(bindings, other, out[0])
+                residual = other if narrow is None else narrow
             else:
                 break
         elif (bounds := _clamp(value)) is not None and value.args[0].same_as(cur):
@@ -97,8 +108,14 @@ def _fuse_block(mod, builder, block, uses, stats):
         casts = bf16_casts(bindings, users, final, claimed)
         if len(chain) == 1 and not casts:
             continue
+        res16 = residual is not None and str(residual.ty.dtype) == "bfloat16"
         ep = Epilogue(
-            bias is not None, residual is not None, clamp, float32=uses.get(final, 0) > len(casts), bf16=bool(casts)
+            bias is not None,
+            residual is not None,
+            clamp,
+            float32=uses.get(final, 0) > len(casts),
+            bf16=bool(casts),
+            residual_bf16=res16,
         )
         data, packed = b.value.args[1].fields
         geometry = [int(v) for v in func.attrs["kiln.bf16_conv"]]

@@ -10,8 +10,8 @@
  *                                   output-channel blocks [ob0, ob1) are written
  * Padding is implicit: rows outside the image are skipped, columns outside it read zeros.
  * Epilogue, applied in registers as each tile is stored (kiln/compiler/passes/fuse_bf16_epilogue.py):
- * + bias [OB, 16] (EP_BIAS), + res [OB, OH, OW, 16] fp32 (EP_RES), clamp to [lo, hi] (EP_CLAMP: ReLU, ReLU6),
- * in this order.
+ * + bias [OB, 16] (EP_BIAS), + res [OB, OH, OW, 16] fp32 (EP_RES; bf16 with EP_RES16), clamp to [lo, hi]
+ * (EP_CLAMP: ReLU, ReLU6), in this order.
  *
  * One function per (NB, T), so every accumulator index is a constant and the NB x T accumulators stay
  * in registers (with a run-time pixel count they lived on the stack: a load and a store around every
