@@ -28,7 +28,9 @@ def _bf16(a):
 
 
 @needs_bf16
-@pytest.mark.parametrize("rows, k, n, bias", [(128, 768, 2304, True), (7, 33, 48, True), (197, 64, 80, False)])
+@pytest.mark.parametrize(
+    "rows, k, n, bias", [(128, 768, 2304, True), (7, 33, 48, True), (197, 64, 80, False), (1, 256, 1000, True)]
+)  # the last: a classifier, its 1000 columns padded to 1008 and the output sliced back
 def test_bf16_matmul_matches_a_bf16_reference(tmp_path, rows, k, n, bias):
     m = _dense(rows, k, n, bias)
     r = kiln.compile(m, tmp_path / "m.kiln", precision="bf16")
@@ -43,9 +45,11 @@ def test_bf16_matmul_matches_a_bf16_reference(tmp_path, rows, k, n, bias):
 
 
 def test_what_it_takes(tmp_path):
-    # columns not a multiple of 16 stay float32; the fp32 build never takes any
-    r = kiln.compile(_dense(8, 32, 40), tmp_path / "a.kiln", precision="bf16", target="llvm -mcpu=znver4")
+    # fewer than 16 columns stay float32 (40 are padded to 48); the fp32 build never takes any
+    r = kiln.compile(_dense(8, 32, 12), tmp_path / "a.kiln", precision="bf16", target="llvm -mcpu=znver4")
     assert r.report["bf16_kernel_matmuls"] == 0
+    r = kiln.compile(_dense(8, 32, 40), tmp_path / "c.kiln", precision="bf16", target="llvm -mcpu=znver4")
+    assert r.report["bf16_kernel_matmuls"] == 1
     r = kiln.compile(_dense(8, 32, 48), tmp_path / "b.kiln", target="llvm -mcpu=znver4")
     assert r.report["bf16_kernel_matmuls"] == 0
 

@@ -197,12 +197,15 @@ def test_kiln_tune_spends_no_trials_on_tile_kernels():
     assert len(kinds[ZNVER4]) == len(kinds[SPR]) + 1
 
 
-@pytest.mark.parametrize("pixels, ob", [(49, 32), (196, 16), (3136, 4), (12, 2), (784, 8), (49, 3)])
+@pytest.mark.parametrize(
+    "pixels, ob", [(49, 32), (196, 16), (3136, 4), (12, 2), (784, 8), (49, 3), (49, 128), (196, 64)]
+)
 def test_amx_bf16_conv_tasks_cover_the_map_once(pixels, ob):
     """The AMX conv's tasks (ranges of two pixel tiles across output rows x output-channel ranges) cover every
     (pixel, channel block) exactly once; a 7 x 7 map's 49 pixels are 4 tiles of 13 (not 7 tiles of 7), and small
-    maps split their channels so there are tasks for the cores."""
-    from kiln.compiler.passes.bf16_conv_kernel import AMX_TASKS, amx_pixel_rows, amx_tasks
+    maps split their channels so there are tasks for the cores. Where the output channels outnumber the pixels
+    WEIGHT_BOUND times (ResNet-50's last stage), every task covers the whole map: each weight is read once."""
+    from kiln.compiler.passes.bf16_conv_kernel import AMX_TASKS, WEIGHT_BOUND, amx_pixel_rows, amx_tasks
 
     loops, args = amx_tasks(pixels, ob)
     tasks = int(re.search(r"T\.parallel\((\d+)\)", loops).group(1))
@@ -210,7 +213,8 @@ def test_amx_bf16_conv_tasks_cover_the_map_once(pixels, ob):
     seen = np.zeros((pixels, ob), int)
     for r in range(tasks):
         ob0, ob1, p0, n, rows = eval(expr, {"r": r, "min": min})  # the kernel's last five arguments for task r
-        assert rows == amx_pixel_rows(pixels) and n == 2 * rows
+        whole = ob * 16 >= WEIGHT_BOUND * pixels
+        assert rows == amx_pixel_rows(pixels) and n == (-(-pixels // rows) * rows if whole else 2 * rows)
         seen[p0 : min(p0 + n, pixels), ob0:ob1] += 1
     assert (seen == 1).all()
     assert amx_pixel_rows(49) == 13 and amx_pixel_rows(196) == 16 and amx_pixel_rows(12) == 12

@@ -40,6 +40,13 @@ def vdpbf16ps(o) -> bool:
     return o.precision == "bf16" and o.target.caps.has_vdpbf16ps
 
 
+def blocked_stem(o) -> bool:
+    """An RGB stem conv is worth 2x2 space-to-depth blocks (SpaceToDepthStem): its 16 channels then take the bf16
+    conv kernel (bf16 on AVX512-BF16) or an int8 kernel (--quantize int8 where the target has one), where its 3
+    channels kept it in float32 on TVM's schedule."""
+    return vdpbf16ps(o) or (o.quantize == "int8" and int8_kernel(o.target.caps) is not None)
+
+
 def bf16_matmul_kernel(o) -> bool:
     """bf16 matmuls by constant weights can run on Kiln's bf16 matmul kernel (BF16MatmulKernel): bf16 on a CPU
     with AVX512-BF16 (vdpbf16ps; AMX tiles where it has AMX-BF16) or Arm BF16 (bfmmla)."""
@@ -123,9 +130,11 @@ GRAPH_ROWS: tuple[PassSpec, ...] = (
     PassSpec("DropDeadConvTaps", lambda o: kp.DropDeadConvTaps(), 1),  # taps that read only padding
     # strided 1x1 convs read a dense slice (not on an accelerator target: backends/vta)
     PassSpec("SubsampleStridedPointwise", lambda o: kp.SubsampleStridedPointwise(), 2),
+    PassSpec("SpaceToDepthStem", lambda o: kp.SpaceToDepthStem() if blocked_stem(o) else None, 2),  # RGB stems
     PassSpec("ConvTransposeAsConv", lambda o: kp.ConvTransposeAsConv(), 1),  # after FoldBatchNorm folds into it
     PassSpec("ResizeAsMatmul", lambda o: kp.ResizeAsMatmul(), 1),
     PassSpec("Quantize", lambda o: None, 1),  # the calibrated QuantizeGraph, given by the quantize flow
+    PassSpec("Int8Residuals", lambda o: kp.Int8Residuals() if o.quantize == "int8" else None, 2),  # uint8 residuals
     PassSpec(
         "Conv1dAsConv2d",
         lambda o: kp.Conv1dAsConv2d(o.target.caps.f32_block) if o.layout in ("NCHWc", "NHWC") else None,
@@ -148,6 +157,7 @@ GRAPH_ROWS: tuple[PassSpec, ...] = (
     PassSpec(
         "BF16ConvKernel", lambda o: kp.BF16ConvKernel(o.target.caps.bf16 is BF16.AMX) if vdpbf16ps(o) else None, 2
     ),  # the bf16 convs Winograd did not take
+    PassSpec("HoistBF16Casts", lambda o: kp.HoistBF16Casts() if vdpbf16ps(o) else None, 2),  # pools, slices in bf16
     PassSpec("BF16Residuals", lambda o: kp.BF16Residuals() if vdpbf16ps(o) else None, 2),  # the residuals in bf16
     PassSpec("FuseBF16Epilogue", lambda o: kp.FuseBF16Epilogue() if vdpbf16ps(o) else None, 2),
     PassSpec("FuseDepthwisePointwise", lambda o: kp.FuseDepthwisePointwise(), 2),

@@ -19,6 +19,8 @@ from .fuse_bf16_epilogue import FuseBF16Epilogue
 from .fuse_bf16_matmul_epilogue import FuseBF16MatmulEpilogue
 from .fuse_depthwise_pointwise import FuseDepthwisePointwise
 from .fuse_epilogue import FuseEpilogue
+from .hoist_bf16_casts import HoistBF16Casts
+from .int8_residuals import Int8Residuals
 from .lift_weights import LiftWeights
 from .lower_qdq import LowerQDQ
 from .merge_sibling_matmuls import MergeSiblingMatmuls
@@ -29,6 +31,7 @@ from .propagate_blocked_layout import PropagateBlockedLayout
 from .remove_noops import RemoveNoOps
 from .remove_zero_channels import RemoveZeroChannels
 from .resize_as_matmul import ResizeAsMatmul
+from .space_to_depth_stem import SpaceToDepthStem
 from .static_dataflow import StaticDataflow
 from .subsample_strided_pointwise import SubsampleStridedPointwise
 from .winograd import Winograd
@@ -53,6 +56,8 @@ __all__ = [
     "FuseBF16MatmulEpilogue",
     "FuseDepthwisePointwise",
     "FuseEpilogue",
+    "HoistBF16Casts",
+    "Int8Residuals",
     "LiftWeights",
     "LowerQDQ",
     "MergeSiblingMatmuls",
@@ -63,6 +68,7 @@ __all__ = [
     "RemoveNoOps",
     "RemoveZeroChannels",
     "ResizeAsMatmul",
+    "SpaceToDepthStem",
     "StaticDataflow",
     "SubsampleStridedPointwise",
     "Winograd",

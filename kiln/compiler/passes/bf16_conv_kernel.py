@@ -28,6 +28,7 @@ CHANNEL_TASKS = (
     16  # output-channel pairs that make enough tasks to parallelize over (else rows, unless there are fewer rows)
 )
 AMX_TASKS = 8  # at least this many AMX tasks (pixel ranges x channel ranges) where the channels allow
+WEIGHT_BOUND = 4  # output channels per output pixel past which an AMX conv's tasks split only its channels
 EXTERN = "kiln_bf16_conv"  # name of the PrimFuncs that call the C kernel (their library must link it)
 # the C function and source of each kernel (schedules/kernels.SOURCES); a PrimFunc's attribute says which it calls
 C_KERNELS = {False: ("kiln_bf16_conv2d_nchw16c", "bf16_conv"), True: ("kiln_amx_bf16_conv2d_nchw16c", "amx_bf16_conv")}
@@ -121,6 +122,8 @@ def amx_tasks(pixels: int, ob: int) -> tuple[str, str]:
     ranges, so a 7 x 7 map's 4 tiles still make 8 tasks for the cores."""
     rows = amx_pixel_rows(pixels)
     span = 2 * rows
+    if ob * 16 >= WEIGHT_BOUND * pixels:  # weights past the gathered pixels: every task over the whole map
+        span = -(-pixels // rows) * rows
     ptasks = -(-pixels // span)
     pairs = -(-ob // 2)
     ctasks = max(1, min(pairs, -(-AMX_TASKS // ptasks)))

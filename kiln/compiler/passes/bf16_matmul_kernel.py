@@ -37,7 +37,9 @@ BLOCK = 16
 
 
 def takes(call) -> bool:
-    """A float32 matmul of static activations [..., M, K] by constant weights [K, N], N a multiple of 16."""
+    """A float32 matmul of static activations [..., M, K] by constant weights [K, N], N at least 16 (the kernel's
+    columns come in blocks of 16: other N are padded with zero columns and the output sliced back, so a
+    1000-class classifier reads bf16 weights too)."""
     if op_name(call) != "relax.matmul" or not isinstance(call.args[1], GenericConst):
         return False
     x, w = float32_shape(call.args[0]), list(call.args[1].value.shape)
@@ -47,7 +49,7 @@ def takes(call) -> bool:
         and str(call.args[1].value.dtype) == "float32"
         and len(x) >= 2
         and x[-1] == w[0]
-        and w[1] % BLOCK == 0
+        and w[1] >= BLOCK
     )
 
 
@@ -243,7 +245,7 @@ def _rewrite(builder, call, uses, lookup, absorbed: list, arch: str, kt: KernelT
     mm, b = fused if fused else (call, None)
     if fused is None and (not takes(call) or any(call.args[1].same_as(w) for w in absorbed)):
         return None
-    w = mm.args[1].value.numpy()
+    w, n = _padded(mm.args[1].value.numpy()), int(mm.args[1].value.shape[1])
     x_shape = float32_shape(mm.args[0])
     # the cast fuses into x's producer, which then writes bf16/fp16; the fp32 kernel reads x as it is
     x_bf16 = kt is FP16 or (kt in (BF16, AMX) and w.shape[0] % 2 == 0)
@@ -254,8 +256,17 @@ def _rewrite(builder, call, uses, lookup, absorbed: list, arch: str, kt: KernelT
     x = builder.emit(relax.op.astype(mm.args[0], kt.dtype)) if x_bf16 else mm.args[0]
     args = [x, relax.const(packed, kt.dtype)]
     if b is not None:
-        args.append(relax.const(np.ascontiguousarray(b.value.numpy().reshape(-1)), "float32"))
-    return relax.call_tir(gv, args, relax.TensorType([*x_shape[:-1], int(w.shape[1])], "float32"))
+        args.append(relax.const(_padded(b.value.numpy().reshape(1, -1))[0], "float32"))
+    out = relax.call_tir(gv, args, relax.TensorType([*x_shape[:-1], int(w.shape[1])], "float32"))
+    if n == w.shape[1]:
+        return out
+    return relax.op.strided_slice(builder.emit(out), axes=[len(x_shape) - 1], begin=[0], end=[n])
+
+
+def _padded(w: np.ndarray) -> np.ndarray:
+    """[K, N] weights (or a [1, N] bias) with zero columns up to a multiple of the kernel's 16-column block."""
+    pad = -w.shape[1] % BLOCK
+    return np.ascontiguousarray(np.pad(w, ((0, 0), (0, pad))) if pad else w)
 
 
 def take_matmuls(mod: tvm.IRModule, arch: str, kt: KernelType) -> tuple[tvm.IRModule, int]:

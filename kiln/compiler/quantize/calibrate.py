@@ -12,6 +12,7 @@ from ...errors import tvm_errors
 from ..executable import build_executable
 from ..hostrun import host_options
 from ..optimize import COUNTERS, Optimized, optimize
+from ..report_keys import pass_counters
 from .calibration import CalibrationSet, RangeCollector, load_calibration
 
 
@@ -107,6 +108,9 @@ def merge_reports(pre: dict, post: dict) -> None:
         post[k] = pre[k]
     for k in COUNTERS:
         post[k] = post.get(k, 0) + pre.get(k, 0)
+    for k, c in pass_counters().items():  # the pre part's passes that count only once they run
+        if k in pre and k not in COUNTERS and c.type is int:
+            post[k] = post.get(k, 0) + pre[k]
     if "zero_channel_layers" in pre:  # RemoveZeroChannels runs before the Quantize row
         post["zero_channel_layers"] = pre["zero_channel_layers"]
     post["pass_seconds"] = {**pre["pass_seconds"], **post["pass_seconds"]}

@@ -1,0 +1,140 @@
+"""Int8Residuals: an int8 CNN's residual stream read as the uint8 codes the next conv already reads. In an int8
+ResNet the block output feeds the next block's first conv as uint8 (quantized in the producer's epilogue) and the
+next residual add in float32, so its kernel wrote it twice (4 + 1 bytes an element) and the add read 4 bytes back.
+Here a residual add whose operand r is also quantized for an int8 layer, `add(x, r)` with `q = quantize(r)`,
+reads `dequantize(q)` instead: the producer then writes uint8 alone and the add reads 1 byte an element, as in
+onnxruntime's QDQ ResNets, whose residual adds read DQ(Q(r)). Only adds of conv maps (4-D or 5-D) whose other
+operand comes from an int8 conv: a transformer's residual stream, with its outliers, stays float32.
+`stats["int8_residuals"]` counts the adds."""
+
+from __future__ import annotations
+
+import numpy as np
+import tvm
+from tvm import relax
+from tvm.ir.expr import GenericConst
+
+from ...counters import Counter
+from ..ir import op_name, var_users
+from .module_map import rewrite_functions
+
+CHAIN_DEPTH = 6  # ops between an int8 conv and the add: cast, scale, zero-point correction, bias, residual, ReLU
+THROUGH = ("relax.add", "relax.subtract", "relax.multiply", "relax.astype", "relax.nn.relu", "relax.clip")
+
+
+def _int8_conv_fed(defs: dict, var, depth: int = CHAIN_DEPTH) -> bool:
+    """`var` is an integer conv's output (int32 accumulators), through its requantizing epilogue."""
+    value = defs.get(var)
+    if value is None or depth < 0:
+        return False
+    if op_name(value) == "relax.nn.conv2d":
+        return str(value.ty.dtype) == "int32"
+    if op_name(value) not in THROUGH:
+        return False
+    return any(isinstance(a, relax.Var) and _int8_conv_fed(defs, a, depth - 1) for a in value.args)
+
+
+def _scalar(e) -> float | None:
+    if not isinstance(e, GenericConst) or e.value.numpy().size != 1:
+        return None
+    return float(e.value.numpy().reshape(()))
+
+
+def _quantized(bindings, users: dict, r, before: int):
+    """(q, scale, zero point) where bindings before index `before` quantize r to uint8 codes q (QuantizeGraph's
+    quantize_act: clip(round(r * (1 / s)) [+ zp], 0, 255) as uint8), else None."""
+    for i in users.get(r, []):
+        if i >= before or op_name(bindings[i].value) != "relax.multiply":
+            continue
+        inv = _scalar(bindings[i].value.args[1])
+        if inv is None or inv <= 0:
+            continue
+        zp, cur, j = 0.0, bindings[i].var, i
+        for name in ("relax.round", "relax.add", "relax.clip", "relax.astype"):
+            nxt = [k for k in users.get(cur, []) if op_name(bindings[k].value) == name]
+            if name == "relax.add" and not nxt:
+                continue  # no zero point
+            if len(nxt) != 1 or len(users.get(cur, [])) != 1 or nxt[0] >= before:
+                break
+            j = nxt[0]
+            if name == "relax.add":
+                zp = _scalar(bindings[j].value.args[1])
+                if zp is None:
+                    break
+            cur = bindings[j].var
+        else:
+            if str(bindings[j].value.attrs.dtype) == "uint8":
+                return cur, float(np.float32(1.0) / np.float32(inv)), zp
+    return None
+
+
+def _dequantized(q, scale: float, zp: float, var):
+    """Bindings computing (float(q) - zp) * scale, and the var holding it."""
+    shape, out = q.ty.shape, []
+    f = var(f"{q.name}_f", relax.TensorType(shape, "float32"))
+    out.append(relax.VarBinding(f, relax.op.astype(q, "float32")))
+    if zp:
+        c = var(f"{q.name}_c", relax.TensorType(shape, "float32"))
+        out.append(relax.VarBinding(c, relax.op.subtract(f, relax.const(np.float32(zp)))))
+        f = c
+    d = var(f"{q.name}_dq", relax.TensorType(shape, "float32"))
+    out.append(relax.VarBinding(d, relax.op.multiply(f, relax.const(np.float32(scale)))))
+    return out, d
+
+
+def _residual_block(block, stats):
+    bindings = list(block.bindings)
+    defs = {b.var: b.value for b in bindings}
+    users = var_users(bindings)
+    var = relax.DataflowVar if isinstance(block, relax.DataflowBlock) else relax.Var
+    out = []
+    for i, b in enumerate(bindings):
+        v = b.value
+        pair = v.args if op_name(v) == "relax.add" and len(v.args) == 2 else ()
+        if not (
+            pair
+            and all(isinstance(a, relax.Var) for a in pair)
+            and not pair[0].same_as(pair[1])
+            and all(str(a.ty.dtype) == "float32" and a.ty.ndim in (4, 5) for a in pair)
+        ):
+            out.append(b)
+            continue
+        got = None
+        for r, x in (pair, pair[::-1]):
+            q = _quantized(bindings, users, r, i) if _int8_conv_fed(defs, x) else None
+            if q is not None:
+                got = (x, *q)
+                break
+        if got is None:
+            out.append(b)
+            continue
+        x, q, scale, zp = got
+        deq, d = _dequantized(q, scale, zp, var)
+        out += deq + [relax.VarBinding(b.var, relax.op.add(x, d))]
+        stats["int8_residuals"] += 1
+    kind = relax.DataflowBlock if isinstance(block, relax.DataflowBlock) else relax.BindingBlock
+    return kind(out)
+
+
+# what Int8Residuals counts in the report (kiln/counters.py)
+COUNTERS: tuple[Counter, ...] = (
+    Counter("int8_residuals", int, "residual adds of int8 convs that read their residual as uint8 codes"),
+)
+
+
+@tvm.transform.module_pass(opt_level=2, name="Int8Residuals")
+class Int8Residuals:
+    COUNTERS = COUNTERS
+
+    def __init__(self):
+        self.stats = {"int8_residuals": 0}
+
+    def transform_module(self, mod: tvm.IRModule, ctx) -> tvm.IRModule:
+        def rewrite(f):
+            if not isinstance(f.body, relax.SeqExpr):
+                return f
+            blocks = [_residual_block(blk, self.stats) for blk in f.body.blocks]
+            return relax.Function(f.params, relax.SeqExpr(blocks, f.body.body), f.ret_ty, f.is_pure, f.attrs)
+
+        out = rewrite_functions(mod, rewrite)
+        return relax.transform.DeadCodeElimination(["main"])(out) if self.stats["int8_residuals"] else mod
