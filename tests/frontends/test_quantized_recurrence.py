@@ -49,11 +49,11 @@ def _quantized_lstm(tmp_path):
 def test_dynamic_quantize_lstm_stacked_matches_onnxruntime(tmp_path, opt_level):
     q = _quantized_lstm(tmp_path)
     assert sum(n.op_type == "DynamicQuantizeLSTM" for n in q.graph.node) == 2
-    kiln.compile(q, tmp_path / "q.kiln", input_shapes=["input:1x8"], opt_level=opt_level)
+    kiln.compile(q, tmp_path / "q.kiln", input_shapes=["input:1x5"], opt_level=opt_level)
     art = kiln.load(tmp_path / "q.kiln")
-    assert art.outputs[0].shape == (1, 8, 10)  # static: both layers kept their shapes
+    assert art.outputs[0].shape == (1, 5, 10)  # static: both layers kept their shapes
     for seed in (2, 3):
-        feeds = {"input": np.random.default_rng(seed).integers(0, 50, (1, 8)).astype(np.int64)}
+        feeds = {"input": np.random.default_rng(seed).integers(0, 50, (1, 5)).astype(np.int64)}
         ours, ref = art.run(feeds)["logits"], ort_run(q, feeds)[0]
         err = np.abs(ours - ref)
         assert (err <= _tolerance(ref)).all(), (err.max(), np.abs(ref).max())

@@ -132,8 +132,8 @@ def test_host_target_follows_the_cpu_flags(monkeypatch):
 
 
 def test_amx_bf16_weights_follow_the_gather_order():
-    """pack(amx=True): B tile row r holds inputs (2r, 2r + 1) of 16 outputs, inputs in (kh, kw, channel)
-    order as amx_bf16_conv.c gathers a receptive field, zero from K to K' (a multiple of 32)."""
+    """pack(amx=True): B tile row r holds inputs (2r, 2r + 1) of 16 outputs, inputs in (kh, input block, kw,
+    channel) order as amx_bf16_conv.c gathers a receptive field, zero from K to K' (a multiple of 32)."""
     from kiln.compiler.passes.bf16_conv_kernel import pack, packed_shape
 
     w = np.random.default_rng(0).standard_normal((2, 3, 3, 3, 16, 16)).astype(np.float32)  # K = 432 -> 448
@@ -141,7 +141,7 @@ def test_amx_bf16_weights_follow_the_gather_order():
     assert p.shape == packed_shape(2, 3, 3, 3, True) == (2, 224, 16, 2)
     flat = p.transpose(0, 1, 3, 2).reshape(2, 448, 16)
     for ob, kh, kw, ib, c in [(0, 0, 0, 0, 0), (1, 2, 1, 2, 15), (1, 1, 2, 0, 7)]:
-        np.testing.assert_array_equal(flat[ob, ((kh * 3 + kw) * 3 + ib) * 16 + c], w[ob, ib, kh, kw, c])
+        np.testing.assert_array_equal(flat[ob, ((kh * 3 + ib) * 3 + kw) * 16 + c], w[ob, ib, kh, kw, c])
     assert not flat[:, 432:].any()
 
 

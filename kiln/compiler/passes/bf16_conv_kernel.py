@@ -141,13 +141,14 @@ def packed_shape(ob: int, ib: int, kh: int, kw: int, amx: bool) -> tuple:
 
 def pack(w: np.ndarray, amx: bool) -> np.ndarray:
     """[O/16, I/16, KH, KW, 16 i, 16 o] -> the kernel's layout (packed_shape); AMX's input order is
-    (kh, kw, input channel), as the kernel gathers a pixel's receptive field, zero past K."""
+    (kh, input block, kw, channel), as the kernel gathers a pixel's receptive field (one row's KW taps of one
+    block are contiguous in NCHW16c), zero past K."""
     ob, ib, kh, kw = w.shape[:4]
     if not amx:
         return np.ascontiguousarray(w.reshape(ob, ib, kh, kw, 8, 2, 16).transpose(0, 1, 2, 3, 4, 6, 5))
     shape = packed_shape(ob, ib, kh, kw, True)
     k = np.zeros((ob, shape[1] * 2, 16), w.dtype)
-    k[:, : kh * kw * ib * 16] = w.transpose(0, 2, 3, 1, 4, 5).reshape(ob, -1, 16)
+    k[:, : kh * kw * ib * 16] = w.transpose(0, 2, 1, 3, 4, 5).reshape(ob, -1, 16)
     return np.ascontiguousarray(k.reshape(ob, shape[1], 2, 16).transpose(0, 1, 3, 2))
 
 

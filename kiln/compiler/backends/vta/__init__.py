@@ -17,11 +17,21 @@ from ..records import no_shipped_records
 # offloaded layers would break their int8 hand-off. The row stays (a no-op here) so that --disable-pass accepts
 # the same names on every LLVM target.
 KEEP_STRIDE = PassSpec("SubsampleStridedPointwise", lambda o: None, 2)
+# the CPU's int8 choices that are not the accelerator's: its first conv stays on the CPU as it is (no space-to-depth
+# blocks), and its residual adds run in its ALU epilogue on int8 hand-offs of their own (no Int8Residuals)
+OWN_ROWS = {
+    r.name: r
+    for r in (
+        KEEP_STRIDE,
+        PassSpec("SpaceToDepthStem", lambda o: None, 2),
+        PassSpec("Int8Residuals", lambda o: None, 2),
+    )
+}
 
 
 def _graph_row(spec: PassSpec) -> PassSpec:
     """The CPU's row, or this backend's own where they differ."""
-    return KEEP_STRIDE if spec.name == KEEP_STRIDE.name else spec
+    return OWN_ROWS.get(spec.name, spec)
 
 
 class VTABackend(cpu.CPUBackend):
