@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 import tvm
 from tvm import relax, te, topi
 from tvm.ir.expr import GenericConst
@@ -239,6 +240,28 @@ def _round(bb, call):
     return bb.call_te(_te_round, call.args[0], primfunc_name_hint="round")
 
 
+def _quantize(bb, call):
+    """relax.quantize with a per-tensor constant scale (a QDQ model's, after LowerQDQ): x * (1 / s), not TVM's
+    x / s, whose vdivps (a zmm every 10-16 cycles) bound ResNet-50's QDQ conv epilogues (benchmarks/history.md).
+    The product may differ from the quotient in its last bit, which moves a value lying exactly on a rounding
+    boundary by one step, as Kiln's own quantizer (it multiplies too). Other scales: TVM's legalization."""
+    scale, zp = call.args[1], call.args[2]
+    if not all(isinstance(e, GenericConst) and e.value.numpy().size == 1 for e in (scale, zp)):
+        return tvm_legalize(bb, call)
+    inv = float(np.float32(1.0) / np.float32(scale.value.numpy().reshape(())))
+    z, dtype = float(zp.value.numpy().reshape(())), str(call.attrs.out_dtype)
+    lo, hi = tvm.tirx.min_value(dtype), tvm.tirx.max_value(dtype)
+
+    def compute(x):
+        def one(*i):
+            r = te.round(x(*i) * tvm.tirx.const(inv, "float32")) + tvm.tirx.const(z, "float32")
+            return te.max(te.min(r, hi.astype("float32")), lo.astype("float32")).astype(dtype)
+
+        return te.compute(x.shape, one, name="quantized")
+
+    return bb.call_te(compute, call.args[0], primfunc_name_hint="quantize")
+
+
 def _finite_test(test: str):
     """isfinite / isinf of a float tensor as comparisons with +-inf: TVM lowers them to fabs and isnan,
     and its vectorizer leaves a loop holding fabs scalar (no TVectorizable). Every float-to-int Cast
@@ -330,6 +353,7 @@ LEGALIZE = {
     "relax.isfinite": _finite_test("isfinite"),
     "relax.isinf": _finite_test("isinf"),
     "relax.round": _round,
+    "relax.quantize": _quantize,
     "relax.power": _power,
     "relax.nn.gelu": _fast_math(gelu_fast_erf),
     "relax.nn.gelu_tanh": _fast_math(gelu_tanh_fast),

@@ -175,10 +175,15 @@ def test_int8_stems_are_blocked_on_amx_targets_too(tmp_path, cin, cout, k, strid
 
 def test_avx512_runs_8_channel_int8_blocks_on_ymm():
     """Compiled for znver4 (not run): a 24-channel int8 conv takes vpdpbusd on ymm, the 16-lane kernel's
-    half-width sibling, and a 3-channel stem the zmm kernel on NCHW4c data."""
-    for model, reg in ((_qdq_conv(48, 24, 1, 1, 0)[0], "ymm"), (_qdq_conv(3, 32, 3, 2, 1)[0], "zmm")):
+    half-width sibling (NarrowBlockLayout), and a 3-channel stride-2 stem the zmm kernel on its 2x2 space-to-depth
+    blocks of 16 channels (SpaceToDepthStem)."""
+    for model, reg, blocked, stems in (
+        (_qdq_conv(48, 24, 1, 1, 0)[0], "ymm", 1, 0),
+        (_qdq_conv(3, 32, 3, 2, 1)[0], "zmm", 0, 1),
+    ):
         asm, report = compiled_asm(model, f"llvm -mcpu=znver4 {X86}")
-        assert report["convs_blocked"] == 1 and report["kernels_unscheduled"] == 0
+        assert report["convs_blocked"] == blocked and report["kernels_unscheduled"] == 0
+        assert report.get("space_to_depth_stems", 0) == stems
         assert re.search(rf"vpdpbusd\s+%{reg}\d+, %{reg}\d+, %{reg}\d+", asm)
 
 

@@ -41,9 +41,10 @@ def vdpbf16ps(o) -> bool:
 
 
 def blocked_stem(o) -> bool:
-    """An RGB stem conv is worth 2x2 space-to-depth blocks (SpaceToDepthStem): its 16 channels then take the bf16
-    conv kernel (bf16 on AVX512-BF16) or an int8 kernel (--quantize int8 where the target has one), where its 3
-    channels kept it in float32 on TVM's schedule."""
+    """A float RGB stem conv is worth 2x2 space-to-depth blocks (SpaceToDepthStem): its 16 channels then take the
+    bf16 conv kernel (bf16 on AVX512-BF16) or an int8 kernel (--quantize int8 where the target has one), where its
+    3 channels kept it in float32 on TVM's schedule. (An integer stem, a QDQ model's, takes them wherever the
+    target has an int8 kernel.)"""
     return vdpbf16ps(o) or (o.quantize == "int8" and int8_kernel(o.target.caps) is not None)
 
 
@@ -122,6 +123,7 @@ def channel_multiple(o) -> int:
 GRAPH_ROWS: tuple[PassSpec, ...] = (
     PassSpec("StaticDataflow", lambda o: kp.StaticDataflow(), 0, required=True),  # TVM's passes see dataflow only
     PassSpec("LowerQDQ", lambda o: kp.LowerQDQ(o.target.caps), 1),  # before FoldConstants folds the weights' DQ
+    PassSpec("FoldQDQPairs", lambda o: kp.FoldQDQPairs(), 1),  # fake quantization between float ops: one rounding
     PassSpec("FoldConstants", lambda o: kp.FoldConstants(), 1),
     PassSpec("CanonicalizeClip", lambda o: kp.CanonicalizeClip(), 1),
     PassSpec("RemoveNoOps", lambda o: kp.RemoveNoOps(), 1),
@@ -130,7 +132,11 @@ GRAPH_ROWS: tuple[PassSpec, ...] = (
     PassSpec("DropDeadConvTaps", lambda o: kp.DropDeadConvTaps(), 1),  # taps that read only padding
     # strided 1x1 convs read a dense slice (not on an accelerator target: backends/vta)
     PassSpec("SubsampleStridedPointwise", lambda o: kp.SubsampleStridedPointwise(), 2),
-    PassSpec("SpaceToDepthStem", lambda o: kp.SpaceToDepthStem() if blocked_stem(o) else None, 2),  # RGB stems
+    PassSpec(
+        "SpaceToDepthStem",
+        lambda o: kp.SpaceToDepthStem(blocked_stem(o)) if blocked_stem(o) or int8_kernel(o.target.caps) else None,
+        2,
+    ),  # RGB stems on 2x2 blocks
     PassSpec("ConvTransposeAsConv", lambda o: kp.ConvTransposeAsConv(), 1),  # after FoldBatchNorm folds into it
     PassSpec("ResizeAsMatmul", lambda o: kp.ResizeAsMatmul(), 1),
     PassSpec("Quantize", lambda o: None, 1),  # the calibrated QuantizeGraph, given by the quantize flow

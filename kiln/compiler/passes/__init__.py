@@ -13,6 +13,7 @@ from .drop_dead_conv_taps import DropDeadConvTaps
 from .f32_matmul_kernel import F32MatmulKernel
 from .fold_batchnorm import FoldBatchNorm
 from .fold_constants import FoldConstants
+from .fold_qdq_pairs import FoldQDQPairs
 from .fp16_matmul_kernel import FP16MatmulKernel
 from .fuse_attention import FuseAttention
 from .fuse_bf16_epilogue import FuseBF16Epilogue
@@ -50,6 +51,7 @@ __all__ = [
     "F32MatmulKernel",
     "FoldBatchNorm",
     "FoldConstants",
+    "FoldQDQPairs",
     "FP16MatmulKernel",
     "FuseAttention",
     "FuseBF16Epilogue",

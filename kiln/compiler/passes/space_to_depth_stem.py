@@ -10,7 +10,10 @@ channels by a few injective ops that fuse with the layout transform and the bf16
 
 Exact (the same products; the added ones are by zeros). Taken: conv2d in NCHW/OIHW (before ConvertLayout) with
 batch 1, stride 2 both ways, no dilation, groups 1, 4 input channels or fewer, a kernel above 2x2 and constant
-weights; only in builds with the bf16 conv kernel (backends/cpu.py). `stats["space_to_depth_stems"]`."""
+weights: float ones in builds whose float stem then runs on a faster kernel (bf16 on the bf16 conv kernel,
+--quantize int8; backends/cpu.py), integer ones (a QDQ model's, after LowerQDQ: its input's zero point is padded
+explicitly, so the blocks' zeros only meet zero weights) wherever the target has an int8 kernel.
+`stats["space_to_depth_stems"]`."""
 
 from __future__ import annotations
 
@@ -27,13 +30,15 @@ from .module_map import rewrite_calls
 BLOCK = 16  # the bf16 conv kernels' channel block (NCHW16c): the blocked input's channels are padded to it
 
 
-def _taken(call) -> bool:
+def _taken(call, float_convs: bool) -> bool:
     if op_name(call) != "relax.nn.conv2d" or not isinstance(call.args[1], GenericConst):
         return False
     a = call.attrs
     xs, ws = static_shape(call.args[0]), static_shape(call.args[1])
+    integer = str(call.args[0].ty.dtype) in ("uint8", "int8")  # a QDQ model's int8 stem, its zero point padded
     return (
-        xs is not None
+        (integer or float_convs)
+        and xs is not None
         and len(xs) == 4
         and xs[0] == 1
         and 4 * xs[1] <= BLOCK
@@ -57,8 +62,8 @@ def blocked_weights(w: np.ndarray) -> np.ndarray:
     return out
 
 
-def _rewrite(builder, call):
-    if not _taken(call):
+def _rewrite(builder, call, float_convs: bool):
+    if not _taken(call, float_convs):
         return None
     a = call.attrs
     x, w = call.args[0], call.args[1].value.numpy()
@@ -99,10 +104,11 @@ COUNTERS: tuple[Counter, ...] = (
 class SpaceToDepthStem:
     COUNTERS = COUNTERS
 
-    def __init__(self):
+    def __init__(self, float_convs: bool = True):
+        self.float_convs = float_convs  # float stems too (bf16 and --quantize int8 builds), not only integer ones
         self.stats = {"space_to_depth_stems": 0}
 
     def transform_module(self, mod: tvm.IRModule, ctx) -> tvm.IRModule:
-        out, n = rewrite_calls(mod, _rewrite)
+        out, n = rewrite_calls(mod, lambda b, call: _rewrite(b, call, self.float_convs))
         self.stats["space_to_depth_stems"] += n
         return out
