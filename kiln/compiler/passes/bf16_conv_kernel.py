@@ -130,7 +130,9 @@ def amx_tasks(pixels: int, ob: int) -> tuple[str, str]:
     per = 2 * -(-pairs // ctasks)
     ctasks = -(-ob // per)
     loops = f"for c in range(1):\n        for r in T.parallel({ptasks * ctasks}):"
-    args = f"r % {ctasks} * {per}, T.min(r % {ctasks} * {per} + {per}, {ob}), r // {ctasks} * {span}, {span}, {rows}"
+    # channel range outer: the thread pool runs contiguous ranges of tasks, so each thread streams its own channels'
+    # weights (once, then from L2), not every channel range's in turn
+    args = f"r // {ptasks} * {per}, T.min(r // {ptasks} * {per} + {per}, {ob}), r % {ptasks} * {span}, {span}, {rows}"
     return loops, args
 
 
