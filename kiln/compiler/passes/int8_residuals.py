@@ -106,7 +106,9 @@ def _residual_block(block, stats):
             continue
         x, q, scale, zp = got
         deq, d = _dequantized(q, scale, zp, var)
-        out += deq + [relax.VarBinding(b.var, relax.op.add(x, d))]
+        at = next(k for k, o in enumerate(out) if o.var.same_as(q)) + 1  # beside the codes, as in a QDQ model
+        out[at:at] = deq
+        out.append(relax.VarBinding(b.var, relax.op.add(x, d)))
         stats["int8_residuals"] += 1
     kind = relax.DataflowBlock if isinstance(block, relax.DataflowBlock) else relax.BindingBlock
     return kind(out)
