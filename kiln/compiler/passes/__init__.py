@@ -21,6 +21,7 @@ from .fuse_bf16_matmul_epilogue import FuseBF16MatmulEpilogue
 from .fuse_depthwise_pointwise import FuseDepthwisePointwise
 from .fuse_epilogue import FuseEpilogue
 from .hoist_bf16_casts import HoistBF16Casts
+from .hoist_quantize import HoistQuantize
 from .int8_residuals import Int8Residuals
 from .lift_weights import LiftWeights
 from .lower_qdq import LowerQDQ
@@ -59,6 +60,7 @@ __all__ = [
     "FuseDepthwisePointwise",
     "FuseEpilogue",
     "HoistBF16Casts",
+    "HoistQuantize",
     "Int8Residuals",
     "LiftWeights",
     "LowerQDQ",

@@ -25,6 +25,7 @@ OWN_ROWS = {
         KEEP_STRIDE,
         PassSpec("SpaceToDepthStem", lambda o: None, 2),
         PassSpec("Int8Residuals", lambda o: None, 2),
+        PassSpec("HoistQuantize", lambda o: None, 2),
     )
 }
 

@@ -1,0 +1,126 @@
+"""HoistQuantize: in a --quantize int8 build, the quantization of a max pool's or a strided slice's output moves above
+it (the int8 twin of HoistBF16Casts). QuantizeGraph's quantize, clip(round(x * (1 / s)) [+ zp], 0, 255) as uint8,
+is elementwise with scalar parameters and never decreasing in x, so it commutes with picking values (a slice) and
+with taking their maximum (a max pool, whose padding is the dtype's lowest value on either side): exact. The op then
+runs on uint8, and the conv before it writes uint8 (1 byte an element) in its epilogue instead of float32 (4):
+ResNet's stem conv for its max pool, each stage's last block for the strided slice of its downsample shortcut.
+Only where the op's output is read by the quantize alone and its input is float32. Where that input is quantized
+already for another int8 layer (a stage's last block output, read by the next block's first conv), the slice
+reads those codes: the shortcut's input then takes that layer's calibrated range (the whole tensor's, which holds
+the slice's) instead of its own, and the block writes uint8 alone. `stats["quantizes_hoisted"]`."""
+
+from __future__ import annotations
+
+import tvm
+from tvm import relax
+from tvm.ir.expr import GenericConst
+
+from ...counters import Counter
+from ..ir import op_name, var_users
+from .module_map import rewrite_functions
+
+COMMUTING = ("relax.nn.max_pool2d", "relax.strided_slice")
+CHAIN = ("relax.multiply", "relax.round", "relax.add", "relax.clip", "relax.astype")  # quantize_act's ops
+
+
+def _scalar_const(e) -> bool:
+    return isinstance(e, GenericConst) and e.value.numpy().size == 1
+
+
+def _quantize_chain(bindings, users: dict, y, start: int | None = None):
+    """The binding indices of quantize_act's chain reading y (multiply by a positive scalar, round, [add a scalar],
+    clip, astype to uint8), each the only reader of the one before (y itself: its only reader, or the binding
+    `start` among its readers), else None."""
+    idx, cur = [], y
+    for name in CHAIN:
+        nxt = [start] if cur is y and start is not None else users.get(cur, [])
+        if len(nxt) != 1 or op_name(bindings[nxt[0]].value) != name:
+            if name == "relax.add":
+                continue
+            return None
+        v = bindings[nxt[0]].value
+        if name == "relax.multiply" and not (_scalar_const(v.args[1]) and float(v.args[1].value.numpy()) > 0):
+            return None
+        if name == "relax.add" and not _scalar_const(v.args[1]):
+            return None
+        if name == "relax.astype" and str(v.attrs.dtype) != "uint8":
+            return None
+        idx.append(nxt[0])
+        cur = bindings[nxt[0]].var
+    return idx
+
+
+def _codes_before(bindings, users: dict, x, before: int):
+    """The uint8 codes of an existing quantize chain on x that ends before binding `before`, else None."""
+    for i in users.get(x, []):
+        if i < before and op_name(bindings[i].value) == "relax.multiply":
+            chain = _quantize_chain(bindings, users, x, start=i)
+            if chain is not None and chain[-1] < before:
+                return bindings[chain[-1]].var
+    return None
+
+
+def _hoist_block(block, stats):
+    bindings = list(block.bindings)
+    users = var_users(bindings)
+    var = relax.DataflowVar if isinstance(block, relax.DataflowBlock) else relax.Var
+    replace: dict = {}
+    for j, b in enumerate(bindings):
+        op = b.value
+        if op_name(op) not in COMMUTING or not isinstance(op.args[0], relax.Var) or j in replace:
+            continue
+        x = op.args[0]
+        chain = _quantize_chain(bindings, users, b.var) if str(x.ty.dtype) == "float32" else None
+        if chain is None:
+            continue
+        codes = _codes_before(bindings, users, x, j) if op_name(op) == "relax.strided_slice" else None
+        if codes is not None:  # x is quantized already (for another int8 layer): slice those codes
+            last = bindings[chain[-1]].var
+            replace[j] = [relax.VarBinding(last, relax.Call(op.op, [codes, *op.args[1:]], op.attrs))]
+            for k in chain:
+                replace[k] = []
+            stats["quantizes_hoisted"] += 1
+            continue
+        new, cur = [], x
+        for k in chain:  # the chain on x, just before the op
+            v = bindings[k].value
+            out = var(f"{bindings[k].var.name}_h", relax.TensorType(x.ty.shape, bindings[k].var.ty.dtype))
+            new.append(relax.VarBinding(out, relax.Call(v.op, [cur, *v.args[1:]], v.attrs)))
+            cur = out
+        last = bindings[chain[-1]].var
+        replace[j] = new + [relax.VarBinding(last, relax.Call(op.op, [cur, *op.args[1:]], op.attrs))]
+        for k in chain:
+            replace[k] = []
+        stats["quantizes_hoisted"] += 1
+    if not replace:
+        return block
+    out = [nb for i, b in enumerate(bindings) for nb in replace.get(i, [b])]
+    kind = relax.DataflowBlock if isinstance(block, relax.DataflowBlock) else relax.BindingBlock
+    return kind(out)
+
+
+# what HoistQuantize counts in the report (kiln/counters.py)
+COUNTERS: tuple[Counter, ...] = (
+    Counter("quantizes_hoisted", int, "int8 quantizes moved above a max pool or strided slice"),
+)
+
+
+@tvm.transform.module_pass(opt_level=2, name="HoistQuantize")
+class HoistQuantize:
+    COUNTERS = COUNTERS
+
+    def __init__(self):
+        self.stats = {"quantizes_hoisted": 0}
+
+    def transform_module(self, mod: tvm.IRModule, ctx) -> tvm.IRModule:
+        def rewrite(f):
+            if not isinstance(f.body, relax.SeqExpr):
+                return f
+            blocks = [_hoist_block(blk, self.stats) for blk in f.body.blocks]
+            return relax.Function(f.params, relax.SeqExpr(blocks, f.body.body), f.ret_ty, f.is_pure, f.attrs)
+
+        # QuantizeGraph quantizes a tensor once per int8 layer reading it, with the same parameters where the layers
+        # read the same tensor (a max pool's output read by a block's first conv and its shortcut): one chain
+        merged = relax.transform.EliminateCommonSubexpr()(mod)
+        out = rewrite_functions(merged, rewrite)
+        return relax.transform.DeadCodeElimination(["main"])(out) if self.stats["quantizes_hoisted"] else mod

@@ -1,0 +1,49 @@
+"""HoistQuantize: in a --quantize int8 build the quantize after a max pool moves above it (exact: the same result
+bit for bit, the conv before the pool writes uint8), and a strided 1x1 shortcut reads a slice of the codes its
+input already has for the next conv (close to onnxruntime's float result)."""
+
+import numpy as np
+import pytest
+from helpers import make_model, ort_run, rand
+from onnx import helper
+
+import kiln
+
+
+def _stem_pool_block():
+    """conv 3x3 -> ReLU -> max pool = p; p -> conv 1x1 = a (-> ReLU); p -> stride-2 1x1 conv = d; the graph's
+    outputs: a's ReLU and d (the shortcut reads p sliced)."""
+    nodes = [
+        helper.make_node("Conv", ["x", "w0", "b0"], ["c0"], kernel_shape=[3, 3], pads=[1, 1, 1, 1]),
+        helper.make_node("Relu", ["c0"], ["r0"]),
+        helper.make_node("MaxPool", ["r0"], ["p"], kernel_shape=[3, 3], pads=[1, 1, 1, 1], strides=[2, 2]),
+        helper.make_node("Conv", ["p", "w1", "b1"], ["c1"], kernel_shape=[1, 1]),
+        helper.make_node("Relu", ["c1"], ["a"]),
+        helper.make_node("Conv", ["a", "w2", "b2"], ["d"], kernel_shape=[1, 1], strides=[2, 2]),
+        helper.make_node("Conv", ["a", "w3", "b3"], ["e"], kernel_shape=[1, 1]),
+    ]
+    inits = {f"w{i}": rand(32, 16 if i == 0 else 32, k, k, seed=i + 1) * 0.2 for i, k in enumerate((3, 1, 1, 1))}
+    inits.update({f"b{i}": rand(32, seed=10 + i) * 0.1 for i in range(4)})
+    return make_model(nodes, {"x": rand(1, 16, 16, 16)}, ["d", "e"], inits)
+
+
+def _cosine(a, b):
+    return float(a.ravel() @ b.ravel() / np.linalg.norm(a) / np.linalg.norm(b))
+
+
+def test_pool_and_slice_read_codes(tmp_path):
+    m = _stem_pool_block()
+    np.savez(tmp_path / "calib.npz", x=rand(12, 16, 16, 16, seed=3))
+    opts = dict(quantize="int8", calibration=tmp_path / "calib.npz", calib_samples=12)
+    on = kiln.compile(m, tmp_path / "on.kiln", **opts)
+    if len(on.report["quantization"]["int8_layers"]) < 4:
+        pytest.skip("no int8 kernel for this host's CPU: the layers stay float, nothing is quantized")
+    off = kiln.compile(m, tmp_path / "off.kiln", disabled_passes=("HoistQuantize",), **opts)
+    assert on.report["quantizes_hoisted"] == 2 and "quantizes_hoisted" not in off.report  # the pool, the slice
+    x = rand(1, 16, 16, 16, seed=8)
+    ref = ort_run(m, {"x": x})
+    got_on, got_off = (kiln.load(tmp_path / f"{n}.kiln").run({"x": x}) for n in ("on", "off"))
+    # the pool's quantize commutes exactly: the branch that never reads the slice is bit-identical
+    np.testing.assert_array_equal(got_on["e"], got_off["e"])
+    # the shortcut reads a's codes (a's calibrated range, which holds the slice's): close to float
+    assert _cosine(got_on["d"], ref[0]) > 0.999 and _cosine(got_on["e"], ref[1]) > 0.999
