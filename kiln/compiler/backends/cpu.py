@@ -205,9 +205,7 @@ LOWER_ROWS: tuple[PassSpec, ...] = (
     ),
     PassSpec("AnnotateTIROpPattern", lambda o: relax.transform.AnnotateTIROpPattern(), 0, required=True, graph=False),
     PassSpec("FoldConstantTIR", lambda o: relax.transform.FoldConstant(), 1, graph=False),
-    # `a = b` aliases (left by the layout passes) hide a producer from FuseOps: an int8 residual's dequantize ran
-    # as a kernel of its own that wrote float32
-    PassSpec("CanonicalizeBindings", lambda o: relax.transform.CanonicalizeBindings(), 1, graph=False),
+    PassSpec("CanonicalizeAliases", lambda o: kp.CanonicalizeAliases(), 1, graph=False),  # aliases hide producers
     PassSpec("FuseOps", lambda o: relax.transform.FuseOps(), 1, graph=False),
     PassSpec("FuseTIR", lambda o: relax.transform.FuseTIR(), 0, required=True, graph=False),
     PassSpec(

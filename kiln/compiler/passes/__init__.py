@@ -4,6 +4,7 @@ from .bf16_conv_kernel import BF16ConvKernel
 from .bf16_matmul_kernel import BF16MatmulKernel
 from .bf16_residuals import BF16Residuals
 from .block_grouped_conv import BlockGroupedConv
+from .canonicalize_aliases import CanonicalizeAliases
 from .canonicalize_clip import CanonicalizeClip
 from .conv1d_as_conv2d import Conv1dAsConv2d
 from .conv_transpose_as_conv import ConvTransposeAsConv
@@ -43,6 +44,7 @@ __all__ = [
     "BF16MatmulKernel",
     "BF16Residuals",
     "BlockGroupedConv",
+    "CanonicalizeAliases",
     "CanonicalizeClip",
     "Conv1dAsConv2d",
     "ConvTransposeAsConv",
