@@ -3,11 +3,10 @@ it (the int8 twin of HoistBF16Casts). QuantizeGraph's quantize, clip(round(x * (
 is elementwise with scalar parameters and never decreasing in x, so it commutes with picking values (a slice) and
 with taking their maximum (a max pool, whose padding is the dtype's lowest value on either side): exact. The op then
 runs on uint8, and the conv before it writes uint8 (1 byte an element) in its epilogue instead of float32 (4):
-ResNet's stem conv for its max pool, each stage's last block for the strided slice of its downsample shortcut.
-Only where the op's output is read by the quantize alone and its input is float32. Where that input is quantized
-already for another int8 layer (a stage's last block output, read by the next block's first conv), the slice
-reads those codes: the shortcut's input then takes that layer's calibrated range (the whole tensor's, which holds
-the slice's) instead of its own, and the block writes uint8 alone. `stats["quantizes_hoisted"]`."""
+ResNet's stem conv for its max pool.
+Only where the op's output is read by the quantize alone and its input is float32. (Letting a strided shortcut
+slice the codes its input already has for the next block's first conv, with that conv's calibrated range, took
+ResNet-50's int8 logits from 0.74 to 5.25 off float32's at most: not done.) `stats["quantizes_hoisted"]`."""
 
 from __future__ import annotations
 
@@ -27,13 +26,12 @@ def _scalar_const(e) -> bool:
     return isinstance(e, GenericConst) and e.value.numpy().size == 1
 
 
-def _quantize_chain(bindings, users: dict, y, start: int | None = None):
+def _quantize_chain(bindings, users: dict, y):
     """The binding indices of quantize_act's chain reading y (multiply by a positive scalar, round, [add a scalar],
-    clip, astype to uint8), each the only reader of the one before (y itself: its only reader, or the binding
-    `start` among its readers), else None."""
+    clip, astype to uint8), each the only reader of the one before, else None."""
     idx, cur = [], y
     for name in CHAIN:
-        nxt = [start] if cur is y and start is not None else users.get(cur, [])
+        nxt = users.get(cur, [])
         if len(nxt) != 1 or op_name(bindings[nxt[0]].value) != name:
             if name == "relax.add":
                 continue
@@ -50,16 +48,6 @@ def _quantize_chain(bindings, users: dict, y, start: int | None = None):
     return idx
 
 
-def _codes_before(bindings, users: dict, x, before: int):
-    """The uint8 codes of an existing quantize chain on x that ends before binding `before`, else None."""
-    for i in users.get(x, []):
-        if i < before and op_name(bindings[i].value) == "relax.multiply":
-            chain = _quantize_chain(bindings, users, x, start=i)
-            if chain is not None and chain[-1] < before:
-                return bindings[chain[-1]].var
-    return None
-
-
 def _hoist_block(block, stats):
     bindings = list(block.bindings)
     users = var_users(bindings)
@@ -72,14 +60,6 @@ def _hoist_block(block, stats):
         x = op.args[0]
         chain = _quantize_chain(bindings, users, b.var) if str(x.ty.dtype) == "float32" else None
         if chain is None:
-            continue
-        codes = _codes_before(bindings, users, x, j) if op_name(op) == "relax.strided_slice" else None
-        if codes is not None:  # x is quantized already (for another int8 layer): slice those codes
-            last = bindings[chain[-1]].var
-            replace[j] = [relax.VarBinding(last, relax.Call(op.op, [codes, *op.args[1:]], op.attrs))]
-            for k in chain:
-                replace[k] = []
-            stats["quantizes_hoisted"] += 1
             continue
         new, cur = [], x
         for k in chain:  # the chain on x, just before the op
