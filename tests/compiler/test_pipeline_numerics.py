@@ -11,11 +11,24 @@ from kiln import zoo
 from kiln.compiler.backends.cpu import ROWS as CPU_PIPELINE
 from kiln.target import Target
 
-# passes with work to do on these float models in NHWC (LowerQDQ, Quantize, MixedPrecision and
-# BF16ConvKernel act only on quantized models or when asked: tests/compiler/test_quantize.py; the
+# passes with work to do on these float models in NHWC (the quantized and bf16 builds' passes act only on
+# quantized models or when asked: tests/compiler/test_quantize.py, test_bf16_epilogue.py, test_fold_qdq_pairs.py,
+# test_int8_residuals.py, test_hoist_quantize.py, test_hoist_bf16_casts.py, test_space_to_depth_stem.py; the
 # NCHWc-only passes are disabled in turn in tests/compiler/test_propagate_layout.py, test_winograd.py and
 # test_block_grouped_conv.py)
-QUANT_ROWS = ("LowerQDQ", "Quantize", "MixedPrecision", "BF16ConvKernel", "FuseBF16Epilogue")
+QUANT_ROWS = (
+    "LowerQDQ",
+    "FoldQDQPairs",
+    "Quantize",
+    "Int8Residuals",
+    "HoistQuantize",
+    "SpaceToDepthStem",
+    "MixedPrecision",
+    "BF16ConvKernel",
+    "HoistBF16Casts",
+    "BF16Residuals",
+    "FuseBF16Epilogue",
+)
 NCHWC_ROWS = ("NarrowBlockLayout", "BlockGroupedConv", "PropagateBlockedLayout", "Winograd")
 # nothing to rewrite in these models: no conv1d (tests/compiler/test_conv1d_as_conv2d.py), no conv reading
 # mostly padding (test_drop_dead_conv_taps.py), no ConvTranspose (test_conv_transpose_as_conv.py), no Resize
