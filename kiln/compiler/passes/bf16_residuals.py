@@ -17,7 +17,7 @@ from tvm import relax
 from ...counters import Counter
 from ..ir import op_name
 from .epilogue_outputs import called_primfunc, tensor_type
-from .module_map import rewrite_functions
+from .module_map import block_like, rewrite_blocks, var_like
 
 CHAIN_DEPTH = 4  # ops between a kernel call and the add: + bias, + residual, ReLU, and one to spare
 
@@ -64,7 +64,7 @@ def _residual(mod, defs: dict, value):
 def _round_block(mod, block, stats):
     bindings = list(block.bindings)
     defs = {b.var: b.value for b in bindings}
-    var = relax.DataflowVar if isinstance(block, relax.DataflowBlock) else relax.Var
+    var = var_like(block)
     out = []
     for i, b in enumerate(bindings):
         pair = _residual(mod, defs, b.value)
@@ -82,8 +82,7 @@ def _round_block(mod, block, stats):
         x = pair[1] if r.same_as(pair[0]) else pair[0]
         out.append(relax.VarBinding(b.var, relax.op.add(x, widened)))
         stats["bf16_residuals"] += 1
-    kind = relax.DataflowBlock if isinstance(block, relax.DataflowBlock) else relax.BindingBlock
-    return kind(out)
+    return block_like(block, out)
 
 
 # what BF16Residuals counts in the report (kiln/counters.py)
@@ -100,11 +99,6 @@ class BF16Residuals:
         self.stats = {"bf16_residuals": 0}
 
     def transform_module(self, mod: tvm.IRModule, ctx) -> tvm.IRModule:
-        def rewrite(f):
-            if not isinstance(f.body, relax.SeqExpr):
-                return f
-            blocks = [_round_block(mod, blk, self.stats) for blk in f.body.blocks]
-            return relax.Function(f.params, relax.SeqExpr(blocks, f.body.body), f.ret_ty, f.is_pure, f.attrs)
 
-        out = rewrite_functions(mod, rewrite)
+        out = rewrite_blocks(mod, lambda blk: _round_block(mod, blk, self.stats))
         return out if self.stats["bf16_residuals"] else mod

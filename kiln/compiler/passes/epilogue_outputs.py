@@ -10,7 +10,7 @@ from tvm import relax
 
 from ..ir import op_name, var_uses
 from .counting import static_shape
-from .module_map import keep_added_functions, rewrite_functions
+from .module_map import block_like, keep_added_functions, rewrite_functions, var_like
 
 CALL_TIR = tvm.ir.Op.get("relax.call_tir")
 
@@ -86,8 +86,7 @@ def rebind(block, bindings, chain: list[int], casts: list[int], call, types: lis
         for k in casts[0 if float32 else 1 :]:
             replace[k] = [relax.VarBinding(bindings[k].var, first)]
         return
-    var = relax.DataflowVar if isinstance(block, relax.DataflowBlock) else relax.Var
-    both = var(f"{final.name}_ep", relax.TupleType(types))
+    both = var_like(block)(f"{final.name}_ep", relax.TupleType(types))
     replace[chain[-1]] = [relax.VarBinding(both, call), relax.VarBinding(final, relax.TupleGetItem(both, 0))]
     for k in casts:
         replace[k] = [relax.VarBinding(bindings[k].var, relax.TupleGetItem(both, 1))]
@@ -97,6 +96,4 @@ def rebuilt(block, bindings, replace: dict):
     """The block with `replace` applied (the block itself where nothing changed)."""
     if not replace:
         return block
-    new_bindings = [nb for i, b in enumerate(bindings) for nb in replace.get(i, [b])]
-    kind = relax.DataflowBlock if isinstance(block, relax.DataflowBlock) else relax.BindingBlock
-    return kind(new_bindings)
+    return block_like(block, [nb for i, b in enumerate(bindings) for nb in replace.get(i, [b])])

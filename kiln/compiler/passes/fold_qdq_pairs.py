@@ -17,7 +17,7 @@ from tvm.ir.expr import GenericConst
 
 from ...counters import Counter
 from ..ir import op_name, var_users
-from .module_map import rewrite_functions
+from .module_map import block_like, rewrite_blocks
 
 RANGES = {"uint8": (0, 255), "int8": (-128, 127)}
 
@@ -62,8 +62,7 @@ def _fold_block(block, stats):
             relax.VarBinding(b.var, relax.op.multiply(relax.op.clip(r, lo - z, hi - z), relax.const(np.float32(s))))
         )
         stats["qdq_pairs_folded"] += 1
-    kind = relax.DataflowBlock if isinstance(block, relax.DataflowBlock) else relax.BindingBlock
-    return kind(out)
+    return block_like(block, out)
 
 
 # what FoldQDQPairs counts in the report (kiln/counters.py)
@@ -80,11 +79,6 @@ class FoldQDQPairs:
         self.stats = {"qdq_pairs_folded": 0}
 
     def transform_module(self, mod: tvm.IRModule, ctx) -> tvm.IRModule:
-        def rewrite(f):
-            if not isinstance(f.body, relax.SeqExpr):
-                return f
-            blocks = [_fold_block(blk, self.stats) for blk in f.body.blocks]
-            return relax.Function(f.params, relax.SeqExpr(blocks, f.body.body), f.ret_ty, f.is_pure, f.attrs)
 
-        out = rewrite_functions(mod, rewrite)
+        out = rewrite_blocks(mod, lambda blk: _fold_block(blk, self.stats))
         return relax.transform.DeadCodeElimination(["main"])(out) if self.stats["qdq_pairs_folded"] else mod

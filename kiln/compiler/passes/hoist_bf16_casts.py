@@ -14,7 +14,8 @@ from tvm import relax
 
 from ...counters import Counter
 from ..ir import op_name, var_users
-from .module_map import rewrite_functions
+from .epilogue_outputs import rebuilt
+from .module_map import rewrite_blocks, var_like
 
 COMMUTING = ("relax.nn.max_pool2d", "relax.strided_slice", "relax.reshape", "relax.permute_dims")
 
@@ -27,7 +28,7 @@ def _hoist_block(block, stats):
     bindings = list(block.bindings)
     defs = {b.var: (i, b.value) for i, b in enumerate(bindings)}
     users = var_users(bindings)
-    var = relax.DataflowVar if isinstance(block, relax.DataflowBlock) else relax.Var
+    var = var_like(block)
     casts = {b.value.args[0]: b.var for b in bindings if _cast_to_bf16(b.value)}
     replace: dict = {}
     for i, b in enumerate(bindings):
@@ -49,11 +50,7 @@ def _hoist_block(block, stats):
         replace[j] = new + [relax.VarBinding(b.var, moved)]
         replace[i] = []
         stats["bf16_casts_hoisted"] += 1
-    if not replace:
-        return block
-    out = [nb for i, b in enumerate(bindings) for nb in replace.get(i, [b])]
-    kind = relax.DataflowBlock if isinstance(block, relax.DataflowBlock) else relax.BindingBlock
-    return kind(out)
+    return rebuilt(block, bindings, replace)
 
 
 # what HoistBF16Casts counts in the report (kiln/counters.py)
@@ -70,11 +67,6 @@ class HoistBF16Casts:
         self.stats = {"bf16_casts_hoisted": 0}
 
     def transform_module(self, mod: tvm.IRModule, ctx) -> tvm.IRModule:
-        def rewrite(f):
-            if not isinstance(f.body, relax.SeqExpr):
-                return f
-            blocks = [_hoist_block(blk, self.stats) for blk in f.body.blocks]
-            return relax.Function(f.params, relax.SeqExpr(blocks, f.body.body), f.ret_ty, f.is_pure, f.attrs)
 
-        out = rewrite_functions(mod, rewrite)
+        out = rewrite_blocks(mod, lambda blk: _hoist_block(blk, self.stats))
         return relax.transform.DeadCodeElimination(["main"])(out) if self.stats["bf16_casts_hoisted"] else mod

@@ -16,7 +16,8 @@ from tvm.ir.expr import GenericConst
 
 from ...counters import Counter
 from ..ir import op_name, var_users
-from .module_map import rewrite_functions
+from .epilogue_outputs import rebuilt
+from .module_map import rewrite_blocks, var_like
 
 COMMUTING = ("relax.nn.max_pool2d", "relax.strided_slice")
 CHAIN = ("relax.multiply", "relax.round", "relax.add", "relax.clip", "relax.astype")  # quantize_act's ops
@@ -51,7 +52,7 @@ def _quantize_chain(bindings, users: dict, y):
 def _hoist_block(block, stats):
     bindings = list(block.bindings)
     users = var_users(bindings)
-    var = relax.DataflowVar if isinstance(block, relax.DataflowBlock) else relax.Var
+    var = var_like(block)
     replace: dict = {}
     for j, b in enumerate(bindings):
         op = b.value
@@ -72,11 +73,7 @@ def _hoist_block(block, stats):
         for k in chain:
             replace[k] = []
         stats["quantizes_hoisted"] += 1
-    if not replace:
-        return block
-    out = [nb for i, b in enumerate(bindings) for nb in replace.get(i, [b])]
-    kind = relax.DataflowBlock if isinstance(block, relax.DataflowBlock) else relax.BindingBlock
-    return kind(out)
+    return rebuilt(block, bindings, replace)
 
 
 # what HoistQuantize counts in the report (kiln/counters.py)
@@ -93,14 +90,9 @@ class HoistQuantize:
         self.stats = {"quantizes_hoisted": 0}
 
     def transform_module(self, mod: tvm.IRModule, ctx) -> tvm.IRModule:
-        def rewrite(f):
-            if not isinstance(f.body, relax.SeqExpr):
-                return f
-            blocks = [_hoist_block(blk, self.stats) for blk in f.body.blocks]
-            return relax.Function(f.params, relax.SeqExpr(blocks, f.body.body), f.ret_ty, f.is_pure, f.attrs)
 
         # QuantizeGraph quantizes a tensor once per int8 layer reading it, with the same parameters where the layers
         # read the same tensor (a max pool's output read by a block's first conv and its shortcut): one chain
         merged = relax.transform.EliminateCommonSubexpr()(mod)
-        out = rewrite_functions(merged, rewrite)
+        out = rewrite_blocks(merged, lambda blk: _hoist_block(blk, self.stats))
         return relax.transform.DeadCodeElimination(["main"])(out) if self.stats["quantizes_hoisted"] else mod

@@ -16,7 +16,7 @@ from tvm.ir.expr import GenericConst
 
 from ...counters import Counter
 from ..ir import op_name, var_users
-from .module_map import rewrite_functions
+from .module_map import block_like, rewrite_blocks, var_like
 
 CHAIN_DEPTH = 6  # ops between an int8 conv and the add: cast, scale, zero-point correction, bias, residual, ReLU
 THROUGH = ("relax.add", "relax.subtract", "relax.multiply", "relax.astype", "relax.nn.relu", "relax.clip")
@@ -82,7 +82,7 @@ def _residual_block(block, stats):
     bindings = list(block.bindings)
     defs = {b.var: b.value for b in bindings}
     users = var_users(bindings)
-    var = relax.DataflowVar if isinstance(block, relax.DataflowBlock) else relax.Var
+    var = var_like(block)
     out = []
     for i, b in enumerate(bindings):
         v = b.value
@@ -110,8 +110,7 @@ def _residual_block(block, stats):
         out[at:at] = deq
         out.append(relax.VarBinding(b.var, relax.op.add(x, d)))
         stats["int8_residuals"] += 1
-    kind = relax.DataflowBlock if isinstance(block, relax.DataflowBlock) else relax.BindingBlock
-    return kind(out)
+    return block_like(block, out)
 
 
 # what Int8Residuals counts in the report (kiln/counters.py)
@@ -128,11 +127,6 @@ class Int8Residuals:
         self.stats = {"int8_residuals": 0}
 
     def transform_module(self, mod: tvm.IRModule, ctx) -> tvm.IRModule:
-        def rewrite(f):
-            if not isinstance(f.body, relax.SeqExpr):
-                return f
-            blocks = [_residual_block(blk, self.stats) for blk in f.body.blocks]
-            return relax.Function(f.params, relax.SeqExpr(blocks, f.body.body), f.ret_ty, f.is_pure, f.attrs)
 
-        out = rewrite_functions(mod, rewrite)
+        out = rewrite_blocks(mod, lambda blk: _residual_block(blk, self.stats))
         return relax.transform.DeadCodeElimination(["main"])(out) if self.stats["int8_residuals"] else mod

@@ -1,6 +1,6 @@
 """What the rewriting passes share: the loop that applies a rewrite to every Relax function of a
-module that is not a fused primitive, into a copy (never mutate the caller's module), and a
-mutator that replaces the calls a function picks, counting them."""
+module that is not a fused primitive, into a copy (never mutate the caller's module), the same over every
+binding block, and a mutator that replaces the calls a function picks, counting them."""
 
 from __future__ import annotations
 
@@ -16,6 +16,28 @@ def rewrite_functions(mod: tvm.IRModule, rewrite: Callable[[relax.Function], rel
         if isinstance(f, relax.Function) and "Primitive" not in (f.attrs or {}):
             out[gv] = rewrite(f)
     return out
+
+
+def rewrite_blocks(mod: tvm.IRModule, rewrite: Callable) -> tvm.IRModule:
+    """rewrite(block) -> block over every binding block of every function rewrite_functions visits."""
+
+    def one(f):
+        if not isinstance(f.body, relax.SeqExpr):
+            return f
+        blocks = [rewrite(blk) for blk in f.body.blocks]
+        return relax.Function(f.params, relax.SeqExpr(blocks, f.body.body), f.ret_ty, f.is_pure, f.attrs)
+
+    return rewrite_functions(mod, one)
+
+
+def block_like(block, bindings: list):
+    """A block of `block`'s kind (dataflow or not) holding `bindings`."""
+    return (relax.DataflowBlock if isinstance(block, relax.DataflowBlock) else relax.BindingBlock)(bindings)
+
+
+def var_like(block):
+    """The Var class for new bindings in `block`: DataflowVar inside a dataflow block."""
+    return relax.DataflowVar if isinstance(block, relax.DataflowBlock) else relax.Var
 
 
 @relax.expr_functor.mutator
