@@ -1,7 +1,8 @@
 """A model quantized by onnxruntime's quantize_static (QDQ, per channel) without its pre-processing, so its
 BatchNorms stay apart and get Q -> DQ pairs of their own: FoldQDQPairs computes each pair between float ops as one
-rounding (no uint8 round trip), the RGB stem runs on 2x2 blocks (SpaceToDepthStem), quantizes multiply by the
-reciprocal scale; the result matches onnxruntime running the same QDQ file within a step of the output's scale."""
+rounding (no uint8 round trip), the RGB stem runs on 2x2 blocks (SpaceToDepthStem), the max pool on the codes
+(HoistQuantize), quantizes multiply by the reciprocal scale; the result matches onnxruntime running the same QDQ
+file within a step of the output's scale."""
 
 import numpy as np
 import onnx
@@ -13,13 +14,15 @@ import kiln
 
 
 def _float_net():
-    """RGB -> 7x7 stride-2 conv -> BatchNorm -> ReLU -> 3x3 conv -> BatchNorm -> ReLU (BatchNorms unfolded)."""
+    """RGB -> 7x7 stride-2 conv -> BatchNorm -> ReLU -> max pool -> 3x3 conv -> BatchNorm -> ReLU (BatchNorms
+    unfolded)."""
     bn = lambda i, o, p: helper.make_node("BatchNormalization", [i, f"{p}_g", f"{p}_b", f"{p}_m", f"{p}_v"], [o])
     nodes = [
         helper.make_node("Conv", ["x", "w1"], ["c1"], kernel_shape=[7, 7], pads=[3] * 4, strides=[2, 2]),
         bn("c1", "n1", "bn1"),
         helper.make_node("Relu", ["n1"], ["r1"]),
-        helper.make_node("Conv", ["r1", "w2"], ["c2"], kernel_shape=[3, 3], pads=[1] * 4),
+        helper.make_node("MaxPool", ["r1"], ["p1"], kernel_shape=[3, 3], pads=[1] * 4, strides=[2, 2]),
+        helper.make_node("Conv", ["p1", "w2"], ["c2"], kernel_shape=[3, 3], pads=[1] * 4),
         bn("c2", "n2", "bn2"),
         helper.make_node("Relu", ["n2"], ["y"]),
     ]
@@ -63,7 +66,9 @@ def test_onnxruntime_qdq_model(tmp_path):
     m = _ort_qdq(tmp_path)
     assert sum(n.op_type == "BatchNormalization" for n in m.graph.node) == 2  # kept apart, with Q -> DQ after
     r = kiln.compile(m, tmp_path / "q.kiln")
-    assert r.report["qdq_pairs_folded"] >= 2 and r.report.get("space_to_depth_stems", 0) == (1 if int8_host() else 0)
+    int8 = int8_host()
+    assert r.report["qdq_pairs_folded"] >= 2 and r.report.get("space_to_depth_stems", 0) == int8
+    assert r.report.get("quantizes_hoisted", 0) == int8  # the max pool runs on the codes (HoistQuantize)
     x = rand(1, 3, 32, 32, seed=7)
     ref = ort_run(m, {"x": x})[0]
     got = kiln.load(tmp_path / "q.kiln").run({"x": x})["y"]

@@ -141,7 +141,13 @@ GRAPH_ROWS: tuple[PassSpec, ...] = (
     PassSpec("ResizeAsMatmul", lambda o: kp.ResizeAsMatmul(), 1),
     PassSpec("Quantize", lambda o: None, 1),  # the calibrated QuantizeGraph, given by the quantize flow
     PassSpec("Int8Residuals", lambda o: kp.Int8Residuals() if o.quantize == "int8" else None, 2),  # uint8 residuals
-    PassSpec("HoistQuantize", lambda o: kp.HoistQuantize() if o.quantize == "int8" else None, 2),  # pools on uint8
+    PassSpec(
+        "HoistQuantize",
+        lambda o: (
+            kp.HoistQuantize(o.quantize == "int8") if o.quantize == "int8" or int8_kernel(o.target.caps) else None
+        ),
+        2,
+    ),  # pools on uint8 (--quantize int8, QDQ models)
     PassSpec(
         "Conv1dAsConv2d",
         lambda o: kp.Conv1dAsConv2d(o.target.caps.f32_block) if o.layout in ("NCHWc", "NHWC") else None,

@@ -1,12 +1,12 @@
-"""HoistQuantize: in a --quantize int8 build, the quantization of a max pool's or a strided slice's output moves above
-it (the int8 twin of HoistBF16Casts). QuantizeGraph's quantize, clip(round(x * (1 / s)) [+ zp], 0, 255) as uint8,
-is elementwise with scalar parameters and never decreasing in x, so it commutes with picking values (a slice) and
-with taking their maximum (a max pool, whose padding is the dtype's lowest value on either side): exact. The op then
-runs on uint8, and the conv before it writes uint8 (1 byte an element) in its epilogue instead of float32 (4):
-ResNet's stem conv for its max pool.
-Only where the op's output is read by the quantize alone and its input is float32. (Letting a strided shortcut
-slice the codes its input already has for the next block's first conv, with that conv's calibrated range, took
-ResNet-50's int8 logits from 0.74 to 5.25 off float32's at most: not done.) `stats["quantizes_hoisted"]`."""
+"""HoistQuantize: the quantization of a max pool's or a strided slice's output moves above it (the int8 twin of
+HoistBF16Casts). QuantizeGraph's quantize (--quantize int8), clip(round(x * (1 / s)) [+ zp], 0, 255) as uint8, and
+a QDQ model's per-tensor relax.quantize are elementwise with scalar parameters and never decreasing in x, so they
+commute with picking values (a slice) and with taking their maximum (a max pool, whose padding is the dtype's
+lowest value on either side): exact. The op then runs on the codes, and the conv before it writes 1 byte an
+element in its epilogue instead of float32's 4: ResNet's stem conv for its max pool. Only where the op's output is
+read by the quantize alone and its input is float32. (Letting a strided shortcut slice the codes its input already
+has for the next block's first conv, with that conv's calibrated range, took ResNet-50's int8 logits from 0.74 to
+5.25 off float32's at most: not done.) `stats["quantizes_hoisted"]`."""
 
 from __future__ import annotations
 
@@ -27,10 +27,24 @@ def _scalar_const(e) -> bool:
     return isinstance(e, GenericConst) and e.value.numpy().size == 1
 
 
+def _per_tensor_quantize(v) -> bool:
+    """relax.quantize with a positive scalar scale and zero point (LowerQDQ leaves it after float ops)."""
+    return (
+        op_name(v) == "relax.quantize"
+        and _scalar_const(v.args[1])
+        and float(v.args[1].value.numpy()) > 0
+        and _scalar_const(v.args[2])
+        and str(v.attrs.out_dtype) in ("uint8", "int8")
+    )
+
+
 def _quantize_chain(bindings, users: dict, y):
     """The binding indices of quantize_act's chain reading y (multiply by a positive scalar, round, [add a scalar],
     clip, astype to uint8), each the only reader of the one before, else None."""
     idx, cur = [], y
+    one = users.get(y, [])
+    if len(one) == 1 and _per_tensor_quantize(bindings[one[0]].value):  # a QDQ model's relax.quantize
+        return one
     for name in CHAIN:
         nxt = users.get(cur, [])
         if len(nxt) != 1 or op_name(bindings[nxt[0]].value) != name:
@@ -86,13 +100,14 @@ COUNTERS: tuple[Counter, ...] = (
 class HoistQuantize:
     COUNTERS = COUNTERS
 
-    def __init__(self):
+    def __init__(self, merge: bool = True):
+        self.merge = merge  # merge QuantizeGraph's identical quantizes first (--quantize int8 builds)
         self.stats = {"quantizes_hoisted": 0}
 
     def transform_module(self, mod: tvm.IRModule, ctx) -> tvm.IRModule:
 
         # QuantizeGraph quantizes a tensor once per int8 layer reading it, with the same parameters where the layers
         # read the same tensor (a max pool's output read by a block's first conv and its shortcut): one chain
-        merged = relax.transform.EliminateCommonSubexpr()(mod)
+        merged = relax.transform.EliminateCommonSubexpr()(mod) if self.merge else mod
         out = rewrite_blocks(merged, lambda blk: _hoist_block(blk, self.stats))
         return relax.transform.DeadCodeElimination(["main"])(out) if self.stats["quantizes_hoisted"] else mod
