@@ -12,6 +12,7 @@ import math
 
 import tvm
 from tvm import relax
+from tvm.ir.expr import GenericConst
 
 
 @dataclasses.dataclass(frozen=True)
@@ -48,6 +49,13 @@ def out_dtype(attrs) -> str | None:
 def op_name(e) -> str | None:
     """The name of the op a Relax call calls (e.g. "relax.add"), else None."""
     return e.op.name if isinstance(e, relax.Call) and isinstance(e.op, tvm.ir.Op) else None
+
+
+def scalar_value(e) -> float | None:
+    """The value of a one-element constant, else None."""
+    if isinstance(e, GenericConst) and e.value.numpy().size == 1:
+        return float(e.value.numpy().reshape(()))
+    return None
 
 
 def var_uses(func: relax.Function) -> dict:

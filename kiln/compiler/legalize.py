@@ -245,12 +245,10 @@ def _quantize(bb, call):
     x / s, whose vdivps (a zmm every 10-16 cycles) bound ResNet-50's QDQ conv epilogues (benchmarks/history.md).
     The product may differ from the quotient in its last bit, which moves a value lying exactly on a rounding
     boundary by one step, as Kiln's own quantizer (it multiplies too). Other scales: TVM's legalization."""
-    scale, zp = call.args[1], call.args[2]
-    scalars = all(isinstance(e, GenericConst) and e.value.numpy().size == 1 for e in (scale, zp))
-    if not scalars or "int" not in str(call.attrs.out_dtype):  # float8 outputs are not rounded: TVM's
+    scale, z = ir.scalar_value(call.args[1]), ir.scalar_value(call.args[2])
+    if scale is None or z is None or "int" not in str(call.attrs.out_dtype):  # float8 outputs are not rounded: TVM's
         return tvm_legalize(bb, call)
-    inv = float(np.float32(1.0) / np.float32(scale.value.numpy().reshape(())))
-    z, dtype = float(zp.value.numpy().reshape(())), str(call.attrs.out_dtype)
+    inv, dtype = float(np.float32(1.0) / np.float32(scale)), str(call.attrs.out_dtype)
     lo, hi = tvm.tirx.min_value(dtype), tvm.tirx.max_value(dtype)
 
     def compute(x):

@@ -99,6 +99,5 @@ class BF16Residuals:
         self.stats = {"bf16_residuals": 0}
 
     def transform_module(self, mod: tvm.IRModule, ctx) -> tvm.IRModule:
-
         out = rewrite_blocks(mod, lambda blk: _round_block(mod, blk, self.stats))
         return out if self.stats["bf16_residuals"] else mod

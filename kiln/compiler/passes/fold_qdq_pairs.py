@@ -13,19 +13,12 @@ from __future__ import annotations
 import numpy as np
 import tvm
 from tvm import relax
-from tvm.ir.expr import GenericConst
 
 from ...counters import Counter
-from ..ir import op_name, var_users
+from ..ir import op_name, scalar_value, var_users
 from .module_map import block_like, rewrite_blocks
 
 RANGES = {"uint8": (0, 255), "int8": (-128, 127)}
-
-
-def _scalar(e) -> float | None:
-    if not isinstance(e, GenericConst) or e.value.numpy().size != 1:
-        return None
-    return float(e.value.numpy().reshape(()))
 
 
 def _pair(defs: dict, users: dict, value):
@@ -37,10 +30,10 @@ def _pair(defs: dict, users: dict, value):
     if op_name(q) != "relax.quantize" or len(users.get(value.args[0], [])) != 1:
         return None
     dtype = str(q.attrs.out_dtype)
-    s, z = _scalar(q.args[1]), _scalar(q.args[2])
+    s, z = scalar_value(q.args[1]), scalar_value(q.args[2])
     if dtype not in RANGES or s is None or z is None or str(value.attrs.out_dtype) != "float32":
         return None
-    if _scalar(value.args[1]) != s or _scalar(value.args[2]) != z or str(q.args[0].ty.dtype) != "float32":
+    if scalar_value(value.args[1]) != s or scalar_value(value.args[2]) != z or str(q.args[0].ty.dtype) != "float32":
         return None
     return q.args[0], s, z, dtype
 
@@ -79,6 +72,5 @@ class FoldQDQPairs:
         self.stats = {"qdq_pairs_folded": 0}
 
     def transform_module(self, mod: tvm.IRModule, ctx) -> tvm.IRModule:
-
         out = rewrite_blocks(mod, lambda blk: _fold_block(blk, self.stats))
         return relax.transform.DeadCodeElimination(["main"])(out) if self.stats["qdq_pairs_folded"] else mod

@@ -24,11 +24,10 @@ import numpy as np
 import tvm
 import tvm.script
 from tvm import relax, te
-from tvm.ir.expr import GenericConst
 
 from ...capabilities import BF16
 from ...counters import Counter
-from ..ir import module_var_uses, op_name
+from ..ir import module_var_uses, op_name, scalar_value
 from .counting import float32_shape
 from .module_map import rewrite_calls
 
@@ -56,12 +55,6 @@ class Attention:
     mask: relax.Expr | None
 
 
-def _scalar(e) -> float | None:
-    if isinstance(e, GenericConst) and e.value.numpy().size == 1:
-        return float(e.value.numpy().reshape(()))
-    return None
-
-
 def _single(e, uses: dict, lookup):
     """The call a Var read only once is bound to, else None."""
     return lookup(e) if isinstance(e, relax.Var) and uses.get(e, 0) == 1 else None
@@ -71,7 +64,7 @@ def _nan_guarded(e, uses: dict, lookup):
     """p for where(isnan(p), 0, p) (BERT's exports guard the probabilities of fully masked rows), else None.
     The kernel writes 0 for such rows, as the guard does."""
     w = _single(e, uses, lookup)
-    if op_name(w) != "relax.where" or _scalar(w.args[1]) != 0.0:
+    if op_name(w) != "relax.where" or scalar_value(w.args[1]) != 0.0:
         return None
     cond, p = lookup(w.args[0]) if isinstance(w.args[0], relax.Var) else None, w.args[2]
     if op_name(cond) != "relax.isnan" or not cond.args[0].same_as(p) or uses.get(p, 0) != 2:
@@ -91,14 +84,14 @@ def match(call, uses: dict, lookup) -> Attention | None:
         return None
     x, mask, scale = soft.args[0], None, 1.0
     add = _single(x, uses, lookup)
-    if op_name(add) == "relax.add" and _scalar(add.args[1]) is None and _scalar(add.args[0]) is None:
+    if op_name(add) == "relax.add" and scalar_value(add.args[1]) is None and scalar_value(add.args[0]) is None:
         x, mask = add.args
         scores = ("relax.matmul", "relax.multiply", "relax.divide")
         if op_name(_single(mask, uses, lookup)) in scores and op_name(_single(x, uses, lookup)) not in scores:
             x, mask = mask, x  # add(mask, scores)
     scaled = _single(x, uses, lookup)
-    if op_name(scaled) in ("relax.multiply", "relax.divide") and _scalar(scaled.args[1]) is not None:
-        s = _scalar(scaled.args[1])
+    if op_name(scaled) in ("relax.multiply", "relax.divide") and scalar_value(scaled.args[1]) is not None:
+        s = scalar_value(scaled.args[1])
         scale, x = (s if op_name(scaled) == "relax.multiply" else 1.0 / s), scaled.args[0]
     qk = _single(x, uses, lookup)
     if op_name(qk) != "relax.matmul":

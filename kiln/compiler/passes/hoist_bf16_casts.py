@@ -67,6 +67,5 @@ class HoistBF16Casts:
         self.stats = {"bf16_casts_hoisted": 0}
 
     def transform_module(self, mod: tvm.IRModule, ctx) -> tvm.IRModule:
-
         out = rewrite_blocks(mod, lambda blk: _hoist_block(blk, self.stats))
         return relax.transform.DeadCodeElimination(["main"])(out) if self.stats["bf16_casts_hoisted"] else mod

@@ -12,55 +12,37 @@ from __future__ import annotations
 
 import tvm
 from tvm import relax
-from tvm.ir.expr import GenericConst
 
 from ...counters import Counter
-from ..ir import op_name, var_users
+from ..ir import op_name, scalar_value, var_users
+from ..quantize.rewrite import quantize_act_chain
 from .epilogue_outputs import rebuilt
 from .module_map import rewrite_blocks, var_like
 
 COMMUTING = ("relax.nn.max_pool2d", "relax.strided_slice")
-CHAIN = ("relax.multiply", "relax.round", "relax.add", "relax.clip", "relax.astype")  # quantize_act's ops
-
-
-def _scalar_const(e) -> bool:
-    return isinstance(e, GenericConst) and e.value.numpy().size == 1
 
 
 def _per_tensor_quantize(v) -> bool:
     """relax.quantize with a positive scalar scale and zero point (LowerQDQ leaves it after float ops)."""
+    scale = scalar_value(v.args[1]) if op_name(v) == "relax.quantize" else None
     return (
-        op_name(v) == "relax.quantize"
-        and _scalar_const(v.args[1])
-        and float(v.args[1].value.numpy()) > 0
-        and _scalar_const(v.args[2])
+        scale is not None
+        and scale > 0
+        and scalar_value(v.args[2]) is not None
         and str(v.attrs.out_dtype) in ("uint8", "int8")
     )
 
 
 def _quantize_chain(bindings, users: dict, y):
-    """The binding indices of quantize_act's chain reading y (multiply by a positive scalar, round, [add a scalar],
-    clip, astype to uint8), each the only reader of the one before, else None."""
-    idx, cur = [], y
+    """The binding indices of the quantize that is y's one reader: a QDQ model's relax.quantize, or quantize_act's
+    chain (--quantize int8), else None."""
     one = users.get(y, [])
-    if len(one) == 1 and _per_tensor_quantize(bindings[one[0]].value):  # a QDQ model's relax.quantize
+    if len(one) != 1:
+        return None
+    if _per_tensor_quantize(bindings[one[0]].value):
         return one
-    for name in CHAIN:
-        nxt = users.get(cur, [])
-        if len(nxt) != 1 or op_name(bindings[nxt[0]].value) != name:
-            if name == "relax.add":
-                continue
-            return None
-        v = bindings[nxt[0]].value
-        if name == "relax.multiply" and not (_scalar_const(v.args[1]) and float(v.args[1].value.numpy()) > 0):
-            return None
-        if name == "relax.add" and not _scalar_const(v.args[1]):
-            return None
-        if name == "relax.astype" and str(v.attrs.dtype) != "uint8":
-            return None
-        idx.append(nxt[0])
-        cur = bindings[nxt[0]].var
-    return idx
+    got = quantize_act_chain(bindings, users, one[0])
+    return None if got is None else got[0]
 
 
 def _hoist_block(block, stats):
@@ -105,7 +87,6 @@ class HoistQuantize:
         self.stats = {"quantizes_hoisted": 0}
 
     def transform_module(self, mod: tvm.IRModule, ctx) -> tvm.IRModule:
-
         # QuantizeGraph quantizes a tensor once per int8 layer reading it, with the same parameters where the layers
         # read the same tensor (a max pool's output read by a block's first conv and its shortcut): one chain
         merged = relax.transform.EliminateCommonSubexpr()(mod) if self.merge else mod

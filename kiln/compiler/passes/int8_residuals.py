@@ -12,10 +12,10 @@ from __future__ import annotations
 import numpy as np
 import tvm
 from tvm import relax
-from tvm.ir.expr import GenericConst
 
 from ...counters import Counter
 from ..ir import op_name, var_users
+from ..quantize.rewrite import quantize_act_chain
 from .module_map import block_like, rewrite_blocks, var_like
 
 CHAIN_DEPTH = 6  # ops between an int8 conv and the add: cast, scale, zero-point correction, bias, residual, ReLU
@@ -34,45 +34,19 @@ def _int8_conv_fed(defs: dict, var, depth: int = CHAIN_DEPTH) -> bool:
     return any(isinstance(a, relax.Var) and _int8_conv_fed(defs, a, depth - 1) for a in value.args)
 
 
-def _scalar(e) -> float | None:
-    if not isinstance(e, GenericConst) or e.value.numpy().size != 1:
-        return None
-    return float(e.value.numpy().reshape(()))
-
-
 def _quantized(bindings, users: dict, r, before: int):
     """(q, scale, zero point) where bindings before index `before` quantize r to uint8 codes q (QuantizeGraph's
-    quantize_act: clip(round(r * (1 / s)) [+ zp], 0, 255) as uint8), else None."""
+    quantize_act), else None."""
     for i in users.get(r, []):
-        if i >= before or op_name(bindings[i].value) != "relax.multiply":
-            continue
-        inv = _scalar(bindings[i].value.args[1])
-        if inv is None or inv <= 0:
-            continue
-        zp, cur, j = 0.0, bindings[i].var, i
-        for name in ("relax.round", "relax.add", "relax.clip", "relax.astype"):
-            nxt = [k for k in users.get(cur, []) if op_name(bindings[k].value) == name]
-            if name == "relax.add" and not nxt:
-                continue  # no zero point
-            if len(nxt) != 1 or len(users.get(cur, [])) != 1 or nxt[0] >= before:
-                break
-            j = nxt[0]
-            if name == "relax.add":
-                zp = _scalar(bindings[j].value.args[1])
-                if zp is None:
-                    break
-            cur = bindings[j].var
-        else:
-            if str(bindings[j].value.attrs.dtype) == "uint8":
-                return cur, float(np.float32(1.0) / np.float32(inv)), zp
+        got = quantize_act_chain(bindings, users, i) if i < before else None
+        if got is not None and got[0][-1] < before:
+            return bindings[got[0][-1]].var, got[1], got[2]
     return None
 
 
 def _dequantized(q, scale: float, zp: float, var):
-    """Bindings computing (float(q) - zp) * scale (one relax.dequantize), and the var holding it. TVM's FuseOps
-    fuses no elementwise producer into a conv's kernel, so it runs as a kernel of its own that writes float32
-    (1 byte read, 4 written an element: still less than the producer writing float32 and the consumer reading it
-    besides the codes; fusing it into the consumer is left, benchmarks/history.md)."""
+    """Bindings computing (float(q) - zp) * scale (one relax.dequantize), and the var holding it: FuseOps fuses it
+    into the consuming conv's kernel once CanonicalizeAliases has dropped the layout passes' aliases."""
     d = var(f"{q.name}_dq", relax.TensorType(q.ty.shape, "float32"))
     op = relax.op.dequantize(q, relax.const(np.float32(scale)), relax.const(np.uint8(zp)), out_dtype="float32")
     return [relax.VarBinding(d, op)], d
@@ -127,6 +101,5 @@ class Int8Residuals:
         self.stats = {"int8_residuals": 0}
 
     def transform_module(self, mod: tvm.IRModule, ctx) -> tvm.IRModule:
-
         out = rewrite_blocks(mod, lambda blk: _residual_block(blk, self.stats))
         return relax.transform.DeadCodeElimination(["main"])(out) if self.stats["int8_residuals"] else mod

@@ -17,6 +17,7 @@ import dataclasses
 import numpy as np
 from tvm import relax
 
+from ..ir import op_name, scalar_value
 from .layers import Layer, LayerMutator, weight_array
 
 
@@ -51,6 +52,30 @@ def quantize_act(x, q: QParams):
     if q.zero_point:
         r = op.add(r, relax.const(np.float32(q.zero_point)))
     return op.astype(op.clip(r, 0.0, 255.0), "uint8")
+
+
+def quantize_act_chain(bindings, users: dict, start: int):
+    """quantize_act's ops read back from a binding block, from the multiply at index `start`: (the chain's binding
+    indices, the scale, the zero point) where multiply by a positive scalar -> round -> [+ scalar] -> clip ->
+    astype(uint8) follow one another, each the one reader of the one before (users: ir.var_users), else None."""
+    inv = scalar_value(bindings[start].value.args[1]) if op_name(bindings[start].value) == "relax.multiply" else None
+    if inv is None or inv <= 0:
+        return None
+    idx, zp = [start], 0.0
+    for name in ("relax.round", "relax.add", "relax.clip", "relax.astype"):
+        nxt = users.get(bindings[idx[-1]].var, [])
+        if len(nxt) != 1 or op_name(bindings[nxt[0]].value) != name:
+            if name == "relax.add":
+                continue  # no zero point
+            return None
+        if name == "relax.add":
+            zp = scalar_value(bindings[nxt[0]].value.args[1])
+            if zp is None:
+                return None
+        idx.append(nxt[0])
+    if str(bindings[idx[-1]].value.attrs.dtype) != "uint8":
+        return None
+    return idx, float(np.float32(1.0) / np.float32(inv)), zp
 
 
 COLUMN_BLOCK = 16  # matmul columns are padded to this: every int8 kernel's lanes (4, 8, 16) divide it
