@@ -43,6 +43,7 @@ MULTIPLY_ADD = frozenset(
         "bf16_matmul",
         "fp16_matmul",
         "f32_matmul",
+        "f32_conv",
     }
 )
 BUILTIN = "vm.builtin."

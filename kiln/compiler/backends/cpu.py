@@ -68,6 +68,13 @@ def f32_matmul_kernel(o) -> bool:
     return caps.arch == "x86_64" and caps.isa is ISA.AVX512 and not bf16_matmul_kernel(o)
 
 
+def f32_conv_kernel(o) -> bool:
+    """float32 convs in NCHW16c run on Kiln's fp32 conv kernel (F32ConvKernel): an x86-64 target with AVX-512 and
+    the blocked layout."""
+    caps = o.target.caps
+    return caps.arch == "x86_64" and caps.isa is ISA.AVX512 and o.layout == "NCHWc"
+
+
 def precision_note(o) -> str | None:
     """Why --precision fp16/bf16 will not be faster on this target (None where it has the instructions):
     without them the reduced type is only storage, converted to float32 around every op."""
@@ -166,14 +173,19 @@ GRAPH_ROWS: tuple[PassSpec, ...] = (
     ),
     PassSpec("BlockGroupedConv", lambda o: kp.BlockGroupedConv(o.layout, o.target.caps.f32_block), 2),
     PassSpec("PropagateBlockedLayout", lambda o: kp.PropagateBlockedLayout(o.layout), 2),
-    PassSpec("Winograd", lambda o: kp.Winograd(min_reduced_tile=_min_reduced_winograd_tile(o)), 2),
+    PassSpec(
+        "Winograd", lambda o: kp.Winograd(_min_reduced_winograd_tile(o), small_direct=f32_conv_kernel(o)), 2
+    ),  # small F(2x2) maps direct where the fp32 conv kernel takes them
     PassSpec(
         "BF16ConvKernel", lambda o: kp.BF16ConvKernel(o.target.caps.bf16 is BF16.AMX) if vdpbf16ps(o) else None, 2
     ),  # the bf16 convs Winograd did not take
     PassSpec("HoistBF16Casts", lambda o: kp.HoistBF16Casts() if vdpbf16ps(o) else None, 2),  # pools, slices in bf16
     PassSpec("BF16Residuals", lambda o: kp.BF16Residuals() if vdpbf16ps(o) else None, 2),  # the residuals in bf16
-    PassSpec("FuseBF16Epilogue", lambda o: kp.FuseBF16Epilogue() if vdpbf16ps(o) else None, 2),
     PassSpec("FuseDepthwisePointwise", lambda o: kp.FuseDepthwisePointwise(), 2),
+    PassSpec("F32ConvKernel", lambda o: kp.F32ConvKernel() if f32_conv_kernel(o) else None, 2),  # what is left
+    PassSpec(
+        "FuseBF16Epilogue", lambda o: kp.FuseBF16Epilogue() if vdpbf16ps(o) or f32_conv_kernel(o) else None, 2
+    ),  # the bf16 and fp32 conv kernels' epilogues
     PassSpec("MergeSiblingMatmuls", lambda o: kp.MergeSiblingMatmuls(), 2),  # before PackDenseWeights packs each
     PassSpec("FuseAttention", lambda o: kp.FuseAttention(isa) if (isa := attention_kernel(o)) else None, 2),
     PassSpec(

@@ -11,6 +11,7 @@ from .conv_transpose_as_conv import ConvTransposeAsConv
 from .convert_layout import ConvertLayout
 from .dead_code import DeadCode
 from .drop_dead_conv_taps import DropDeadConvTaps
+from .f32_conv_kernel import F32ConvKernel
 from .f32_matmul_kernel import F32MatmulKernel
 from .fold_batchnorm import FoldBatchNorm
 from .fold_constants import FoldConstants
@@ -41,6 +42,7 @@ from .winograd import Winograd
 
 __all__ = [
     "BF16ConvKernel",
+    "F32ConvKernel",
     "BF16MatmulKernel",
     "BF16Residuals",
     "BlockGroupedConv",

@@ -22,6 +22,7 @@ from tvm import relax
 from tvm.ir.expr import GenericConst
 
 from ...counters import Counter
+from ..ir import register_kernel
 from .module_map import rewrite_calls
 
 CHANNEL_TASKS = (
@@ -29,16 +30,39 @@ CHANNEL_TASKS = (
 )
 AMX_TASKS = 8  # at least this many AMX tasks (pixel ranges x channel ranges) where the channels allow
 WEIGHT_BOUND = 4  # output channels per output pixel past which an AMX conv's tasks split only its channels
-EXTERN = "kiln_bf16_conv"  # name of the PrimFuncs that call the C kernel (their library must link it)
-# the C function and source of each kernel (schedules/kernels.SOURCES); a PrimFunc's attribute says which it calls
-C_KERNELS = {False: ("kiln_bf16_conv2d_nchw16c", "bf16_conv"), True: ("kiln_amx_bf16_conv2d_nchw16c", "amx_bf16_conv")}
+# names of the PrimFuncs that call a conv C kernel (their library must link it), by data type; each counts as a
+# direct conv in the report (op histogram, conv layouts)
+EXTERNS = {
+    "bfloat16": register_kernel("kiln_bf16_conv", "nn.conv2d", convs=1),
+    "float32": register_kernel("kiln_f32_conv", "nn.conv2d", convs=1),
+}
+EXTERN = EXTERNS["bfloat16"]
+# the C function and source (schedules/kernels.SOURCES) of each kernel, by (data type, AMX); a PrimFunc's attributes
+# say which it calls (kernel_source)
+C_KERNELS = {
+    ("bfloat16", False): ("kiln_bf16_conv2d_nchw16c", "bf16_conv"),
+    ("bfloat16", True): ("kiln_amx_bf16_conv2d_nchw16c", "amx_bf16_conv"),
+    ("float32", False): ("kiln_f32_conv2d_nchw16c", "f32_conv"),  # F32ConvKernel (f32_conv_kernel.py)
+}
+KINDS = {"bfloat16": "bf16_conv", "float32": "f32_conv"}  # the PrimFunc's kiln.kernel_kind
+
+
+def conv_dtype(attrs) -> str:
+    """The data type of the conv kernel a PrimFunc (with a kiln.bf16_conv geometry) calls."""
+    return str(attrs["kiln.conv_dtype"]) if "kiln.conv_dtype" in attrs else "bfloat16"
+
+
+def kernel_source(attrs) -> str:
+    """The schedules/kernels.SOURCES name of the C kernel a PrimFunc with a kiln.bf16_conv geometry calls."""
+    return C_KERNELS[conv_dtype(attrs), bool(int(attrs["kiln.bf16_conv"][8]))][1]
 
 
 @dataclasses.dataclass(frozen=True)
 class Epilogue:
     """What the C kernel does to each output tile as it stores it (kiln_bf16_conv2d_nchw16c's flags):
-    + bias, + residual, clamp to [lo, hi] (ReLU: [0, inf], ReLU6: [0, 6]), in that order; written in
-    float32 and/or bf16. residual_bf16: the residual is read in bf16 (BF16Residuals' rounded residual stream)."""
+    + bias, + residual, GELU ("gelu_erf"/"gelu_tanh"), clamp to [lo, hi] (ReLU: [0, inf], ReLU6: [0, 6]), in that
+    order; written in float32 and/or bf16. residual_bf16: the residual is read in bf16 (BF16Residuals' rounded
+    residual stream)."""
 
     bias: bool = False
     residual: bool = False
@@ -46,29 +70,35 @@ class Epilogue:
     float32: bool = True
     bf16: bool = False
     residual_bf16: bool = False
+    gelu: str | None = None
 
     @property
-    def flags(self) -> int:  # bf16_epilogue.h: EP_BIAS, EP_RES, EP_CLAMP, EP_F32, EP_BF16, EP_RES16
+    def flags(self) -> int:  # bf16_epilogue.h: EP_BIAS, EP_RES, EP_CLAMP, EP_F32, EP_BF16, EP_RES16, EP_GELU_*
         res16 = self.residual and self.residual_bf16
+        gelu = {None: 0, "gelu_erf": 64, "gelu_tanh": 128}[self.gelu]
         return (
             self.bias | self.residual << 1 | (self.clamp is not None) << 2 | self.float32 << 3 | self.bf16 << 4
-        ) | res16 << 5
+        ) | res16 << 5 | gelu
 
 
-def kernel_func(data_shape, out_blocks, kernel_hw, strides, padding, epilogue: Epilogue = Epilogue(), amx=False):
+def kernel_func(
+    data_shape, out_blocks, kernel_hw, strides, padding, epilogue: Epilogue = Epilogue(), amx=False, dtype="bfloat16"
+):
     """(PrimFunc calling the C kernel once per output row and task, output shape): tasks are pairs of output-
     channel blocks where there are enough of them, else rows. Its parameters: data, packed
     weights, then the epilogue's bias [1, O/16, 1, 1, 16] and residual (the output's shape, float32 or bf16) where
     it has them, then its outputs (float32, bf16). The conv's geometry is kept in the `kiln.bf16_conv`
     attribute so FuseBF16Epilogue can rebuild the function with an epilogue. amx: the AMX-BF16 kernel,
     whose tasks are pixel ranges (amx_tasks: each gather serves the task's channels), and whose weights are
-    packed for it."""
+    packed for it. dtype: the data's and weights' type, "float32" for F32ConvKernel's AVX-512 kernel (f32_conv.c:
+    the same call and tasks)."""
     _, ib, h, w, _ = data_shape
     ob, (kh, kw) = out_blocks, kernel_hw
     (sh, sw), (pt, pl, pb, pr) = strides, padding
     oh, ow = (h + pt + pb - kh) // sh + 1, (w + pl + pr - kw) // sw + 1
     out_shape = (1, ob, oh, ow, 16)
-    params = [("data", tuple(data_shape), "bfloat16"), ("packed", tuple(packed_shape(ob, ib, kh, kw, amx)), "bfloat16")]
+    packed = packed_shape(ob, ib, kh, kw, amx) if dtype == "bfloat16" else (ob, ib, kh, kw, 16, 16)
+    params = [("data", tuple(data_shape), dtype), ("packed", tuple(packed), dtype)]
     params += [("bias", (1, ob, 1, 1, 16), "float32")] * epilogue.bias + [
         ("res", out_shape, "bfloat16" if epilogue.residual_bf16 else "float32")
     ] * epilogue.residual
@@ -99,11 +129,12 @@ def kernel_func(data_shape, out_blocks, kernel_hw, strides, padding, epilogue: E
     src = f"""
 @T.prim_func
 def func({", ".join(f'{n}: T.Buffer({s}, "{d}")' for n, s, d in params)}):
-    T.func_attr({{"tirx.noalias": True, "tirx.is_scheduled": True, "op_pattern": 8, "kiln.kernel_kind": "bf16_conv",
-                 "kiln.bf16_conv": {geometry}, "kiln.bf16_epilogue": {epilogue.flags},
+    T.func_attr({{"tirx.noalias": True, "tirx.is_scheduled": True, "op_pattern": 8,
+                 "kiln.kernel_kind": "{KINDS[dtype]}", "kiln.bf16_conv": {geometry},
+                 "kiln.bf16_epilogue": {epilogue.flags}, "kiln.conv_dtype": "{dtype}",
                  "kiln.flops": {2 * oh * ow * ob * 16 * kh * kw * ib * 16}}})
     {loops}
-            T.evaluate(T.call_extern("int32", "{C_KERNELS[amx][0]}", data.data, packed.data, {", ".join(ptr)},
+            T.evaluate(T.call_extern("int32", "{C_KERNELS[dtype, amx][0]}", data.data, packed.data, {", ".join(ptr)},
                                      {epilogue.flags}, {bounds},
                                      {ib}, {h}, {w}, {oh}, {ow}, {kh}, {kw}, {sh}, {sw}, {pt}, {pl}, {args}))
 """  # 8: opaque, FuseOps leaves it alone
@@ -223,6 +254,6 @@ class BF16ConvKernel:
             return mod
         from ...schedules.kernels import build
 
-        build(C_KERNELS[self.amx][1])  # compiled and loaded before anything references its symbol
+        build(C_KERNELS["bfloat16", self.amx][1])  # compiled and loaded before anything references its symbol
         self.stats["bf16_kernel_convs"] += count
         return relax.transform.DeadCodeElimination(["main"])(out)

@@ -1,5 +1,5 @@
 """FuseBF16Epilogue: the bias add, residual add, ReLU/ReLU6 and bf16 cast that follow a BF16ConvKernel
-conv run inside its C kernel, on each output tile while it is in registers, instead of as TVM kernels
+(or F32ConvKernel) conv run inside its C kernel, on each output tile while it is in registers, instead of as TVM kernels
 that read the float32 result back from memory and write it again (MobileNetV2's ReLU6 kernels after
 its expansion convs are gone; timings: benchmarks/history.md). From each kernel
 call it follows the chain of single uses [+ bias constant] -> [+ residual tensor] -> [ReLU, or a clip
@@ -15,7 +15,8 @@ from tvm.ir.expr import GenericConst
 
 from ...counters import Counter
 from ..ir import op_name, var_users
-from .bf16_conv_kernel import EXTERN, Epilogue, kernel_func
+from .activation_region import identify, region
+from .bf16_conv_kernel import EXTERNS, Epilogue, conv_dtype, kernel_func
 from .counting import static_shape
 from .epilogue_outputs import (
     bf16_casts,
@@ -30,7 +31,7 @@ from .epilogue_outputs import (
 
 
 def _kernel(mod, value):
-    """The BF16ConvKernel PrimFunc a binding's value calls without an epilogue yet, else None."""
+    """The BF16ConvKernel/F32ConvKernel PrimFunc a binding's value calls without an epilogue yet, else None."""
     func = called_primfunc(mod, value)
     if func is None or func.attrs is None or "kiln.bf16_conv" not in func.attrs:
         return None
@@ -57,14 +58,32 @@ def _widened_bf16(bindings, var, shape):
     return src if isinstance(src, relax.Var) and tensor_type(src) == (shape, "bfloat16") else None
 
 
+def _gelu(bindings, chain, uses, claimed) -> tuple[str, list[int]] | None:
+    """(GELU's form, its bindings) where the chain's value goes through a GELU (any spelling: activation_region)."""
+    cur = bindings[chain[-1]].var
+    found = region(bindings, chain[-1], cur, uses, claimed)
+    if found is None or (name := identify(bindings, found[0], cur, found[1])) not in ("gelu_erf", "gelu_tanh"):
+        return None
+    if not bindings[found[0][-1]].var.same_as(found[1]):  # the chain's last binding must hold its value
+        return None
+    return name, found[0]
+
+
 def _chain(bindings, i, uses, users, claimed):
-    """Follow binding i's kernel output through single uses: (bias, residual, clamp, chain indices); the
+    """Follow binding i's kernel output through single uses: (bias, residual, GELU, clamp, chain indices); the
     residual is a bf16 tensor where the add reads one widened to float32."""
     out = tensor_type(bindings[i].var)
-    bias = residual = clamp = None
+    bias = residual = clamp = gelu = None
     chain = [i]
     cur = bindings[i].var
-    while uses.get(cur, 0) == 1 and len(users.get(cur, [])) == 1 and clamp is None:
+    while clamp is None and gelu is None:
+        if (found := _gelu(bindings, chain, uses, claimed)) is not None:  # GELU reads the value more than once
+            gelu = found[0]
+            chain.extend(found[1])
+            cur = bindings[chain[-1]].var
+            continue
+        if uses.get(cur, 0) != 1 or len(users.get(cur, [])) != 1:
+            break
         j = users[cur][0]
         if j in claimed:
             break
@@ -91,7 +110,14 @@ def _chain(bindings, i, uses, users, claimed):
             break
         chain.append(j)
         cur = bindings[j].var
-    return bias, residual, clamp, chain
+    return bias, residual, gelu, clamp, chain
+
+
+def _name(dtype: str, ep: Epilogue) -> str:
+    """The kernel's name: its conv kernel's, then the ops its epilogue took (kernel_info matches the model's
+    residual Add and activation to the kernel by these words)."""
+    act = "" if ep.clamp is None else "_relu" if ep.clamp == (0.0, float("inf")) else "_clip"
+    return EXTERNS[dtype] + "_add" * ep.residual + "_gelu" * (ep.gelu is not None) + act
 
 
 def _fuse_block(mod, builder, block, uses, stats):
@@ -103,7 +129,7 @@ def _fuse_block(mod, builder, block, uses, stats):
         func = _kernel(mod, b.value) if i not in claimed else None
         if func is None:
             continue
-        bias, residual, clamp, chain = _chain(bindings, i, uses, users, claimed)
+        bias, residual, gelu, clamp, chain = _chain(bindings, i, uses, users, claimed)
         final = bindings[chain[-1]].var
         casts = bf16_casts(bindings, users, final, claimed)
         if len(chain) == 1 and not casts:
@@ -116,14 +142,16 @@ def _fuse_block(mod, builder, block, uses, stats):
             float32=uses.get(final, 0) > len(casts),
             bf16=bool(casts),
             residual_bf16=res16,
+            gelu=gelu,
         )
         data, packed = b.value.args[1].fields
         geometry = [int(v) for v in func.attrs["kiln.bf16_conv"]]
         sh, sw, pt, pl, pb, pr, kh, kw, amx = geometry
         out_blocks = static_shape(packed)[0]
         pads = (pt, pl, pb, pr)
-        new, out_shape = kernel_func(static_shape(data), out_blocks, (kh, kw), (sh, sw), pads, ep, bool(amx))
-        gv = builder.add_func(new.without_attr("global_symbol"), EXTERN)
+        dtype = conv_dtype(func.attrs)
+        new, out_shape = kernel_func(static_shape(data), out_blocks, (kh, kw), (sh, sw), pads, ep, bool(amx), dtype)
+        gv = builder.add_func(new.without_attr("global_symbol"), _name(dtype, ep))
         args = [data, packed] + [bias] * ep.bias + [residual] * ep.residual
         types = output_types(out_shape, ep.float32, ep.bf16)
         call = kernel_call(gv, args, types)
@@ -147,6 +175,6 @@ class FuseBF16Epilogue:
         self.stats = {"bf16_epilogues_fused": 0}
 
     def transform_module(self, mod: tvm.IRModule, ctx) -> tvm.IRModule:
-        if not any(EXTERN in gv.name_hint for gv in mod.get_global_vars()):
+        if not any(e in gv.name_hint for gv in mod.get_global_vars() for e in EXTERNS.values()):
             return mod
         return fuse_epilogues(mod, _fuse_block, self.stats, "bf16_epilogues_fused")

@@ -46,9 +46,11 @@ def geometry(attrs, kernel: list[int]) -> bool:
     )
 
 
-def applies(call, reduced: bool = False) -> int | None:
+def applies(call, reduced: bool = False, small_direct: bool = False) -> int | None:
     """The output tile size for this conv2d call, or None when Winograd does not apply. `reduced`:
-    the call is a MixedPrecision conv whose data has a float32 source (float32_source)."""
+    the call is a MixedPrecision conv whose data has a float32 source (float32_source). small_direct: every F(2x2)
+    conv on at most SMALL_GEMM_TILES tiles stays direct (a target with the fp32 conv kernel: ResNet-50's 512-channel
+    7x7 convs ran 1.7x faster on it than as F(2x2); benchmarks/history.md)."""
     if (not reduced and not float32_conv(call)) or int(call.attrs.groups) != 1:
         return None
     a, x, w = call.attrs, call.args[0].ty, call.args[1]
@@ -59,7 +61,8 @@ def applies(call, reduced: bool = False) -> int | None:
     if len(wshp) != 6 or wshp[4:] != [c, c] or str(a.kernel_layout) != f"OIHW{c}i{c}o" or not geometry(a, wshp[2:4]):
         return None
     m = tile_size(shp[2], shp[3]) if min(shp[2], shp[3]) >= 2 else None
-    if m == 2 and -(-shp[2] // 2) * -(-shp[3] // 2) <= SMALL_GEMM_TILES and wshp[0] * c < SMALL_GEMM_OUTPUTS:
+    small = m == 2 and -(-shp[2] // 2) * -(-shp[3] // 2) <= SMALL_GEMM_TILES
+    if small and (small_direct or wshp[0] * c < SMALL_GEMM_OUTPUTS):
         return None  # GEMMs of at most 16 rows by a few output blocks: the direct conv is faster
     return m
 
@@ -84,9 +87,9 @@ def float32_source(call, lookup_binding):
     return cast.args[0], relayout
 
 
-def _to_winograd(builder, call, lookup_binding, min_reduced_tile: int):
+def _to_winograd(builder, call, lookup_binding, min_reduced_tile: int, small_direct: bool):
     source = float32_source(call, lookup_binding)
-    m = applies(call, reduced=source is not None)
+    m = applies(call, reduced=source is not None, small_direct=small_direct and source is None)
     if m is None or (source is not None and m < min_reduced_tile):
         return None
     data, dtype = call.args[0], "float32"
@@ -107,13 +110,16 @@ COUNTERS: tuple[Counter, ...] = (Counter("winograd_convs", int, "3x3 stride-1 co
 class Winograd:
     COUNTERS = COUNTERS
 
-    def __init__(self, min_reduced_tile: int = 2):
+    def __init__(self, min_reduced_tile: int = 2, small_direct: bool = False):
         self.min_reduced_tile = min_reduced_tile
+        self.small_direct = small_direct
         self.stats = {"winograd_convs": 0}
 
     def transform_module(self, mod: tvm.IRModule, ctx) -> tvm.IRModule:
         out, count = rewrite_calls(
-            mod, lambda b, call, lookup: _to_winograd(b, call, lookup, self.min_reduced_tile), lookup=True
+            mod,
+            lambda b, call, lookup: _to_winograd(b, call, lookup, self.min_reduced_tile, self.small_direct),
+            lookup=True,
         )
         self.stats["winograd_convs"] += count
         return out

@@ -1,8 +1,9 @@
 """Hand-written C kernels for instructions TVM 0.27 cannot emit (AVX512-BF16's vdpbf16ps, Arm BF16's bfmmla:
-its LLVM code generator has no bfloat vector type), and for the float32 matmul on AVX-512, whose ragged row counts
-and fused epilogues TVM's schedule handled less well (f32_matmul.c). Compiled once per target arch with that arch's
-C compiler (the host's, or the cross compiler), linked into every artifact library that calls them, and, where the
-arch is the host's, loaded into this process (RTLD_GLOBAL) so in-process builds resolve them too."""
+its LLVM code generator has no bfloat vector type), and for the float32 matmul and conv on AVX-512, which TVM's
+schedules ran well below the FMA peak (f32_matmul.c: ragged row counts, fused epilogues; f32_conv.c). Compiled once
+per target arch with that arch's C compiler (the host's, or the cross compiler), linked into every artifact library
+that calls them, and, where the arch is the host's, loaded into this process (RTLD_GLOBAL) so in-process builds
+resolve them too."""
 
 from __future__ import annotations
 
@@ -46,6 +47,7 @@ SOURCES = {  # x86-64 builds
     ),
     "bf16_matmul": (HERE / "bf16_matmul.c", ["-mavx512f", "-mavx512bw", "-mavx512bf16"]),
     "f32_matmul": (HERE / "f32_matmul.c", ["-mavx512f"]),
+    "f32_conv": (HERE / "f32_conv.c", ["-mavx512f"]),
     "amx_bf16_matmul": (
         HERE / "amx_bf16_matmul.c",
         ["-mavx512f", "-mavx512bw", "-mavx512bf16", "-mamx-tile", "-mamx-bf16"],

@@ -48,9 +48,10 @@ KINDS = {  # kind -> what has it; registry.RULES maps each (but SCHEDULED) to a 
     "bf16_matmul": "passes/bf16_matmul_kernel: the caller of the bf16 matmul C kernel (comes scheduled)",
     "fp16_matmul": "passes/fp16_matmul_kernel: the caller of the arm64 fp16 matmul C kernel (comes scheduled)",
     "f32_matmul": "passes/f32_matmul_kernel: the caller of the AVX-512 float32 matmul C kernel (comes scheduled)",
+    "f32_conv": "passes/f32_conv_kernel: the caller of the AVX-512 float32 conv C kernel (comes scheduled)",
 }
 SCHEDULED = frozenset(
-    {"bf16_conv", "attention", "bf16_matmul", "fp16_matmul", "f32_matmul"}
+    {"bf16_conv", "attention", "bf16_matmul", "fp16_matmul", "f32_matmul", "f32_conv"}
 )  # kinds whose kernels come scheduled: no rule
 # kinds whose default schedule is a hand-written tile kernel: MetaSchedule's search space (no AMX intrinsics)
 # holds nothing faster, so kiln tune spends no trials on them
