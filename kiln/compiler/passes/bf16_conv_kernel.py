@@ -29,6 +29,7 @@ CHANNEL_TASKS = (
     16  # output-channel pairs that make enough tasks to parallelize over (else rows, unless there are fewer rows)
 )
 AMX_TASKS = 8  # at least this many AMX tasks (pixel ranges x channel ranges) where the channels allow
+F32_TILE = 14  # pixels per tile of the fp32 kernel (f32_conv.c: TILE)
 WEIGHT_BOUND = 4  # output channels per output pixel past which an AMX conv's tasks split only its channels
 # names of the PrimFuncs that call a conv C kernel (their library must link it), by data type; each counts as a
 # direct conv in the report (op histogram, conv layouts)
@@ -77,8 +78,10 @@ class Epilogue:
         res16 = self.residual and self.residual_bf16
         gelu = {None: 0, "gelu_erf": 64, "gelu_tanh": 128}[self.gelu]
         return (
-            self.bias | self.residual << 1 | (self.clamp is not None) << 2 | self.float32 << 3 | self.bf16 << 4
-        ) | res16 << 5 | gelu
+            (self.bias | self.residual << 1 | (self.clamp is not None) << 2 | self.float32 << 3 | self.bf16 << 4)
+            | res16 << 5
+            | gelu
+        )
 
 
 def kernel_func(
@@ -97,6 +100,11 @@ def kernel_func(
     (sh, sw), (pt, pl, pb, pr) = strides, padding
     oh, ow = (h + pt + pb - kh) // sh + 1, (w + pl + pr - kw) // sw + 1
     out_shape = (1, ob, oh, ow, 16)
+    ch, cw, coh, cow = h, w, oh, ow  # the map as the C kernel walks it
+    if dtype == "float32" and (kh, kw, sh, sw) == (1, 1, 1, 1) and not any(padding) and ow < F32_TILE:
+        # a pointwise conv on a map narrower than a tile: one row of H*W pixels (NCHW16c keeps each block's map
+        # contiguous), so its tiles are full (a 7x7 map: 14 pixels a tile, not 7)
+        ch, cw, coh, cow = 1, h * w, 1, oh * ow
     packed = packed_shape(ob, ib, kh, kw, amx) if dtype == "bfloat16" else (ob, ib, kh, kw, 16, 16)
     params = [("data", tuple(data_shape), dtype), ("packed", tuple(packed), dtype)]
     params += [("bias", (1, ob, 1, 1, 16), "float32")] * epilogue.bias + [
@@ -116,13 +124,13 @@ def kernel_func(
     if amx:
         loops, args = amx_tasks(oh * ow, ob)
     elif pairs >= min(
-        CHANNEL_TASKS, oh
+        CHANNEL_TASKS, coh
     ):  # tasks: pairs of output-channel blocks, each over every row: each weight is read once
         # (rows in parallel re-read the weights for every row: slower with cold weights; benchmarks/history.md)
-        loops = f"for c in T.parallel({pairs}):\n        for r in range({oh}):"
+        loops = f"for c in T.parallel({pairs}):\n        for r in range({coh}):"
         ob_range = f"c * 2, T.min(c * 2 + 2, {ob})"
     else:  # tasks: output rows, each over every output channel (few channels: not enough pairs to keep the cores busy)
-        loops = f"for c in range(1):\n        for r in T.parallel({oh}):"
+        loops = f"for c in range(1):\n        for r in T.parallel({coh}):"
         ob_range = f"0, {ob}"
     if not amx:
         args = f"{ob_range}, r"
@@ -136,7 +144,7 @@ def func({", ".join(f'{n}: T.Buffer({s}, "{d}")' for n, s, d in params)}):
     {loops}
             T.evaluate(T.call_extern("int32", "{C_KERNELS[dtype, amx][0]}", data.data, packed.data, {", ".join(ptr)},
                                      {epilogue.flags}, {bounds},
-                                     {ib}, {h}, {w}, {oh}, {ow}, {kh}, {kw}, {sh}, {sw}, {pt}, {pl}, {args}))
+                                     {ib}, {ch}, {cw}, {coh}, {cow}, {kh}, {kw}, {sh}, {sw}, {pt}, {pl}, {args}))
 """  # 8: opaque, FuseOps leaves it alone
     return tvm.script.from_source(src), out_shape
 
