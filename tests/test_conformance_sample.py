@@ -16,7 +16,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from benchmarks import conformance
 
-SAMPLE = 90
+SAMPLE = 75  # 90 took 36 s of make test's 12 minutes; make conformance runs every case
 # cases of the sample Kiln does not pass today, with why; a fix moves a case out of here (the test
 # says so when one of them starts passing). "freeze: ..." ones must pass with their shape input frozen.
 _FROZEN = "freeze: a shape-determining value fed as a graph input (UnsupportedModelError naming --freeze-input)"
