@@ -1,8 +1,8 @@
 """F32ConvKernel: float32 convs in NCHW16c on Kiln's AVX-512 C kernel (f32_conv.c). Which targets take them
 (structural, pinned targets on any host), and the numbers on the host against onnxruntime over the geometries the
 kernel branches on: ragged rows (tiles of up to 14 pixels), an odd count of output blocks (a one-block tile),
-strides 1 and 2, padding on either side (the zero-column copy), taps past the bottom row, and the epilogue it takes
-(bias, residual, ReLU, ReLU6, GELU in its erf and tanh forms)."""
+strides 1 and 2, dilation, padding on either side (the zero-column copy), taps past the bottom row, and the epilogue
+it takes (bias, residual, ReLU, ReLU6, GELU in its erf and tanh forms)."""
 
 import numpy as np
 import pytest
@@ -18,11 +18,15 @@ from kiln.runtime.hostinfo import host_cpu_flags
 needs_avx512 = pytest.mark.skipif("avx512f" not in host_cpu_flags(), reason="running it needs AVX-512 (avx512f)")
 
 
-def _block(c: int, o: int, hw: tuple[int, int], k: int, stride: int, pads: list[int], act: str):
+def _block(c: int, o: int, hw: tuple[int, int], k: int, stride: int, pads: list[int], act: str, dilation: int = 1):
     """conv (+ bias) -> + residual (a 1x1 conv of the input, when the shapes allow) -> activation."""
     h, w = hw
-    oh, ow = (h + pads[0] + pads[2] - k) // stride + 1, (w + pads[1] + pads[3] - k) // stride + 1
-    nodes = [helper.make_node("Conv", ["x", "w", "b"], ["y"], kernel_shape=[k, k], pads=pads, strides=[stride] * 2)]
+    span = dilation * (k - 1) + 1
+    oh, ow = (h + pads[0] + pads[2] - span) // stride + 1, (w + pads[1] + pads[3] - span) // stride + 1
+    conv = helper.make_node(
+        "Conv", ["x", "w", "b"], ["y"], kernel_shape=[k, k], pads=pads, strides=[stride] * 2, dilations=[dilation] * 2
+    )
+    nodes = [conv]
     inits = {"w": rand(o, c, k, k, seed=1) * 0.1, "b": rand(o, seed=2)}
     last = "y"
     if (oh, ow) == (h, w):
@@ -71,6 +75,8 @@ GEOMETRIES = {  # (in channels, out channels, map, kernel, stride, ONNX pads [to
     "7x7_map_direct": (32, 64, (7, 7), 3, 1, [1, 1, 1, 1], "relu"),
     "gelu_erf": (16, 32, (6, 30), 3, 2, [1, 1, 1, 1], "gelu_erf"),
     "gelu_tanh_residual": (32, 32, (8, 21), 3, 1, [1, 1, 1, 1], "gelu_tanh"),
+    "dilated_2": (32, 32, (17, 19), 3, 1, [2, 2, 2, 2], "relu", 2),  # FCN/DeepLab's dilated stages
+    "dilated_4_stride2_rows_off_the_map": (16, 32, (9, 11), 3, 2, [4, 4, 4, 4], "relu6", 4),
 }
 
 
@@ -84,7 +90,7 @@ def test_matches_onnxruntime(tmp_path, geometry):
     info = model.manifest["buckets"][0]["kernel_info"]
     kinds = [v["kind"] for v in info.values()]
     assert "f32_conv" in kinds and not any(k.startswith("conv2d") for k in kinds)  # no conv left to TVM's schedule
-    if geometry[-1].startswith("gelu"):  # the GELU in the kernel's epilogue: kiln_f32_conv[_add]_gelu
+    if geometry[6].startswith("gelu"):  # the GELU in the kernel's epilogue: kiln_f32_conv[_add]_gelu
         assert any(name.startswith("kiln_f32_conv") and "_gelu" in name for name in info), list(info)
     x = rand(*_shape(m), seed=7)
     got = model.run({"x": x})["out"]

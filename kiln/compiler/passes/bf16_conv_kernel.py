@@ -37,7 +37,6 @@ EXTERNS = {
     "bfloat16": register_kernel("kiln_bf16_conv", "nn.conv2d", convs=1),
     "float32": register_kernel("kiln_f32_conv", "nn.conv2d", convs=1),
 }
-EXTERN = EXTERNS["bfloat16"]
 # the C function and source (schedules/kernels.SOURCES) of each kernel, by (data type, AMX); a PrimFunc's attributes
 # say which it calls (kernel_source)
 C_KERNELS = {
@@ -85,7 +84,15 @@ class Epilogue:
 
 
 def kernel_func(
-    data_shape, out_blocks, kernel_hw, strides, padding, epilogue: Epilogue = Epilogue(), amx=False, dtype="bfloat16"
+    data_shape,
+    out_blocks,
+    kernel_hw,
+    strides,
+    padding,
+    epilogue: Epilogue = Epilogue(),
+    amx=False,
+    dtype="bfloat16",
+    dilation=(1, 1),
 ):
     """(PrimFunc calling the C kernel once per output row and task, output shape): tasks are pairs of output-
     channel blocks where there are enough of them, else rows. Its parameters: data, packed
@@ -94,11 +101,12 @@ def kernel_func(
     attribute so FuseBF16Epilogue can rebuild the function with an epilogue. amx: the AMX-BF16 kernel,
     whose tasks are pixel ranges (amx_tasks: each gather serves the task's channels), and whose weights are
     packed for it. dtype: the data's and weights' type, "float32" for F32ConvKernel's AVX-512 kernel (f32_conv.c:
-    the same call and tasks)."""
+    the same call and tasks, and the dilation, which only it takes, as its last two arguments)."""
     _, ib, h, w, _ = data_shape
     ob, (kh, kw) = out_blocks, kernel_hw
     (sh, sw), (pt, pl, pb, pr) = strides, padding
-    oh, ow = (h + pt + pb - kh) // sh + 1, (w + pl + pr - kw) // sw + 1
+    dh, dw = dilation
+    oh, ow = (h + pt + pb - dh * (kh - 1) - 1) // sh + 1, (w + pl + pr - dw * (kw - 1) - 1) // sw + 1
     out_shape = (1, ob, oh, ow, 16)
     ch, cw, coh, cow = h, w, oh, ow  # the map as the C kernel walks it
     if dtype == "float32" and (kh, kw, sh, sw) == (1, 1, 1, 1) and not any(padding) and ow < F32_TILE:
@@ -115,7 +123,7 @@ def kernel_func(
     ptr = [
         f"{n}.data" if n in names else "data.data" for n in ("bias", "res", "out", "out16")
     ]  # absent: never read (flags)
-    geometry = [sh, sw, pt, pl, pb, pr, kh, kw, int(amx)]
+    geometry = [sh, sw, pt, pl, pb, pr, kh, kw, int(amx), dh, dw]
     lo, hi = (float(v) for v in epilogue.clamp or (0.0, 0.0))
     bounds = f"T.float32({lo!r}), T.float32({hi!r})".replace(
         "inf", "'inf'"
@@ -133,7 +141,7 @@ def kernel_func(
         loops = f"for c in range(1):\n        for r in T.parallel({coh}):"
         ob_range = f"0, {ob}"
     if not amx:
-        args = f"{ob_range}, r"
+        args = f"{ob_range}, r" + (f", {dh}, {dw}" if dtype == "float32" else "")
     src = f"""
 @T.prim_func
 def func({", ".join(f'{n}: T.Buffer({s}, "{d}")' for n, s, d in params)}):
@@ -234,7 +242,7 @@ def _to_kernel(builder, call, amx: bool):
         [int(p) for p in a.padding],
         amx=amx,
     )
-    gv = builder.add_func(func.without_attr("global_symbol"), EXTERN)  # TVMScript names it "func"
+    gv = builder.add_func(func.without_attr("global_symbol"), EXTERNS["bfloat16"])  # TVMScript names it "func"
     return relax.call_tir(
         gv, [call.args[0], relax.const(packed, "bfloat16")], relax.TensorType(list(out_shape), "float32")
     )

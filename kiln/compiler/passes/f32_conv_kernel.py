@@ -4,8 +4,9 @@ inputs, the OIHW16i16o weights as they are). TVM 0.27's default x86 conv schedul
 of the FMA peak on Sapphire Rapids, where the kernel runs them at 58-80% (benchmarks/history.md). Each conv2d
 becomes a call_tir to a PrimFunc calling the kernel per output row and task, as BF16ConvKernel's vdpbf16ps
 kernel (bf16_conv_kernel.kernel_func with dtype float32: same tasks, same epilogue), so FuseBF16Epilogue moves the
-bias, residual and ReLU/ReLU6 that follow into it. It takes the convs Winograd did not take (Winograd leaves F(2x2)
-convs on maps of at most 8x8 to it), groups 1, dilation 1, strides 1 or 2 along the width, batch 1.
+bias, residual, GELU and ReLU/ReLU6 that follow into it. It takes the convs Winograd did not take (Winograd leaves
+F(2x2) convs on maps of at most 8x8 to it), groups 1, any dilation (segmentation nets' dilated stages), strides 1
+or 2 along the width, batch 1.
 `stats["f32_kernel_convs"]` counts them."""
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ BLOCK = 16  # channels per block of data, weights and outputs (one zmm of float3
 
 def applies(call) -> bool:
     """A float32 conv2d the kernel computes: NCHW16c data of one image, OIHW16i16o constant weights, groups 1,
-    dilation 1, stride 1 or 2 along the width (the tile functions' compile-time strides)."""
+    stride 1 or 2 along the width (the tile functions' compile-time strides), any dilation."""
     if not float32_conv(call):
         return False
     a = call.attrs
@@ -40,7 +41,6 @@ def applies(call) -> bool:
         and str(a.kernel_layout) == f"OIHW{BLOCK}i{BLOCK}o"
         and str(a.out_layout) == f"NCHW{BLOCK}c"
         and int(a.groups) == 1
-        and all(int(d) == 1 for d in a.dilation)
         and int(a.strides[1]) in (1, 2)
     )
 
@@ -57,6 +57,7 @@ def _to_kernel(builder, call):
         [int(s) for s in a.strides],
         [int(p) for p in a.padding],
         dtype="float32",
+        dilation=tuple(int(d) for d in a.dilation),
     )
     gv = builder.add_func(func.without_attr("global_symbol"), EXTERNS["float32"])  # TVMScript names it "func"
     return relax.call_tir(gv, [call.args[0], w], relax.TensorType(list(out_shape), "float32"))
