@@ -33,10 +33,10 @@ from kiln.schedules.tuning.tuning import (
 
 @pytest.fixture(scope="module")
 def tiny():
-    """A 3x3 conv (dilated: on TVM's schedule on every target; AVX-512's fp32 conv kernel, which MetaSchedule cannot
-    tune, takes undilated ones) and its ReLU."""
+    """A 3x3 conv (stride 3: on TVM's schedule on every target; AVX-512's fp32 conv kernel, which MetaSchedule cannot
+    tune, takes strides 1 and 2) and its ReLU."""
     nodes = [
-        helper.make_node("Conv", ["input", "w"], ["c"], pads=[2, 2, 2, 2], dilations=[2, 2]),
+        helper.make_node("Conv", ["input", "w"], ["c"], pads=[1, 1, 1, 1], strides=[3, 3]),
         helper.make_node("Relu", ["c"], ["output"]),
     ]
     return make_model(nodes, {"input": rand(1, 16, 8, 8)}, ["output"], {"w": rand(16, 16, 3, 3, seed=1) * 0.2})
