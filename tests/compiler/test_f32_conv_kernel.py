@@ -72,6 +72,7 @@ GEOMETRIES = {  # (in channels, out channels, map, kernel, stride, ONNX pads [to
     "wide_rows_three_tiles": (16, 32, (5, 40), 3, 1, [1, 1, 1, 1], "relu"),
     "1x1_residual": (64, 32, (9, 9), 1, 1, [0, 0, 0, 0], "relu"),
     "5x5_asymmetric_pads": (16, 32, (11, 12), 5, 1, [2, 1, 1, 2], "relu6"),
+    "right_and_bottom_pads_only": (16, 16, (10, 10), 3, 1, [0, 0, 2, 2], "relu"),  # copied though PL is 0
     "7x7_map_direct": (32, 64, (7, 7), 3, 1, [1, 1, 1, 1], "relu"),
     "gelu_erf": (16, 32, (6, 30), 3, 2, [1, 1, 1, 1], "gelu_erf"),
     "gelu_tanh_residual": (32, 32, (8, 21), 3, 1, [1, 1, 1, 1], "gelu_tanh"),
