@@ -44,12 +44,12 @@ C_KERNELS = {
     ("bfloat16", True): ("kiln_amx_bf16_conv2d_nchw16c", "amx_bf16_conv"),
     ("float32", False): ("kiln_f32_conv2d_nchw16c", "f32_conv"),  # F32ConvKernel (f32_conv_kernel.py)
 }
-KINDS = {"bfloat16": "bf16_conv", "float32": "f32_conv"}  # the PrimFunc's kiln.kernel_kind
+KINDS = {"bfloat16": "bf16_conv", "float32": "f32_conv"}  # the PrimFunc's kiln.kernel_kind, which says its type
 
 
 def conv_dtype(attrs) -> str:
-    """The data type of the conv kernel a PrimFunc (with a kiln.bf16_conv geometry) calls."""
-    return str(attrs["kiln.conv_dtype"]) if "kiln.conv_dtype" in attrs else "bfloat16"
+    """The data type of the conv kernel a PrimFunc (with a kiln.bf16_conv geometry) calls, from its kernel kind."""
+    return next(t for t, kind in KINDS.items() if kind == str(attrs["kiln.kernel_kind"]))
 
 
 def kernel_source(attrs) -> str:
@@ -147,7 +147,7 @@ def kernel_func(
 def func({", ".join(f'{n}: T.Buffer({s}, "{d}")' for n, s, d in params)}):
     T.func_attr({{"tirx.noalias": True, "tirx.is_scheduled": True, "op_pattern": 8,
                  "kiln.kernel_kind": "{KINDS[dtype]}", "kiln.bf16_conv": {geometry},
-                 "kiln.bf16_epilogue": {epilogue.flags}, "kiln.conv_dtype": "{dtype}",
+                 "kiln.bf16_epilogue": {epilogue.flags},
                  "kiln.flops": {2 * oh * ow * ob * 16 * kh * kw * ib * 16}}})
     {loops}
             T.evaluate(T.call_extern("int32", "{C_KERNELS[dtype, amx][0]}", data.data, packed.data, {", ".join(ptr)},

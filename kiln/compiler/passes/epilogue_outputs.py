@@ -10,7 +10,7 @@ from tvm import relax
 
 from ..ir import op_name, var_uses
 from .counting import static_shape
-from .module_map import block_like, keep_added_functions, rewrite_functions, var_like
+from .module_map import keep_added_functions, rewrite_functions, var_like
 
 CALL_TIR = tvm.ir.Op.get("relax.call_tir")
 
@@ -90,10 +90,3 @@ def rebind(block, bindings, chain: list[int], casts: list[int], call, types: lis
     replace[chain[-1]] = [relax.VarBinding(both, call), relax.VarBinding(final, relax.TupleGetItem(both, 0))]
     for k in casts:
         replace[k] = [relax.VarBinding(bindings[k].var, relax.TupleGetItem(both, 1))]
-
-
-def rebuilt(block, bindings, replace: dict):
-    """The block with `replace` applied (the block itself where nothing changed)."""
-    if not replace:
-        return block
-    return block_like(block, [nb for i, b in enumerate(bindings) for nb in replace.get(i, [b])])

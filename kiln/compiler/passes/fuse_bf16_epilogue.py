@@ -25,9 +25,9 @@ from .epilogue_outputs import (
     kernel_call,
     output_types,
     rebind,
-    rebuilt,
     tensor_type,
 )
+from .module_map import rebuilt
 
 
 def _kernel(mod, value):
@@ -146,13 +146,12 @@ def _fuse_block(mod, builder, block, uses, stats):
         )
         data, packed = b.value.args[1].fields
         geometry = [int(v) for v in func.attrs["kiln.bf16_conv"]]
-        sh, sw, pt, pl, pb, pr, kh, kw, amx = geometry[:9]
-        dilation = tuple(geometry[9:11]) or (1, 1)
+        sh, sw, pt, pl, pb, pr, kh, kw, amx, dh, dw = geometry
         out_blocks = static_shape(packed)[0]
         pads = (pt, pl, pb, pr)
         dtype = conv_dtype(func.attrs)
         new, out_shape = kernel_func(
-            static_shape(data), out_blocks, (kh, kw), (sh, sw), pads, ep, bool(amx), dtype, dilation
+            static_shape(data), out_blocks, (kh, kw), (sh, sw), pads, ep, bool(amx), dtype, (dh, dw)
         )
         gv = builder.add_func(new.without_attr("global_symbol"), _name(dtype, ep))
         args = [data, packed] + [bias] * ep.bias + [residual] * ep.residual

@@ -25,9 +25,9 @@ from .epilogue_outputs import (
     kernel_call,
     output_types,
     rebind,
-    rebuilt,
     tensor_type,
 )
+from .module_map import rebuilt
 
 
 def _kernel(mod, value):

@@ -14,8 +14,7 @@ from tvm import relax
 
 from ...counters import Counter
 from ..ir import op_name, var_users
-from .epilogue_outputs import rebuilt
-from .module_map import rewrite_blocks, var_like
+from .module_map import rebuilt, rewrite_blocks, var_like
 
 COMMUTING = ("relax.nn.max_pool2d", "relax.strided_slice", "relax.reshape", "relax.permute_dims")
 

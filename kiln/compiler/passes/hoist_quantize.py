@@ -16,8 +16,7 @@ from tvm import relax
 from ...counters import Counter
 from ..ir import op_name, scalar_value, var_users
 from ..quantize.rewrite import quantize_act_chain
-from .epilogue_outputs import rebuilt
-from .module_map import rewrite_blocks, var_like
+from .module_map import rebuilt, rewrite_blocks, var_like
 
 COMMUTING = ("relax.nn.max_pool2d", "relax.strided_slice")
 

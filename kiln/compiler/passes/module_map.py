@@ -35,6 +35,14 @@ def block_like(block, bindings: list):
     return (relax.DataflowBlock if isinstance(block, relax.DataflowBlock) else relax.BindingBlock)(bindings)
 
 
+def rebuilt(block, bindings, replace: dict):
+    """The block with `replace` (binding index -> the bindings in its place, [] drops it) applied to its `bindings`
+    (the block itself where nothing changed)."""
+    if not replace:
+        return block
+    return block_like(block, [nb for i, b in enumerate(bindings) for nb in replace.get(i, [b])])
+
+
 def var_like(block):
     """The Var class for new bindings in `block`: DataflowVar inside a dataflow block."""
     return relax.DataflowVar if isinstance(block, relax.DataflowBlock) else relax.Var
