@@ -33,6 +33,7 @@ def format_report(r: dict) -> str:
         ("strided 1x1 convs on a subsampled input", r.get("strided_pointwise_subsampled", 0)),
         ("conv_transpose as conv", r.get("conv_transpose_as_conv", 0)),
         ("bilinear resize as matmul", r.get("resize_as_matmul", 0)),
+        ("patch-embedding convs as matmul", r.get("patch_conv_as_matmul", 0)),
         (
             "layout",
             f"{r['layout']} ({r['layout_transforms']} layout transforms; "

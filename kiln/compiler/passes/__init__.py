@@ -34,6 +34,7 @@ from .pack_dense_weights import PackDenseWeights
 from .propagate_blocked_layout import PropagateBlockedLayout
 from .remove_noops import RemoveNoOps
 from .remove_zero_channels import RemoveZeroChannels
+from .patch_conv_as_matmul import PatchConvAsMatmul
 from .resize_as_matmul import ResizeAsMatmul
 from .space_to_depth_stem import SpaceToDepthStem
 from .static_dataflow import StaticDataflow
@@ -72,6 +73,7 @@ __all__ = [
     "MixedPrecision",
     "NarrowBlockLayout",
     "PackDenseWeights",
+    "PatchConvAsMatmul",
     "PropagateBlockedLayout",
     "RemoveNoOps",
     "RemoveZeroChannels",

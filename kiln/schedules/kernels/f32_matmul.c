@@ -23,13 +23,28 @@
 
 #include "avx512_matmul_epilogue.h"
 
+/* Prefetch of the weights the thread's next task reads (the next column group), into L2 a few lines every PF_EVERY
+ * inputs over the whole task, as amx_bf16_matmul.c does: a layer's weights come from memory each run (ViT-B's 340
+ * MB), and at few rows a group's tile products are too short to hide its stream (CLIP's 50 rows: 117 -> 132-141
+ * GFLOP/s a core with cold weights; 197 rows unchanged; benchmarks/history.md). */
+#define PF_EVERY 4
+typedef struct {
+  const char *next, *end;
+  int per_step; /* lines per PF_EVERY inputs */
+} prefetch;
+
+static inline void prefetch_some(prefetch *pf) {
+  for (int i = 0; i < pf->per_step && pf->next < pf->end; ++i, pf->next += 64) _mm_prefetch(pf->next, _MM_HINT_T1);
+}
+
 #define DEFINE_TILE(R, NB)                                                                                        \
-  static void tile##R##x##NB(const float *x, const float *w, const mm_epilogue *ep, int64_t r0, int K, int nb) { \
+  static void tile##R##x##NB(const float *x, const float *w, const mm_epilogue *ep, int64_t r0, int K, int nb, prefetch *pf) { \
     __m512 acc[R][NB];                                                                                            \
     for (int r = 0; r < R; ++r)                                                                                   \
       for (int b = 0; b < NB; ++b) acc[r][b] = _mm512_setzero_ps();                                               \
     const float *wp = w + (int64_t)nb * K * 16;                                                                   \
     for (int k = 0; k < K; ++k) {                                                                                 \
+      if (!(k & (PF_EVERY - 1))) prefetch_some(pf);                                                               \
       __m512 wv[NB];                                                                                              \
       for (int b = 0; b < NB; ++b) wv[b] = _mm512_loadu_ps(wp + ((int64_t)b * K + k) * 16);                      \
       for (int r = 0; r < R; ++r) {                                                                               \
@@ -58,7 +73,7 @@ DEFINE_TILE(4, 4)
 DEFINE_TILE(5, 4)
 DEFINE_TILE(6, 4)
 
-typedef void (*tile_fn)(const float *, const float *, const mm_epilogue *, int64_t, int, int);
+typedef void (*tile_fn)(const float *, const float *, const mm_epilogue *, int64_t, int, int, prefetch *);
 static const tile_fn TILES[9][4] = {
     {0, 0, 0, 0},
     {tile1x1, tile1x2, tile1x3, tile1x4},
@@ -73,6 +88,17 @@ static const tile_fn TILES[9][4] = {
 
 #define CHUNK 48 /* rows a task takes through all its column groups before the next rows (x's chunk stays in L2) */
 
+/* the prefetch of the next task's column group (blocks [nb1, nb1 + nb1 - nb0)), spread over this task's steps */
+static prefetch next_task(const float *w, int blocks, int K, int m0, int end, int nb0, int nb1, int R, int G) {
+  const int nn = nb1 + (nb1 - nb0) < blocks ? nb1 + (nb1 - nb0) : blocks;
+  prefetch pf = {(const char *)(w + (int64_t)nb1 * K * 16), (const char *)(w + (int64_t)nn * K * 16), 0};
+  int64_t tiles = 0;
+  for (int c0 = m0; c0 < end; c0 += CHUNK) tiles += ((end - c0 < CHUNK ? end - c0 : CHUNK) + R - 1) / R;
+  const int64_t steps = tiles * ((nb1 - nb0 + G - 1) / G) * ((K + PF_EVERY - 1) / PF_EVERY);
+  if (nn > nb1 && steps) pf.per_step = (int)(((int64_t)(nn - nb1) * K + steps - 1) / steps); /* a line per input */
+  return pf;
+}
+
 /* x16 and out16 are bf16_matmul.c's bf16 input and output: never given to this kernel (NULL) */
 int kiln_f32_matmul(const float *x, const void *x16, const float *w, const float *bias, const float *res, float *out,
                     uint16_t *out16, int flags, int tile_rows, int M, int N, int K, int m0, int rows, int nb0,
@@ -81,13 +107,14 @@ int kiln_f32_matmul(const float *x, const void *x16, const float *w, const float
   const mm_epilogue ep = {bias, res, out, out16, flags, N};
   const int end = m0 + rows < M ? m0 + rows : M;
   const int R = tile_rows == 8 ? 8 : 6, G = R == 8 ? 3 : 4; /* G: blocks of 16 columns a tile holds */
+  prefetch pf = next_task(w, N / 16, K, m0, end, nb0, nb1, R, G);
   for (int c0 = m0; c0 < end; c0 += CHUNK) {
     const int c1 = end - c0 < CHUNK ? end : c0 + CHUNK;
     for (int nb = nb0; nb < nb1; nb += G) {
       const int blocks = nb1 - nb < G ? nb1 - nb : G;
       for (int r = c0; r < c1; r += R) {
         const int n = c1 - r < R ? c1 - r : R;
-        TILES[n][blocks - 1](x + (int64_t)r * K, w, &ep, r, K, nb);
+        TILES[n][blocks - 1](x + (int64_t)r * K, w, &ep, r, K, nb, &pf);
       }
     }
   }
