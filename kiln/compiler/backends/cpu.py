@@ -147,7 +147,9 @@ GRAPH_ROWS: tuple[PassSpec, ...] = (
     PassSpec("ConvTransposeAsConv", lambda o: kp.ConvTransposeAsConv(), 1),  # after FoldBatchNorm folds into it
     PassSpec("ResizeAsMatmul", lambda o: kp.ResizeAsMatmul(), 1),
     PassSpec(
-        "PatchConvAsMatmul", lambda o: kp.PatchConvAsMatmul() if f32_matmul_kernel(o) or bf16_matmul_kernel(o) else None, 2
+        "PatchConvAsMatmul",
+        lambda o: kp.PatchConvAsMatmul() if f32_matmul_kernel(o) or bf16_matmul_kernel(o) else None,
+        2,
     ),  # ViT's patch embedding on the matmul kernels
     PassSpec("Quantize", lambda o: None, 1),  # the calibrated QuantizeGraph, given by the quantize flow
     PassSpec("Int8Residuals", lambda o: kp.Int8Residuals() if o.quantize == "int8" else None, 2),  # uint8 residuals

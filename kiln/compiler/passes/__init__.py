@@ -31,10 +31,10 @@ from .merge_sibling_matmuls import MergeSiblingMatmuls
 from .mixed_precision import MixedPrecision
 from .narrow_block_layout import NarrowBlockLayout
 from .pack_dense_weights import PackDenseWeights
+from .patch_conv_as_matmul import PatchConvAsMatmul
 from .propagate_blocked_layout import PropagateBlockedLayout
 from .remove_noops import RemoveNoOps
 from .remove_zero_channels import RemoveZeroChannels
-from .patch_conv_as_matmul import PatchConvAsMatmul
 from .resize_as_matmul import ResizeAsMatmul
 from .space_to_depth_stem import SpaceToDepthStem
 from .static_dataflow import StaticDataflow
