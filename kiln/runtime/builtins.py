@@ -1,6 +1,7 @@
 """The VM builtins a Relax artifact may call that TVM implements in Python inside `tvm.relax` (the
-compiler package): `relax.run.nonzero` (ONNX NonZero), `relax.run.unique` (Unique) and
-`relax.run.shape_to_tensor` (a shape read back as data). The runtime never imports the compiler, so
+compiler package): `relax.run.nonzero` (ONNX NonZero), `relax.run.unique` (Unique),
+`relax.run.shape_to_tensor` (a shape read back as data) and `relax.run.assert_op` (the run-time checks the
+frontends add: an If branch dropped for the pinned shapes, shapes fed as data). The runtime never imports the compiler, so
 without these an artifact holding such an op fails to load ("Cannot find ffi::Function
 relax.run.nonzero") while it ran in the process that compiled it. Same semantics as TVM's own
 (tvm/relax/op/set.py, base.py), on numpy; registered only where TVM's are absent.
@@ -13,7 +14,7 @@ from __future__ import annotations
 
 import numpy as np
 
-NAMES = ("relax.run.nonzero", "relax.run.unique", "relax.run.shape_to_tensor")
+NAMES = ("relax.run.nonzero", "relax.run.unique", "relax.run.shape_to_tensor", "relax.run.assert_op")
 
 
 def _nonzero(tvm, x):
@@ -55,6 +56,29 @@ def _shape_to_tensor(tvm, shape):
     return tvm.runtime.tensor(np.asarray([int(v) for v in shape], dtype="int64"))
 
 
+def _render(tvm, v) -> str:
+    if isinstance(v, tvm.runtime.Tensor):
+        return str(v)
+    if isinstance(v, (list, tuple)) or type(v).__name__ == "Array":
+        return "(" + ", ".join(_render(tvm, e) for e in v) + ")"
+    return str(v)
+
+
+def _assert_op(tvm, condition, format_str, *format_args):
+    """TVM's relax_assert_op: raise AssertionError with the formatted message when the bool scalar is false
+    (Kiln's model.py reports a message holding INPUT_CHECK as an input error)."""
+    if not isinstance(format_str, str):
+        raise ValueError(f"The format string argument to assert must be a string, given {type(format_str)})")
+    if isinstance(condition, tvm.runtime.Tensor):
+        if condition.dtype != "bool" or len(condition.shape):
+            raise ValueError(f"The condition must be a bool scalar, given a {condition.dtype} {condition.shape} tensor")
+        condition = bool(condition.numpy())
+    if not condition:
+        rendered = [_render(tvm, a) for a in format_args]
+        message = format_str.format(*rendered) if format_str else ", ".join(rendered)
+        raise AssertionError(message or "Assertion Failed")
+
+
 def _load_runtime_extra(tvm) -> None:
     if tvm.get_global_func("tvm.contrib.sort.topk", allow_missing=True) is not None:
         return
@@ -75,7 +99,12 @@ def _load_runtime_extra(tvm) -> None:
 def register(tvm) -> None:
     """Register the builtins TVM's compiler package would have registered, if it has not."""
     _load_runtime_extra(tvm)
-    impls = {"relax.run.nonzero": _nonzero, "relax.run.unique": _unique, "relax.run.shape_to_tensor": _shape_to_tensor}
+    impls = {
+        "relax.run.nonzero": _nonzero,
+        "relax.run.unique": _unique,
+        "relax.run.shape_to_tensor": _shape_to_tensor,
+        "relax.run.assert_op": _assert_op,
+    }
     for name in NAMES:
         if tvm.get_global_func(name, allow_missing=True) is None:
             fn = impls[name]

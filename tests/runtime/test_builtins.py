@@ -47,3 +47,49 @@ def test_nonzero_unique_topk_run_on_the_runtime_alone(tmp_path):
     names = [o.name for o in model.graph.output]
     for name, ref in zip(names, ort_run(model, {"x": x})):
         np.testing.assert_array_equal(np.asarray(info["out"][name], ref.dtype).reshape(ref.shape), ref, err_msg=name)
+
+
+CHECK_PROBE = """
+import json, sys
+import numpy as np
+import kiln
+m = kiln.load(sys.argv[1], warmup=True)  # zeros: sr = 0 fails the check, which ends the warm-up, not the load
+x = np.load(sys.argv[2])
+out = m.run({"x": x, "sr": np.array(16000, np.int64)})["y"]
+try:
+    m.run({"x": x, "sr": np.array(8000, np.int64)})
+    error = None
+except kiln.InputError as e:
+    error = str(e)
+print(json.dumps({"runtime_only": "tvm.relax" not in sys.modules, "out": out.tolist(), "error": error}))
+"""
+
+
+def test_run_time_checks_run_on_the_runtime_alone(tmp_path):
+    """The checks the frontends compile in (relax.run.assert_op: here an If branch dropped for the pinned shapes)
+    pass and fail in a process without the compiler: the corpus' silero_vad artifact failed `kiln bench` with
+    "Cannot find ffi::Function relax.run.assert_op" while it matched onnxruntime in the compiling process, then
+    in the load's warm-up on zeros (a sample rate of 0)."""
+    import warnings
+
+    from frontends.test_impossible_branches import _vad
+
+    model = _vad()
+    path = tmp_path / "m.kiln"
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # the dropped branch's KilnWarning: tests/frontends/test_impossible_branches.py
+        kiln.compile(model, path, input_shapes=["x:1x512"])
+    x = np.random.default_rng(3).standard_normal((1, 512)).astype(np.float32)
+    np.save(tmp_path / "x.npy", x)
+    r = subprocess.run(
+        [sys.executable, "-c", CHECK_PROBE, str(path), str(tmp_path / "x.npy")],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert r.returncode == 0, r.stderr[-3000:]
+    info = json.loads(r.stdout.strip().splitlines()[-1])
+    assert info["runtime_only"], "the probe should have loaded TVM's runtime only"
+    ref = ort_run(model, {"x": x, "sr": np.array(16000, np.int64)})[0]
+    np.testing.assert_allclose(np.asarray(info["out"], np.float32), ref, atol=1e-5)
+    assert info["error"] and "`sr` selects the then branch of If node 'sr_if'" in info["error"]
