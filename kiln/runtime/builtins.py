@@ -1,8 +1,8 @@
 """The VM builtins a Relax artifact may call that TVM implements in Python inside `tvm.relax` (the
 compiler package): `relax.run.nonzero` (ONNX NonZero), `relax.run.unique` (Unique),
 `relax.run.shape_to_tensor` (a shape read back as data) and `relax.run.assert_op` (the run-time checks the
-frontends add: an If branch dropped for the pinned shapes, shapes fed as data). The runtime never imports the compiler, so
-without these an artifact holding such an op fails to load ("Cannot find ffi::Function
+frontends add: an If branch dropped for the pinned shapes, shapes fed as data). The runtime never imports the
+compiler, so without these an artifact holding such an op fails to load ("Cannot find ffi::Function
 relax.run.nonzero") while it ran in the process that compiled it. Same semantics as TVM's own
 (tvm/relax/op/set.py, base.py), on numpy; registered only where TVM's are absent.
 
