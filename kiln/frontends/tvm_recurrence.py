@@ -33,6 +33,7 @@ def recurrence_converter():
                 hidden,
                 tuple(bool(r) for r in attr["reverse"]),
                 bool(attr.get("linear_before_reset", 0)),
+                bool(attr.get("quantized_h", 0)),
             )
             if len(rec.reverse) != dirs:
                 raise ValueError(f"KilnRecurrence: {dirs} directions of weights, {len(rec.reverse)} reverse flags")

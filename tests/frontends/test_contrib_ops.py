@@ -145,12 +145,42 @@ def test_dynamic_quantize_lstm(tmp_path):
     assert ops(q)[f"{MS}.DynamicQuantizeLSTM"] == 1
     assert_supported(q)
     check_against_ort(q, {"x": rand(5, 2, 8, seed=9)}, tmp_path, rtol=1e-4, atol=1e-4)
-    # the input projection and each of the 5 steps' recurrent products run on the int8 kernel (built for
-    # znver4, not run): ddddocr's 512-unit LSTM read 4 MB of float weights a step before
+    # the input projection runs on the int8 kernel, the 5 steps (h quantized each step) in one recurrence kernel
+    # (built for znver4, not run): lstm_text_qdynamic's ~30 kernels a step made it 5x onnxruntime
     from tests.helpers import compiled_asm
 
     asm, report = compiled_asm(q, "llvm -mcpu=znver4")
-    assert report["qdq_lowered"] == 6 and "vpdpbusd" in asm
+    assert report["qdq_lowered"] == 1 and "vpdpbusd" in asm and "recurrence" in asm
+
+
+@pytest.mark.parametrize("hidden, bidirectional", [(12, True), (260, False)])
+def test_dynamic_quantize_lstm_layers(tmp_path, hidden, bidirectional):
+    """A bidirectional layer in one kernel (both directions' projections in one int8 matmul, h quantized per
+    direction); a layer wider than contrib_quant.ONE_KERNEL_HIDDEN keeps its steps unrolled on the int8 kernel
+    (float32 sums of its integer products would no longer be exact; ddddocr's 512 units read 4 MB of float
+    weights a step in the kernel)."""
+    d, i, t = 1 + bidirectional, 8, 3
+    inits = {
+        "W": rand(d, 4 * hidden, i, seed=3) * 0.3,
+        "R": rand(d, 4 * hidden, hidden, seed=4) * 0.3,
+        "B": rand(d, 8 * hidden, seed=5) * 0.1,
+    }
+    node = helper.make_node(
+        "LSTM",
+        ["x", "W", "R", "B"],
+        ["Y", "Yh", "Yc"],
+        hidden_size=hidden,
+        direction="bidirectional" if d == 2 else "forward",
+    )
+    m = make_model([node], {"x": rand(t, 2, i)}, ["Y", "Yh", "Yc"], inits)
+    q = quantize_dynamic(m, tmp_path)
+    assert ops(q)[f"{MS}.DynamicQuantizeLSTM"] == 1
+    check_against_ort(q, {"x": rand(t, 2, i, seed=9)}, tmp_path, rtol=1e-4, atol=1e-4)
+    from tests.helpers import compiled_asm
+
+    asm, report = compiled_asm(q, "llvm -mcpu=znver4")
+    one_kernel = hidden <= 256
+    assert report["qdq_lowered"] == (1 if one_kernel else 1 + t) and ("recurrence" in asm) == one_kernel
 
 
 def test_graph_optimizer_fusions(tmp_path):

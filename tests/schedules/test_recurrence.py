@@ -89,3 +89,42 @@ def test_specialize_keeps_the_attributes_and_changes_the_tile():
     got, want = _run(wide.with_attr("global_symbol", "recurrence"), rec, "haswell", seed=3)
     for g, w in zip(got, want):
         np.testing.assert_allclose(g, w, rtol=1e-5, atol=2e-6)
+
+
+def _quantized(h: np.ndarray) -> tuple[np.ndarray, np.float32]:
+    """onnxruntime's dynamic uint8 quantization of h (contrib_quant._dynamic_quant): (q - zero point, scale)."""
+    f = np.float32
+    hi, lo = max(f(0), h.max()), min(f(0), h.min())
+    scale = f(1) if hi - lo == 0 else f(hi - lo) / f(255)
+    zp = np.round(min(max(f(0) - lo / scale, f(0)), f(255)))
+    return np.clip(np.round(h / scale) + zp, 0, 255).astype(f) - zp, scale
+
+
+@pytest.mark.parametrize("rec", [Recurrence("lstm", 5, 2, 20, (False, True), quantized_h=True)], ids=["lstm-q"])
+@pytest.mark.parametrize("lanes,registers", [(8, 16), (16, 32)])
+def test_quantized_h_matches_onnxruntimes_arithmetic(rec, lanes, registers):
+    """DynamicQuantizeLSTM's step (frontends/decompose/contrib_quant.py): h quantized over every batch row, its
+    integer values times integer-valued weights (exact in float32), then times scale x the column's scale."""
+    rng = np.random.default_rng(5)
+    D, B, H, G, T = rec.directions, rec.batch, rec.hidden, rec.gates, rec.steps
+    xw = rng.standard_normal((T, B, D * G * H)).astype(np.float32)
+    rint = rng.integers(-127, 128, (D, H, G * H)).astype(np.float32)
+    rs = (rng.random((D, G * H)) * 0.004 + 0.001).astype(np.float32)
+    h0, c0 = rng.standard_normal((2, D, B, H)).astype(np.float32)
+    y = np.zeros((T, D, B, H), np.float32)
+    for d in range(D):
+        h, c = h0[d].copy(), c0[d].copy()
+        for s in range(T):
+            t = T - 1 - s if rec.reverse[d] else s
+            hq, scale = _quantized(h)
+            g = xw[t][:, d * G * H : (d + 1) * G * H] + (hq @ rint[d]) * (scale * rs[d])
+            i, o, f = _sigmoid(g[:, :H]), _sigmoid(g[:, H : 2 * H]), _sigmoid(g[:, 2 * H : 3 * H])
+            c = f * c + i * np.tanh(g[:, 3 * H :])
+            h = o * np.tanh(c)
+            y[t, d] = h
+    target = tvm.target.Target({"kind": "llvm", "mcpu": "haswell"})
+    lib = tvm.compile(tvm.IRModule({"recurrence": kernel(rec, lanes, registers)}), target=target)
+    outs = [np.zeros_like(y), np.zeros_like(h0), np.zeros_like(c0)]
+    tensors = [tvm.runtime.tensor(a) for a in (xw, rint, rs, h0, c0, *outs)]
+    lib["recurrence"](*tensors)
+    np.testing.assert_allclose(tensors[5].numpy(), y, rtol=1e-5, atol=2e-6)

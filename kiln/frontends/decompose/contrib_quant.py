@@ -28,7 +28,7 @@ import onnx
 from .contrib import F32, fail
 from .emitter import Emitter
 from .quant import emit_dequantize, emit_quantize, node_attrs, node_inputs, per_axis
-from .rnn import decompose_lstm
+from .rnn import QuantizedWeights, _one_kernel, decompose_lstm
 
 
 def _unary(op_type: str, **defaults):
@@ -145,8 +145,8 @@ def dynamic_quantize_matmul(node, em, shapes, consts, where):
 class _QuantLSTMEmitter(Emitter):
     """Runs rnn.decompose_lstm, replacing its MatMuls with the (dequantized) float weights Wt/Rt by
     dynamically quantized ones. Relies on rnn.py's const hints "Wt"/"Rt" (one each per direction, in
-    order); dynamic_quantize_lstm checks that every one was replaced. The steps stay unrolled (`unrolled`):
-    the one-kernel recurrence has no int8 recurrent product (each step quantizes h, then runs an int8 MatMul)."""
+    order); dynamic_quantize_lstm checks that every one was replaced. For the layers the one-kernel recurrence
+    does not take (`unrolled`): each step quantizes h, then runs an int8 MatMul."""
 
     unrolled = True
 
@@ -168,10 +168,19 @@ class _QuantLSTMEmitter(Emitter):
         return super().op(op_type, inputs, hint, out, **attrs)
 
 
+# hidden sizes whose quantized recurrent products are exact in float32 (255 x 255 x H below 2^24) run as the
+# one-kernel recurrence; wider ones (ddddocr's 512 units) keep their steps unrolled on the int8 matmul kernel, which
+# reads a quarter of the float weights' bytes a step
+ONE_KERNEL_HIDDEN = 256
+
+
 def dynamic_quantize_lstm(node, em, shapes, consts, where):
     """LSTM with int8 W (dirs, input, 4H) and R (dirs, H, 4H), per-direction or per-column scales;
     the input projection quantizes X over all time steps at once, each step quantizes h, as
-    onnxruntime's kernel does."""
+    onnxruntime's kernel does. Up to ONE_KERNEL_HIDDEN units the layer is one recurrence kernel (the
+    projection on the int8 matmul kernel, every step's quantization of h and its product in the kernel:
+    lstm_text_qdynamic's ~30 kernels a step made it 5x onnxruntime); wider or unusual layers (peepholes,
+    clip, ...) are unrolled."""
     ins = node_inputs(node, 12)
     w, r, ws, wz, rs, rz = _const(node, consts, where, ins[1], ins[2], *ins[8:12])
     quant, floats = {}, []
@@ -183,6 +192,8 @@ def dynamic_quantize_lstm(node, em, shapes, consts, where):
         floats.append(em.const(np.stack([(_wint(q[i], z[i]) * s[i]).T for i in range(d)]), key))
     lstm = onnx.helper.make_node("LSTM", [ins[0], *floats, *ins[3:8]], list(node.output), name=node.name)
     lstm.attribute.extend(node.attribute)
+    if r.shape[1] <= ONE_KERNEL_HIDDEN and _one_kernel(lstm, em, shapes, consts, _quantized_weights(quant)):
+        return
     qem = _QuantLSTMEmitter(em.prefix + "/q", consts, quant)
     decompose_lstm(lstm, qem, shapes, consts, where)
     if len(qem.used) != 2 * w.shape[0] or qem.seen != {"Wt": w.shape[0], "Rt": w.shape[0]}:
@@ -193,6 +204,17 @@ def dynamic_quantize_lstm(node, em, shapes, consts, where):
             "report this; the quantized LSTM rewrite must follow rnn.py",
         )
     em.nodes.extend(qem.nodes)
+
+
+def _quantized_weights(quant: dict) -> QuantizedWeights:
+    """The one-kernel recurrence's weights: the projection by every direction's W at once (x quantized over all
+    steps and directions once: the same parameters as per direction), R as integer values and scales."""
+    wq = np.concatenate([q for q, _, _ in quant["Wt"]], axis=1)
+    wz = np.concatenate([z for _, z, _ in quant["Wt"]])
+    ws = np.concatenate([s for _, _, s in quant["Wt"]])
+    r_int = np.stack([_wint(q, z) for q, z, _ in quant["Rt"]])
+    r_scale = np.stack([np.asarray(s, F32) for _, _, s in quant["Rt"]])
+    return QuantizedWeights(lambda em, rows: _dyn_matmul(em, rows, wq, wz, ws), r_int, r_scale)
 
 
 def _unpack(packed: np.ndarray, bits: int, count: int) -> np.ndarray:

@@ -8,6 +8,8 @@ the same slicing and transposes as ONNX ops. A sequence_lens that is not all T m
 from __future__ import annotations
 
 import contextvars
+import dataclasses
+from collections.abc import Callable
 
 import numpy as np
 import onnx
@@ -151,10 +153,23 @@ def _project(em: Emitter, w: _Weights, x: str, ins, d: int, G: int, H: int, bias
     return em.op("Add", [xw, bias]) if bias else xw
 
 
-def _one_kernel(node, em: Emitter, shapes, consts) -> bool:
+@dataclasses.dataclass(frozen=True)
+class QuantizedWeights:
+    """What DynamicQuantizeLSTM (contrib_quant.py) gives the one-kernel recurrence: the input projection of all
+    steps, (em, rows [T*B, I]) -> [T*B, D*G*H] without bias (x quantized at run time, as onnxruntime does), and
+    the recurrent weights as integer values [D, H, G*H] with their scales per column [D, G*H]; the kernel
+    quantizes h to uint8 each step with onnxruntime's parameters (schedules/rules/recurrence.py)."""
+
+    project: Callable
+    r_int: np.ndarray
+    r_scale: np.ndarray
+
+
+def _one_kernel(node, em: Emitter, shapes, consts, quant: QuantizedWeights | None = None) -> bool:
     """The layer as one KilnRecurrence node (tvm_recurrence.py: every step in one kernel) where it has
     float32 data, constant weights, the default activations and none of clip, peepholes, input_forget or
-    a sequence_lens shorter than T; False (the caller unrolls it) otherwise."""
+    a sequence_lens shorter than T; False (the caller unrolls it) otherwise. quant: a dynamically quantized
+    LSTM's weights (the kernel then quantizes h every step)."""
     a = _attrs(node)
     ins = list(node.input) + [""] * (8 - len(node.input))
     direction = a.get("direction", b"forward")
@@ -165,7 +180,7 @@ def _one_kernel(node, em: Emitter, shapes, consts) -> bool:
     plain = acts == DEFAULT_ACTS[node.op_type] * ndir and not {"clip", "activation_alpha", "activation_beta"} & set(a)
     plain = plain and not a.get("input_forget", 0) and not ins[7] and x in shapes and len(shapes[x]) == 3
     plain = plain and all(ins[i] in consts for i in (1, 2)) and (not ins[3] or ins[3] in consts)
-    if getattr(em, "unrolled", False):  # an emitter that rewrites the per-step MatMuls (contrib_quant.py)
+    if getattr(em, "unrolled", False) and quant is None:  # it rewrites the per-step MatMuls (contrib_quant.py)
         return False
     if not plain or not ONE_KERNEL.get() or elem_type(x) != onnx.TensorProto.FLOAT or CURRENT_MODEL.get() is None:
         return False
@@ -187,9 +202,16 @@ def _one_kernel(node, em: Emitter, shapes, consts) -> bool:
         x = em.op("Transpose", [x], perm=[1, 0, 2])
     wt = np.ascontiguousarray(np.concatenate([W[d].T for d in range(ndir)], axis=1))
     rows = em.reshape(x, [T * B, shapes[ins[0]][-1]])  # [T*B, I]: a 2-D matmul takes the rows register tile
-    xw = em.op("Add", [em.op("MatMul", [rows, em.const(wt, "Wt")]), em.const(np.concatenate(bias), "b")])
-    xw = em.reshape(xw, [T, B, wt.shape[1]])
-    inputs = [xw, em.const(np.ascontiguousarray(np.stack([R[d].T for d in range(ndir)])), "Rt")]
+    projected = quant.project(em, rows) if quant else em.op("MatMul", [rows, em.const(wt, "Wt")])
+    xw = em.reshape(em.op("Add", [projected, em.const(np.concatenate(bias), "b")]), [T, B, wt.shape[1]])
+    if quant:
+        inputs = [
+            xw,
+            em.const(quant.r_int.astype(np.float32), "Rint"),
+            em.const(quant.r_scale.astype(np.float32), "rs"),
+        ]
+    else:
+        inputs = [xw, em.const(np.ascontiguousarray(np.stack([R[d].T for d in range(ndir)])), "Rt")]
     if cell == "gru":
         inputs.append(em.const(np.ascontiguousarray(Bb[:, G * H + 2 * H : G * H + 3 * H]), "rbh"))
     for idx in (5, 6) if cell == "lstm" else (5,):
@@ -211,6 +233,7 @@ def _one_kernel(node, em: Emitter, shapes, consts) -> bool:
             cell=cell,
             reverse=reverse,
             linear_before_reset=int(a.get("linear_before_reset", 0)),
+            quantized_h=int(quant is not None),
         )
     )
     model = CURRENT_MODEL.get()

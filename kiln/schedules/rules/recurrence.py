@@ -40,6 +40,7 @@ class Recurrence:
     hidden: int
     reverse: tuple[bool, ...]  # per direction
     linear_before_reset: bool = False  # GRU only
+    quantized_h: bool = False  # LSTM/RNN: h quantized to uint8 every step, integer-valued rt times scales rs
 
     @property
     def gates(self) -> int:
@@ -163,6 +164,9 @@ def source(rec: Recurrence, lanes: int = DEFAULT_LANES, registers: int = DEFAULT
     x.add(2, f'g = T.alloc_buffer(({G * H},), "float32", scope="local")')
     x.add(2, f'acc = T.alloc_buffer(({acc},), "float32", scope="local")')
     x.add(2, "SCRATCH")
+    if rec.quantized_h:
+        x.add(2, f'hq = T.alloc_buffer(({B * H},), "float32", scope="local")')
+        x.add(2, 'qs = T.alloc_buffer((4,), "float32", scope="local")')
     x.add(2, f'rh = T.alloc_buffer(({H},), "float32", scope="local")') if gru and not rec.linear_before_reset else None
     x.add(2, f"for b in range({B}):")
     x.each(3, H, lambda i, j: x.add(i, f"h[b * {H} + {j}] = h0[d, b, {j}]"))
@@ -177,7 +181,10 @@ def source(rec: Recurrence, lanes: int = DEFAULT_LANES, registers: int = DEFAULT
         if all(rev)
         else f"T.if_then_else(d == {rev.index(True)}, {T_ - 1} - s, s)"
     )
-    x.add(3, f"t = {step}", f"for b in range({B}):")
+    x.add(3, f"t = {step}")
+    if rec.quantized_h:
+        _quantize_h(x, rec)
+    x.add(3, f"for b in range({B}):")
     (_gru_step if gru else _step)(x, rec, registers)
     x.add(2, f"for b in range({B}):")
     x.each(3, H, lambda i, j: x.add(i, f"yh[d, b, {j}] = h[b * {H} + {j}]"))
@@ -192,6 +199,7 @@ def _params(rec: Recurrence) -> list[str]:
     T_, B, H, D, G = rec.steps, rec.batch, rec.hidden, rec.directions, rec.gates
     lstm, gru = rec.cell == "lstm", rec.cell == "gru"
     params = [f'xw: T.Buffer(({T_}, {B}, {D * G * H}), "float32")', f'rt: T.Buffer(({D}, {H}, {G * H}), "float32")']
+    params += [f'rs: T.Buffer(({D}, {G * H}), "float32")'] if rec.quantized_h else []
     params += [f'rbh: T.Buffer(({D}, {H}), "float32")'] if gru else []
     params += [f'h0: T.Buffer(({D}, {B}, {H}), "float32")']
     params += [f'c0: T.Buffer(({D}, {B}, {H}), "float32")'] if lstm else []
@@ -201,12 +209,32 @@ def _params(rec: Recurrence) -> list[str]:
 
 
 def _hb(rec: Recurrence):
+    if rec.quantized_h:
+        return lambda k: f"hq[b * {rec.hidden} + {k}]"
     return lambda k: f"h[b * {rec.hidden} + {k}]"
 
 
 def _store_g(x, rec: Recurrence):
     base = f"d * {rec.gates * rec.hidden}"
+    if rec.quantized_h:  # the integer product times (h's scale x the column's): onnxruntime's order
+        return lambda i, j, a: x.add(i, f"g[{j}] = xw[t, b, {base} + {j}] + {a} * (qs[2] * rs[d, {j}])")
     return lambda i, j, a: x.add(i, f"g[{j}] = xw[t, b, {base} + {j}] + {a}")
+
+
+def _quantize_h(x, rec: Recurrence) -> None:
+    """h (every batch row) quantized as onnxruntime's DynamicQuantizeLSTM does each step (uint8, the range widened
+    to include 0, scale (max - min) / 255 or 1 for an all-zero h, zero point round(-min / scale)), kept as q - zero
+    point: integer values whose products with rt's are exact in float32 (sums below 2^24: H up to 256)."""
+    n, f = rec.batch * rec.hidden, "T.float32"
+    x.add(3, f"qs[0] = {f}(0)", f"qs[1] = {f}(0)", f"for e in range({n}):")
+    x.add(4, "qs[0] = T.max(qs[0], h[e])", "qs[1] = T.min(qs[1], h[e])")
+    x.add(3, f"qs[2] = T.if_then_else(qs[0] - qs[1] == {f}(0), {f}(1), (qs[0] - qs[1]) / {f}(255))")
+    x.add(3, f"qs[3] = T.round(T.min(T.max({f}(0) - qs[1] / qs[2], {f}(0)), {f}(255)))")
+    x.each(
+        3,
+        n,
+        lambda i, j: x.add(i, f"hq[{j}] = T.min(T.max(T.round(h[{j}] / qs[2]) + qs[3], {f}(0)), {f}(255)) - qs[3]"),
+    )
 
 
 def _gru_step(x, rec: Recurrence, registers: int) -> None:
