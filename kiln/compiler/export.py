@@ -19,11 +19,9 @@ POOL_SOURCE = str(Path(art.__file__).with_name("pool.c"))  # the runtime's threa
 def c_kernels(mod, arch: str | None = None) -> list[str]:
     """Object files of Kiln's C kernels the module calls, built for `arch` (None: the host's), to link into its
     library."""
-    from .passes.bf16_conv_kernel import kernel_source
+    from .passes.bf16_conv_kernel import ConvGeometry, kernel_source
 
-    sources = {
-        kernel_source(f.attrs) for f in mod.functions.values() if f.attrs is not None and "kiln.bf16_conv" in f.attrs
-    } | {
+    sources = {kernel_source(f.attrs) for f in mod.functions.values() if ConvGeometry.of(f.attrs) is not None} | {
         str(f.attrs["kiln.c_kernel"])
         for f in mod.functions.values()
         if f.attrs is not None and "kiln.c_kernel" in f.attrs

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from ..capabilities import BF16
 from ..runtime.profile import MULTIPLY_ADD  # the kinds whose FLOPs are multiply-adds (the bf16 ones return first)
+from .passes.bf16_conv_kernel import ConvGeometry
 
 AMX_C_KERNELS = ("amx_bf16_matmul", "attention_amx")  # the C kernels on AMX-BF16 tiles (beside the conv's flag)
 WHY_WIDER = {  # a float32 multiply-add kernel of a bf16/fp16 build: what no reduced-precision kernel takes
@@ -56,7 +57,8 @@ def kernel_precision(f, kind: str | None, int8: bool, precision: str, caps) -> d
     reduced = {str(getattr(p.ty, "dtype", "")) for p in f.params} & {"bfloat16", "float16"}
     attrs = f.attrs if f.attrs is not None else {}
     c_kernel = str(attrs.get("kiln.c_kernel", ""))
-    amx = ("kiln.bf16_conv" in attrs and bool(int(attrs["kiln.bf16_conv"][8]))) or c_kernel in AMX_C_KERNELS
+    geometry = ConvGeometry.of(attrs)
+    amx = (geometry is not None and geometry.amx) or c_kernel in AMX_C_KERNELS
     if kind == "attention" and c_kernel in ("attention_bf16", "attention_amx"):
         kind = "attention_bf16"  # Q K^T and P V on vdpbf16ps or AMX tiles (FuseAttention's bf16 builds)
     return describe(kind, int8, amx, sorted(reduced)[0] if reduced and kind != "bf16_conv" else None, precision, caps)

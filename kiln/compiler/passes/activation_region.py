@@ -120,3 +120,15 @@ def identify(bindings, indices: list[int], x, out) -> str | None:
         if np.all(np.isfinite(got)) and np.max(np.abs(got - want) / np.maximum(1.0, np.abs(want))) < TOLERANCE:
             return name
     return None
+
+
+def activation_after(
+    bindings, start: int, uses: dict, claimed: set, names=None
+) -> tuple[str, list[int], object] | None:
+    """(activation's name, its bindings, the value it produces) where binding `start`'s value goes through an
+    activation region alone (of `names`, where given), else None: what the kernels' epilogue passes fuse."""
+    x = bindings[start].var
+    found = region(bindings, start, x, uses, claimed)
+    if found is None or (name := identify(bindings, found[0], x, found[1])) is None:
+        return None
+    return (name, *found) if names is None or name in names else None

@@ -47,14 +47,41 @@ C_KERNELS = {
 KINDS = {"bfloat16": "bf16_conv", "float32": "f32_conv"}  # the PrimFunc's kiln.kernel_kind, which says its type
 
 
+GEOMETRY = "kiln.conv_geometry"  # the PrimFunc attribute holding a conv kernel's ConvGeometry (as a list)
+
+
+@dataclasses.dataclass(frozen=True)
+class ConvGeometry:
+    """What a conv C kernel call was built for, kept on its PrimFunc (GEOMETRY) so the passes after
+    (FuseBF16Epilogue rebuilds the call with its epilogue), export (which source to link) and the report
+    (AMX or not) read it back by name."""
+
+    strides: tuple[int, int]
+    pads: tuple[int, int, int, int]  # top, left, bottom, right
+    kernel: tuple[int, int]
+    amx: bool
+    dilation: tuple[int, int]
+
+    def to_list(self) -> list[int]:
+        return [*self.strides, *self.pads, *self.kernel, int(self.amx), *self.dilation]
+
+    @classmethod
+    def of(cls, attrs) -> ConvGeometry | None:
+        """The geometry of a PrimFunc's attributes, None where it calls no conv kernel."""
+        if attrs is None or GEOMETRY not in attrs:
+            return None
+        sh, sw, pt, pl, pb, pr, kh, kw, amx, dh, dw = (int(v) for v in attrs[GEOMETRY])
+        return cls((sh, sw), (pt, pl, pb, pr), (kh, kw), bool(amx), (dh, dw))
+
+
 def conv_dtype(attrs) -> str:
-    """The data type of the conv kernel a PrimFunc (with a kiln.bf16_conv geometry) calls, from its kernel kind."""
+    """The data type of the conv kernel a PrimFunc (with a ConvGeometry) calls, from its kernel kind."""
     return next(t for t, kind in KINDS.items() if kind == str(attrs["kiln.kernel_kind"]))
 
 
 def kernel_source(attrs) -> str:
-    """The schedules/kernels.SOURCES name of the C kernel a PrimFunc with a kiln.bf16_conv geometry calls."""
-    return C_KERNELS[conv_dtype(attrs), bool(int(attrs["kiln.bf16_conv"][8]))][1]
+    """The schedules/kernels.SOURCES name of the C kernel a PrimFunc with a ConvGeometry calls."""
+    return C_KERNELS[conv_dtype(attrs), ConvGeometry.of(attrs).amx][1]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -97,7 +124,7 @@ def kernel_func(
     """(PrimFunc calling the C kernel once per output row and task, output shape): tasks are pairs of output-
     channel blocks where there are enough of them, else rows. Its parameters: data, packed
     weights, then the epilogue's bias [1, O/16, 1, 1, 16] and residual (the output's shape, float32 or bf16) where
-    it has them, then its outputs (float32, bf16). The conv's geometry is kept in the `kiln.bf16_conv`
+    it has them, then its outputs (float32, bf16). The conv's ConvGeometry is kept in the GEOMETRY
     attribute so FuseBF16Epilogue can rebuild the function with an epilogue. amx: the AMX-BF16 kernel,
     whose tasks are pixel ranges (amx_tasks: each gather serves the task's channels), and whose weights are
     packed for it. dtype: the data's and weights' type, "float32" for F32ConvKernel's AVX-512 kernel (f32_conv.c:
@@ -123,7 +150,7 @@ def kernel_func(
     ptr = [
         f"{n}.data" if n in names else "data.data" for n in ("bias", "res", "out", "out16")
     ]  # absent: never read (flags)
-    geometry = [sh, sw, pt, pl, pb, pr, kh, kw, int(amx), dh, dw]
+    geometry = ConvGeometry((sh, sw), (pt, pl, pb, pr), (kh, kw), amx, (dh, dw)).to_list()
     lo, hi = (float(v) for v in epilogue.clamp or (0.0, 0.0))
     bounds = f"T.float32({lo!r}), T.float32({hi!r})".replace(
         "inf", "'inf'"
@@ -146,7 +173,7 @@ def kernel_func(
 @T.prim_func
 def func({", ".join(f'{n}: T.Buffer({s}, "{d}")' for n, s, d in params)}):
     T.func_attr({{"tirx.noalias": True, "tirx.is_scheduled": True, "op_pattern": 8,
-                 "kiln.kernel_kind": "{KINDS[dtype]}", "kiln.bf16_conv": {geometry},
+                 "kiln.kernel_kind": "{KINDS[dtype]}", "{GEOMETRY}": {geometry},
                  "kiln.bf16_epilogue": {epilogue.flags},
                  "kiln.flops": {2 * oh * ow * ob * 16 * kh * kw * ib * 16}}})
     {loops}

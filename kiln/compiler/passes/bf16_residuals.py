@@ -16,7 +16,7 @@ from tvm import relax
 
 from ...counters import Counter
 from ..ir import op_name
-from .bf16_conv_kernel import conv_dtype
+from .bf16_conv_kernel import ConvGeometry, conv_dtype
 from .epilogue_outputs import called_primfunc, tensor_type
 from .module_map import block_like, rewrite_blocks, var_like
 
@@ -30,7 +30,7 @@ def _kernel_fed(mod, defs: dict, var, depth: int = CHAIN_DEPTH) -> bool:
         return False
     func = called_primfunc(mod, value)
     if func is not None:
-        return func.attrs is not None and "kiln.bf16_conv" in func.attrs and conv_dtype(func.attrs) == "bfloat16"
+        return ConvGeometry.of(func.attrs) is not None and conv_dtype(func.attrs) == "bfloat16"
     if op_name(value) not in ("relax.add", "relax.nn.relu", "relax.clip"):
         return False
     args = value.args[:2] if op_name(value) == "relax.add" else value.args[:1]

@@ -15,8 +15,8 @@ from tvm.ir.expr import GenericConst
 
 from ...counters import Counter
 from ..ir import op_name, var_users
-from .activation_region import identify, region
-from .bf16_conv_kernel import EXTERNS, Epilogue, conv_dtype, kernel_func
+from .activation_region import activation_after
+from .bf16_conv_kernel import EXTERNS, ConvGeometry, Epilogue, conv_dtype, kernel_func
 from .counting import static_shape
 from .epilogue_outputs import (
     bf16_casts,
@@ -33,7 +33,7 @@ from .module_map import rebuilt
 def _kernel(mod, value):
     """The BF16ConvKernel/F32ConvKernel PrimFunc a binding's value calls without an epilogue yet, else None."""
     func = called_primfunc(mod, value)
-    if func is None or func.attrs is None or "kiln.bf16_conv" not in func.attrs:
+    if func is None or ConvGeometry.of(func.attrs) is None:
         return None
     return func if int(func.attrs["kiln.bf16_epilogue"]) == Epilogue().flags else None
 
@@ -60,13 +60,10 @@ def _widened_bf16(bindings, var, shape):
 
 def _gelu(bindings, chain, uses, claimed) -> tuple[str, list[int]] | None:
     """(GELU's form, its bindings) where the chain's value goes through a GELU (any spelling: activation_region)."""
-    cur = bindings[chain[-1]].var
-    found = region(bindings, chain[-1], cur, uses, claimed)
-    if found is None or (name := identify(bindings, found[0], cur, found[1])) not in ("gelu_erf", "gelu_tanh"):
+    found = activation_after(bindings, chain[-1], uses, claimed, ("gelu_erf", "gelu_tanh"))
+    if found is None or not bindings[found[1][-1]].var.same_as(found[2]):  # the chain's last binding holds it
         return None
-    if not bindings[found[0][-1]].var.same_as(found[1]):  # the chain's last binding must hold its value
-        return None
-    return name, found[0]
+    return found[0], found[1]
 
 
 def _chain(bindings, i, uses, users, claimed):
@@ -145,14 +142,9 @@ def _fuse_block(mod, builder, block, uses, stats):
             gelu=gelu,
         )
         data, packed = b.value.args[1].fields
-        geometry = [int(v) for v in func.attrs["kiln.bf16_conv"]]
-        sh, sw, pt, pl, pb, pr, kh, kw, amx, dh, dw = geometry
-        out_blocks = static_shape(packed)[0]
-        pads = (pt, pl, pb, pr)
-        dtype = conv_dtype(func.attrs)
-        new, out_shape = kernel_func(
-            static_shape(data), out_blocks, (kh, kw), (sh, sw), pads, ep, bool(amx), dtype, (dh, dw)
-        )
+        g, dtype = ConvGeometry.of(func.attrs), conv_dtype(func.attrs)
+        shapes = static_shape(data), static_shape(packed)[0]
+        new, out_shape = kernel_func(*shapes, g.kernel, g.strides, g.pads, ep, g.amx, dtype, g.dilation)
         gv = builder.add_func(new.without_attr("global_symbol"), _name(dtype, ep))
         args = [data, packed] + [bias] * ep.bias + [residual] * ep.residual
         types = output_types(out_shape, ep.float32, ep.bf16)

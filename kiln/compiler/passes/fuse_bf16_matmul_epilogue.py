@@ -15,7 +15,7 @@ from tvm import relax
 
 from ...counters import Counter
 from ..ir import op_name, var_users
-from .activation_region import identify, region
+from .activation_region import activation_after
 from .bf16_matmul_kernel import BY_SOURCE, F32, MatmulEpilogue, kernel_func
 from .counting import static_shape
 from .epilogue_outputs import (
@@ -69,11 +69,10 @@ def _chain(bindings, i, uses, users, claimed):
     """(activation, residual, chain indices) after kernel binding i, through reshapes."""
     chain, activation, residual = [i], None, None
     chain += _reshapes(bindings, users, bindings[chain[-1]].var, uses, claimed)
-    cur = bindings[chain[-1]].var
-    found = region(bindings, chain[-1], cur, uses, claimed)
-    if found is not None and (name := identify(bindings, found[0], cur, found[1])) is not None:
-        activation, chain = name, chain + found[0]
-        chain += _reshapes(bindings, users, found[1], uses, claimed)
+    found = activation_after(bindings, chain[-1], uses, claimed)
+    if found is not None:
+        activation, chain = found[0], chain + found[1]
+        chain += _reshapes(bindings, users, found[2], uses, claimed)
     got = _residual(bindings, users, bindings[chain[-1]].var, uses, claimed)
     if got is not None:
         residual = got[1]

@@ -28,7 +28,7 @@ import onnx
 from .contrib import F32, fail
 from .emitter import Emitter
 from .quant import emit_dequantize, emit_quantize, node_attrs, node_inputs, per_axis
-from .rnn import QuantizedWeights, _one_kernel, decompose_lstm
+from .rnn import QuantizedWeights, decompose_lstm, one_kernel
 
 
 def _unary(op_type: str, **defaults):
@@ -192,7 +192,7 @@ def dynamic_quantize_lstm(node, em, shapes, consts, where):
         floats.append(em.const(np.stack([(_wint(q[i], z[i]) * s[i]).T for i in range(d)]), key))
     lstm = onnx.helper.make_node("LSTM", [ins[0], *floats, *ins[3:8]], list(node.output), name=node.name)
     lstm.attribute.extend(node.attribute)
-    if r.shape[1] <= ONE_KERNEL_HIDDEN and _one_kernel(lstm, em, shapes, consts, _quantized_weights(quant)):
+    if r.shape[1] <= ONE_KERNEL_HIDDEN and one_kernel(lstm, em, shapes, consts, _quantized_weights(quant)):
         return
     qem = _QuantLSTMEmitter(em.prefix + "/q", consts, quant)
     decompose_lstm(lstm, qem, shapes, consts, where)

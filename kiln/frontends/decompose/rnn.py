@@ -165,7 +165,7 @@ class QuantizedWeights:
     r_scale: np.ndarray
 
 
-def _one_kernel(node, em: Emitter, shapes, consts, quant: QuantizedWeights | None = None) -> bool:
+def one_kernel(node, em: Emitter, shapes, consts, quant: QuantizedWeights | None = None) -> bool:
     """The layer as one KilnRecurrence node (tvm_recurrence.py: every step in one kernel) where it has
     float32 data, constant weights, the default activations and none of clip, peepholes, input_forget or
     a sequence_lens shorter than T; False (the caller unrolls it) otherwise. quant: a dynamically quantized
@@ -251,7 +251,7 @@ def _one_kernel(node, em: Emitter, shapes, consts, quant: QuantizedWeights | Non
 
 
 def decompose_lstm(node, em: Emitter, shapes, consts, where) -> None:
-    if _one_kernel(node, em, shapes, consts):
+    if one_kernel(node, em, shapes, consts):
         return
     a, ins, x, ndir, direction, acts, T, B, H, w, mask = _setup(
         node, em, shapes, consts, where, 4, ["Sigmoid", "Tanh", "Tanh"]
@@ -285,7 +285,7 @@ def decompose_lstm(node, em: Emitter, shapes, consts, where) -> None:
 
 
 def decompose_gru(node, em: Emitter, shapes, consts, where) -> None:
-    if _one_kernel(node, em, shapes, consts):
+    if one_kernel(node, em, shapes, consts):
         return
     a, ins, x, ndir, direction, acts, T, B, H, w, mask = _setup(node, em, shapes, consts, where, 3, ["Sigmoid", "Tanh"])
     clip, lbr = a.get("clip"), a.get("linear_before_reset", 0)
@@ -318,7 +318,7 @@ def decompose_gru(node, em: Emitter, shapes, consts, where) -> None:
 
 def decompose_rnn(node, em: Emitter, shapes, consts, where) -> None:
     """The plain RNN: H_t = f(X_t W^T + H_{t-1} R^T + Wb + Rb), f Tanh by default."""
-    if _one_kernel(node, em, shapes, consts):
+    if one_kernel(node, em, shapes, consts):
         return
     a, ins, x, ndir, direction, acts, T, B, H, w, mask = _setup(node, em, shapes, consts, where, 1, ["Tanh"])
     clip = a.get("clip")
