@@ -241,26 +241,37 @@ static void scale_and_mask(const masking *mk, int bh, const int idx[R], int j0, 
 }
 
 /* The online softmax over one block of scores s (times c: log2 units): running max m and sum l per row (in log2 units
- * and plain), P = 2^(c s - m) into p, and alpha = 2^(m_old - m), the factor the rows' outputs so far are scaled by. */
+ * and plain), P = 2^(c s - m) into p, and alpha = 2^(m_old - m), the factor the rows' outputs so far are scaled by.
+ * Written rows inner, so the R rows' reductions and exp chains (each ~10 dependent instructions) interleave: row by
+ * row, their latency held the kernel at 93 GFLOP/s a core on ViT's heads (benchmarks/history.md). */
 static void softmax_block(vf s[R][KV], int nv, float c, int masked, float m[R], float l[R], float alpha[R],
                           float p[R][KB]) {
+  vf mx[R], sum[R], vb[R], vc = splat(c), shift = splat(0.0f); /* shift's lane r: m_old - m of row r */
+  int empty[R]; /* rows whose keys so far were all masked: alpha 0 */
   for (int r = 0; r < R; ++r) {
-    vf mx = s[r][0];
-    for (int k = 1; k < nv; ++k) mx = vmax(mx, s[r][k]);
-    float mnew = hmax(mx) * c;
+    mx[r] = s[r][0];
+    for (int k = 1; k < nv; ++k) mx[r] = vmax(mx[r], s[r][k]);
+  }
+  for (int r = 0; r < R; ++r) {
+    float mnew = hmax(mx[r]) * c;
     if (mnew < m[r]) mnew = m[r];
     /* a row whose keys so far are all masked: exp of 0, as softmax gives over equal (masked) scores */
     float base = mnew == -INFINITY ? 0.0f : mnew;
-    alpha[r] = m[r] == -INFINITY ? 0.0f : vexp2(splat(m[r] - base))[0];
+    empty[r] = m[r] == -INFINITY;
+    shift[r] = empty[r] ? 0.0f : m[r] - base;
     m[r] = mnew;
-    vf sum = splat(0.0f), vc = splat(c), vb = splat(-base);
-    for (int k = 0; k < nv; ++k) {
-      vf e = masked ? vexp2_masked(s[r][k] * vc + vb) : vexp2(s[r][k] * vc + vb);
-      store(p[r] + k * VL, e);
-      sum += e;
-    }
-    l[r] = l[r] * alpha[r] + hsum(sum);
+    vb[r] = splat(-base);
+    sum[r] = splat(0.0f);
   }
+  vf a = vexp2(shift);
+  for (int r = 0; r < R; ++r) alpha[r] = empty[r] ? 0.0f : a[r];
+  for (int k = 0; k < nv; ++k)
+    for (int r = 0; r < R; ++r) {
+      vf e = masked ? vexp2_masked(s[r][k] * vc + vb[r]) : vexp2(s[r][k] * vc + vb[r]);
+      store(p[r] + k * VL, e);
+      sum[r] += e;
+    }
+  for (int r = 0; r < R; ++r) l[r] = l[r] * alpha[r] + hsum(sum[r]);
 }
 
 /* P as the elems P V reads: float32, or bf16 pairs of keys (pp's rows hold 16 pairs past KB / 2: a last vector
@@ -391,7 +402,7 @@ static void values(float o[R][MAX_DV], const float alpha[R], const elem *pe, int
 #endif
 
 /* One tile of R query rows over every key block: online softmax, O accumulated in o[R][DV]. */
-static void tile(const elem *q, const elem *kt, const elem *v, const elem *v_tail, const masking *mk, float *out,
+static void tile(const elem *q, const elem *kt, const elem *v, const masking *mk, float *out,
                  int bh, int M, int N, int D, int DV, float scale, int row) {
   const int DP = D / PAIR; /* elems of a row of q, of a column of a key block */
   const elem *qi[R];
@@ -421,7 +432,7 @@ static void tile(const elem *q, const elem *kt, const elem *v, const elem *v_tai
     int valid = N - j0 < KB ? N - j0 : KB;
     int tail = valid < KB;
     vf s[R][KV] __attribute__((aligned(64)));
-    int nv = (valid + VL - 1) / VL, keys = nv * VL; /* a partial last block: only its vectors */
+    int nv = (valid + VL - 1) / VL; /* a partial last block: only its vectors */
 #ifdef KILN_AMX
     amx_scores(qt, (int64_t)DP * 4, kt + (int64_t)j0 * DP, DP, nv, s);
 #else
@@ -435,11 +446,10 @@ static void tile(const elem *q, const elem *kt, const elem *v, const elem *v_tai
     softmax_block(s, nv, masked ? LOG2E : scale * LOG2E, masked, m, l, alpha, p);
 #ifdef KILN_BF16
     elem pp[R][PP_ROW] __attribute__((aligned(64)));
-    p_elems(p, keys, pp);
-    values(o, alpha, &pp[0][0], PP_ROW, v + (int64_t)j0 / 2 * DV, keys, DV); /* v is zero-padded to whole blocks */
-    (void)v_tail;
+    p_elems(p, nv * VL, pp);
+    values(o, alpha, &pp[0][0], PP_ROW, v + (int64_t)j0 / 2 * DV, nv * VL, DV); /* v zero-padded to whole blocks */
 #else
-    values(o, alpha, &p[0][0], KB, tail ? v_tail : v + (int64_t)j0 * DV, keys, DV);
+    values(o, alpha, &p[0][0], KB, v + (int64_t)j0 * DV, valid, DV); /* a partial block: its valid keys only */
 #endif
   }
   for (int r = 0; r < R && row + r < M; ++r) {
@@ -465,24 +475,14 @@ int KILN_ATTENTION(const elem *q, const elem *kt, const elem *v, const float *ma
   const int nb = (N + KB - 1) / KB, DP = D / PAIR;
   const elem *qh = q + (int64_t)bh * M * DP, *kth = kt + (int64_t)bh * nb * DP * KB;
   float *oh = out + (int64_t)bh * M * DV;
-  const elem *v_tail = NULL;
 #ifdef KILN_BF16
   const elem *vh = v + (int64_t)bh * nb * (KB / 2) * DV; /* packed to whole blocks */
 #else
-  const elem *vh = v + (int64_t)bh * N * DV;
-  /* the last block of values, if partial, copied once into a zero-padded buffer (no load past the tensor) */
-  int tail0 = N / KB * KB, ntail = N - tail0;
-  float stack_v[KB * 64];
-  if (ntail) {
-    float *buf = DV <= 64 ? stack_v : (float *)__builtin_alloca(sizeof(float) * KB * DV);
-    memset(buf, 0, sizeof(float) * KB * DV);
-    memcpy(buf, vh + (int64_t)tail0 * DV, sizeof(float) * ntail * DV);
-    v_tail = buf;
-  }
+  const elem *vh = v + (int64_t)bh * N * DV; /* P V reads a partial last block's valid keys only */
 #endif
   masking mk = {mask, mask_bh, mask_row, mh_div > 0 ? mh_div : 1, mh_mod > 0 ? mh_mod : 1, causal, causal_offset};
   int end = row0 + rows < M ? row0 + rows : M;
-  for (int row = row0; row < end; row += R) tile(qh, kth, vh, v_tail, &mk, oh, bh, M, N, D, DV, scale, row);
+  for (int row = row0; row < end; row += R) tile(qh, kth, vh, &mk, oh, bh, M, N, D, DV, scale, row);
 #ifdef KILN_AMX
   _tile_release();
 #endif
