@@ -26,37 +26,48 @@
 /* Prefetch of the weights the thread's next task reads (the next column group), into L2 a few lines every PF_EVERY
  * inputs over the whole task, as amx_bf16_matmul.c does: a layer's weights come from memory each run (ViT-B's 340
  * MB), and at few rows a group's tile products are too short to hide its stream (CLIP's 50 rows: 117 -> 132-141
- * GFLOP/s a core with cold weights; 197 rows unchanged; benchmarks/history.md). */
+ * GFLOP/s a core with cold weights; 197 rows unchanged; benchmarks/history.md). Tasks of at most PF_MAX_ROWS rows. */
 #define PF_EVERY 4
+#define PF_MAX_ROWS 64 /* tasks of more rows hide the stream (197: unchanged), and warm weights ran 5-10% slower */
 typedef struct {
   const char *next, *end;
   int per_step; /* lines per PF_EVERY inputs */
 } prefetch;
 
-static inline void prefetch_some(prefetch *pf) {
-  for (int i = 0; i < pf->per_step && pf->next < pf->end; ++i, pf->next += 64) _mm_prefetch(pf->next, _MM_HINT_T1);
-}
+/* one input k of a tile: NB weight vectors, R broadcasts of x, R x NB FMAs */
+#define TILE_STEP(R, NB, k)                                                                                            \
+  do {                                                                                                            \
+    __m512 wv[NB];                                                                                                \
+    for (int b = 0; b < NB; ++b) wv[b] = _mm512_loadu_ps(wp + ((int64_t)b * K + (k)) * 16);                      \
+    for (int r = 0; r < R; ++r) {                                                                                 \
+      __m512 xv = _mm512_set1_ps(x[(int64_t)r * K + (k)]);                                                        \
+      for (int b = 0; b < NB; ++b) acc[r][b] = _mm512_fmadd_ps(xv, wv[b], acc[r][b]);                             \
+    }                                                                                                             \
+  } while (0)
 
-#define DEFINE_TILE(R, NB)                                                                                        \
-  static void tile##R##x##NB(const float *x, const float *w, const mm_epilogue *ep, int64_t r0, int K, int nb, prefetch *pf) { \
+/* R rows x NB blocks over all of K; PF: with the prefetch's lines every PF_EVERY inputs (a build of its own: the
+ * check in the loop of every tile spilled accumulators and cost 3-10% where it prefetched nothing) */
+#define DEFINE_TILE_PF(R, NB, NAME, PF)                                                                           \
+  static void NAME(const float *x, const float *w, const mm_epilogue *ep, int64_t r0, int K, int nb, prefetch *pf) { \
     __m512 acc[R][NB];                                                                                            \
     for (int r = 0; r < R; ++r)                                                                                   \
       for (int b = 0; b < NB; ++b) acc[r][b] = _mm512_setzero_ps();                                               \
     const float *wp = w + (int64_t)nb * K * 16;                                                                   \
+    const char *next = pf->next, *end = pf->end;                                                                  \
+    const int per = pf->per_step;                                                                                 \
     for (int k = 0; k < K; ++k) {                                                                                 \
-      if (!(k & (PF_EVERY - 1))) prefetch_some(pf);                                                               \
-      __m512 wv[NB];                                                                                              \
-      for (int b = 0; b < NB; ++b) wv[b] = _mm512_loadu_ps(wp + ((int64_t)b * K + k) * 16);                      \
-      for (int r = 0; r < R; ++r) {                                                                               \
-        __m512 xv = _mm512_set1_ps(x[(int64_t)r * K + k]);                                                        \
-        for (int b = 0; b < NB; ++b) acc[r][b] = _mm512_fmadd_ps(xv, wv[b], acc[r][b]);                           \
-      }                                                                                                           \
+      if (PF && !(k & (PF_EVERY - 1)))                                                                            \
+        for (int i = 0; i < per; ++i, next += 64)                                                                 \
+          if (next < end) _mm_prefetch(next, _MM_HINT_T1);                                                        \
+      TILE_STEP(R, NB, k);                                                                                        \
     }                                                                                                             \
+    if (PF) pf->next = next < end ? next : end;                                                                   \
     for (int b = 0; b < NB; ++b) {                                                                                \
       __m512 bv = ep->bias ? _mm512_loadu_ps(ep->bias + (nb + b) * 16) : _mm512_setzero_ps();                     \
       for (int r = 0; r < R; ++r) store(ep, _mm512_add_ps(acc[r][b], bv), (r0 + r) * ep->N + (nb + b) * 16);      \
     }                                                                                                             \
   }
+#define DEFINE_TILE(R, NB) DEFINE_TILE_PF(R, NB, tile##R##x##NB, 0) DEFINE_TILE_PF(R, NB, pf##R##x##NB, 1)
 #define DEFINE_ROWS(R) DEFINE_TILE(R, 1) DEFINE_TILE(R, 2) DEFINE_TILE(R, 3)
 DEFINE_ROWS(1)
 DEFINE_ROWS(2)
@@ -74,16 +85,29 @@ DEFINE_TILE(5, 4)
 DEFINE_TILE(6, 4)
 
 typedef void (*tile_fn)(const float *, const float *, const mm_epilogue *, int64_t, int, int, prefetch *);
-static const tile_fn TILES[9][4] = {
-    {0, 0, 0, 0},
-    {tile1x1, tile1x2, tile1x3, tile1x4},
-    {tile2x1, tile2x2, tile2x3, tile2x4},
-    {tile3x1, tile3x2, tile3x3, tile3x4},
-    {tile4x1, tile4x2, tile4x3, tile4x4},
-    {tile5x1, tile5x2, tile5x3, tile5x4},
-    {tile6x1, tile6x2, tile6x3, tile6x4},
-    {tile7x1, tile7x2, tile7x3, 0},
-    {tile8x1, tile8x2, tile8x3, 0},
+static const tile_fn TILES[2][9][4] = {
+    {/* without the prefetch */
+      {0, 0, 0, 0},
+      {tile1x1, tile1x2, tile1x3, tile1x4},
+      {tile2x1, tile2x2, tile2x3, tile2x4},
+      {tile3x1, tile3x2, tile3x3, tile3x4},
+      {tile4x1, tile4x2, tile4x3, tile4x4},
+      {tile5x1, tile5x2, tile5x3, tile5x4},
+      {tile6x1, tile6x2, tile6x3, tile6x4},
+      {tile7x1, tile7x2, tile7x3, 0},
+      {tile8x1, tile8x2, tile8x3, 0},
+    },
+    {/* with it */
+      {0, 0, 0, 0},
+      {pf1x1, pf1x2, pf1x3, pf1x4},
+      {pf2x1, pf2x2, pf2x3, pf2x4},
+      {pf3x1, pf3x2, pf3x3, pf3x4},
+      {pf4x1, pf4x2, pf4x3, pf4x4},
+      {pf5x1, pf5x2, pf5x3, pf5x4},
+      {pf6x1, pf6x2, pf6x3, pf6x4},
+      {pf7x1, pf7x2, pf7x3, 0},
+      {pf8x1, pf8x2, pf8x3, 0},
+    }
 };
 
 #define CHUNK 48 /* rows a task takes through all its column groups before the next rows (x's chunk stays in L2) */
@@ -95,7 +119,8 @@ static prefetch next_task(const float *w, int blocks, int K, int m0, int end, in
   int64_t tiles = 0;
   for (int c0 = m0; c0 < end; c0 += CHUNK) tiles += ((end - c0 < CHUNK ? end - c0 : CHUNK) + R - 1) / R;
   const int64_t steps = tiles * ((nb1 - nb0 + G - 1) / G) * ((K + PF_EVERY - 1) / PF_EVERY);
-  if (nn > nb1 && steps) pf.per_step = (int)(((int64_t)(nn - nb1) * K + steps - 1) / steps); /* a line per input */
+  if (nn > nb1 && steps && end - m0 <= PF_MAX_ROWS) /* a line per input of the next group */
+    pf.per_step = (int)(((int64_t)(nn - nb1) * K + steps - 1) / steps);
   return pf;
 }
 
@@ -114,7 +139,7 @@ int kiln_f32_matmul(const float *x, const void *x16, const float *w, const float
       const int blocks = nb1 - nb < G ? nb1 - nb : G;
       for (int r = c0; r < c1; r += R) {
         const int n = c1 - r < R ? c1 - r : R;
-        TILES[n][blocks - 1](x + (int64_t)r * K, w, &ep, r, K, nb, &pf);
+        TILES[pf.per_step > 0][n][blocks - 1](x + (int64_t)r * K, w, &ep, r, K, nb, &pf);
       }
     }
   }
