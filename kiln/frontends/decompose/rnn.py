@@ -165,6 +165,14 @@ class QuantizedWeights:
     r_scale: np.ndarray
 
 
+def _recurrent_weights(em: Emitter, R: np.ndarray, ndir: int, quant: QuantizedWeights | None) -> list[str]:
+    """The kernel's recurrent weights: R transposed per direction [D, H, G*H], or a quantized layer's integer
+    values and their scales per column."""
+    if quant is None:
+        return [em.const(np.ascontiguousarray(np.stack([R[d].T for d in range(ndir)])), "Rt")]
+    return [em.const(quant.r_int.astype(np.float32), "Rint"), em.const(quant.r_scale.astype(np.float32), "rs")]
+
+
 def one_kernel(node, em: Emitter, shapes, consts, quant: QuantizedWeights | None = None) -> bool:
     """The layer as one KilnRecurrence node (tvm_recurrence.py: every step in one kernel) where it has
     float32 data, constant weights, the default activations and none of clip, peepholes, input_forget or
@@ -204,14 +212,7 @@ def one_kernel(node, em: Emitter, shapes, consts, quant: QuantizedWeights | None
     rows = em.reshape(x, [T * B, shapes[ins[0]][-1]])  # [T*B, I]: a 2-D matmul takes the rows register tile
     projected = quant.project(em, rows) if quant else em.op("MatMul", [rows, em.const(wt, "Wt")])
     xw = em.reshape(em.op("Add", [projected, em.const(np.concatenate(bias), "b")]), [T, B, wt.shape[1]])
-    if quant:
-        inputs = [
-            xw,
-            em.const(quant.r_int.astype(np.float32), "Rint"),
-            em.const(quant.r_scale.astype(np.float32), "rs"),
-        ]
-    else:
-        inputs = [xw, em.const(np.ascontiguousarray(np.stack([R[d].T for d in range(ndir)])), "Rt")]
+    inputs = [xw, *_recurrent_weights(em, R, ndir, quant)]
     if cell == "gru":
         inputs.append(em.const(np.ascontiguousarray(Bb[:, G * H + 2 * H : G * H + 3 * H]), "rbh"))
     for idx in (5, 6) if cell == "lstm" else (5,):
