@@ -1,7 +1,8 @@
-"""PatchConvAsMatmul: a patch-embedding conv (kernel = stride, no padding) as one matmul. Numerics of the rewritten
-module (TVM's VM, any host) against onnxruntime for ViT's (bias, flatten and transpose after), CLIP's (no bias), a
-map that is not a multiple of the patch, batch 2 and a non-square patch; which convs it leaves alone; the builds
-that take it (pinned targets: the fp32 and bf16 matmul kernels) and the whole compile against onnxruntime."""
+"""PatchConvAsMatmul: a patch-embedding conv (kernel = stride, no padding), or a wide 1x1 head no block divides, as
+one matmul. Numerics of the rewritten module (TVM's VM, any host) against onnxruntime for ViT's (bias, flatten and
+transpose after), CLIP's (no bias), a map that is not a multiple of the patch, batch 2, a non-square patch and a
+1x1 head; which convs it leaves alone; the builds that take it (pinned targets: the fp32 and bf16 matmul kernels)
+and the whole compile against onnxruntime."""
 
 import numpy as np
 import pytest
@@ -50,6 +51,7 @@ def _ops(mod) -> list[str]:
         {"hw": (70, 50)},  # not a multiple of the patch: the conv drops the last rows and columns
         {"batch": 2, "hw": (28, 42), "k": (14, 14)},  # CLIP ViT-L/14's patch, two images
         {"k": (8, 16), "c": 4, "out": 40},  # a non-square patch, 40 channels
+        {"k": (1, 1), "hw": (13, 13), "c": 32, "out": 100},  # a 1x1 head no block divides (SqueezeNet's 1000)
     ],
 )
 def test_matches_onnxruntime(kw):
@@ -70,6 +72,8 @@ def test_matches_onnxruntime(kw):
         ({"k": (16, 16), "stride": (8, 8)}, "overlapping patches"),
         ({"pads": (1, 1, 1, 1)}, "padding"),
         ({"hw": (12, 12)}, "a map smaller than the patch"),
+        ({"k": (1, 1), "c": 32, "out": 96}, "a 1x1 conv the blocked layout takes (96 = 6 x 16)"),
+        ({"k": (1, 1), "c": 32, "out": 21}, "a few-class 1x1 head"),
     ],
 )
 def test_other_convs_stay_convs(kw, why):
