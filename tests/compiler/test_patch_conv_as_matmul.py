@@ -51,7 +51,7 @@ def _ops(mod) -> list[str]:
         {"hw": (70, 50)},  # not a multiple of the patch: the conv drops the last rows and columns
         {"batch": 2, "hw": (28, 42), "k": (14, 14)},  # CLIP ViT-L/14's patch, two images
         {"k": (8, 16), "c": 4, "out": 40},  # a non-square patch, 40 channels
-        {"k": (1, 1), "hw": (13, 13), "c": 32, "out": 100},  # a 1x1 head no block divides (SqueezeNet's 1000)
+        {"k": (1, 1), "hw": (13, 13), "c": 32, "out": 260},  # a 1x1 head no block divides (SqueezeNet's 1000)
     ],
 )
 def test_matches_onnxruntime(kw):
@@ -74,6 +74,7 @@ def test_matches_onnxruntime(kw):
         ({"hw": (12, 12)}, "a map smaller than the patch"),
         ({"k": (1, 1), "c": 32, "out": 96}, "a 1x1 conv the blocked layout takes (96 = 6 x 16)"),
         ({"k": (1, 1), "c": 32, "out": 21}, "a few-class 1x1 head"),
+        ({"k": (1, 1), "c": 32, "out": 200}, "MobileNetV3's 200-channel pointwise conv: blocked by 8"),
     ],
 )
 def test_other_convs_stay_convs(kw, why):

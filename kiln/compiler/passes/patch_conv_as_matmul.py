@@ -16,8 +16,9 @@ multiple of the patch is cropped first, as the conv drops the rest.
 A 1x1 conv (kernel 1 = stride 1) whose output channels no block divides (SqueezeNet's 1000-class head, YOLO's
 255-channel heads) is the same matmul: its NCHW output kept it off the blocked conv kernels, on TVM's generic NCHW
 schedule at 30% of the peak (SqueezeNet 1.1's head 1.43 ms of its 4.3), where the matmul kernel pads its columns to
-the block. At least MIN_HEAD channels: a few-class head costs little either way. `stats["patch_conv_as_matmul"]`
-counts both."""
+the block. At least MIN_HEAD channels: a few-class head costs little either way, and MobileNetV3's 120-200-channel
+pointwise convs ran slower as matmuls between transposes than blocked by 8 (its corpus models 1.2-1.3x).
+`stats["patch_conv_as_matmul"]` counts both."""
 
 from __future__ import annotations
 
@@ -32,7 +33,7 @@ from .module_map import rewrite_calls
 
 MIN_PATCH = 8  # patch side: ViT-family patch embeddings (14, 16, 32); 4x4 stems stay convs
 BLOCK = 16  # the conv kernels' output-channel block (NCHW16c)
-MIN_HEAD = 64  # a 1x1 conv with at least this many output channels, not a multiple of BLOCK, is a matmul too
+MIN_HEAD = 256  # 1x1 convs of at least this many output channels no BLOCK divides are matmuls too
 
 
 def _ints(a) -> list[int]:
