@@ -1,8 +1,8 @@
 """The converter of Kiln's own ONNX node KilnRecurrence (domain ai.kiln), which decompose/rnn.py emits
 for an LSTM/GRU/RNN layer it does not unroll: a call_tir of schedules/rules/recurrence.py's kernel, the whole
 layer (every step, every direction) in one call. Inputs: xw [T, B, D*G*H] (the input projection, biases
-folded), rt [D, H, G*H], GRU's rbh [D, H], h0 [D, B, H], LSTM's c0; outputs Y [T, D, B, H], Y_h and LSTM's
-Y_c [D, B, H] (ONNX's layout-0 shapes)."""
+folded), rt [D, H, G*H] (with quantized_h: integer-valued, then its column scales rs [D, G*H]), GRU's rbh [D, H],
+h0 [D, B, H], LSTM's c0; outputs Y [T, D, B, H], Y_h and LSTM's Y_c [D, B, H] (ONNX's layout-0 shapes)."""
 
 from __future__ import annotations
 

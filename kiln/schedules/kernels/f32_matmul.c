@@ -85,30 +85,11 @@ DEFINE_TILE(5, 4)
 DEFINE_TILE(6, 4)
 
 typedef void (*tile_fn)(const float *, const float *, const mm_epilogue *, int64_t, int, int, prefetch *);
-static const tile_fn TILES[2][9][4] = {
-    {/* without the prefetch */
-      {0, 0, 0, 0},
-      {tile1x1, tile1x2, tile1x3, tile1x4},
-      {tile2x1, tile2x2, tile2x3, tile2x4},
-      {tile3x1, tile3x2, tile3x3, tile3x4},
-      {tile4x1, tile4x2, tile4x3, tile4x4},
-      {tile5x1, tile5x2, tile5x3, tile5x4},
-      {tile6x1, tile6x2, tile6x3, tile6x4},
-      {tile7x1, tile7x2, tile7x3, 0},
-      {tile8x1, tile8x2, tile8x3, 0},
-    },
-    {/* with it */
-      {0, 0, 0, 0},
-      {pf1x1, pf1x2, pf1x3, pf1x4},
-      {pf2x1, pf2x2, pf2x3, pf2x4},
-      {pf3x1, pf3x2, pf3x3, pf3x4},
-      {pf4x1, pf4x2, pf4x3, pf4x4},
-      {pf5x1, pf5x2, pf5x3, pf5x4},
-      {pf6x1, pf6x2, pf6x3, pf6x4},
-      {pf7x1, pf7x2, pf7x3, 0},
-      {pf8x1, pf8x2, pf8x3, 0},
-    }
-};
+/* [prefetch][rows][blocks - 1]: each build's tiles (6 x 4 is the widest of 4 blocks, 8 x 3 of 3) */
+#define ROW4(P, R) {P##R##x1, P##R##x2, P##R##x3, P##R##x4}
+#define ROW3(P, R) {P##R##x1, P##R##x2, P##R##x3, 0}
+#define BUILD(P) {{0, 0, 0, 0}, ROW4(P, 1), ROW4(P, 2), ROW4(P, 3), ROW4(P, 4), ROW4(P, 5), ROW4(P, 6), ROW3(P, 7), ROW3(P, 8)}
+static const tile_fn TILES[2][9][4] = {BUILD(tile), BUILD(pf)};
 
 #define CHUNK 48 /* rows a task takes through all its column groups before the next rows (x's chunk stays in L2) */
 
