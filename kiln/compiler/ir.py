@@ -46,6 +46,11 @@ def out_dtype(attrs) -> str | None:
     return None if str(attrs.out_dtype) in ("", "void", "None") else str(attrs.out_dtype)
 
 
+def ints(values) -> list[int]:
+    """An attribute's or a static shape's values (TVM IntImms, Array entries) as Python ints."""
+    return [int(v) for v in values]
+
+
 def op_name(e) -> str | None:
     """The name of the op a Relax call calls (e.g. "relax.add"), else None."""
     return e.op.name if isinstance(e, relax.Call) and isinstance(e.op, tvm.ir.Op) else None

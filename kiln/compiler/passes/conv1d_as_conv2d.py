@@ -29,17 +29,13 @@ from tvm import relax
 from tvm.ir.expr import GenericConst
 
 from ...counters import Counter
-from ..ir import op_name, out_dtype
+from ..ir import ints, op_name, out_dtype
 from .convert_layout import widest_block
 from .module_map import rewrite_functions
 from .propagate_blocked_layout import UNARY
 
 IM2COL_MAX = 1 << 15  # elements of the gathered frames: longer sequences stay convs
 BINARY = ("relax.add", "relax.multiply", "relax.subtract", "relax.divide", "relax.maximum", "relax.minimum")
-
-
-def _ints(a) -> list[int]:
-    return [int(v) for v in a]
 
 
 @relax.expr_functor.mutator
@@ -53,7 +49,7 @@ class _Rewriter(relax.PyExprMutator):
         if not isinstance(e, relax.Var):
             return None
         v = self.lookup_binding(e)
-        if op_name(v) != "relax.squeeze" or v.attrs.axis is None or _ints(v.attrs.axis) != [2]:
+        if op_name(v) != "relax.squeeze" or v.attrs.axis is None or ints(v.attrs.axis) != [2]:
             return None
         return v.args[0] if v.args[0].ty.ndim == 4 else None
 
@@ -86,7 +82,7 @@ class _Rewriter(relax.PyExprMutator):
             return self._as_matmul(call)
         w4 = relax.const(w.value.numpy()[:, :, None, :]) if isinstance(w, GenericConst) else relax.op.expand_dims(w, 2)
         x4 = self._height1(x)
-        (pl, pr), (s,), (d,) = _ints(a.padding), _ints(a.strides), _ints(a.dilation)
+        (pl, pr), (s,), (d,) = ints(a.padding), ints(a.strides), ints(a.dilation)
         self.count += 1
         return self._squeezed(
             relax.op.nn.conv2d(
@@ -112,9 +108,9 @@ class _Rewriter(relax.PyExprMutator):
             or any(not isinstance(v, (int, tvm.tirx.IntImm)) for v in shape)
         ):
             return None
-        n, c, length = _ints(shape)
+        n, c, length = ints(shape)
         o, i, k = w.value.shape
-        (pl, pr), (s,), (d,) = _ints(a.padding), _ints(a.strides), _ints(a.dilation)
+        (pl, pr), (s,), (d,) = ints(a.padding), ints(a.strides), ints(a.dilation)
         positions = (length + pl + pr - d * (k - 1) - 1) // s + 1
         if n != 1 or i != c or positions < 1 or positions * c * k > IM2COL_MAX:
             return None
@@ -140,14 +136,14 @@ class _Rewriter(relax.PyExprMutator):
         if name in BINARY and len(call.args) == 2:
             a, b = (self._height1(arg) for arg in call.args)
             if a is not None and b is not None and a.ty.shape is not None and b.ty.shape is not None:
-                if _ints(a.ty.shape) == _ints(b.ty.shape):
+                if ints(a.ty.shape) == ints(b.ty.shape):
                     return self._squeezed(relax.Call(call.op, [a, b], call.attrs))
                 return call
             if a is not None and (c := self._const4(call.args[1])) is not None:
                 return self._squeezed(relax.Call(call.op, [a, c], call.attrs))
             if b is not None and (c := self._const4(call.args[0])) is not None:
                 return self._squeezed(relax.Call(call.op, [c, b], call.attrs))
-        if name == "relax.expand_dims" and _ints(call.attrs.axis) == [2]:
+        if name == "relax.expand_dims" and ints(call.attrs.axis) == [2]:
             y = self._height1(call.args[0])
             return call if y is None else y
         return call

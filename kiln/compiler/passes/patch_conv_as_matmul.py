@@ -27,17 +27,13 @@ from tvm import relax
 from tvm.ir.expr import GenericConst
 
 from ...counters import Counter
-from ..ir import op_name, out_dtype
+from ..ir import ints, op_name, out_dtype
 from .counting import static_shape
 from .module_map import rewrite_calls
 
 MIN_PATCH = 8  # patch side: ViT-family patch embeddings (14, 16, 32); 4x4 stems stay convs
 BLOCK = 16  # the conv kernels' output-channel block (NCHW16c)
 MIN_HEAD = 256  # 1x1 convs of at least this many output channels no BLOCK divides are matmuls too
-
-
-def _ints(a) -> list[int]:
-    return [int(v) for v in a]
 
 
 def _patch_conv(call) -> tuple | None:
@@ -52,8 +48,8 @@ def _patch_conv(call) -> tuple | None:
         or a.kernel_layout != "OIHW"
         or a.out_layout != "NCHW"
         or int(a.groups) != 1
-        or _ints(a.dilation) != [1, 1]
-        or any(_ints(a.padding))
+        or ints(a.dilation) != [1, 1]
+        or any(ints(a.padding))
         or not isinstance(w, GenericConst)
         or xs is None
         or len(xs) != 4
@@ -62,7 +58,7 @@ def _patch_conv(call) -> tuple | None:
     ):
         return None
     o, _, kh, kw = w.value.shape
-    if _ints(a.strides) != [kh, kw] or xs[2] < kh or xs[3] < kw:
+    if ints(a.strides) != [kh, kw] or xs[2] < kh or xs[3] < kw:
         return None
     pointwise_head = (kh, kw) == (1, 1) and o >= MIN_HEAD and o % BLOCK
     if min(kh, kw) < MIN_PATCH and not pointwise_head:

@@ -10,12 +10,9 @@ import tvm
 from tvm import relax
 
 from ...counters import Counter
+from ..ir import ints
 from .counting import static_shape
 from .module_map import rewrite_functions
-
-
-def _ints(arr) -> list[int]:
-    return [int(v) for v in arr]
 
 
 @relax.expr_functor.mutator
@@ -49,7 +46,7 @@ class _NoOpRemover(relax.PyExprMutator):
             self.removed += 1
             return relax.op.reshape(prod.args[0], call.args[1])
         if name == "relax.permute_dims":
-            axes = _ints(call.attrs.axes) if call.attrs.axes is not None else None
+            axes = ints(call.attrs.axes) if call.attrs.axes is not None else None
             if axes is not None and axes == list(range(len(axes))):
                 return self._drop(x)
             if (
@@ -58,7 +55,7 @@ class _NoOpRemover(relax.PyExprMutator):
                 and prod.op.name == "relax.permute_dims"
                 and prod.attrs.axes is not None
             ):
-                inner = _ints(prod.attrs.axes)
+                inner = ints(prod.attrs.axes)
                 composed = [inner[a] for a in axes]
                 self.removed += 1
                 if composed == list(range(len(composed))):
