@@ -165,11 +165,16 @@ class QuantizedWeights:
     r_scale: np.ndarray
 
 
-def _recurrent_weights(em: Emitter, R: np.ndarray, ndir: int, quant: QuantizedWeights | None) -> list[str]:
-    """The kernel's recurrent weights: R transposed per direction [D, H, G*H], or a quantized layer's integer
-    values and their scales per column."""
+def _input_weights(em: Emitter, W: np.ndarray) -> str:
+    """The projection's weights, every direction's W transposed side by side: [I, D*G*H]."""
+    return em.const(np.ascontiguousarray(np.concatenate([w.T for w in W.astype(np.float32)], axis=1)), "Wt")
+
+
+def _recurrent_weights(em: Emitter, R: np.ndarray, quant: QuantizedWeights | None) -> list[str]:
+    """The kernel's recurrent weights: R transposed per direction [D, H, G*H], or (a quantized layer, whose float
+    R is not read) its integer values and their scales per column."""
     if quant is None:
-        return [em.const(np.ascontiguousarray(np.stack([R[d].T for d in range(ndir)])), "Rt")]
+        return [em.const(np.ascontiguousarray(np.stack([r.T for r in R.astype(np.float32)])), "Rt")]
     return [em.const(quant.r_int.astype(np.float32), "Rint"), em.const(quant.r_scale.astype(np.float32), "rs")]
 
 
@@ -197,7 +202,6 @@ def one_kernel(node, em: Emitter, shapes, consts, quant: QuantizedWeights | None
         return False
     cell, H = CELLS[node.op_type], a["hidden_size"]
     G = GATES[cell]
-    W, R = consts[ins[1]].astype(np.float32), consts[ins[2]].astype(np.float32)
     Bb = consts[ins[3]].astype(np.float32) if ins[3] else np.zeros((ndir, 2 * G * H), np.float32)
     if cell == "gru":  # z and r take both biases in the projection; h's recurrent bias stays in the kernel
         bias = [
@@ -208,11 +212,10 @@ def one_kernel(node, em: Emitter, shapes, consts, quant: QuantizedWeights | None
         bias = [Bb[d][: G * H] + Bb[d][G * H :] for d in range(ndir)]
     if layout == 1:
         x = em.op("Transpose", [x], perm=[1, 0, 2])
-    wt = np.ascontiguousarray(np.concatenate([W[d].T for d in range(ndir)], axis=1))
     rows = em.reshape(x, [T * B, shapes[ins[0]][-1]])  # [T*B, I]: a 2-D matmul takes the rows register tile
-    projected = quant.project(em, rows) if quant else em.op("MatMul", [rows, em.const(wt, "Wt")])
-    xw = em.reshape(em.op("Add", [projected, em.const(np.concatenate(bias), "b")]), [T, B, wt.shape[1]])
-    inputs = [xw, *_recurrent_weights(em, R, ndir, quant)]
+    projected = quant.project(em, rows) if quant else em.op("MatMul", [rows, _input_weights(em, consts[ins[1]])])
+    xw = em.reshape(em.op("Add", [projected, em.const(np.concatenate(bias), "b")]), [T, B, ndir * G * H])
+    inputs = [xw, *_recurrent_weights(em, consts[ins[2]], quant)]
     if cell == "gru":
         inputs.append(em.const(np.ascontiguousarray(Bb[:, G * H + 2 * H : G * H + 3 * H]), "rbh"))
     for idx in (5, 6) if cell == "lstm" else (5,):

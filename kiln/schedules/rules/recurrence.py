@@ -42,6 +42,10 @@ class Recurrence:
     linear_before_reset: bool = False  # GRU only
     quantized_h: bool = False  # LSTM/RNN: h quantized to uint8 every step, integer-valued rt times scales rs
 
+    def __post_init__(self):
+        if self.quantized_h and self.cell == "gru":  # _gru_step's second product would miss the scales
+            raise ValueError("a GRU recurrence has no quantized-h form (DynamicQuantizeLSTM is the only one)")
+
     @property
     def gates(self) -> int:
         return GATES[self.cell]
