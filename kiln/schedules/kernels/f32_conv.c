@@ -10,10 +10,10 @@
  * w     [OB, IB, KH, KW, 16, 16]   fp32: input channel x 16 outputs
  * out   [OB, OH, OW, 16]           fp32 (EP_F32) and/or out16 in bf16 bits (EP_BF16)
  * The same call and epilogue as bf16_conv.c (bf16_epilogue.h: + bias, + residual, clamp; kiln/compiler/passes/
- * f32_conv_kernel.py builds the caller), with the dilation (DH, DW) last. Rows outside the image are skipped; where the row's taps reach columns
- * outside it (padding), the taps' input rows are first copied with zero columns into a per-thread buffer
- * ([IB][rows][columns][16]), so every tile runs the same unbranched loop with constant offsets (T and the
- * stride SW, 1 or 2, are compile-time constants of each tile function). */
+ * f32_conv_kernel.py builds the caller), with the dilation (DH, DW) last. Rows outside the image are skipped;
+ * where the row's taps reach columns outside it (padding), the taps' input rows are first copied with zero columns
+ * into a per-thread buffer ([IB][rows][columns][16]), so every tile runs the same unbranched loop with constant
+ * offsets (T and the stride SW, 1 or 2, are compile-time constants of each tile function). */
 #include <immintrin.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -47,7 +47,8 @@
           _Pragma("GCC unroll 2") for (int c = 0; c < 16; ++c) {                                                \
             __m512 wv[NB];                                                                                      \
             for (int b = 0; b < NB; ++b) wv[b] = _mm512_loadu_ps(wk + b * wstride + c * 16);                   \
-            for (int b = 0; b < NB; ++b) _mm_prefetch((const char *)(wk + PREFETCH * wib + b * wstride + c * 16), _MM_HINT_T0); \
+            for (int b = 0; b < NB; ++b)                                                                        \
+              _mm_prefetch((const char *)(wk + PREFETCH * wib + b * wstride + c * 16), _MM_HINT_T0);            \
             _Pragma("GCC unroll 14") for (int t = 0; t < T; ++t) {                                              \
               __m512 xv = _mm512_set1_ps(xk[t * SW * 16 + c]);                                                  \
               _Pragma("GCC unroll 2") for (int b = 0; b < NB; ++b) acc[b][t] = _mm512_fmadd_ps(xv, wv[b], acc[b][t]); \
@@ -56,13 +57,15 @@
         }                                                                                                       \
       }                                                                                                         \
     for (int b = 0; b < NB; ++b) {                                                                              \
-      const __m512 bias = ep->flags & EP_BIAS ? _mm512_loadu_ps(ep->bias + (int64_t)(ob + b) * 16) : _mm512_setzero_ps(); \
+      const __m512 bias =                                                                                       \
+          ep->flags & EP_BIAS ? _mm512_loadu_ps(ep->bias + (int64_t)(ob + b) * 16) : _mm512_setzero_ps();       \
       for (int t = 0; t < T; ++t) epilogue_store(ep, _mm512_add_ps(acc[b][t], bias), o + b * ostride + t * 16); \
     }                                                                                                           \
   }
 #define TILES_SW(NB, SW) DEFINE_TILE(NB, 1, SW) DEFINE_TILE(NB, 2, SW) DEFINE_TILE(NB, 3, SW) DEFINE_TILE(NB, 4, SW) \
   DEFINE_TILE(NB, 5, SW) DEFINE_TILE(NB, 6, SW) DEFINE_TILE(NB, 7, SW) DEFINE_TILE(NB, 8, SW) DEFINE_TILE(NB, 9, SW) \
-  DEFINE_TILE(NB, 10, SW) DEFINE_TILE(NB, 11, SW) DEFINE_TILE(NB, 12, SW) DEFINE_TILE(NB, 13, SW) DEFINE_TILE(NB, 14, SW)
+  DEFINE_TILE(NB, 10, SW) DEFINE_TILE(NB, 11, SW) DEFINE_TILE(NB, 12, SW) DEFINE_TILE(NB, 13, SW)             \
+  DEFINE_TILE(NB, 14, SW)
 TILES_SW(1, 1) TILES_SW(2, 1) TILES_SW(1, 2) TILES_SW(2, 2)
 typedef void (*tile_fn)(const float *, int64_t, int, int, int, int, int, int, int, const float *, const epilogue *, int,
                         int, int, int, int64_t, int64_t);

@@ -88,7 +88,8 @@ typedef void (*tile_fn)(const float *, const float *, const mm_epilogue *, int64
 /* [prefetch][rows][blocks - 1]: each build's tiles (6 x 4 is the widest of 4 blocks, 8 x 3 of 3) */
 #define ROW4(P, R) {P##R##x1, P##R##x2, P##R##x3, P##R##x4}
 #define ROW3(P, R) {P##R##x1, P##R##x2, P##R##x3, 0}
-#define BUILD(P) {{0, 0, 0, 0}, ROW4(P, 1), ROW4(P, 2), ROW4(P, 3), ROW4(P, 4), ROW4(P, 5), ROW4(P, 6), ROW3(P, 7), ROW3(P, 8)}
+#define BUILD(P) \
+  {{0, 0, 0, 0}, ROW4(P, 1), ROW4(P, 2), ROW4(P, 3), ROW4(P, 4), ROW4(P, 5), ROW4(P, 6), ROW3(P, 7), ROW3(P, 8)}
 static const tile_fn TILES[2][9][4] = {BUILD(tile), BUILD(pf)};
 
 #define CHUNK 48 /* rows a task takes through all its column groups before the next rows (x's chunk stays in L2) */
@@ -97,11 +98,11 @@ static const tile_fn TILES[2][9][4] = {BUILD(tile), BUILD(pf)};
 static prefetch next_task(const float *w, int blocks, int K, int m0, int end, int nb0, int nb1, int R, int G) {
   const int nn = nb1 + (nb1 - nb0) < blocks ? nb1 + (nb1 - nb0) : blocks;
   prefetch pf = {(const char *)(w + (int64_t)nb1 * K * 16), (const char *)(w + (int64_t)nn * K * 16), 0};
+  if (nn <= nb1 || end <= m0 || end - m0 > PF_MAX_ROWS) return pf; /* no next group, no rows, or enough to hide it */
   int64_t tiles = 0;
   for (int c0 = m0; c0 < end; c0 += CHUNK) tiles += ((end - c0 < CHUNK ? end - c0 : CHUNK) + R - 1) / R;
   const int64_t steps = tiles * ((nb1 - nb0 + G - 1) / G) * ((K + PF_EVERY - 1) / PF_EVERY);
-  if (nn > nb1 && steps && end - m0 <= PF_MAX_ROWS) /* a line per input of the next group */
-    pf.per_step = (int)(((int64_t)(nn - nb1) * K + steps - 1) / steps);
+  pf.per_step = (int)(((int64_t)(nn - nb1) * K + steps - 1) / steps); /* a line per input of the next group */
   return pf;
 }
 
