@@ -18,11 +18,13 @@ from __future__ import annotations
 import tvm
 from tvm import relax, te, topi
 
-from ..schedules.rules.amx import CHANNELS, K_STEP, pixel_rows
+from ..schedules.rules.amx import CHANNELS, K_STEP, ROWS, pixel_rows
 from ..schedules.rules.int8 import ANNOTATION
 
 KIND = "conv2d_amx"
 CHUNK_ATTR = "kiln.amx_chunk"  # the patch's contiguous run (the data's channel block): the rule vectorizes by it
+TILE_ROWS_ATTR = "kiln.amx_rows"  # pixels per tile of a whole map in one task (row_tasks): the rule reads it
+MAP_PIXELS = 64  # a map narrower than a tile and of at most this many pixels is one task's rows (row_tasks)
 
 
 def pack_amx_weights(kernel, k_padded: int):
@@ -42,6 +44,24 @@ def pack_amx_weights(kernel, k_padded: int):
     return te.compute((-(-o_total // CHANNELS), k_padded // 4, CHANNELS, 4), at, name="amx_pack")
 
 
+def row_tasks(oh: int, ow: int) -> tuple[int, int, int]:
+    """(output rows per task, the task's padded pixel count, pixels per tile): one row a task (pixel_rows), except
+    a map narrower than a tile with at most MAP_PIXELS: the whole map in one task's rows, in an even number of tiles
+    (the last padded), so the 2 x 2 blocking reads each weight tile once for two pixel tiles. One 7-pixel row a
+    task used 7 of a tile's 16 rows and read all of the task's weights from L2 for them: ResNet-50's 7x7 stage
+    ran 15-35% slower (benchmarks/history.md). Two 14-pixel rows a task (2 tiles) instead of one did not speed up
+    its 14x14 stage."""
+    if ow >= ROWS or oh * ow > MAP_PIXELS or oh == 1:
+        return (1, *pixel_rows(ow))
+    pixels = oh * ow
+    if pixels <= ROWS:
+        return oh, pixels, pixels
+    tiles = -(-pixels // ROWS)
+    tiles += tiles % 2
+    rows = -(-pixels // tiles)
+    return oh, tiles * rows, rows
+
+
 def conv2d_amx(data, packed, strides, padding, dilation, kernel_hw, out_channels: int, out_block: int = CHANNELS):
     """uint8 data [N, C/c, H, W, c] x packed weights -> int32 [N, O/b, OH, OW, b], b = out_block."""
     n, cb, h, w, c = (int(v) for v in data.shape)
@@ -50,37 +70,42 @@ def conv2d_amx(data, packed, strides, padding, dilation, kernel_hw, out_channels
     pt, pl, pb, pr = padding
     oh = (h + pt + pb - dh * (kh - 1) - 1) // sh + 1
     ow = (w + pl + pr - dw * (kw - 1) - 1) // sw + 1
-    width, _ = pixel_rows(ow)
+    rpt, width, rows = row_tasks(oh, ow)
     k = kh * kw * cb * c
     k_padded = int(packed.shape[1]) * 4
     if any(padding):
         zero = tvm.tirx.const(0, data.dtype)
         data = topi.nn.pad(data, [0, 0, pt, pl, 0], [0, 0, pb, pr, 0], pad_value=zero, name="amx_pad")
 
-    def patch_at(b, y, p, kk):
+    def patch_at(b, s, p, kk):
         if k_padded > k:  # clamped by chunks of c (one pixel's channel block), so that a chunk stays one vector
             kk = tvm.te.min(kk // c, k // c - 1) * c + kk % c
         ci, rest = kk % (cb * c), kk // (cb * c)
         rx, ry = rest % kw, rest // kw
-        x = tvm.te.min(p, ow - 1)
+        if rpt == 1:
+            y, x = s, tvm.te.min(p, ow - 1)
+        else:  # the whole map, flattened
+            q = tvm.te.min(p, oh * ow - 1)
+            y, x = q // ow, q % ow
         return data[b, ci // c, y * sh + ry * dh, x * sw + rx * dw, ci % c]
 
-    patch = te.compute((n, oh, width, k_padded), patch_at, name="amx_patch", attrs={CHUNK_ATTR: c})
+    patch = te.compute((n, oh // rpt, width, k_padded), patch_at, name="amx_patch", attrs={CHUNK_ATTR: c})
     k4, t = te.reduce_axis((0, k_padded // 4), name="k4"), te.reduce_axis((0, 4), name="t")
     acc = te.compute(
-        (n, int(packed.shape[0]), oh, width, CHANNELS),
+        (n, int(packed.shape[0]), oh // rpt, width, CHANNELS),
         lambda b, o, y, p, j: te.sum(
             patch[b, y, p, k4 * 4 + t].astype("int32") * packed[o, k4, j, t].astype("int32"), axis=[k4, t]
         ),
         name="conv2d_amx",
-        attrs={ANNOTATION: "amx-int8", "kiln.kernel_kind": KIND},
+        attrs={ANNOTATION: "amx-int8", "kiln.kernel_kind": KIND, **({TILE_ROWS_ATTR: rows} if rpt > 1 else {})},
     )
     ob = out_block
-    return te.compute(
-        (n, out_channels // ob, oh, ow, ob),
-        lambda i, o, y, x, j: acc[i, (o * ob + j) // CHANNELS, y, x, (o * ob + j) % CHANNELS],
-        name="amx_rows",
-    )
+
+    def out_at(i, o, y, x, j):
+        s, p = (y, x) if rpt == 1 else (0, y * ow + x)
+        return acc[i, (o * ob + j) // CHANNELS, s, p, (o * ob + j) % CHANNELS]
+
+    return te.compute((n, out_channels // ob, oh, ow, ob), out_at, name="amx_rows")
 
 
 def fits(call) -> bool:

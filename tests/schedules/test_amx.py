@@ -16,6 +16,7 @@ from test_int8_isa import _qdq_matmul as _qdq_int8_matmul
 
 import kiln
 from kiln.capabilities import host_mattr
+from kiln.compiler.legalize_amx import row_tasks
 from kiln.runtime.hostinfo import enable_amx, missing_cpu_features
 from kiln.schedules.rules.amx import blocking, pixel_rows
 from kiln.target import Target
@@ -86,6 +87,9 @@ def test_blocking_and_rows():
     for bm, bn in (blocking(m, n) for m in range(1, 9) for n in range(1, 9)):
         assert bm * bn + bm + bn <= 8
     assert pixel_rows(56) == (64, 16) and pixel_rows(14) == (14, 14) and pixel_rows(7) == (7, 7)
+    assert row_tasks(56, 56) == (1, 64, 16) and row_tasks(28, 28) == (1, 32, 16)  # a row a task
+    assert row_tasks(14, 14) == (1, 14, 14) and row_tasks(1, 7) == (1, 7, 7)
+    assert row_tasks(7, 7) == (7, 52, 13) and row_tasks(8, 8) == (8, 64, 16) and row_tasks(4, 4) == (4, 16, 16)
 
 
 @pytest.mark.skipif(bool(AMX_MISSING), reason=f"needs AMX (this host lacks {', '.join(AMX_MISSING)})")
@@ -99,6 +103,9 @@ def test_blocking_and_rows():
         (32, 16, 3, 1, 1, 5, 9),  # one channel tile: no channel loop to tensorize
         (96, 24, 1, 1, 0, 3, 14),  # 16-channel blocks in, 8 out (NarrowBlockLayout): 24 outputs in 2 tiles
         (24, 40, 3, 1, 1, 5, 12),  # 8-channel blocks in and out, K = 216 in chunks of 8
+        (64, 64, 3, 1, 1, 3, 7),  # a 7x7 map in one task's rows: 4 tiles of 13 pixels (52), 2 channel groups
+        (64, 128, 1, 1, 0, 9, 7),  # the same for a pointwise conv, 4 channel groups of 2 blocks
+        (96, 24, 1, 1, 0, 3, 7),  # a whole 7x7 map into 8-channel output blocks
     ],
 )
 def test_amx_conv_is_exact_on_this_host(tmp_path, cin, cout, k, stride, pad, zx, hw):

@@ -32,6 +32,8 @@ ROW_BYTES = 64  # bytes per tile row: 64 u8 inputs (A), 16 int32 channels (C), 1
 K_STEP = ROW_BYTES  # inputs per tdpbusd
 CHANNELS = ROW_BYTES // 4  # output channels per C tile: the int8 layout's lane block on AMX targets
 TILES = 8  # tmm0..tmm7
+MIN_TASKS = 8  # parallel tasks (images x row tasks x channel groups) a conv is split into where its channels allow
+TILE_ROWS_ATTR = "kiln.amx_rows"  # legalize_amx.TILE_ROWS_ATTR: pixels per tile of a whole map in one task
 # (pixel tiles, channel tiles) held at once: C tiles + A tiles + B tiles <= 8; most dot products per load first
 BLOCKINGS = ((2, 2), (1, 3), (3, 1), (1, 2), (2, 1), (1, 1))
 
@@ -169,6 +171,11 @@ def gemm_intrin(width: int, rows: int, k: int, nb: int) -> str:
     return name
 
 
+def _map_pixels(ow: int):
+    """The index map of an output [N, O/b, OH, OW, b] onto a whole-map task's [N, O/b, 1, OH * OW, b]."""
+    return lambda i, oc, yy, xx, jj: (i, oc, yy * 0, yy * ow + xx, jj)
+
+
 def conv2d_amx(sch: s_tir.Schedule, anchor, lanes: int) -> None:
     """int8 conv2d on AMX (legalize_int8.conv2d_amx): parallel over images, channel groups and output
     rows; per row the patch gather (vectorized over 16 channels), the tile GEMM, then the epilogue."""
@@ -180,14 +187,20 @@ def conv2d_amx(sch: s_tir.Schedule, anchor, lanes: int) -> None:
     consumers = list(sch.get_consumers(anchor))
     n, o, y, p, j, k4, t = sch.get_loops(anchor)
     width, k = extent(sch, p), extent(sch, k4) * 4
-    rows = width if width <= ROWS else ROWS
+    whole_map = TILE_ROWS_ATTR in sch.get(anchor).annotations  # legalize_amx.row_tasks: the map in one task
+    rows = int(sch.get(anchor).annotations.get(TILE_ROWS_ATTR, width if width <= ROWS else ROWS))
     blocks = extent(sch, o)
-    groups = 2 if extent(sch, n) * extent(sch, y) < 8 and blocks % 2 == 0 and blocks >= 4 else 1
+    groups = 1  # channel groups, of two blocks or more: at least MIN_TASKS tasks where the channels allow
+    while extent(sch, n) * extent(sch, y) * groups < MIN_TASKS and blocks % (2 * groups) == 0 and blocks >= 4 * groups:
+        groups *= 2
     oo, oi = sch.split(o, [groups, blocks // groups])
     sch.reorder(n, oo, y, oi, p, j, k4, t)
     at_root = []
     for c in consumers:
         try:
+            if whole_map:  # its [OH, OW] as the task's pixels: moved with its own loops, TVM 0.27 took a wrong
+                # region (a 7x7 map in 52 pixels: its first 3 columns)
+                sch.transform_block_layout(c, _map_pixels(extent(sch, sch.get_loops(c)[3])))
             sch.reverse_compute_at(c, y, preserve_unit_loops=True)
         except (s_tir.ScheduleError, ValueError):  # TVM raises ValueError where an 8-channel output's index
             at_root.append(c)  # mixes two of its loops: it stays at the root, reading the whole int32 result
