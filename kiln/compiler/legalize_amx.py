@@ -1,11 +1,11 @@
 """Legalization of a blocked uint8 x int8 conv2d for AMX targets (schedules/rules/amx.py): one output row
-at a time is a GEMM [pixels, K] x [K, O] on the tile unit.
+at a time (a small map: all of it, row_tasks) is a GEMM [pixels, K] x [K, O] on the tile unit.
 
   amx_pad    the zero-padded input (as legalize_int8 pads it), when the conv pads
-  amx_patch  [N, OH, W', K']: each output pixel's receptive field as one row of K = KH*KW*C bytes,
-             ordered (ry, rx, channel); rows padded to W' (pixel_rows) and K to K' (a multiple of
-             64) by re-reading valid elements, never branching: padded columns meet zero weights and
-             padded rows are sliced away
+  amx_patch  [N, OH, W', K'] (a small map: [N, 1, W', K']): each output pixel's receptive field as one
+             row of K = KH*KW*C bytes, ordered (ry, rx, channel); rows padded to W' (pixel_rows) and K to K'
+             (a multiple of 64) by re-reading valid elements, never branching: padded columns meet zero
+             weights and padded rows are sliced away
   amx_pack   the weights as AMX's B operand [O/16, K'/4, 16, 4], zero beyond K (constant-folded)
   acc        int32 [N, O/16, OH, W', 16], the GEMM the schedule tensorizes per row
   the conv's output [N, O/16, OH, OW, 16]: acc without the padded rows
@@ -18,12 +18,11 @@ from __future__ import annotations
 import tvm
 from tvm import relax, te, topi
 
-from ..schedules.rules.amx import CHANNELS, K_STEP, ROWS, pixel_rows
+from ..schedules.rules.amx import CHANNELS, K_STEP, ROWS, TILE_ROWS_ATTR, pixel_rows
 from ..schedules.rules.int8 import ANNOTATION
 
 KIND = "conv2d_amx"
 CHUNK_ATTR = "kiln.amx_chunk"  # the patch's contiguous run (the data's channel block): the rule vectorizes by it
-TILE_ROWS_ATTR = "kiln.amx_rows"  # pixels per tile of a whole map in one task (row_tasks): the rule reads it
 MAP_PIXELS = 64  # a map narrower than a tile and of at most this many pixels is one task's rows (row_tasks)
 
 

@@ -34,6 +34,7 @@ def test_sapphirerapids_conv_runs_on_tiles():
     assert report["qdq_lowered"] == 1 and report["kernels_unscheduled"] == 0
     assert re.search(r"tdpbusd\s+%tmm\d, %tmm\d, %tmm\d", asm)
     assert "ldtilecfg" in asm and "tilerelease" in asm and "tilestored" in asm
+    assert "tilezero" in asm  # accumulators start from zero in the tiles, not from a zero-filled row
     assert "vpdpbusd" not in asm
 
 

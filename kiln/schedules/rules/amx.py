@@ -1,13 +1,15 @@
 """AMX-INT8 (Intel Sapphire/Emerald/Granite Rapids): int8 conv2d as one small GEMM per output row
-on the tile unit, `tdpbusd` (u8 x s8 -> int32) on 1 KiB tile registers.
+(per map, where a map is small: legalize_amx.row_tasks) on the tile unit, `tdpbusd` (u8 x s8 -> int32) on
+1 KiB tile registers.
 
 The compute (legalize_int8.conv2d_amx) gathers each output row's input patches into a row-major
 [pixels, K] uint8 buffer (K = KH * KW * C padded to 64; an im2col of one row only, in L1/L2) and
 multiplies it by the weights packed as AMX's B operand ([O/16, K/4, 16, 4]: one 64-byte tile row
 per 4 inputs of 16 output channels). The rule below computes that row in place by one tensor
 intrinsic per row (`gemm_intrin`): a hand-written TIR kernel that configures the tiles
-(`ldtilecfg`), keeps up to 4 accumulator tiles of 16 pixels x 16 channels in tile registers over
-all of K, and stores them once; the requantization epilogue then runs on the row, still in cache.
+(`ldtilecfg`), starts up to 4 accumulator tiles of 16 pixels x 16 channels from zero (`tilezero`), keeps them
+in tile registers over all of K, and stores them once; the requantization epilogue then runs on the row, still
+in cache.
 
 Why this shape and not tensorized `vpdpbusd`-style steps: a tile's A operand is 16 rows of 64
 contiguous bytes, and NCHW16c data has only 16 contiguous channels per pixel, so a direct conv
@@ -34,7 +36,7 @@ K_STEP = ROW_BYTES  # inputs per tdpbusd
 CHANNELS = ROW_BYTES // 4  # output channels per C tile: the int8 layout's lane block on AMX targets
 TILES = 8  # tmm0..tmm7
 MIN_TASKS = 8  # parallel tasks (images x row tasks x channel groups) a conv is split into where its channels allow
-TILE_ROWS_ATTR = "kiln.amx_rows"  # legalize_amx.TILE_ROWS_ATTR: pixels per tile of a whole map in one task
+TILE_ROWS_ATTR = "kiln.amx_rows"  # a compute's annotation: pixels per tile of a whole map in one task (row_tasks)
 # (pixel tiles, channel tiles) held at once: C tiles + A tiles + B tiles <= 8; most dot products per load first
 BLOCKINGS = ((2, 2), (1, 3), (3, 1), (1, 2), (2, 1), (1, 1))
 
@@ -184,7 +186,8 @@ def _zero_desc(width: int, nb: int, impl: bool):
 
 def zero_intrin(width: int, nb: int) -> str:
     """The init of gemm_intrin's reduction, which its tile kernel does itself (tilezero): the row's int32 zeros
-    were a memset of up to 64 KB a row (3.7% of ResNet-50 int8's run)."""
+    were a memset of up to 64 KB a row (3.7% of ResNet-50 int8's run). Its empty body is right because every
+    gemm_intrin call covers all of K for exactly the region this init covers, right after it."""
     name = f"kiln_amx_zero_w{width}n{nb}"
     if s_tir.TensorIntrin.get(name, allow_missing=True) is None:
         with cheap_stack():
