@@ -172,7 +172,8 @@ def main(argv=None) -> int:
     lines = [
         f"`kiln serve` driven by wrk on loopback (client on the same machine: {cpu}, {os.cpu_count()} vCPU, "
         f"shared), zoo transformer_encoder 1x16x128, batch buckets 1 and 4, --max-batch 4, queue 64, "
-        f"{a.seconds:g} s per row (`benchmarks/load_wrk.py`). Capacity: 8 connections; 16 = 2x, 240 = 30x.",
+        f"{a.seconds:g} s per row (`benchmarks/load_wrk.py --seconds {a.seconds:g} --repeat {a.repeat}`). Capacity: 8 "
+        "connections; 16 = 2x, 240 = 30x.",
         "",
     ]
     lines += table(
