@@ -58,7 +58,9 @@ def bodies(tmp: Path, x: np.ndarray) -> dict:
 def start(artifact: Path, src: str, port: int) -> subprocess.Popen:
     env = dict(os.environ, PYTHONPATH=src)
     cmd = [sys.executable, "-m", "kiln", "serve", str(artifact), "--port", str(port), "--max-batch", "4"]
-    p = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    # cwd: `python -m` puts the working directory before PYTHONPATH, so from the repository root every --src ran
+    # the checkout's own kiln
+    p = subprocess.Popen(cmd, env=env, cwd=src, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     for _ in range(600):
         try:
             if urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=2).status == 200:
