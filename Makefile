@@ -21,6 +21,8 @@ demo: $(STAMP)
 # tests/edge skips and -rs prints why
 test: $(STAMP)
 	@$(MAKE) -s edge-deps || echo "make test: could not install the edge tools (cross toolchain, qemu-user, aarch64 TVM runtime): tests/edge will skip"
+	@command -v wrk >/dev/null || (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq wrk >/dev/null) || \
+	  echo "make test: could not install wrk (Debian's package): tests/serve/test_wrk.py will skip"
 	$(BIN)/python -m pytest -q -rs -n $(TEST_WORKERS) --dist worksteal --durations=15
 
 # ruff at 120 columns (pyproject's [tool.ruff]): lint, then formatting, then the size budget (no function over 80
