@@ -119,15 +119,13 @@ def phase(port: int, proc: psutil.Process, body: tuple, connections: int, second
 def goodput(rows: list[dict], most: int, capacity: int = 8) -> list[str]:
     """Per server and protocol: accepted req/s at `most` connections over `capacity` connections, each round's and
     their median (one round on a shared 2-vCPU host moved by 20-30%: history.md)."""
-    ratios: dict = {}
+    by_run: dict = {}  # (server, round, protocol) -> {connections: accepted req/s}
     for r in rows:
-        at = {
-            r2["connections"]: r2["accepted_rps"]
-            for r2 in rows
-            if (r2["server"], r2["round"], r2["protocol"]) == (r["server"], r["round"], r["protocol"])
-        }
-        if r["connections"] == most and at.get(capacity):
-            ratios.setdefault((Path(r["server"]).name, r["protocol"]), []).append(at[most] / at[capacity])
+        by_run.setdefault((r["server"], r["round"], r["protocol"]), {})[r["connections"]] = r["accepted_rps"]
+    ratios: dict = {}
+    for (server, _, proto), at in by_run.items():
+        if at.get(capacity) and most in at:
+            ratios.setdefault((Path(server).name, proto), []).append(at[most] / at[capacity])
     out = [f"Goodput: accepted req/s at {most} connections over {capacity}, per round (median):", ""]
     for (server, proto), v in ratios.items():
         out.append(f"- {server}, {proto}: {', '.join(f'{x:.0%}' for x in v)} (median {float(np.median(v)):.0%})")

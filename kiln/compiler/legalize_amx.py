@@ -50,7 +50,7 @@ def row_tasks(oh: int, ow: int) -> tuple[int, int, int]:
     task used 7 of a tile's 16 rows and read all of the task's weights from L2 for them: ResNet-50's 7x7 stage
     ran 15-35% slower (benchmarks/history.md). Two 14-pixel rows a task (2 tiles) instead of one did not speed up
     its 14x14 stage."""
-    if ow >= ROWS or oh * ow > MAP_PIXELS or oh == 1:
+    if ow >= ROWS or oh * ow > MAP_PIXELS:
         return (1, *pixel_rows(ow))
     pixels = oh * ow
     if pixels <= ROWS:

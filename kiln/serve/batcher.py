@@ -30,8 +30,9 @@ class GilShare:
     """Under overload the event loop holds the GIL almost all the time (parsing and refusing requests), and each
     time a model thread comes back from a run (which releases it) it waited up to the switch interval to take it
     again: at 30x overload each batch took twice its time at capacity, and the model served 69-80% of its capacity
-    (benchmarks/load_wrk_amx.md). While any queue is at least half full the interval is OVERLOAD_SWITCH_S (108%
-    there); otherwise Python's own, which the JSON route's parsing needs (0.2 ms always: V1 JSON's capacity -7%)."""
+    (benchmarks/load_wrk_amx.md). While any queue is at least half full the interval is OVERLOAD_SWITCH_S (medians
+    104-107% there); otherwise Python's own, which the JSON route's parsing needs (0.2 ms always: V1 JSON's capacity
+    -7%)."""
 
     def __init__(self):
         self._lock = threading.Lock()

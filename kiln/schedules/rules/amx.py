@@ -206,7 +206,8 @@ def gemm_intrin(width: int, rows: int, k: int, nb: int) -> str:
 
 
 def _map_pixels(ow: int):
-    """The index map of an output [N, O/b, OH, OW, b] onto a whole-map task's [N, O/b, 1, OH * OW, b]."""
+    """The index map of an output [N, O/b, OH, OW, b] onto a whole-map task's [N, O/b, 1, OH * OW, b] (its 0 as
+    yy * 0: transform_block_layout takes expressions only)."""
     return lambda i, oc, yy, xx, jj: (i, oc, yy * 0, yy * ow + xx, jj)
 
 
@@ -220,10 +221,11 @@ def conv2d_amx(sch: s_tir.Schedule, anchor, lanes: int) -> None:
     inline_all_but(sch, [anchor, *prologue, *pads])
     consumers = list(sch.get_consumers(anchor))
     n, o, y, p, j, k4, t = sch.get_loops(anchor)
-    kind = str(sch.get(anchor).annotations[ATTR])
+    notes = sch.get(anchor).annotations
+    kind = str(notes[ATTR])
     width, k = extent(sch, p), extent(sch, k4) * 4
-    whole_map = TILE_ROWS_ATTR in sch.get(anchor).annotations  # legalize_amx.row_tasks: the map in one task
-    rows = int(sch.get(anchor).annotations.get(TILE_ROWS_ATTR, width if width <= ROWS else ROWS))
+    whole_map = TILE_ROWS_ATTR in notes  # legalize_amx.row_tasks: the map in one task
+    rows = int(notes.get(TILE_ROWS_ATTR, width if width <= ROWS else ROWS))
     blocks = extent(sch, o)
     groups = 1  # channel groups, of two blocks or more: at least MIN_TASKS tasks where the channels allow
     while extent(sch, n) * extent(sch, y) * groups < MIN_TASKS and blocks % (2 * groups) == 0 and blocks >= 4 * groups:
