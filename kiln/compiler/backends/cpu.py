@@ -215,6 +215,8 @@ GRAPH_ROWS: tuple[PassSpec, ...] = (
     PassSpec("DeadCode", lambda o: kp.DeadCode(), 1),
     PassSpec("DecomposeOpsForInference", lambda o: relax.transform.DecomposeOpsForInference(), 0, required=True),
     PassSpec("FuseEpilogue", lambda o: kp.FuseEpilogue(), 2),
+    PassSpec("ExpandQuantize", lambda o: kp.ExpandQuantize(), 1),  # a QDQ conv's quantize joins its epilogue
+    PassSpec("FoldAffineChains", lambda o: kp.FoldAffineChains(), 1),  # BatchNorm's decomposition included
     # lowering: TVM's passes (tvm.compile does not fuse on CPU by itself)
 )
 # lowering: TVM's passes (tvm.compile does not fuse on CPU by itself)

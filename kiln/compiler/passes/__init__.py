@@ -11,8 +11,10 @@ from .conv_transpose_as_conv import ConvTransposeAsConv
 from .convert_layout import ConvertLayout
 from .dead_code import DeadCode
 from .drop_dead_conv_taps import DropDeadConvTaps
+from .expand_quantize import ExpandQuantize
 from .f32_conv_kernel import F32ConvKernel
 from .f32_matmul_kernel import F32MatmulKernel
+from .fold_affine_chains import FoldAffineChains
 from .fold_batchnorm import FoldBatchNorm
 from .fold_constants import FoldConstants
 from .fold_qdq_pairs import FoldQDQPairs
@@ -54,7 +56,9 @@ __all__ = [
     "ConvertLayout",
     "DeadCode",
     "DropDeadConvTaps",
+    "ExpandQuantize",
     "F32MatmulKernel",
+    "FoldAffineChains",
     "FoldBatchNorm",
     "FoldConstants",
     "FoldQDQPairs",

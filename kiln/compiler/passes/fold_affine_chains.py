@@ -1,0 +1,119 @@
+"""FoldAffineChains: a run of float32 multiplies and adds by constants, each value read by the next alone, becomes
+one multiply and one add (x * A + B, a single FMA in the kernel it fuses into), the constants composed at compile
+time. A QDQ model's conv epilogue has such runs between its roundings: onnxruntime's quantize_static of a net whose
+BatchNorms were not folded writes conv -> Q -> DQ -> BatchNorm -> Q, and after LowerQDQ and FoldQDQPairs each conv
+kernel multiplied by the weight scales, added the zero point's correction, multiplied by 1 / s, rounded, multiplied
+by s, by the BatchNorm's scale, added its bias and multiplied by the next 1 / s (ExpandQuantize's): seven vector ops
+an output element in a kernel whose tile products take a fraction of its time, now two FMAs (ResNet-50's QDQ file
+7.18 -> 6.60 ms on AMX with ExpandQuantize; benchmarks/history.md). OpenVINO fuses
+such runs the same way (its MultiplyMultiplyFusion, AddMultiplyFusion). (x * a) * b may differ from x * (a * b) in
+its last bit, which moves a value lying exactly on a later rounding boundary by one step, as FoldQDQPairs' and Kiln's
+own quantizer's products do. `stats["affine_chains_folded"]`."""
+
+from __future__ import annotations
+
+import numpy as np
+import tvm
+from tvm import relax
+from tvm.ir.expr import GenericConst
+
+from ...counters import Counter
+from ..ir import op_name, var_users
+from .module_map import block_like, rewrite_blocks
+
+OPS = ("relax.multiply", "relax.add", "relax.subtract")
+
+
+def _static_shape(e) -> tuple | None:
+    shape = getattr(getattr(e, "ty", None), "shape", None)
+    if shape is None:
+        return None
+    dims = [getattr(d, "value", None) for d in shape]
+    return None if any(d is None for d in dims) else tuple(dims)
+
+
+def step(value):
+    """(x, op, constant) where `value` is a float32 multiply, add or subtract of a Var x by a constant that does not
+    broadcast x to a larger shape (the constant second for subtract), else None."""
+    op = op_name(value)
+    if op not in OPS or str(getattr(value.ty, "dtype", "")) != "float32":
+        return None
+    a, b = value.args
+    if isinstance(a, GenericConst) and op != "relax.subtract":
+        a, b = b, a
+    if not isinstance(a, relax.Var) or not isinstance(b, GenericConst) or str(b.ty.dtype) != "float32":
+        return None
+    shape = _static_shape(value)
+    if shape is None or shape != _static_shape(a) or b.value.numpy().ndim > len(shape):
+        return None
+    return a, op, b.value.numpy()
+
+
+def _compose(chain, op, c):
+    """(A, B, ops) of x * A + B after one more step; None for an A or B not applied, ops the steps' names."""
+    a, b, ops = chain
+    if op == "relax.multiply":
+        return (c if a is None else a * c), (None if b is None else b * c), (*ops, op)
+    c = c if op == "relax.add" else -c
+    return a, (c if b is None else b + c), (*ops, op)
+
+
+def _chains(bindings, users):
+    """(chains, extended): Var -> (root, (A, B, ops)) for every value a run of steps computes from its root, a step
+    extending the run of a single-use DataflowVar; `extended` holds the Vars a later step continued."""
+    chains, extended = {}, set()
+    for b in bindings:
+        got = step(b.value)
+        if got is None:
+            continue
+        x, op, c = got
+        if x in chains and isinstance(x, relax.DataflowVar) and len(users.get(x, [])) == 1:
+            root, chain = chains[x]
+            extended.add(x)
+        else:
+            root, chain = x, (None, None, ())
+        chains[b.var] = (root, _compose(chain, op, c))
+    return chains, extended
+
+
+def _normal(chain) -> bool:
+    """One step, or a multiply then an add (or subtract): nothing to fold."""
+    ops = chain[2]
+    return len(ops) == 1 or (len(ops) == 2 and ops[0] == "relax.multiply" and ops[1] != "relax.multiply")
+
+
+def _fold_block(block, stats):
+    bindings = list(block.bindings)
+    chains, extended = _chains(bindings, var_users(bindings))
+    out = []
+    for b in bindings:
+        got = chains.get(b.var)
+        if got is None or b.var in extended or _normal(got[1]):
+            out.append(b)  # intermediates stay for dead-code elimination (their one reader no longer reads them)
+            continue
+        root, (a, c, _) = got
+        e = root if a is None else relax.op.multiply(root, relax.const(a.astype(np.float32)))
+        e = e if c is None else relax.op.add(e, relax.const(c.astype(np.float32)))
+        out.append(relax.VarBinding(b.var, e))
+        stats["affine_chains_folded"] += 1
+    return block_like(block, out)
+
+
+# what FoldAffineChains counts in the report (kiln/counters.py)
+COUNTERS: tuple[Counter, ...] = (
+    Counter("affine_chains_folded", int, "runs of constant multiplies and adds computed as one multiply-add"),
+)
+
+
+@tvm.transform.module_pass(opt_level=1, name="FoldAffineChains")
+class FoldAffineChains:
+    COUNTERS = COUNTERS
+
+    def __init__(self):
+        self.stats = {"affine_chains_folded": 0}
+
+    def transform_module(self, mod: tvm.IRModule, ctx) -> tvm.IRModule:
+        out = rewrite_blocks(mod, lambda blk: _fold_block(blk, self.stats))
+        if not self.stats["affine_chains_folded"]:
+            return mod
+        return relax.transform.DeadCodeElimination(["main"])(relax.transform.Normalize()(out))
