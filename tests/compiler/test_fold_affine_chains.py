@@ -67,4 +67,6 @@ def test_what_is_left_alone():
     tvm.ir.assert_structural_equal(p(normal), normal)  # already x * A + B
     widening = _module([(relax.op.multiply, rnd(2, 1, 4, 3, 3, 16)), (relax.op.multiply, 2.0)])
     tvm.ir.assert_structural_equal(p(widening), widening)  # the constant broadcasts x to a larger shape
+    ranged = _module([(relax.op.multiply, 2.0**100), (relax.op.multiply, 2.0**-100), (relax.op.multiply, 3.0)])
+    tvm.ir.assert_structural_equal(p(ranged), ranged)  # powers of two that mean the range (BitCast's decomposition)
     assert p.stats["affine_chains_folded"] == 0

@@ -22,6 +22,10 @@ from ..ir import op_name, var_users
 from .module_map import block_like, rewrite_blocks
 
 OPS = ("relax.multiply", "relax.add", "relax.subtract")
+# constants, given and composed, this far from 1 (or zero) only: a run that scales by powers of two near the float
+# range's ends (BitCast's decomposition, 2**126 twice) means its intermediate range, and x * (a * b) would overflow
+# or flush what x * a * b keeps (quantization scales and BatchNorm factors sit well inside)
+MAGNITUDE = 2.0**64
 
 
 def _static_shape(e) -> tuple | None:
@@ -46,7 +50,7 @@ def step(value):
     shape = _static_shape(value)
     if shape is None or shape != _static_shape(a) or b.value.numpy().ndim > len(shape):
         return None
-    return a, op, b.value.numpy()
+    return a, op, b.value.numpy().astype(np.float64)  # composed in double, written as float32
 
 
 def _compose(chain, op, c):
@@ -67,13 +71,23 @@ def _chains(bindings, users):
         if got is None:
             continue
         x, op, c = got
+        if not _moderate(c):
+            continue
         if x in chains and isinstance(x, relax.DataflowVar) and len(users.get(x, [])) == 1:
             root, chain = chains[x]
-            extended.add(x)
-        else:
-            root, chain = x, (None, None, ())
-        chains[b.var] = (root, _compose(chain, op, c))
+            composed = _compose(chain, op, c)
+            if all(v is None or _moderate(v) for v in composed[:2]):
+                extended.add(x)
+                chains[b.var] = (root, composed)
+                continue
+        chains[b.var] = (x, _compose((None, None, ()), op, c))
     return chains, extended
+
+
+def _moderate(c) -> bool:
+    """Every value zero or within MAGNITUDE of 1 either way."""
+    a = np.abs(np.asarray(c, np.float64))
+    return bool(np.all((a == 0) | ((a <= MAGNITUDE) & (a >= 1 / MAGNITUDE))))
 
 
 def _normal(chain) -> bool:
