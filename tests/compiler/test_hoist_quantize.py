@@ -46,3 +46,33 @@ def test_pool_and_slice_read_codes(tmp_path):
     np.testing.assert_array_equal(got_on["e"], got_off["e"])
     np.testing.assert_array_equal(got_on["d"], got_off["d"])
     assert _cosine(got_on["d"], ref[0]) > 0.999 and _cosine(got_on["e"], ref[1]) > 0.999
+
+
+def test_one_tensor_is_quantized_once_for_its_layers(tmp_path, monkeypatch):
+    """a feeds the 1x1 conv e and the strided shortcut d: calibration gives both one range (shared_ranges), so the
+    two quantizes of a are the same ops, and a's conv writes the codes itself for e and for d's slice. With a range
+    each, it wrote float32 for two quantize kernels to read (one kernel more)."""
+    import kiln.compiler.quantize.flow as flow
+
+    m = _stem_pool_block()
+    np.savez(tmp_path / "calib.npz", x=rand(12, 16, 16, 16, seed=3))
+    opts = dict(quantize="int8", calibration=tmp_path / "calib.npz", calib_samples=12)
+    on = kiln.compile(m, tmp_path / "on.kiln", **opts)
+    if len(on.report["quantization"]["int8_layers"]) < 4:
+        pytest.skip("no int8 kernel for this host's CPU: the layers stay float, nothing is quantized")
+    monkeypatch.setattr(flow, "shared_ranges", lambda ranges, shared: ranges)
+    off = kiln.compile(m, tmp_path / "off.kiln", **opts)
+    kernels = [list(r.manifest["buckets"][0]["kernel_info"]) for r in (on, off)]
+    assert len(kernels[0]) == len(kernels[1]) - 1, kernels
+    x = rand(1, 16, 16, 16, seed=8)
+    ref, got = ort_run(m, {"x": x}), kiln.load(tmp_path / "on.kiln").run({"x": x})
+    assert _cosine(got["d"], ref[0]) > 0.999 and _cosine(got["e"], ref[1]) > 0.999
+
+
+def test_shared_ranges_take_the_widest():
+    from kiln.compiler.quantize.rewrite import shared_ranges
+
+    ranges = {"a": (-1.0, 2.0), "b": (0.0, 3.0), "c": (-5.0, 1.0), "d": (0.0, 1.0)}
+    got = shared_ranges(ranges, [["a", "b"], ["c", "missing"]])
+    assert got["a"] == got["b"] == (-1.0, 3.0)
+    assert got["c"] == (-5.0, 1.0) and got["d"] == (0.0, 1.0)  # a group with a layer left float: as calibrated

@@ -13,7 +13,7 @@ from ..hostrun import missing_on_host
 from ..optimize import Optimized, optimize
 from .accuracy import check_agreement, compare
 from .calibrate import build_tapped, calibrate, finish
-from .rewrite import CalibrationTaps, QuantizeGraph
+from .rewrite import CalibrationTaps, QuantizeGraph, shared_ranges
 from .speed import predict, warn_if_slower
 
 
@@ -27,7 +27,7 @@ def quantize_flow(imported, options, layout: str, where: str) -> Optimized:
     cal = calibrate(tapped, names, imported, options, layout, where)
     calib, held = cal.calib, cal.held
     float_model = cal.model or build_tapped(tapped, names, imported, options, layout, where)  # no layers: untapped
-    ranges = {k: v for k, v in cal.ranges.items() if not k.endswith(":out")}
+    ranges = shared_ranges({k: v for k, v in cal.ranges.items() if not k.endswith(":out")}, taps.shared)
     calibrate_s = time.perf_counter() - t0
 
     caps = options.target.caps  # the target's int8 kernel: which layers pay, their channel block and weight range

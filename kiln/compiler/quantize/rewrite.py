@@ -162,10 +162,42 @@ class QuantizeGraph(LayerMutator):
         return y
 
 
+# ops whose output's values are some of their input's (a strided shortcut's slice, a max pool): a layer reading one
+# reads the same tensor as the layers reading its input
+PICKING = ("relax.strided_slice", "relax.nn.max_pool2d")
+
+
 @relax.expr_functor.mutator
 class CalibrationTaps(LayerMutator):
-    """Every layer's float input (`name`) and output (`name:out`) become extra outputs."""
+    """Every layer's float input (`name`) and output (`name:out`) become extra outputs. `shared` groups the layers
+    whose inputs are one tensor, or values picked from it (PICKING): shared_ranges gives them one range."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.sources: dict = {}  # the tensor a layer's input is or picks from -> the layers' names
 
     def on_layer(self, call, layer: Layer):
+        x = call.args[0]
+        while isinstance(x, relax.Var) and op_name(v := self.lookup_binding(x)) in PICKING:
+            x = v.args[0]
+        self.sources.setdefault(x, []).append(layer.name)
         self.emit_tap(layer.name, call.args[0])
         return self.emit_tap(layer.name + ":out", call)
+
+    @property
+    def shared(self) -> list[list[str]]:
+        return [names for names in self.sources.values() if len(names) > 1]
+
+
+def shared_ranges(ranges: dict, shared: list[list[str]]) -> dict:
+    """Layers that read one tensor (CalibrationTaps.shared) quantize it with one range, the widest: the tensor's
+    producer then writes the codes once for all of them. ResNet's stage-opening block output fed its next conv and
+    the strided shortcut's slice with two ranges, so its conv wrote float32 and two quantize kernels read it back
+    (benchmarks/history.md)."""
+    out = dict(ranges)
+    for names in shared:
+        got = [ranges[n] for n in names if n in ranges]
+        if len(got) == len(names):
+            both = (min(lo for lo, _ in got), max(hi for _, hi in got))
+            out.update(dict.fromkeys(names, both))
+    return out
