@@ -30,13 +30,19 @@ def _cosine(a, b):
     return float(a.ravel() @ b.ravel() / np.linalg.norm(a) / np.linalg.norm(b))
 
 
-def test_pool_and_slice_read_codes(tmp_path):
+def _int8_build(tmp_path):
+    """(model, the int8 compile options, its --quantize int8 build as on.kiln); skips where nothing is int8."""
     m = _stem_pool_block()
     np.savez(tmp_path / "calib.npz", x=rand(12, 16, 16, 16, seed=3))
     opts = dict(quantize="int8", calibration=tmp_path / "calib.npz", calib_samples=12)
     on = kiln.compile(m, tmp_path / "on.kiln", **opts)
     if len(on.report["quantization"]["int8_layers"]) < 4:
         pytest.skip("no int8 kernel for this host's CPU: the layers stay float, nothing is quantized")
+    return m, opts, on
+
+
+def test_pool_and_slice_read_codes(tmp_path):
+    m, opts, on = _int8_build(tmp_path)
     off = kiln.compile(m, tmp_path / "off.kiln", disabled_passes=("HoistQuantize",), **opts)
     assert on.report["quantizes_hoisted"] == 2 and "quantizes_hoisted" not in off.report  # the pool, the slice
     x = rand(1, 16, 16, 16, seed=8)
@@ -54,12 +60,7 @@ def test_one_tensor_is_quantized_once_for_its_layers(tmp_path, monkeypatch):
     each, it wrote float32 for two quantize kernels to read (one kernel more)."""
     import kiln.compiler.quantize.flow as flow
 
-    m = _stem_pool_block()
-    np.savez(tmp_path / "calib.npz", x=rand(12, 16, 16, 16, seed=3))
-    opts = dict(quantize="int8", calibration=tmp_path / "calib.npz", calib_samples=12)
-    on = kiln.compile(m, tmp_path / "on.kiln", **opts)
-    if len(on.report["quantization"]["int8_layers"]) < 4:
-        pytest.skip("no int8 kernel for this host's CPU: the layers stay float, nothing is quantized")
+    m, opts, on = _int8_build(tmp_path)
     monkeypatch.setattr(flow, "shared_ranges", lambda ranges, shared: ranges)
     off = kiln.compile(m, tmp_path / "off.kiln", **opts)
     kernels = [list(r.manifest["buckets"][0]["kernel_info"]) for r in (on, off)]
