@@ -23,6 +23,10 @@ from ..schedules.rules.int8 import ANNOTATION
 
 KIND = "conv2d_amx"
 CHUNK_ATTR = "kiln.amx_chunk"  # the patch's contiguous run (the data's channel block): the rule vectorizes by it
+# [taps, channel blocks] of a patch row with no K padding: the rule splits its run loop by them, so each 16-byte
+# copy's source is loop variables times strides (a flat loop divided and took remainders per copy: half the time of
+# ResNet-18's 64-channel 3x3 convs; benchmarks/history.md)
+RUNS_ATTR = "kiln.amx_runs"
 MAP_PIXELS = 64  # a map narrower than a tile and of at most this many pixels is one task's rows (row_tasks)
 
 
@@ -88,7 +92,8 @@ def conv2d_amx(data, packed, strides, padding, dilation, kernel_hw, out_channels
             y, x = q // ow, q % ow
         return data[b, ci // c, y * sh + ry * dh, x * sw + rx * dw, ci % c]
 
-    patch = te.compute((n, oh // rpt, width, k_padded), patch_at, name="amx_patch", attrs={CHUNK_ATTR: c})
+    runs = {RUNS_ATTR: [kh * kw, cb]} if k_padded == k else {}
+    patch = te.compute((n, oh // rpt, width, k_padded), patch_at, name="amx_patch", attrs={CHUNK_ATTR: c, **runs})
     k4, t = te.reduce_axis((0, k_padded // 4), name="k4"), te.reduce_axis((0, 4), name="t")
     acc = te.compute(
         (n, int(packed.shape[0]), oh // rpt, width, CHANNELS),

@@ -211,6 +211,17 @@ def _map_pixels(ow: int):
     return lambda i, oc, yy, xx, jj: (i, oc, yy * 0, yy * ow + xx, jj)
 
 
+def _split_runs(sch: s_tir.Schedule, patch, chunk: int) -> None:
+    """The patch's loop over its runs of `chunk` bytes as (tap, channel block) loops (legalize_amx.RUNS_ATTR)."""
+    runs = sch.get(patch).annotations.get("kiln.amx_runs")
+    loops = sch.get_loops(patch)
+    if runs is None or len(loops) < 2 or extent(sch, loops[-1]) != chunk:
+        return
+    taps, blocks_ = (int(v) for v in runs)
+    if extent(sch, loops[-2]) == taps * blocks_ and taps > 1 and blocks_ > 1:
+        sch.split(loops[-2], [taps, blocks_])
+
+
 def conv2d_amx(sch: s_tir.Schedule, anchor, lanes: int) -> None:
     """int8 conv2d on AMX (legalize_int8.conv2d_amx): parallel over images, channel groups and output
     rows; per row the patch gather (vectorized over 16 channels), the tile GEMM, then the epilogue."""
@@ -256,6 +267,7 @@ def conv2d_amx(sch: s_tir.Schedule, anchor, lanes: int) -> None:
         chunk = int(sch.get(q).annotations.get("kiln.amx_chunk", CHANNELS))
         if chunk in (4, 8, 16, 32, 64):
             vectorize_tails(sch, [q], chunk, split=True)
+            _split_runs(sch, q, chunk)
     for c in consumers:  # the epilogue by the output's channel block (16, or 8 where 16 does not divide)
         inner = extent(sch, sch.get_loops(c)[-1])
         if c in at_root:
