@@ -18,15 +18,11 @@ from __future__ import annotations
 import tvm
 from tvm import relax, te, topi
 
-from ..schedules.rules.amx import CHANNELS, K_STEP, ROWS, TILE_ROWS_ATTR, pixel_rows
+from ..schedules.rules.amx import CHANNELS, K_STEP, ROWS, RUNS_ATTR, TILE_ROWS_ATTR, pixel_rows
 from ..schedules.rules.int8 import ANNOTATION
 
 KIND = "conv2d_amx"
 CHUNK_ATTR = "kiln.amx_chunk"  # the patch's contiguous run (the data's channel block): the rule vectorizes by it
-# [taps, channel blocks] of a patch row with no K padding: the rule splits its run loop by them, so each 16-byte
-# copy's source is loop variables times strides (a flat loop divided and took remainders per copy: half the time of
-# ResNet-18's 64-channel 3x3 convs; benchmarks/history.md)
-RUNS_ATTR = "kiln.amx_runs"
 MAP_PIXELS = 64  # a map narrower than a tile and of at most this many pixels is one task's rows (row_tasks)
 
 

@@ -231,7 +231,7 @@ def test_amx_bf16_conv_tasks_cover_the_map_once(pixels, ob):
 
 def test_the_patch_gather_copies_runs_without_index_arithmetic():
     """A 3x3 conv of 64 channels at 56x56 (ResNet's first stage): the row gather's loop over 16-byte runs is split
-    into (tap, channel block) loops (legalize_amx.RUNS_ATTR), so each copy's source is loop variables times strides;
+    into (tap, channel block) loops (rules.amx.RUNS_ATTR), so each copy's source is loop variables times strides;
     one flat loop of 36 runs divided and took remainders per copy (half the conv's time; 2.85 -> 2.19 ms for
     ResNet-18 int8 on this kernel). Structural: the scheduled TIR for Sapphire Rapids, on any host."""
     from tvm import s_tir, tirx

@@ -37,6 +37,10 @@ CHANNELS = ROW_BYTES // 4  # output channels per C tile: the int8 layout's lane 
 TILES = 8  # tmm0..tmm7
 MIN_TASKS = 8  # parallel tasks (images x row tasks x channel groups) a conv is split into where its channels allow
 TILE_ROWS_ATTR = "kiln.amx_rows"  # a compute's annotation: pixels per tile of a whole map in one task (row_tasks)
+# the patch's annotation: [taps, channel blocks] of a row with no K padding; _split_runs splits its run loop by them,
+# so each 16-byte copy's source is loop variables times strides (a flat loop divided and took remainders per copy:
+# half the time of ResNet-18's 64-channel 3x3 convs; benchmarks/history.md)
+RUNS_ATTR = "kiln.amx_runs"
 # (pixel tiles, channel tiles) held at once: C tiles + A tiles + B tiles <= 8; most dot products per load first
 BLOCKINGS = ((2, 2), (1, 3), (3, 1), (1, 2), (2, 1), (1, 1))
 
@@ -212,8 +216,8 @@ def _map_pixels(ow: int):
 
 
 def _split_runs(sch: s_tir.Schedule, patch, chunk: int) -> None:
-    """The patch's loop over its runs of `chunk` bytes as (tap, channel block) loops (legalize_amx.RUNS_ATTR)."""
-    runs = sch.get(patch).annotations.get("kiln.amx_runs")
+    """The patch's loop over its runs of `chunk` bytes as (tap, channel block) loops (RUNS_ATTR)."""
+    runs = sch.get(patch).annotations.get(RUNS_ATTR)
     loops = sch.get_loops(patch)
     if runs is None or len(loops) < 2 or extent(sch, loops[-1]) != chunk:
         return
