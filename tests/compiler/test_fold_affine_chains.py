@@ -70,3 +70,15 @@ def test_what_is_left_alone():
     ranged = _module([(relax.op.multiply, 2.0**100), (relax.op.multiply, 2.0**-100), (relax.op.multiply, 3.0)])
     tvm.ir.assert_structural_equal(p(ranged), ranged)  # powers of two that mean the range (BitCast's decomposition)
     assert p.stats["affine_chains_folded"] == 0
+
+
+def test_a_divide_by_a_constant_is_a_multiply():
+    """x / sqrt(2) (an erf GELU's) as x * (1 / sqrt(2)): no vdivps; at most a last-bit difference."""
+    before = _module([(relax.op.divide, np.sqrt(2.0))])
+    p = FoldAffineChains()
+    after = p(before)
+    assert p.stats["affine_chains_folded"] == 1 and _ops(after) == ["relax.multiply"]
+    x = rnd(1, 4, 3, 3, 16, seed=5)
+    np.testing.assert_allclose(run_mod(after, x), run_mod(before, x), rtol=2e-7, atol=0)
+    zero = _module([(relax.op.divide, 0.0)])
+    tvm.ir.assert_structural_equal(p(zero), zero)  # x / 0 keeps its infinities and NaNs
