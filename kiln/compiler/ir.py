@@ -56,6 +56,15 @@ def op_name(e) -> str | None:
     return e.op.name if isinstance(e, relax.Call) and isinstance(e.op, tvm.ir.Op) else None
 
 
+def clip_bounds(value) -> tuple[float, float] | None:
+    """(lo, hi) of a relax.clip with constant bounds (FloatImm or IntImm), else None."""
+    if op_name(value) == "relax.clip" and all(
+        isinstance(a, tvm.tirx.FloatImm | tvm.tirx.IntImm) for a in value.args[1:3]
+    ):
+        return float(value.args[1].value), float(value.args[2].value)
+    return None
+
+
 def scalar_value(e) -> float | None:
     """The value of a one-element constant, else None."""
     if isinstance(e, GenericConst) and e.value.numpy().size == 1:

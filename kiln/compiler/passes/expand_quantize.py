@@ -12,32 +12,25 @@ It runs after FuseEpilogue, whose patterns end a float conv's kernel with a whol
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import tvm
 from tvm import relax
 
 from ...counters import Counter
-from ..ir import op_name, scalar_value
+from ..ir import clip_bounds, op_name, scalar_value
+from .fold_qdq_pairs import RANGES
 from .module_map import block_like, rewrite_blocks
-
-RANGES = {"uint8": (0, 255), "int8": (-128, 127)}
-
-
-def _bounds(call) -> tuple[float, float] | None:
-    """clip(x, lo, hi)'s integer (lo, hi), else None."""
-    if op_name(call) != "relax.clip":
-        return None
-    lo, hi = (getattr(a, "value", None) for a in call.args[1:3])  # FloatImm or IntImm
-    if not isinstance(lo, (int, float)) or not isinstance(hi, (int, float)) or lo != int(lo) or hi != int(hi):
-        return None
-    return float(lo), float(hi)
 
 
 def _grid(defs: dict, g) -> tuple[float, float] | None:
     """The integer bounds of g = clip(round(x), lo, hi), else None."""
     clip = defs.get(g)
-    bounds = _bounds(clip)
-    if bounds is None or not isinstance(clip.args[0], relax.Var) or op_name(defs.get(clip.args[0])) != "relax.round":
+    bounds = clip_bounds(clip)
+    if bounds is None or not all(math.isfinite(v) and v == int(v) for v in bounds):
+        return None
+    if not isinstance(clip.args[0], relax.Var) or op_name(defs.get(clip.args[0])) != "relax.round":
         return None
     return bounds
 

@@ -19,6 +19,7 @@ from tvm.ir.expr import GenericConst
 
 from ...counters import Counter
 from ..ir import op_name, var_users
+from .counting import static_shape
 from .module_map import block_like, rewrite_blocks
 
 OPS = ("relax.multiply", "relax.add", "relax.subtract", "relax.divide")
@@ -28,15 +29,7 @@ OPS = ("relax.multiply", "relax.add", "relax.subtract", "relax.divide")
 MAGNITUDE = 2.0**64
 
 
-def _static_shape(e) -> tuple | None:
-    shape = getattr(getattr(e, "ty", None), "shape", None)
-    if shape is None:
-        return None
-    dims = [getattr(d, "value", None) for d in shape]
-    return None if any(d is None for d in dims) else tuple(dims)
-
-
-def step(value):
+def _step(value):
     """(x, op, constant) where `value` is a float32 multiply, add, subtract or divide of a Var x by a constant that
     does not broadcast x to a larger shape (the constant second for subtract and divide), else None. A divide is a
     multiply by the reciprocal (vdivps: a zmm every 10-16 cycles; an erf GELU's x / sqrt(2) was half of its
@@ -49,8 +42,8 @@ def step(value):
         a, b = b, a
     if not isinstance(a, relax.Var) or not isinstance(b, GenericConst) or str(b.ty.dtype) != "float32":
         return None
-    shape = _static_shape(value)
-    if shape is None or shape != _static_shape(a) or b.value.numpy().ndim > len(shape):
+    shape = static_shape(value)
+    if shape is None or shape != static_shape(a) or b.value.numpy().ndim > len(shape):
         return None
     c = b.value.numpy().astype(np.float64)  # composed in double, written as float32
     if op == "relax.divide":
@@ -63,7 +56,7 @@ def step(value):
 def _compose(chain, op, c):
     """(A, B, ops) of x * A + B after one more step; None for an A or B not applied, ops the steps' names."""
     a, b, ops = chain
-    if op in ("relax.multiply", "relax.divide"):  # step() gave a divide's reciprocal
+    if op in ("relax.multiply", "relax.divide"):  # _step() gave a divide's reciprocal
         return (c if a is None else a * c), (None if b is None else b * c), (*ops, op)
     c = c if op == "relax.add" else -c
     return a, (c if b is None else b + c), (*ops, op)
@@ -74,7 +67,7 @@ def _chains(bindings, users):
     extending the run of a single-use DataflowVar; `extended` holds the Vars a later step continued."""
     chains, extended = {}, set()
     for b in bindings:
-        got = step(b.value)
+        got = _step(b.value)
         if got is None:
             continue
         x, op, c = got

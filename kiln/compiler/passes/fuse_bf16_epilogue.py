@@ -14,7 +14,7 @@ from tvm import relax
 from tvm.ir.expr import GenericConst
 
 from ...counters import Counter
-from ..ir import op_name, var_users
+from ..ir import clip_bounds, op_name, var_users
 from .activation_region import activation_after
 from .bf16_conv_kernel import EXTERNS, ConvGeometry, Epilogue, conv_dtype, kernel_func
 from .counting import static_shape
@@ -42,11 +42,7 @@ def _clamp(value) -> tuple[float, float] | None:
     """The [lo, hi] of a ReLU or of a clip with constant bounds (ReLU6), else None."""
     if op_name(value) == "relax.nn.relu":
         return 0.0, float("inf")
-    if op_name(value) == "relax.clip" and all(
-        isinstance(a, tvm.tirx.FloatImm | tvm.tirx.IntImm) for a in value.args[1:3]
-    ):
-        return float(value.args[1].value), float(value.args[2].value)
-    return None
+    return clip_bounds(value)
 
 
 def _widened_bf16(bindings, var, shape):

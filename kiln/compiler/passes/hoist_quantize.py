@@ -16,10 +16,8 @@ from tvm import relax
 
 from ...counters import Counter
 from ..ir import op_name, scalar_value, var_users
-from ..quantize.rewrite import quantize_act_chain
+from ..quantize.rewrite import PICKING, quantize_act_chain
 from .module_map import rebuilt, rewrite_blocks, var_like
-
-COMMUTING = ("relax.nn.max_pool2d", "relax.strided_slice")
 
 
 def _per_tensor_quantize(v) -> bool:
@@ -52,7 +50,7 @@ def _hoist_block(block, stats):
     replace: dict = {}
     for j, b in enumerate(bindings):
         op = b.value
-        if op_name(op) not in COMMUTING or not isinstance(op.args[0], relax.Var) or j in replace:
+        if op_name(op) not in PICKING or not isinstance(op.args[0], relax.Var) or j in replace:
             continue
         x = op.args[0]
         chain = _quantize_chain(bindings, users, b.var) if str(x.ty.dtype) == "float32" else None

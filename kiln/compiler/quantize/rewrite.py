@@ -163,7 +163,7 @@ class QuantizeGraph(LayerMutator):
 
 
 # ops whose output's values are some of their input's (a strided shortcut's slice, a max pool): a layer reading one
-# reads the same tensor as the layers reading its input
+# reads the same tensor as the layers reading its input, and a quantize commutes with them (HoistQuantize)
 PICKING = ("relax.strided_slice", "relax.nn.max_pool2d")
 
 
