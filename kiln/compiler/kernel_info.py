@@ -25,6 +25,7 @@ import tvm
 from tvm import relax, s_tir
 
 from .ir import nbytes, numel
+from .passes.space_to_depth_stem import BLOCK as STEM_BLOCK
 
 # kernel-name fragment -> the group of ONNX compute ops it stands for (checked in this order)
 ANCHORS = (
@@ -209,7 +210,19 @@ def _weight_numels(nodes, onnx_model) -> dict:
             if d and len(d) == 4:
                 total = math.prod(d)
                 out[id(n)] = {total} | ({total * 16 // 9, total * 36 // 9} if d[2:] == [3, 3] else set())
+                out[id(n)] |= _space_to_depth_numels(n, d)
     return out
+
+
+def _space_to_depth_numels(node, dims: list) -> set:
+    """The weight sizes a stem conv has after SpaceToDepthStem (2x2 blocks of its input pixels, channels padded to
+    the block, a kernel of ceil(K/2) taps a side): without them the stem matched no kernel by size and took, by
+    coincidence of sizes, ResNet-50's fourth conv's place (the profile then named every stage-1 kernel wrong)."""
+    strides = next((list(a.ints) for a in node.attribute if a.name == "strides"), [1, 1])
+    o, c, kh, kw = dims
+    if strides != [2, 2] or c > 4 or kh <= 2 or kw <= 2:
+        return set()
+    return {o * STEM_BLOCK * -(-kh // 2) * -(-kw // 2)}
 
 
 LOOKAHEAD = 4  # how far down the Conv queue a kernel's weight is looked for

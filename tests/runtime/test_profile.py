@@ -255,6 +255,38 @@ def test_source_ops_matching():
     }
 
 
+def test_source_ops_space_to_depth_stem():
+    """Regression: on ResNet-50's bf16 build the RGB stem (after SpaceToDepthStem: 2x2 blocks, channels padded to
+    16, a 4x4 kernel; 64 x 256 packed weights) matched no Conv node's weight size, and among the next ones the
+    block's 1x1 64 -> 256 conv had its weight's size by chance: the profile named the stem after that conv and every
+    stage-1 kernel after it wrong. The stem's weight as SpaceToDepthStem packs it now counts as its size."""
+    nodes = [
+        helper.make_node("Conv", ["x", "w0"], ["a"], strides=[2, 2], pads=[3, 3, 3, 3], name="stem"),
+        helper.make_node("Relu", ["a"], ["ar"], name="stem_relu"),
+        helper.make_node("Conv", ["ar", "w1"], ["b"], name="reduce"),
+        helper.make_node("Conv", ["b", "w2"], ["c"], name="expand"),
+    ]
+    inits = {"w0": _rand(64, 3, 7, 7, seed=1), "w1": _rand(64, 64, 1, 1, seed=2), "w2": _rand(256, 64, 1, 1, seed=3)}
+    model = helper.make_model(
+        helper.make_graph(
+            nodes,
+            "stem",
+            [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 224, 224])],
+            [helper.make_tensor_value_info("c", TensorProto.FLOAT, [1, 256, 112, 112])],
+            [numpy_helper.from_array(v, k) for k, v in inits.items()],
+        )
+    )
+    kernels = ["kiln_bf16_conv_relu", "kiln_bf16_conv1", "kiln_bf16_conv2"]
+    # the stem's arguments: blocked input [1, 1, 115, 115, 16], packed weights [4, 128, 16, 2], bias [1, 4, 1, 1, 16]
+    sizes = [{115 * 115 * 16, 64 * 256, 64}, {112 * 112 * 64, 64 * 64, 64}, {112 * 112 * 64, 256 * 64, 256}]
+    got = source_ops(kernels, model, sizes)
+    assert got == {
+        "kiln_bf16_conv_relu": ["stem", "stem_relu"],
+        "kiln_bf16_conv1": ["reduce"],
+        "kiln_bf16_conv2": ["expand"],
+    }
+
+
 def _bottleneck_with_projection(c: int = 64, m: int = 32, hw: int = 14) -> onnx.ModelProto:
     """A ResNet bottleneck whose stride-2 projection shortcut comes after the block's last conv in the
     ONNX graph (as torchvision's export has it) but is called before it in the compiled model."""
