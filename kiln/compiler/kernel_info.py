@@ -10,9 +10,9 @@ pools, softmax) mostly keep their relative order through the pipeline, so the k-
 the k-th Conv node (a fused depthwise+pointwise kernel two). Mostly: a residual block's projection
 shortcut may be called before the block's last conv, so a conv kernel takes, among the next few
 queued Conv nodes, the first whose weight has as many elements as one of the kernel's arguments (a
-Winograd kernel's transformed weight 16/9 or 36/9 as many), else the next one. The element-wise
-nodes that follow one of them (bias, BatchNorm, activation, residual Add) go with it when the
-kernel's name shows them fused; a kernel with no compute op takes the next unclaimed node whose op
+Winograd kernel's transformed weight 16/9 or 36/9 as many, an RGB stem's as SpaceToDepthStem packs it), else the
+next one. The element-wise nodes that follow one of them (bias, BatchNorm, activation, residual Add) go with it
+when the kernel's name shows them fused; a kernel with no compute op takes the next unclaimed node whose op
 its name shows. Layout transforms come from no node. Best effort: a kernel the matching cannot place lists no ops."""
 
 from __future__ import annotations
