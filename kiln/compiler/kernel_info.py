@@ -25,7 +25,7 @@ import tvm
 from tvm import relax, s_tir
 
 from .ir import nbytes, numel
-from .passes.space_to_depth_stem import BLOCK as STEM_BLOCK
+from .passes import space_to_depth_stem as stem
 
 # kernel-name fragment -> the group of ONNX compute ops it stands for (checked in this order)
 ANCHORS = (
@@ -220,9 +220,7 @@ def _space_to_depth_numels(node, dims: list) -> set:
     coincidence of sizes, ResNet-50's fourth conv's place (the profile then named every stage-1 kernel wrong)."""
     strides = next((list(a.ints) for a in node.attribute if a.name == "strides"), [1, 1])
     o, c, kh, kw = dims
-    if strides != [2, 2] or c > 4 or kh <= 2 or kw <= 2:
-        return set()
-    return {o * STEM_BLOCK * -(-kh // 2) * -(-kw // 2)}
+    return {math.prod(stem.blocked_shape(o, kh, kw))} if stem.rearranged(c, strides, [kh, kw]) else set()
 
 
 LOOKAHEAD = 4  # how far down the Conv queue a kernel's weight is looked for

@@ -41,13 +41,22 @@ def _taken(call, float_convs: bool) -> bool:
         and xs is not None
         and len(xs) == 4
         and xs[0] == 1
-        and 4 * xs[1] <= BLOCK
         and (a.data_layout, a.kernel_layout, a.out_layout) == ("NCHW", "OIHW", "NCHW")
-        and [int(s) for s in a.strides] == [2, 2]
         and all(int(d) == 1 for d in a.dilation)
         and int(a.groups) == 1
-        and min(ws[2:]) > 2
+        and rearranged(xs[1], [int(s) for s in a.strides], ws[2:])
     )
+
+
+def rearranged(channels: int, strides, kernel) -> bool:
+    """Whether a conv of this geometry is a stem this pass rearranges (with batch 1, groups 1, no dilation and
+    constant weights): stride 2 both ways, its 2x2 blocks' channels within one block, a kernel above 2x2."""
+    return 4 * channels <= BLOCK and list(strides) == [2, 2] and min(kernel) > 2
+
+
+def blocked_shape(o: int, kh: int, kw: int) -> tuple[int, int, int, int]:
+    """The shape of blocked_weights' result for [O, C, KH, KW] weights."""
+    return o, BLOCK, -(-kh // 2), -(-kw // 2)
 
 
 def blocked_weights(w: np.ndarray) -> np.ndarray:
@@ -57,7 +66,7 @@ def blocked_weights(w: np.ndarray) -> np.ndarray:
     padded = np.zeros((o, c, 2 * -(-kh // 2), 2 * -(-kw // 2)), w.dtype)
     padded[:, :, :kh, :kw] = w
     blocks = padded.reshape(o, c, -(-kh // 2), 2, -(-kw // 2), 2).transpose(0, 1, 3, 5, 2, 4)
-    out = np.zeros((o, BLOCK, *blocks.shape[4:]), w.dtype)
+    out = np.zeros(blocked_shape(o, kh, kw), w.dtype)
     out[:, : 4 * c] = blocks.reshape(o, 4 * c, *blocks.shape[4:])
     return out
 
