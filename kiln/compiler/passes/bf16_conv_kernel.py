@@ -22,6 +22,7 @@ from tvm import relax
 from tvm.ir.expr import GenericConst
 
 from ...counters import Counter
+from .. import parallel_tasks
 from ..ir import register_kernel
 from .module_map import rewrite_calls
 
@@ -157,15 +158,16 @@ def kernel_func(
     )  # TVMScript spells infinity T.float32('inf')
     pairs = -(-ob // 2)
     if amx:
-        loops, args = amx_tasks(oh * ow, ob)
+        (loops, body), args = amx_tasks(oh * ow, ob)
     elif pairs >= min(
         CHANNEL_TASKS, coh
     ):  # tasks: pairs of output-channel blocks, each over every row: each weight is read once
         # (rows in parallel re-read the weights for every row: slower with cold weights; benchmarks/history.md)
-        loops = f"for c in T.parallel({pairs}):\n        for r in range({coh}):"
+        head, inner = parallel_tasks.loop(pairs, "c")
+        loops, body = f"{head}{inner}for r in range({coh}):\n", inner + "    "
         ob_range = f"c * 2, T.min(c * 2 + 2, {ob})"
     else:  # tasks: output rows, each over every output channel (few channels: not enough pairs to keep the cores busy)
-        loops = f"for c in range(1):\n        for r in T.parallel({coh}):"
+        loops, body = serial_c(coh)
         ob_range = f"0, {ob}"
     if not amx:
         args = f"{ob_range}, r" + (f", {dh}, {dw}" if dtype == "float32" else "")
@@ -176,8 +178,7 @@ def func({", ".join(f'{n}: T.Buffer({s}, "{d}")' for n, s, d in params)}):
                  "kiln.kernel_kind": "{KINDS[dtype]}", "{GEOMETRY}": {geometry},
                  "kiln.bf16_epilogue": {epilogue.flags},
                  "kiln.flops": {2 * oh * ow * ob * 16 * kh * kw * ib * 16}}})
-    {loops}
-            T.evaluate(T.call_extern("int32", "{C_KERNELS[dtype, amx][0]}", data.data, packed.data, {", ".join(ptr)},
+{loops}{body}T.evaluate(T.call_extern("int32", "{C_KERNELS[dtype, amx][0]}", data.data, packed.data, {", ".join(ptr)},
                                      {epilogue.flags}, {bounds},
                                      {ib}, {ch}, {cw}, {coh}, {cow}, {kh}, {kw}, {sh}, {sw}, {pt}, {pl}, {args}))
 """  # 8: opaque, FuseOps leaves it alone
@@ -189,8 +190,14 @@ def amx_pixel_rows(pixels: int) -> int:
     return -(-pixels // -(-pixels // 16))
 
 
-def amx_tasks(pixels: int, ob: int) -> tuple[str, str]:
-    """(the loops, the kernel's last arguments) of the AMX kernel's tasks: ranges of two pixel tiles (the 2 x 2
+def serial_c(tasks: int) -> tuple[str, str]:
+    """(the loops, the body's indent) of tasks over one parallel index r (c = 0), shared evenly by the thread pool."""
+    head, body = parallel_tasks.loop(tasks, "r", "        ")
+    return f"    for c in range(1):\n{head}", body
+
+
+def amx_tasks(pixels: int, ob: int) -> tuple[tuple[str, str], str]:
+    """((the loops, their body's indent), the kernel's last arguments) of the AMX kernel's tasks: ranges of two pixel tiles (the 2 x 2
     blocks' rows) over the whole map, row-major across output rows, each over a range of output-channel
     blocks; channels are split (into ranges of whole block pairs) where there are fewer than AMX_TASKS pixel
     ranges, so a 7 x 7 map's 4 tiles still make 8 tasks for the cores."""
@@ -203,7 +210,7 @@ def amx_tasks(pixels: int, ob: int) -> tuple[str, str]:
     ctasks = max(1, min(pairs, -(-AMX_TASKS // ptasks)))
     per = 2 * -(-pairs // ctasks)
     ctasks = -(-ob // per)
-    loops = f"for c in range(1):\n        for r in T.parallel({ptasks * ctasks}):"
+    loops = serial_c(ptasks * ctasks)
     # channel range outer: the thread pool runs contiguous ranges of tasks, so each thread streams its own channels'
     # weights (once, then from L2), not every channel range's in turn
     args = f"r // {ptasks} * {per}, T.min(r // {ptasks} * {per} + {per}, {ob}), r % {ptasks} * {span}, {span}, {rows}"

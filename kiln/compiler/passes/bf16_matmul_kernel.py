@@ -25,6 +25,7 @@ from tvm.ir.expr import GenericConst
 
 from ...counters import Counter
 from ...schedules.rules.tiles import CACHE_BYTES
+from .. import parallel_tasks
 from ..ir import module_var_uses, op_name
 from .counting import float32_shape
 from .module_map import rewrite_calls
@@ -195,15 +196,15 @@ def kernel_func(
     ptrs = ", ".join(f"{p}.data" if p in names else "T.int64(0)" for p in ("bias", "res", "out", "out16"))
     x_args = "T.int64(0), x.data" if x_bf16 else "x.data, T.int64(0)"
     info = [int(ep.bias), ep.flags, int(ep.float32), int(ep.bf16)]
+    head, body = parallel_tasks.loop(row_tasks * col_tasks)
     src = f"""
 @T.prim_func
 def func({", ".join(f'{p}: T.Buffer({tuple(s)}, "{d}")' for p, s, d in params)}):
     T.func_attr({{"tirx.noalias": True, "tirx.is_scheduled": True, "op_pattern": 8, "kiln.bf16_matmul": {info},
                  "kiln.kernel_kind": "{kt.kernel_kind}", "kiln.c_kernel": "{kt.source}",
                  "kiln.flops": {2 * m * k * n}}})
-    for t in T.parallel({row_tasks * col_tasks}):
-        T.evaluate(T.call_extern("int32", "{kt.function}", {x_args}, w.data, {ptrs}, {ep.flags}, {tile}, {m}, {n}, {k},
-                                 t // {col_tasks} * {task_rows}, {task_rows}, t % {col_tasks} * {group},
+{head}{body}T.evaluate(T.call_extern("int32", "{kt.function}", {x_args}, w.data, {ptrs}, {ep.flags}, {tile}, {m}, {n},
+                                 {k}, t // {col_tasks} * {task_rows}, {task_rows}, t % {col_tasks} * {group},
                                  T.min(t % {col_tasks} * {group} + {group}, {blocks})))
 """  # 8: opaque, FuseOps leaves it alone
     return tvm.script.from_source(src)

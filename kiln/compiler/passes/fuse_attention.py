@@ -27,6 +27,7 @@ from tvm import relax, te
 
 from ...capabilities import BF16
 from ...counters import Counter
+from .. import parallel_tasks
 from ..ir import module_var_uses, op_name, scalar_value
 from .counting import float32_shape
 from .module_map import rewrite_calls
@@ -181,13 +182,13 @@ def kernel_func(g: dict, scale: float, function: str, source: str, kb: int, bf16
     per_head = -(-m // rows)
     flops = 2 * g["bh"] * m * n * (d + dv)
     mask_ptr = "mask.data" if g["mask"] is not None else "T.int64(0)"  # the kernel reads no mask
+    head, body = parallel_tasks.loop(g["bh"] * per_head)
     src = f"""
 @T.prim_func
 def func({", ".join(f'{p}: T.Buffer({tuple(s)}, "{dt}")' for p, s, dt in params)}):
     T.func_attr({{"tirx.noalias": True, "tirx.is_scheduled": True, "op_pattern": 8, "kiln.kernel_kind": "attention",
                  "kiln.c_kernel": "{source}", "kiln.flops": {flops}}})
-    for t in T.parallel({g["bh"] * per_head}):
-        T.evaluate(T.call_extern("int32", "{function}", q.data, kt.data, v.data, {mask_ptr}, out.data,
+{head}{body}T.evaluate(T.call_extern("int32", "{function}", q.data, kt.data, v.data, {mask_ptr}, out.data,
                                  {m}, {n}, {d}, {dv}, T.float32({scale!r}), T.int64({mk["bh"]}), T.int64({mk["row"]}),
                                  {mk["div"]}, {mk["mod"]}, 0, {n - m}, t // {per_head},
                                  t % {per_head} * {rows}, {rows}))
