@@ -197,10 +197,10 @@ def serial_c(tasks: int) -> tuple[str, str]:
 
 
 def amx_tasks(pixels: int, ob: int) -> tuple[tuple[str, str], str]:
-    """((the loops, their body's indent), the kernel's last arguments) of the AMX kernel's tasks: ranges of two pixel tiles (the 2 x 2
-    blocks' rows) over the whole map, row-major across output rows, each over a range of output-channel
-    blocks; channels are split (into ranges of whole block pairs) where there are fewer than AMX_TASKS pixel
-    ranges, so a 7 x 7 map's 4 tiles still make 8 tasks for the cores."""
+    """((the loops, their body's indent), the kernel's last arguments) of the AMX kernel's tasks: ranges of two
+    pixel tiles (the 2 x 2 blocks' rows) over the whole map, row-major across output rows, each over a range of
+    output-channel blocks; channels are split (into ranges of whole block pairs) where there are fewer than
+    AMX_TASKS pixel ranges, so a 7 x 7 map's 4 tiles still make 8 tasks for the cores."""
     rows = amx_pixel_rows(pixels)
     span = 2 * rows
     if ob * 16 >= WEIGHT_BOUND * pixels:  # weights past the gathered pixels: every task over the whole map
