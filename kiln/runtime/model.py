@@ -17,6 +17,7 @@ from . import artifact as art
 from . import buckets as bk
 from . import pool
 from .hostinfo import enable_amx, host_arch, host_cpu_flags, missing_cpu_features, raise_thread_pool_cap
+from .outputs import OutputViews
 from .replica import apply_cpus, default_threads
 from .structure import Structure
 
@@ -184,6 +185,7 @@ class Model:
         self._on_cpu = self._dev.dlpack_device_type() == 1
         self._lock = threading.Lock()
         self._staging: dict = {}  # input index -> (aligned TVM tensor, numpy view of it): _argument
+        self._views = OutputViews()  # which outputs leave as views of the VM's tensors, which as copies
         self.warmup_ms: list[float] = []
         if warmup:
             self.warm_up()
@@ -314,13 +316,11 @@ class Model:
         staged[1][...] = a
         return staged[0]
 
-    def _result(self, t) -> np.ndarray:
-        """An output as a numpy array of its own: on the CPU a DLPack view copied (Tensor.numpy() took ten
-        times as long, a tenth of silero VAD's run; benchmarks/history.md), so that no later run
-        and no input the model returns as it is can change it."""
-        if self._on_cpu and str(t.dtype) in DLPACK_DTYPES:
-            return np.from_dlpack(t).copy()
-        return t.numpy()
+    def _viewable(self, t) -> bool:
+        """Whether numpy takes output t over DLPack (on the CPU; Tensor.numpy() took ten times as long, a tenth of
+        silero VAD's run; benchmarks/history.md). Which of those stay views and which are copied, so that no later
+        run and no input the model returns as it is can change them: outputs.OutputViews."""
+        return self._on_cpu and str(t.dtype) in DLPACK_DTYPES
 
     def _run_bucket(self, i: int, arrays: list[np.ndarray]) -> list[np.ndarray]:
         tvm = self._tvm
@@ -331,7 +331,7 @@ class Model:
                 args = [self._argument(k, a) for k, a in enumerate(arrays)]
                 out = entry(*args, *weights)
                 outs = [out] if hasattr(out, "numpy") else [out[j] for j in range(len(out))]  # not list(): slower
-                return [self._result(o) for o in outs]
+                return self._views.arrays(i, outs, args, self._viewable)
             except Exception as e:  # inputs matched the manifest: a Kiln bug, or a library edited after the build
                 msg = str(e).strip().splitlines()
                 checked = next((ln for ln in msg if INPUT_CHECK in ln), None)
