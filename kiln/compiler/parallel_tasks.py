@@ -1,4 +1,4 @@
-"""The parallel loop over a C kernel's tasks (matmul, attention), written so Kiln's thread pool shares it evenly.
+"""The parallel loop over a C kernel's tasks (matmul, attention, conv), written so Kiln's thread pool shares it evenly.
 
 The pool (kiln/runtime/pool.c) cuts a parallel loop into threads x KILN_CHUNKS chunks (8 on two threads), thread i
 owning a contiguous share, and TVM's generated code gives each chunk ceil(extent / chunks) iterations. Where the
