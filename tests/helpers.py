@@ -105,6 +105,17 @@ def quantize_dynamic(model, tmp_path, weight_type="QInt8", **kw) -> onnx.ModelPr
     return onnx.load(tmp_path / "q.onnx")
 
 
+def aligned(values: np.ndarray, offset: int = 0) -> np.ndarray:
+    """A copy of values whose data starts `offset` bytes past a 64-byte boundary: run() takes an input of
+    COPY_BELOW bytes or more that is 64-byte aligned over DLPack as it is, and stages any other."""
+    raw = np.empty(values.size + 128 // values.itemsize, values.dtype)
+    start = (-raw.ctypes.data % 64 + offset) // values.itemsize
+    out = raw[start : start + values.size].reshape(values.shape)
+    out[...] = values
+    assert out.ctypes.data % 64 == offset
+    return out
+
+
 def rand(*shape, seed=0, dtype=np.float32):
     return np.random.default_rng(seed).standard_normal(shape).astype(dtype)
 

@@ -26,7 +26,7 @@ class OutputViews:
     """Per bucket: unknown (the first run, held), then which outputs are fresh each run."""
 
     def __init__(self):
-        self._first: dict = {}  # bucket -> (the first run's output tensors, held, and their addresses)
+        self._first: dict = {}  # bucket -> the first run's output tensors, held
         self._fresh: dict = {}  # bucket -> [output j is allocated afresh each run]
 
     def arrays(self, bucket: int, outs: list, args: list, viewable) -> list[np.ndarray]:
@@ -50,8 +50,8 @@ class OutputViews:
             return self._fresh[bucket]
         held = self._first.pop(bucket, None)
         if held is None:  # the first run: hold its outputs until the second
-            self._first[bucket] = (list(outs), [t.data_ptr() for t in outs])
+            self._first[bucket] = list(outs)
             return None
-        before = set(held[1])
+        before = {t.data_ptr() for t in held}
         self._fresh[bucket] = [t.data_ptr() not in before for t in outs]
         return None  # this run's outputs are copied too: the held ones are let go only now

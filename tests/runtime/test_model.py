@@ -8,7 +8,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from helpers import ort_run
+from helpers import aligned, ort_run
 
 import kiln
 from kiln.runtime.model import COPY_BELOW
@@ -163,10 +163,7 @@ def test_a_large_aligned_input_is_taken_without_a_copy(tmp_path):
     m = kiln.load(tmp_path / "r.kiln", num_threads=1)
     rng = np.random.default_rng(1)
     for offset, staged in ((0, False), (16, True)):
-        raw = np.empty(np.prod(shape) + 32, np.float32)
-        start = (-raw.ctypes.data % 64 + offset) // 4
-        x = raw[start : start + np.prod(shape)].reshape(shape)
-        x[...] = rng.standard_normal(shape)
+        x = aligned(rng.standard_normal(shape).astype(np.float32), offset)
         assert x.nbytes >= COPY_BELOW and x.ctypes.data % 64 == offset
         m._staging.clear()
         y = m.run({"x": x})["y"]
@@ -177,7 +174,8 @@ def test_a_large_aligned_input_is_taken_without_a_copy(tmp_path):
 
 
 def test_an_output_that_is_an_input_is_a_copy(tmp_path):
-    """Outputs leave the VM as DLPack views copied (Model._result): a graph that returns an input as it is, beside
+    """Outputs leave the VM as DLPack views, copied where a view would be shared (outputs.OutputViews; past a
+    bucket's first runs: tests/runtime/test_outputs.py): a graph that returns an input as it is, beside
     a computed output of each dtype numpy takes, gives arrays of its own that the caller's later writes to the
     input do not change."""
     from helpers import make_model

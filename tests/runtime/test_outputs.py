@@ -3,7 +3,7 @@ as views of its tensors; an input or a constant returned as it is, and one tenso
 copies, so no later run and no write of the caller's changes another run's arrays."""
 
 import numpy as np
-from helpers import make_model
+from helpers import aligned, make_model
 from onnx import helper
 
 import kiln
@@ -51,16 +51,6 @@ def test_inputs_and_constants_returned_as_they_are_stay_copies(tmp_path):
     np.testing.assert_array_equal(m.run({"x": x})["const"], c)
 
 
-def _aligned(values: np.ndarray) -> np.ndarray:
-    """values in a 64-byte aligned array: run() hands such an input to the VM as it is (no staged copy)."""
-    buf = np.empty(values.size + 16, values.dtype)
-    skip = (-buf.ctypes.data % 64) // values.itemsize
-    out = buf[skip : skip + values.size].reshape(values.shape)
-    out[...] = values
-    assert out.ctypes.data % 64 == 0
-    return out
-
-
 def test_an_input_taken_in_place_and_returned_is_copied(tmp_path):
     """A large aligned input is the VM's argument itself (a new address each run, unlike a constant): returned as it
     is, the output must still not be the caller's array."""
@@ -68,7 +58,7 @@ def test_an_input_taken_in_place_and_returned_is_copied(tmp_path):
     nodes = [helper.make_node("Identity", ["x"], ["same"]), helper.make_node("Relu", ["x"], ["r"])]
     m = _load(tmp_path, nodes, x, ["same", "r"], {})
     for k in range(4):
-        feed = _aligned(x + k)
+        feed = aligned(x + k)
         out = m.run({"x": feed})
         assert not np.shares_memory(out["same"], feed)
         feed[...] = 7
