@@ -34,6 +34,7 @@ from .manifest import BucketEntry, ManifestParts, WeightPool, manifest, source_e
 from .optimize import Optimized, optimize
 from .options import CompileOptions
 from .reproduce import compile_flags, reduce_failure, write_reproducer
+from .unaligned_inputs import unaligned_inputs
 
 
 def _where(model) -> str:
@@ -178,7 +179,8 @@ def package(source: Source, built: list[Built], options, layout: str, layout_ms)
         m = b.imported.model
         ids = weights.add_all(b.optimized.weights)
         info = for_manifest(b.optimized.mod, m.onnx_model, options.precision, options.target.caps)
-        entries.append(BucketEntry(m.inputs, m.outputs, name, ids, b.report["kernels"], info))
+        unaligned = _unaligned_inputs(b.optimized.mod)
+        entries.append(BucketEntry(m.inputs, m.outputs, name, ids, b.report["kernels"], info, unaligned))
         members[name] = b.library
     report = _combined_report(built, entries, layout_ms)
     weights_blob, weights_index = art.pack_weights(weights.arrays)
@@ -198,6 +200,15 @@ def package(source: Source, built: list[Built], options, layout: str, layout_ms)
         getattr(first, "structure", None),
     )
     return Artifact(manifest(parts), members, report)
+
+
+def _unaligned_inputs(mod) -> tuple:
+    """The inputs the runtime may take in place unaligned; none where the module is not one the analysis reads
+    (an accelerator flow's): the runtime then copies as before."""
+    try:
+        return tuple(unaligned_inputs(mod))
+    except Exception:
+        return ()
 
 
 def _combined_report(built: list[Built], entries: list[BucketEntry], layout_ms) -> dict:

@@ -30,6 +30,7 @@ class BucketEntry:
     weights: list[int]
     kernels: int
     kernel_info: dict
+    unaligned_inputs: tuple = ()  # indices of inputs the runtime may take in place at any address (unaligned_inputs.py)
 
     @property
     def name(self) -> str:
@@ -44,6 +45,7 @@ class BucketEntry:
             "weights": self.weights,
             "kernels": self.kernels,
             "kernel_info": self.kernel_info,
+            "unaligned_inputs": list(self.unaligned_inputs),
         }
 
 

@@ -271,4 +271,8 @@ def _schema_problems(m: dict) -> list[str]:
         out += _tensor_problems(f"buckets[{i}].inputs", b.get("inputs")) + _tensor_problems(
             f"buckets[{i}].outputs", b.get("outputs")
         )
+        unaligned = b.get("unaligned_inputs", [])  # absent in artifacts built before it
+        n_inputs = len(b["inputs"]) if isinstance(b.get("inputs"), list) else 0
+        if not isinstance(unaligned, list) or not all(_is_int(k) and k < n_inputs for k in unaligned):
+            out.append(f"buckets[{i}].unaligned_inputs is not a list of input indices")
     return out

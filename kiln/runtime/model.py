@@ -165,6 +165,7 @@ class Model:
             )
         self.bucket_policy = bucket_policy or manifest.get("bucket_policy", "pad")
         self._tvm = tvm
+        self._take_unaligned = sys.modules["tvm_ffi"].from_dlpack  # loaded with tvm: DLPack with no alignment asked
         self._dev = _device(tvm, manifest, where)
         weights = [
             tvm.runtime.tensor(w, self._dev)
@@ -172,6 +173,7 @@ class Model:
         ]
         self.accelerator = _register_accelerator(manifest, members, accelerator, where)  # before any VM exists
         self.buckets, self._fns = [], []
+        self._unaligned: list[frozenset] = []  # per bucket: inputs only Kiln's C kernels read (taken at any address)
         self._load_buckets(manifest, members, weights, VirtualMachine)
         self.inputs, self.outputs = list(self.buckets[0].inputs), list(self.buckets[0].outputs)
         self._dtypes = [np.dtype(s.dtype) for s in self.inputs]
@@ -220,6 +222,7 @@ class Model:
                         fix="the manifest does not match the library; recompile the model",
                     ) from None
                 self._fns.append((vm, fn, [weights[i] for i in b["weights"]]))
+                self._unaligned.append(frozenset(b.get("unaligned_inputs", ())))
 
     def warm_up(self) -> list[float]:
         """Run every bucket once on zeros; returns (and keeps) each run's milliseconds. Zeros a run-time check
@@ -299,14 +302,17 @@ class Model:
         results = bk.crop(self._run_bucket(i, arrays), padded)
         return {spec.name: r for spec, r in zip(self.buckets[i].outputs, results)}
 
-    def _argument(self, k: int, a: np.ndarray):
+    def _argument(self, k: int, a: np.ndarray, unaligned: frozenset = frozenset()):
         """Input k as a TVM tensor. On the CPU: the array itself (DLPack, no copy) where it is aligned as TVM's
-        own allocations are (64 bytes: the kernels may assume it), else a copy into a buffer kept for input k
-        (numpy's arrays are 16-byte aligned). A new tensor per input per run was a large share of a small
-        model's run (silero VAD; benchmarks/history.md). Called under self._lock: one run at a time."""
+        own allocations are (64 bytes: the kernels may assume it) or only Kiln's C kernels read it (`unaligned`:
+        the manifest's unaligned_inputs), else a copy into a buffer kept for input k (numpy's arrays are 16-byte
+        aligned). A new tensor per input per run was a large share of a small model's run (silero VAD;
+        benchmarks/history.md). Called under self._lock: one run at a time."""
         tvm = self._tvm
         if not self._on_cpu or a.dtype.kind not in "fiub":
             return tvm.runtime.tensor(a, self._dev)
+        if k in unaligned:
+            return self._take_unaligned(a, require_alignment=0, require_contiguous=True)
         if a.nbytes > COPY_BELOW and a.ctypes.data % ALIGNMENT == 0:  # a.ctypes alone costs more: small ones copy
             return tvm.runtime.from_dlpack(a)
         staged = self._staging.get(k)
@@ -328,7 +334,8 @@ class Model:
         with self._lock, pool_lock:
             configure_threads(tvm, self.num_threads)
             try:
-                args = [self._argument(k, a) for k, a in enumerate(arrays)]
+                unaligned = self._unaligned[i]
+                args = [self._argument(k, a, unaligned) for k, a in enumerate(arrays)]
                 out = entry(*args, *weights)
                 outs = [out] if hasattr(out, "numpy") else [out[j] for j in range(len(out))]  # not list(): slower
                 return self._views.arrays(i, outs, args, self._viewable)

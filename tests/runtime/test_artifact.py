@@ -112,3 +112,14 @@ def test_bad_entry_is_refused(tmp_path, small_artifact, entry, msg):
     rewrite_manifest(small_artifact, p, entry=entry)
     with pytest.raises(kiln.ArtifactError, match=msg):
         kiln.load(p)
+
+
+@pytest.mark.parametrize("unaligned", [[1], [-1], "0", [True]])
+def test_bad_unaligned_inputs_are_refused(tmp_path, small_artifact, unaligned):
+    """A bucket's unaligned_inputs (inputs the runtime takes in place at any address) must name its inputs: an
+    edited index would hand an unaligned array to a kernel that assumes alignment."""
+    p = tmp_path / "u.kiln"
+    man = art.read_manifest(small_artifact)
+    rewrite_manifest(small_artifact, p, buckets=[dict(b, unaligned_inputs=unaligned) for b in man["buckets"]])
+    with pytest.raises(kiln.ArtifactError, match=r"buckets\[0\].unaligned_inputs is not a list of input indices"):
+        kiln.load(p)
