@@ -1,8 +1,9 @@
-"""This CPU's measured fp32 FMA peak and memory bandwidth: the roofline a kernel's GFLOP/s and
-bytes/s are set against (`kiln profile`; benchmarks/peak.py measures the same peak longer).
-The peak is a loop of 12 independent FMA chains (AVX-512, else AVX2) built with the system C
-compiler and run in N processes at once (one per thread the model uses); without a C compiler or
-those instructions, numpy's float32 matmul stands in (a little under the peak). Cached per process."""
+"""This CPU's measured fp32 FMA and bf16 dot-product peaks and its memory bandwidth: the roofline a kernel's
+GFLOP/s and bytes/s are set against (`kiln profile`; benchmarks/peak.py measures the FMA peak longer).
+A peak is a loop of 12 independent chains of one instruction (the fp32 FMA on AVX-512, else AVX2; AVX512-BF16's
+vdpbf16ps, two multiply-adds a lane) built with the system C compiler and run in N processes at once (one per
+thread the model uses); without a C compiler or those instructions, numpy's float32 matmul stands in for the FMA
+peak (a little under it) and the bf16 peak is None. Cached per process."""
 
 from __future__ import annotations
 
@@ -20,7 +21,14 @@ SOURCE = r"""
 #include <immintrin.h>
 #include <stdio.h>
 #include <time.h>
-#if WIDTH == 512
+#ifdef DPBF16 /* vdpbf16ps: per lane two bf16 products added to the float32 accumulator */
+#define V __m512
+#define SET _mm512_set1_ps
+#define F(x) x = _mm512_dpbf16_ps(x, (__m512bh)_mm512_castps_si512(b), (__m512bh)_mm512_castps_si512(c));
+#define ADD _mm512_add_ps
+#define LANES 16
+#define FLOPS_PER_LANE 4
+#elif WIDTH == 512
 #define V __m512
 #define SET _mm512_set1_ps
 #define FMA _mm512_fmadd_ps
@@ -33,9 +41,12 @@ SOURCE = r"""
 #define ADD _mm256_add_ps
 #define LANES 8
 #endif
+#ifndef F
 #define F(x) x = FMA(x, b, c);
+#define FLOPS_PER_LANE 2
+#endif
 int main(void) {
-  V b = SET(1.0000001f), c = SET(1e-7f);
+  V b = SET(1.0000001f), c = SET(1e-7f); /* as bf16 pairs (DPBF16): small products, no overflow */
   V a0 = SET(0), a1 = SET(1), a2 = SET(2), a3 = SET(3), a4 = SET(4), a5 = SET(5), a6 = SET(6), a7 = SET(7),
     a8 = SET(8), a9 = SET(9), a10 = SET(10), a11 = SET(11);
   long n = (long)(N) / 12;
@@ -50,28 +61,40 @@ int main(void) {
   double s = (t1.tv_sec - t0.tv_sec) + (t1.tv_nsec - t0.tv_nsec) * 1e-9;
   V r = ADD(ADD(ADD(a0, a1), ADD(a2, a3)), ADD(ADD(a4, a5), ADD(a6, a7)));
   r = ADD(r, ADD(ADD(a8, a9), ADD(a10, a11)));
-  printf("%.1f %g\n", n * 12.0 * LANES * 2 / s / 1e9, ((float *)&r)[0]);
+  printf("%.1f %g\n", n * 12.0 * LANES * FLOPS_PER_LANE / s / 1e9, ((float *)&r)[0]);
   return 0;
 }
 """
 FLAGS = {512: ["-mavx512f", "-mfma"], 256: ["-mavx2", "-mfma"]}
+BF16_FLAGS = ["-mavx512f", "-mavx512bf16", "-DWIDTH=512", "-DDPBF16"]
 
 
 def build_fma(directory: str | Path, n: int = 24_000_000) -> tuple[Path, int] | None:
     """Compile the FMA loop (n FMAs per run) in `directory`: (executable, vector width), or None
     without a C compiler or AVX2/AVX-512 (on the compiler or this CPU)."""
+    for width, flags in FLAGS.items():
+        exe = _build(directory, f"fma{width}", [*flags, f"-DWIDTH={width}"], n)
+        if exe is not None:
+            return exe, width
+    return None
+
+
+def build_bf16(directory: str | Path, n: int = 24_000_000) -> Path | None:
+    """Compile the vdpbf16ps loop in `directory`, or None without a C compiler or AVX512-BF16."""
+    return _build(directory, "bf16", BF16_FLAGS, n)
+
+
+def _build(directory, name: str, flags: list[str], n: int) -> Path | None:
+    """The loop built with `flags` and run once (a CPU without the instruction dies of SIGILL: None)."""
     cc = shutil.which("cc") or shutil.which("gcc") or shutil.which("clang")
     if cc is None:
         return None
-    src = Path(directory) / "fma.c"
+    src = Path(directory) / "peak.c"
     src.write_text(SOURCE)
-    for width, flags in FLAGS.items():
-        exe = Path(directory) / f"fma{width}"
-        r = subprocess.run(
-            [cc, "-O2", *flags, f"-DWIDTH={width}", f"-DN={n}", str(src), "-o", str(exe)], capture_output=True
-        )
-        if r.returncode == 0 and subprocess.run([str(exe)], capture_output=True).returncode == 0:  # else SIGILL
-            return exe, width
+    exe = Path(directory) / name
+    r = subprocess.run([cc, "-O2", *flags, f"-DN={n}", str(src), "-o", str(exe)], capture_output=True)
+    if r.returncode == 0 and subprocess.run([str(exe)], capture_output=True).returncode == 0:
+        return exe
     return None
 
 
@@ -84,12 +107,23 @@ def run_at_once(exe: Path, procs: int) -> list[float]:
 _build_dir: tempfile.TemporaryDirectory | None = None
 
 
+def _dir() -> str:
+    """The loops' folder, made once per process (it lives as long as the process)."""
+    global _build_dir
+    if _build_dir is None:
+        _build_dir = tempfile.TemporaryDirectory(prefix="kiln-peak-")
+    return _build_dir.name
+
+
 @functools.cache
 def _fma_exe() -> tuple[Path, int] | None:
-    """The FMA loop built once per process (its folder lives as long as the process)."""
-    global _build_dir
-    _build_dir = tempfile.TemporaryDirectory(prefix="kiln-peak-")
-    return build_fma(_build_dir.name)
+    """The FMA loop built once per process."""
+    return build_fma(_dir())
+
+
+@functools.cache
+def _bf16_exe() -> Path | None:
+    return build_bf16(_dir())
 
 
 @functools.cache
@@ -116,6 +150,22 @@ def fresh_fma_peak(threads: int = 1) -> dict:
     the best (one measurement in a busy spell of this shared 2-vCPU host read half the peak, and kernels
     showed more than 100% of it; benchmarks/history.md)."""
     return fma_peak.__wrapped__(threads)
+
+
+@functools.cache
+def bf16_peak(threads: int = 1, tries: int = 3) -> dict | None:
+    """{gflops, method, threads} of vdpbf16ps (each instruction 16 lanes x 2 multiply-adds) on `threads` cores at
+    once, best of `tries`; None where this CPU or the C compiler has no AVX512-BF16."""
+    exe = _bf16_exe()
+    if exe is None:
+        return None
+    best = max(sum(run_at_once(exe, threads)) for _ in range(tries))
+    return {"gflops": round(best, 1), "method": "vdpbf16ps", "threads": threads}
+
+
+def fresh_bf16_peak(threads: int = 1) -> dict | None:
+    """bf16_peak measured now (as fresh_fma_peak)."""
+    return bf16_peak.__wrapped__(threads)
 
 
 @functools.cache

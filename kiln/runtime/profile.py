@@ -24,7 +24,7 @@ from ..errors import OptionsError
 from ..optfield import option
 from .bench import SPELL_RATIO, spell
 from .model import configure_threads, load, pool_lock
-from .peak import fresh_fma_peak, memory_bandwidth
+from .peak import fresh_bf16_peak, fresh_fma_peak, memory_bandwidth
 
 TOP = 15
 # kernel kinds (schedules/kinds.KINDS, as the manifest's kernel_info names them) whose FLOPs are multiply-adds,
@@ -46,6 +46,7 @@ MULTIPLY_ADD = frozenset(
         "f32_conv",
     }
 )
+NO_PEAK_UNITS = ("amx", "arm-bf16", "arm-fp16")  # units (precision_units.describe) with no measured peak loop yet
 BUILTIN = "vm.builtin."
 OVERSTATED = 1.10  # kernels adding up to more than this share of the plain run: the timing itself shows
 
@@ -98,7 +99,10 @@ def profile(path: str | os.PathLike, opts: ProfileOptions = ProfileOptions(), fe
         return 0
 
     latencies, instrumented = [], []
-    peak_before = fresh_fma_peak(model.num_threads)  # again after the runs: a busy spell rarely covers both
+    info = (model.manifest.get("buckets") or [{}])[b].get("kernel_info") or {}
+    measure = _peak_measures(info)
+    before = {k: f(model.num_threads) for k, f in measure.items()}  # again after the runs: a busy spell rarely
+    # covers both
     with model._lock, pool_lock:
         configure_threads(tvm, model.num_threads)
         for _ in range(opts.warmup):
@@ -117,15 +121,14 @@ def profile(path: str | os.PathLike, opts: ProfileOptions = ProfileOptions(), fe
                 per_run.append(current)
         finally:
             vm.set_instrument(None)
-    peak = max(peak_before, fresh_fma_peak(model.num_threads), key=lambda q: q["gflops"])
+    peaks = {k: _best(before[k], f(model.num_threads)) for k, f in measure.items()}
     bandwidth = memory_bandwidth()
-    info = (model.manifest.get("buckets") or [{}])[b].get("kernel_info") or {}
     return summarize(
         per_run,
         {k: v // opts.repeat for k, v in calls.items()},
         latencies,
         info,
-        peak,
+        peaks["fma"],
         bandwidth,
         {
             "artifact": str(path),
@@ -137,14 +140,36 @@ def profile(path: str | os.PathLike, opts: ProfileOptions = ProfileOptions(), fe
             "top": opts.top,
             "latency_ms_instrumented": statistics.median(instrumented),
         },
+        bf16_peak=peaks.get("bf16"),
     )
 
 
+def _peak_measures(info: dict) -> dict:
+    """The peaks a profile of these kernels needs: the fp32 FMA peak always, vdpbf16ps's where a kernel runs on it."""
+    measure = {"fma": fresh_fma_peak}
+    if any(_peak_kind(v) == "bf16" for v in info.values()):
+        measure["bf16"] = fresh_bf16_peak
+    return measure
+
+
+def _best(a: dict | None, b: dict | None) -> dict | None:
+    return max((q for q in (a, b) if q), key=lambda q: q["gflops"], default=None)
+
+
 def summarize(
-    per_run: list[dict], calls: dict, latencies: list[float], info: dict, peak: dict, bandwidth: float, meta: dict
+    per_run: list[dict],
+    calls: dict,
+    latencies: list[float],
+    info: dict,
+    peak: dict,
+    bandwidth: float,
+    meta: dict,
+    bf16_peak: dict | None = None,
 ) -> dict:
     """The profile: per kernel the median over runs of its time per run, with the manifest's facts
-    and the roofline; sorted by time."""
+    and the roofline (peak: the fp32 FMA peak; bf16_peak: vdpbf16ps's, for the kernels that run on it);
+    sorted by time."""
+    peaks = {"fma": peak, "bf16": bf16_peak}
     names = {n for run in per_run for n in run}
     median = {n: statistics.median(run.get(n, 0.0) for run in per_run) * 1e3 for n in names}
     kernels = [n for n in names if not n.startswith(BUILTIN)]
@@ -166,9 +191,13 @@ def summarize(
                 "share": ms / total if total else 0.0,
                 "flops": flops,
                 "gflops": gflops,
-                # int8 kernels: no measured int8 peak, and the float32 FMA peak is no ceiling for them; nor for kernels
-                # whose FLOPs are not multiply-adds (softmax's exp, max and divide: 151% of it in the zoo transformer)
-                "peak_share": gflops / peak["gflops"] if gflops and peak["gflops"] and _fma_bound(facts) else None,
+                # the share of the peak of the kernel's unit: fp32 FMA, or vdpbf16ps for a bf16 kernel on AVX512-BF16
+                # (twice the FMA's multiply-adds: against the FMA peak BERT's read 175-188%). None for int8 kernels and
+                # other units with no measured peak, and for kernels whose FLOPs are not multiply-adds (softmax's exp,
+                # max and divide: 151% of the FMA peak in the zoo transformer)
+                "peak_share": _share(gflops, peaks.get(_peak_kind(facts))),
+                "peak_unit": _peak_kind(facts),
+                "no_peak": _unmeasured(facts),
                 "int8": bool(facts.get("int8")),
                 "kind": facts.get("kind"),
                 "bytes": moved,
@@ -191,6 +220,8 @@ def summarize(
         "builtins": builtins,
         "peak_gflops": peak["gflops"],
         "peak_method": peak["method"],
+        "bf16_peak_gflops": bf16_peak["gflops"] if bf16_peak else None,
+        "roofline_share": _roofline(rows, peaks, latency),
         "bandwidth_gbs": bandwidth,
         "gflops_total": flops_total / 1e9,
         "gflops_per_s": flops_total / latency / 1e6 if latency else None,
@@ -204,6 +235,38 @@ def summarize(
         # multiply-add kernels faster than the measured FMA peak: both peak measurements ran slow (a busy machine)
         "above_peak": [r["kernel"] for r in rows if (r["peak_share"] or 0) > 1.0],
     }
+
+
+def _peak_kind(facts: dict) -> str | None:
+    """The measured peak that bounds the kernel: "fma" (fp32), "bf16" (AVX512-BF16's vdpbf16ps), or None: its FLOPs
+    are not multiply-adds, or its unit has no measured peak (int8 dot products, AMX tiles, Arm's bf16 and fp16)."""
+    if not _fma_bound(facts) or _unmeasured(facts):
+        return None
+    return "bf16" if str(facts.get("unit", "")).startswith("avx512-bf16") else "fma"
+
+
+def _unmeasured(facts: dict) -> bool:
+    """The kernel runs on a unit with no measured peak: int8, AMX, Arm's bf16/fp16 (no share of any peak)."""
+    return bool(facts.get("int8")) or str(facts.get("unit", "")).startswith(NO_PEAK_UNITS)
+
+
+def _share(gflops, peak: dict | None) -> float | None:
+    return gflops / peak["gflops"] if gflops and peak and peak["gflops"] else None
+
+
+def _roofline(rows: list[dict], peaks: dict, latency: float) -> float | None:
+    """The run's share of the roofline: the time its FLOPs take at the peak of each kernel's unit (the FMA peak for
+    FLOPs that are not multiply-adds) over the latency; None where a kernel with FLOPs runs on a unit with no
+    measured peak, or with no FLOPs at all."""
+    if not latency or any(r["flops"] and r["no_peak"] for r in rows):
+        return None
+    at_peak = 0.0
+    for r in rows:
+        peak = peaks.get(r["peak_unit"] or "fma")
+        if r["flops"] and not (peak and peak["gflops"]):
+            return None
+        at_peak += (r["flops"] or 0) / (peak["gflops"] * 1e6) if r["flops"] else 0.0
+    return at_peak / latency if at_peak else None
 
 
 def _fma_bound(facts: dict) -> bool:
@@ -231,7 +294,8 @@ def format_profile(p: dict) -> str:
     lines = [
         f"{p['artifact']} on {p['target']}, {p['threads']} thread(s), {p['runs']} profiled runs; peak "
         f"{p['peak_gflops']:.0f} GFLOP/s ({p['peak_method']}, {p['threads']} core(s)), "
-        f"memory {p['bandwidth_gbs']:.0f} GB/s",
+        + (f"bf16 {p['bf16_peak_gflops']:.0f} GFLOP/s (vdpbf16ps), " if p.get("bf16_peak_gflops") else "")
+        + f"memory {p['bandwidth_gbs']:.0f} GB/s",
         head,
         "-" * len(head),
     ]
@@ -253,11 +317,7 @@ def format_profile(p: dict) -> str:
         f"{p['kernels_share_of_latency'] * 100:.0f}%"
         + (
             f"; {p['gflops_total']:.3f} GFLOP per run, {p['gflops_per_s']:.1f} GFLOP/s end to end "
-            + (
-                "(int8 kernels: no share of the float32 peak)"
-                if any(r.get("int8") for r in p["kernels"])
-                else f"({p['gflops_per_s'] / p['peak_gflops'] * 100:.1f}% of peak)"
-            )
+            + _end_to_end_share(p)
             if p["gflops_total"]
             else ""
         )
@@ -287,6 +347,15 @@ def format_profile(p: dict) -> str:
             "(this artifact's manifest has no kernel_info: recompile it for source ops, FLOPs, bytes and schedules)"
         )
     return "\n".join(lines)
+
+
+def _end_to_end_share(p: dict) -> str:
+    share = p.get("roofline_share", p["gflops_per_s"] / p["peak_gflops"])  # a profile saved before the key
+    if share is not None:
+        return f"({share * 100:.1f}% of peak)"
+    if any(r.get("int8") for r in p["kernels"]):
+        return "(int8 kernels: no share of the float32 peak)"
+    return "(kernels on units with no measured peak, e.g. AMX tiles: no share of the peak)"
 
 
 def check_plot() -> None:

@@ -366,3 +366,57 @@ def test_a_profile_says_what_timing_each_call_costs():
     assert "timing each call costs about 3.0 us" in format_profile(p)
     exact = summarize(runs, {"k1": 1, "k2": 1}, [0.09] * 3, {}, {"gflops": 1.0, "method": "x"}, 1.0, meta)
     assert "timing each call" not in format_profile(exact)
+
+
+def _summary(facts: dict, runs: dict, bf16_peak=None) -> dict:
+    return summarize(
+        [runs] * 3,
+        {k: 1 for k in runs},
+        [sum(runs.values()) * 1e3] * 3,
+        facts,
+        {"gflops": 100.0, "method": "fma-avx512"},
+        10.0,
+        {"artifact": "a.kiln", "target": "llvm", "threads": 1, "runs": 3},
+        bf16_peak=bf16_peak,
+    )
+
+
+def test_a_bf16_kernel_is_set_against_the_vdpbf16ps_peak():
+    """A bf16 kernel on AVX512-BF16 does two multiply-adds a lane per instruction: its share is of vdpbf16ps's
+    measured peak, not the fp32 FMA's (BERT-base's bf16 matmuls read 175-188% of that, with a note blaming a busy
+    machine); the end-to-end share charges each kernel's FLOPs at its own unit's peak."""
+    facts = {
+        "b": {"flops": 4e6, "kind": "bf16_matmul", "unit": "avx512-bf16 vdpbf16ps"},
+        "f": {"flops": 1e6, "kind": "matmul", "unit": "fp32 FMA avx512"},
+    }
+    p = _summary(facts, {"b": 0.004, "f": 0.001}, bf16_peak={"gflops": 200.0, "method": "vdpbf16ps"})
+    rows = {r["kernel"]: r for r in p["kernels"]}
+    assert rows["b"]["peak_share"] == pytest.approx(1.0 / 200) and rows["b"]["peak_unit"] == "bf16"
+    assert rows["f"]["peak_share"] == pytest.approx(1.0 / 100) and rows["f"]["peak_unit"] == "fma"
+    assert p["roofline_share"] == pytest.approx((4e6 / 200e9 + 1e6 / 100e9) / 5e-3)
+    text = format_profile(p)
+    assert "bf16 200 GFLOP/s (vdpbf16ps)" in text and f"({p['roofline_share'] * 100:.1f}% of peak)" in text
+
+
+def test_kernels_on_units_with_no_measured_peak_get_no_share():
+    """AMX tiles have no peak loop: their kernels and the run get no share, and the profile says why."""
+    facts = {
+        "a": {"flops": 4e6, "kind": "bf16_matmul", "unit": "amx-bf16 tdpbf16ps"},
+        "f": {"flops": 1e6, "kind": "matmul", "unit": "fp32 FMA avx512"},
+    }
+    p = _summary(facts, {"a": 0.004, "f": 0.001})
+    rows = {r["kernel"]: r for r in p["kernels"]}
+    assert rows["a"]["peak_share"] is None and rows["f"]["peak_share"] == pytest.approx(0.01)
+    assert p["roofline_share"] is None and p["above_peak"] == []
+    assert "no measured peak" in format_profile(p)
+
+
+def test_the_bf16_peak_loop_runs_where_the_cpu_has_avx512_bf16():
+    from kiln.runtime.hostinfo import host_cpu_flags
+    from kiln.runtime.peak import fresh_bf16_peak
+
+    p = fresh_bf16_peak(1)
+    if "avx512_bf16" not in host_cpu_flags():
+        assert p is None
+    else:
+        assert p["method"] == "vdpbf16ps" and p["gflops"] > 0
