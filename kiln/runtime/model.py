@@ -311,10 +311,11 @@ class Model:
         tvm = self._tvm
         if not self._on_cpu or a.dtype.kind not in "fiub":
             return tvm.runtime.tensor(a, self._dev)
-        if k in unaligned:
-            return self._take_unaligned(a, require_alignment=0, require_contiguous=True)
-        if a.nbytes > COPY_BELOW and a.ctypes.data % ALIGNMENT == 0:  # a.ctypes alone costs more: small ones copy
-            return tvm.runtime.from_dlpack(a)
+        if a.flags.writeable:  # numpy exports no read-only array over DLPack (np.load's mmap, np.frombuffer): copied
+            if k in unaligned:
+                return self._take_unaligned(a, require_alignment=0, require_contiguous=True)
+            if a.nbytes > COPY_BELOW and a.ctypes.data % ALIGNMENT == 0:  # a.ctypes costs more: small ones copy
+                return tvm.runtime.from_dlpack(a)
         staged = self._staging.get(k)
         if staged is None or staged[1].shape != a.shape or staged[1].dtype != a.dtype:
             t = tvm.runtime.empty(a.shape, str(a.dtype), self._dev)

@@ -90,3 +90,15 @@ def test_an_unaligned_input_runs_in_place_and_matches(tmp_path, offset):
     np.testing.assert_allclose(y, expect, rtol=1e-5, atol=1e-5)
     xu[...] = 0  # the output is the model's own: the caller's later writes do not reach it
     np.testing.assert_allclose(y, expect, rtol=1e-5, atol=1e-5)
+
+
+def test_a_read_only_unaligned_input_is_copied(tmp_path):
+    """A read-only array (np.frombuffer of a request's bytes) cannot leave over DLPack: it is staged, not refused."""
+    nodes, inits = _linear("x", "y")
+    kiln.compile(make_model(nodes, {"x": rand(1, 24, 64)}, ["y"], inits), tmp_path / "m.kiln")
+    m = kiln.load(tmp_path / "m.kiln", num_threads=2)
+    x = rand(1, 24, 64, seed=4)
+    ro = np.frombuffer(x.tobytes(), np.float32).reshape(x.shape)
+    assert not ro.flags.writeable
+    np.testing.assert_allclose(m.run({"x": ro})["y"], x @ inits["w0"] + inits["b0"], rtol=1e-5, atol=1e-5)
+    assert m._staging

@@ -173,6 +173,23 @@ def test_a_large_aligned_input_is_taken_without_a_copy(tmp_path):
         assert (y >= 0).all() and y.any()
 
 
+@pytest.mark.parametrize("offset", [0, 16])
+def test_a_read_only_input_is_copied_not_refused(tmp_path, offset):
+    """numpy exports no read-only array over DLPack (np.load with mmap_mode, np.frombuffer of a request's bytes): such
+    an input, aligned or not, is copied into the staged buffer; taken in place it failed the run as a Kiln bug."""
+    from helpers import make_model
+    from onnx import helper
+
+    shape = (1, 16, 32, 32)  # 64 KiB: an aligned writable one would be taken in place
+    model = make_model([helper.make_node("Relu", ["x"], ["y"])], {"x": np.zeros(shape, np.float32)}, ["y"], {})
+    kiln.compile(model, tmp_path / "r.kiln")
+    m = kiln.load(tmp_path / "r.kiln", num_threads=1)
+    x = aligned(np.random.default_rng(2).standard_normal(shape).astype(np.float32), offset)
+    x.flags.writeable = False
+    np.testing.assert_array_equal(m.run({"x": x})["y"], np.maximum(x, 0))
+    assert m._staging
+
+
 def test_an_output_that_is_an_input_is_a_copy(tmp_path):
     """Outputs leave the VM as DLPack views, copied where a view would be shared (outputs.OutputViews; past a
     bucket's first runs: tests/runtime/test_outputs.py): a graph that returns an input as it is, beside
