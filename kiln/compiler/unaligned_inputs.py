@@ -17,35 +17,27 @@ C_KERNEL_ATTR = "kiln.c_kernel"  # set by the PrimFuncs calling a C kernel (bf16
 
 
 def unaligned_inputs(mod: tvm.IRModule, func: str = "main") -> list[int]:
-    """Indices of `func`'s inputs (its first num_input parameters) whose every use is an argument of a C kernel's
-    caller, directly or through reshapes (views of the same memory); [] for a function it cannot read."""
+    """Indices of `func`'s inputs (its first num_input parameters) whose every use is a tensor argument of a C
+    kernel's caller. Any other use counts against it, a reshape included: the VM build may legalize one left at this
+    stage into a kernel of TVM's."""
     f = mod[func]
     n = int(f.attrs["num_input"]) if f.attrs is not None and "num_input" in f.attrs else len(f.params)
-    source = {p: i for i, p in enumerate(f.params[:n])}  # var -> the input it is (or is a reshape of)
+    source = {p: i for i, p in enumerate(f.params[:n])}  # var -> the input it is
     safe = set(source.values())
     for block in f.body.blocks:
         for b in block.bindings:  # a VarBinding or a MatchCast: either way, a use of what its value names
-            _check_use(mod, b.var, b.value, source, safe)
+            _check_use(mod, b.value, source, safe)
     for v in relax.analysis.free_vars(f.body.body):  # returned as it is: the caller's memory leaves the model
         safe.discard(source.get(v, -1))
     return sorted(safe)
 
 
-def _check_use(mod, var, value, source: dict, safe: set) -> None:
+def _check_use(mod, value, source: dict, safe: set) -> None:
     used = [v for v in relax.analysis.free_vars(value) if v in source]
-    if not used:
-        return
-    if _is_reshape(value) and len(used) == 1:
-        source[var] = source[used[0]]  # a view: its own uses decide
-        return
     kernel_args = _c_kernel_args(mod, value)
     for v in used:
         if not any(a.same_as(v) for a in kernel_args) or _other_uses(value, v):
             safe.discard(source[v])
-
-
-def _is_reshape(value) -> bool:
-    return isinstance(value, relax.Call) and isinstance(value.op, tvm.ir.Op) and value.op.name == "relax.reshape"
 
 
 def _c_kernel_args(mod, value) -> list:
