@@ -1,9 +1,10 @@
-"""This CPU's measured fp32 FMA and bf16 dot-product peaks and its memory bandwidth: the roofline a kernel's
+"""This CPU's measured fp32 FMA, bf16 and int8 dot-product peaks and its memory bandwidth: the roofline a kernel's
 GFLOP/s and bytes/s are set against (`kiln profile`; benchmarks/peak.py measures the FMA peak longer).
 A peak is a loop of 12 independent chains of one instruction (the fp32 FMA on AVX-512, else AVX2; AVX512-BF16's
-vdpbf16ps, two multiply-adds a lane) built with the system C compiler and run in N processes at once (one per
-thread the model uses); without a C compiler or those instructions, numpy's float32 matmul stands in for the FMA
-peak (a little under it) and the bf16 peak is None. Cached per process."""
+vdpbf16ps, two multiply-adds a lane; AVX512-VNNI's vpdpbusd, four int8 ones) built with the system C compiler and
+run in N processes at once (one per thread the model uses); without a C compiler or those instructions, numpy's
+float32 matmul stands in for the FMA peak (a little under it) and a dot-product unit's peak is None. Cached per
+process."""
 
 from __future__ import annotations
 
@@ -21,7 +22,14 @@ SOURCE = r"""
 #include <immintrin.h>
 #include <stdio.h>
 #include <time.h>
-#ifdef DPBF16 /* vdpbf16ps: per lane two bf16 products added to the float32 accumulator */
+#ifdef DPBUSD /* vpdpbusd: per 32-bit lane four uint8 x int8 products added to the int32 accumulator */
+#define V __m512i
+#define SET _mm512_set1_epi32
+#define F(x) x = _mm512_dpbusd_epi32(x, b, c);
+#define ADD _mm512_add_epi32
+#define LANES 16
+#define FLOPS_PER_LANE 8
+#elif defined(DPBF16) /* vdpbf16ps: per lane two bf16 products added to the float32 accumulator */
 #define V __m512
 #define SET _mm512_set1_ps
 #define F(x) x = _mm512_dpbf16_ps(x, (__m512bh)_mm512_castps_si512(b), (__m512bh)_mm512_castps_si512(c));
@@ -46,7 +54,7 @@ SOURCE = r"""
 #define FLOPS_PER_LANE 2
 #endif
 int main(void) {
-  V b = SET(1.0000001f), c = SET(1e-7f); /* as bf16 pairs (DPBF16): small products, no overflow */
+  V b = SET(1.0000001f), c = SET(1e-7f); /* as bf16 pairs (DPBF16): small products, no overflow; DPBUSD: 1, 0 */
   V a0 = SET(0), a1 = SET(1), a2 = SET(2), a3 = SET(3), a4 = SET(4), a5 = SET(5), a6 = SET(6), a7 = SET(7),
     a8 = SET(8), a9 = SET(9), a10 = SET(10), a11 = SET(11);
   long n = (long)(N) / 12;
@@ -66,7 +74,10 @@ int main(void) {
 }
 """
 FLAGS = {512: ["-mavx512f", "-mfma"], 256: ["-mavx2", "-mfma"]}
-BF16_FLAGS = ["-mavx512f", "-mavx512bf16", "-DWIDTH=512", "-DDPBF16"]
+UNITS = {  # the dot-product loops: name -> (flags, method)
+    "bf16": (["-mavx512f", "-mavx512bf16", "-DWIDTH=512", "-DDPBF16"], "vdpbf16ps"),
+    "int8": (["-mavx512f", "-mavx512vnni", "-DWIDTH=512", "-DDPBUSD"], "vpdpbusd"),
+}
 
 
 def build_fma(directory: str | Path, n: int = 24_000_000) -> tuple[Path, int] | None:
@@ -79,9 +90,9 @@ def build_fma(directory: str | Path, n: int = 24_000_000) -> tuple[Path, int] | 
     return None
 
 
-def build_bf16(directory: str | Path, n: int = 24_000_000) -> Path | None:
-    """Compile the vdpbf16ps loop in `directory`, or None without a C compiler or AVX512-BF16."""
-    return _build(directory, "bf16", BF16_FLAGS, n)
+def build_unit(directory: str | Path, unit: str, n: int = 24_000_000) -> Path | None:
+    """Compile the loop of UNITS[unit] in `directory`, or None without a C compiler or that instruction."""
+    return _build(directory, unit, UNITS[unit][0], n)
 
 
 def _build(directory, name: str, flags: list[str], n: int) -> Path | None:
@@ -122,8 +133,8 @@ def _fma_exe() -> tuple[Path, int] | None:
 
 
 @functools.cache
-def _bf16_exe() -> Path | None:
-    return build_bf16(_dir())
+def _unit_exe(unit: str) -> Path | None:
+    return build_unit(_dir(), unit)
 
 
 @functools.cache
@@ -153,19 +164,20 @@ def fresh_fma_peak(threads: int = 1) -> dict:
 
 
 @functools.cache
-def bf16_peak(threads: int = 1, tries: int = 3) -> dict | None:
-    """{gflops, method, threads} of vdpbf16ps (each instruction 16 lanes x 2 multiply-adds) on `threads` cores at
-    once, best of `tries`; None where this CPU or the C compiler has no AVX512-BF16."""
-    exe = _bf16_exe()
+def unit_peak(unit: str, threads: int = 1, tries: int = 3) -> dict | None:
+    """{gflops, method, threads} of a dot-product unit (UNITS: "bf16", AVX512-BF16's vdpbf16ps, 16 lanes x 2
+    multiply-adds; "int8", AVX512-VNNI's vpdpbusd, 16 lanes x 4, in integer operations a second) on `threads` cores
+    at once, best of `tries`; None where this CPU or the C compiler lacks the instruction."""
+    exe = _unit_exe(unit)
     if exe is None:
         return None
     best = max(sum(run_at_once(exe, threads)) for _ in range(tries))
-    return {"gflops": round(best, 1), "method": "vdpbf16ps", "threads": threads}
+    return {"gflops": round(best, 1), "method": UNITS[unit][1], "threads": threads}
 
 
-def fresh_bf16_peak(threads: int = 1) -> dict | None:
-    """bf16_peak measured now (as fresh_fma_peak)."""
-    return bf16_peak.__wrapped__(threads)
+def fresh_unit_peak(unit: str, threads: int = 1) -> dict | None:
+    """unit_peak measured now (as fresh_fma_peak)."""
+    return unit_peak.__wrapped__(unit, threads)
 
 
 @functools.cache

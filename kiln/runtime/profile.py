@@ -16,6 +16,7 @@ existed still gets times, without them."""
 from __future__ import annotations
 
 import dataclasses
+import functools
 import os
 import statistics
 import time
@@ -24,7 +25,7 @@ from ..errors import OptionsError
 from ..optfield import option
 from .bench import SPELL_RATIO, spell
 from .model import configure_threads, load, pool_lock
-from .peak import fresh_bf16_peak, fresh_fma_peak, memory_bandwidth
+from .peak import fresh_fma_peak, fresh_unit_peak, memory_bandwidth
 
 TOP = 15
 # kernel kinds (schedules/kinds.KINDS, as the manifest's kernel_info names them) whose FLOPs are multiply-adds,
@@ -47,6 +48,7 @@ MULTIPLY_ADD = frozenset(
     }
 )
 NO_PEAK_UNITS = ("amx", "arm-bf16", "arm-fp16")  # units (precision_units.describe) with no measured peak loop yet
+UNIT_NAMES = {"bf16": ("GFLOP/s", "vdpbf16ps"), "int8": ("GOP/s", "vpdpbusd")}  # a unit peak's rate and loop
 BUILTIN = "vm.builtin."
 OVERSTATED = 1.10  # kernels adding up to more than this share of the plain run: the timing itself shows
 
@@ -140,15 +142,16 @@ def profile(path: str | os.PathLike, opts: ProfileOptions = ProfileOptions(), fe
             "top": opts.top,
             "latency_ms_instrumented": statistics.median(instrumented),
         },
-        bf16_peak=peaks.get("bf16"),
+        unit_peaks={k: v for k, v in peaks.items() if k != "fma"},
     )
 
 
 def _peak_measures(info: dict) -> dict:
-    """The peaks a profile of these kernels needs: the fp32 FMA peak always, vdpbf16ps's where a kernel runs on it."""
+    """The peaks a profile of these kernels needs: the fp32 FMA peak always, a dot-product unit's (peak.UNITS) where
+    a kernel runs on it."""
     measure = {"fma": fresh_fma_peak}
-    if any(_peak_kind(v) == "bf16" for v in info.values()):
-        measure["bf16"] = fresh_bf16_peak
+    for unit in {_peak_kind(v) for v in info.values()} - {"fma", None}:
+        measure[unit] = functools.partial(fresh_unit_peak, unit)
     return measure
 
 
@@ -164,12 +167,12 @@ def summarize(
     peak: dict,
     bandwidth: float,
     meta: dict,
-    bf16_peak: dict | None = None,
+    unit_peaks: dict | None = None,
 ) -> dict:
     """The profile: per kernel the median over runs of its time per run, with the manifest's facts
-    and the roofline (peak: the fp32 FMA peak; bf16_peak: vdpbf16ps's, for the kernels that run on it);
-    sorted by time."""
-    peaks = {"fma": peak, "bf16": bf16_peak}
+    and the roofline (peak: the fp32 FMA peak; unit_peaks: "bf16" and "int8" -> the peak of the dot-product unit
+    those kernels run on, where measured); sorted by time."""
+    peaks = {"fma": peak, **(unit_peaks or {})}
     names = {n for run in per_run for n in run}
     median = {n: statistics.median(run.get(n, 0.0) for run in per_run) * 1e3 for n in names}
     kernels = [n for n in names if not n.startswith(BUILTIN)]
@@ -191,10 +194,11 @@ def summarize(
                 "share": ms / total if total else 0.0,
                 "flops": flops,
                 "gflops": gflops,
-                # the share of the peak of the kernel's unit: fp32 FMA, or vdpbf16ps for a bf16 kernel on AVX512-BF16
-                # (twice the FMA's multiply-adds: against the FMA peak BERT's read 175-188%). None for int8 kernels and
-                # other units with no measured peak, and for kernels whose FLOPs are not multiply-adds (softmax's exp,
-                # max and divide: 151% of the FMA peak in the zoo transformer)
+                # the share of the peak of the kernel's unit: fp32 FMA, vdpbf16ps for a bf16 kernel on AVX512-BF16
+                # (twice the FMA's multiply-adds: against the FMA peak BERT's read 175-188%), vpdpbusd for an int8
+                # one on AVX512-VNNI. None for units with no measured peak (AMX, Arm, int8 without VNNI), and for
+                # kernels whose FLOPs are not multiply-adds (softmax's exp, max and divide: 151% of the FMA peak in
+                # the zoo transformer)
                 "peak_share": _share(gflops, peaks.get(_peak_kind(facts))),
                 "peak_unit": _peak_kind(facts),
                 "no_peak": _unmeasured(facts),
@@ -220,7 +224,7 @@ def summarize(
         "builtins": builtins,
         "peak_gflops": peak["gflops"],
         "peak_method": peak["method"],
-        "bf16_peak_gflops": bf16_peak["gflops"] if bf16_peak else None,
+        "unit_peaks_gflops": {k: v["gflops"] for k, v in peaks.items() if k != "fma" and v},
         "roofline_share": _roofline(rows, peaks, latency),
         "bandwidth_gbs": bandwidth,
         "gflops_total": flops_total / 1e9,
@@ -238,16 +242,20 @@ def summarize(
 
 
 def _peak_kind(facts: dict) -> str | None:
-    """The measured peak that bounds the kernel: "fma" (fp32), "bf16" (AVX512-BF16's vdpbf16ps), or None: its FLOPs
-    are not multiply-adds, or its unit has no measured peak (int8 dot products, AMX tiles, Arm's bf16 and fp16)."""
+    """The measured peak that bounds the kernel: "fma" (fp32), "bf16" (AVX512-BF16's vdpbf16ps), "int8"
+    (AVX512-VNNI's vpdpbusd), or None: its FLOPs are not multiply-adds, or its unit has no measured peak."""
+    unit = str(facts.get("unit", ""))
+    if facts.get("int8"):
+        return "int8" if unit.startswith("avx512-vnni") else None
     if not _fma_bound(facts) or _unmeasured(facts):
         return None
-    return "bf16" if str(facts.get("unit", "")).startswith("avx512-bf16") else "fma"
+    return "bf16" if unit.startswith("avx512-bf16") else "fma"
 
 
 def _unmeasured(facts: dict) -> bool:
-    """The kernel runs on a unit with no measured peak: int8, AMX, Arm's bf16/fp16 (no share of any peak)."""
-    return bool(facts.get("int8")) or str(facts.get("unit", "")).startswith(NO_PEAK_UNITS)
+    """The kernel's multiply-adds run on a unit with no measured peak: AMX, Arm's bf16/fp16, int8 without VNNI."""
+    unit = str(facts.get("unit", ""))
+    return unit.startswith(NO_PEAK_UNITS) or (bool(facts.get("int8")) and not unit.startswith("avx512-vnni"))
 
 
 def _share(gflops, peak: dict | None) -> float | None:
@@ -294,7 +302,7 @@ def format_profile(p: dict) -> str:
     lines = [
         f"{p['artifact']} on {p['target']}, {p['threads']} thread(s), {p['runs']} profiled runs; peak "
         f"{p['peak_gflops']:.0f} GFLOP/s ({p['peak_method']}, {p['threads']} core(s)), "
-        + (f"bf16 {p['bf16_peak_gflops']:.0f} GFLOP/s (vdpbf16ps), " if p.get("bf16_peak_gflops") else "")
+        + "".join(f"{k} {v:.0f} {UNIT_NAMES[k][0]} ({UNIT_NAMES[k][1]}), " for k, v in _unit_peaks(p))
         + f"memory {p['bandwidth_gbs']:.0f} GB/s",
         head,
         "-" * len(head),
@@ -347,6 +355,10 @@ def format_profile(p: dict) -> str:
             "(this artifact's manifest has no kernel_info: recompile it for source ops, FLOPs, bytes and schedules)"
         )
     return "\n".join(lines)
+
+
+def _unit_peaks(p: dict) -> list:
+    return list((p.get("unit_peaks_gflops") or {}).items())
 
 
 def _end_to_end_share(p: dict) -> str:

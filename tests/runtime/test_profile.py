@@ -368,7 +368,7 @@ def test_a_profile_says_what_timing_each_call_costs():
     assert "timing each call" not in format_profile(exact)
 
 
-def _summary(facts: dict, runs: dict, bf16_peak=None) -> dict:
+def _summary(facts: dict, runs: dict, unit_peaks=None) -> dict:
     return summarize(
         [runs] * 3,
         {k: 1 for k in runs},
@@ -377,7 +377,7 @@ def _summary(facts: dict, runs: dict, bf16_peak=None) -> dict:
         {"gflops": 100.0, "method": "fma-avx512"},
         10.0,
         {"artifact": "a.kiln", "target": "llvm", "threads": 1, "runs": 3},
-        bf16_peak=bf16_peak,
+        unit_peaks=unit_peaks,
     )
 
 
@@ -389,7 +389,7 @@ def test_a_bf16_kernel_is_set_against_the_vdpbf16ps_peak():
         "b": {"flops": 4e6, "kind": "bf16_matmul", "unit": "avx512-bf16 vdpbf16ps"},
         "f": {"flops": 1e6, "kind": "matmul", "unit": "fp32 FMA avx512"},
     }
-    p = _summary(facts, {"b": 0.004, "f": 0.001}, bf16_peak={"gflops": 200.0, "method": "vdpbf16ps"})
+    p = _summary(facts, {"b": 0.004, "f": 0.001}, {"bf16": {"gflops": 200.0, "method": "vdpbf16ps"}})
     rows = {r["kernel"]: r for r in p["kernels"]}
     assert rows["b"]["peak_share"] == pytest.approx(1.0 / 200) and rows["b"]["peak_unit"] == "bf16"
     assert rows["f"]["peak_share"] == pytest.approx(1.0 / 100) and rows["f"]["peak_unit"] == "fma"
@@ -411,12 +411,32 @@ def test_kernels_on_units_with_no_measured_peak_get_no_share():
     assert "no measured peak" in format_profile(p)
 
 
-def test_the_bf16_peak_loop_runs_where_the_cpu_has_avx512_bf16():
-    from kiln.runtime.hostinfo import host_cpu_flags
-    from kiln.runtime.peak import fresh_bf16_peak
+def test_an_int8_kernel_on_vnni_is_set_against_the_vpdpbusd_peak():
+    """int8 kernels on AVX512-VNNI get a share of vpdpbusd's measured peak (in integer operations); on another int8
+    path (AVX2's vpmaddubsw) none, and then the run gets none either."""
+    facts = {
+        "q": {"flops": 8e6, "kind": "conv2d_int8", "int8": True, "unit": "avx512-vnni"},
+        "f": {"flops": 1e6, "kind": "matmul", "unit": "fp32 FMA avx512"},
+    }
+    p = _summary(facts, {"q": 0.002, "f": 0.001}, {"int8": {"gflops": 400.0, "method": "vpdpbusd"}})
+    rows = {r["kernel"]: r for r in p["kernels"]}
+    assert rows["q"]["peak_share"] == pytest.approx(4.0 / 400) and rows["q"]["peak_unit"] == "int8"
+    assert p["roofline_share"] == pytest.approx((8e6 / 400e9 + 1e6 / 100e9) / 3e-3)
+    assert "int8 400 GOP/s (vpdpbusd)" in format_profile(p)
+    other = _summary({**facts, "q": {**facts["q"], "unit": "avx2-pmaddubsw"}}, {"q": 0.002, "f": 0.001})
+    assert other["kernels"][0]["peak_share"] is None and other["roofline_share"] is None
+    assert "int8 kernels: no share of the float32 peak" in format_profile(other)
 
-    p = fresh_bf16_peak(1)
-    if "avx512_bf16" not in host_cpu_flags():
+
+@pytest.mark.parametrize(
+    "unit,flag,method", [("bf16", "avx512_bf16", "vdpbf16ps"), ("int8", "avx512_vnni", "vpdpbusd")]
+)
+def test_the_dot_product_loops_run_where_the_cpu_has_them(unit, flag, method):
+    from kiln.runtime.hostinfo import host_cpu_flags
+    from kiln.runtime.peak import fresh_unit_peak
+
+    p = fresh_unit_peak(unit, 1)
+    if flag not in host_cpu_flags():
         assert p is None
     else:
-        assert p["method"] == "vdpbf16ps" and p["gflops"] > 0
+        assert p["method"] == method and p["gflops"] > 0
