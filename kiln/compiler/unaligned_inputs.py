@@ -16,12 +16,12 @@ from tvm import relax
 C_KERNEL_ATTR = "kiln.c_kernel"  # set by the PrimFuncs calling a C kernel (bf16_matmul_kernel, fuse_attention)
 
 
-def unaligned_inputs(mod: tvm.IRModule, func: str = "main") -> list[int]:
-    """Indices of `func`'s inputs (its first num_input parameters) whose every use is a tensor argument of a C
-    kernel's caller. Any other use counts against it, a reshape included: the VM build may legalize one left at this
-    stage into a kernel of TVM's."""
+def unaligned_inputs(mod: tvm.IRModule, inputs: int, func: str = "main") -> list[int]:
+    """Indices of `func`'s inputs (its first `inputs` parameters, as the runtime passes them: the weights follow,
+    with or without a num_input attribute) whose every use is a tensor argument of a C kernel's caller. Any other use
+    counts against it, a reshape included: the VM build may legalize one left at this stage into a kernel of TVM's."""
     f = mod[func]
-    n = int(f.attrs["num_input"]) if f.attrs is not None and "num_input" in f.attrs else len(f.params)
+    n = min(inputs, len(f.params))
     source = {p: i for i, p in enumerate(f.params[:n])}  # var -> the input it is
     safe = set(source.values())
     for block in f.body.blocks:
