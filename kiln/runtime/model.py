@@ -187,7 +187,7 @@ class Model:
         self._on_cpu = self._dev.dlpack_device_type() == 1
         self._lock = threading.Lock()
         self._staging: dict = {}  # input index -> (aligned TVM tensor, numpy view of it): _argument
-        self._views = OutputViews()  # which outputs leave as views of the VM's tensors, which as copies
+        self._views = OutputViews(self._on_cpu)  # which outputs leave as views of the VM's tensors, which as copies
         self.warmup_ms: list[float] = []
         if warmup:
             self.warm_up()
@@ -323,12 +323,6 @@ class Model:
         staged[1][...] = a
         return staged[0]
 
-    def _viewable(self, t) -> bool:
-        """Whether numpy takes output t over DLPack (on the CPU; Tensor.numpy() took ten times as long, a tenth of
-        silero VAD's run; benchmarks/history.md). Which of those stay views and which are copied, so that no later
-        run and no input the model returns as it is can change them: outputs.OutputViews."""
-        return self._on_cpu and str(t.dtype) in DLPACK_DTYPES
-
     def _run_bucket(self, i: int, arrays: list[np.ndarray]) -> list[np.ndarray]:
         tvm = self._tvm
         _vm, entry, weights = self._fns[i]  # the VM is kept alive beside its entry function
@@ -339,7 +333,7 @@ class Model:
                 args = [self._argument(k, a, unaligned) for k, a in enumerate(arrays)]
                 out = entry(*args, *weights)
                 outs = [out] if hasattr(out, "numpy") else [out[j] for j in range(len(out))]  # not list(): slower
-                return self._views.arrays(i, outs, args, self._viewable)
+                return self._views.arrays(i, outs, args, [a.nbytes for a in arrays])
             except Exception as e:  # inputs matched the manifest: a Kiln bug, or a library edited after the build
                 msg = str(e).strip().splitlines()
                 checked = next((ln for ln in msg if INPUT_CHECK in ln), None)
@@ -363,12 +357,6 @@ class Model:
 # the inputs, not Kiln, are outside what was compiled
 INPUT_CHECK = "kiln input check:"
 DEVICES = ("cpu", "cuda")
-DLPACK_DTYPES = frozenset(f"{k}{b}" for k in ("int", "uint") for b in (8, 16, 32, 64)) | {
-    "float16",
-    "float32",
-    "float64",
-    "bool",
-}  # numpy takes these over DLPack (not bfloat16)
 
 
 def _device(tvm, manifest: dict, where: str):

@@ -17,33 +17,43 @@ from __future__ import annotations
 import numpy as np
 
 
-def _span(t) -> tuple[int, int]:
-    start = t.data_ptr()
-    return start, start + t.numel() * np.dtype(str(t.dtype)).itemsize
-
-
 class OutputViews:
-    """Per bucket: unknown (the first run, held), then which outputs are fresh each run."""
+    """Per bucket: unknown (the first run, held), then which outputs are fresh each run. Whether numpy takes an output
+    over DLPack at all (not bfloat16, not a GPU's memory) is learnt from its first try, not asked of its dtype each run:
+    reading a tensor's dtype took 0.6 us, a tenth of what Model.run adds to a one-row GEMM (benchmarks/history.md)."""
 
-    def __init__(self):
+    def __init__(self, on_cpu: bool = True):
+        self._on_cpu = on_cpu
         self._first: dict = {}  # bucket -> the first run's output tensors, held
         self._fresh: dict = {}  # bucket -> [output j is allocated afresh each run]
+        self._dlpack: dict = {}  # (bucket, j) -> False where numpy cannot take output j over DLPack
 
-    def arrays(self, bucket: int, outs: list, args: list, viewable) -> list[np.ndarray]:
-        """outs as numpy arrays; viewable(t): whether numpy can take tensor t over DLPack at all."""
+    def arrays(self, bucket: int, outs: list, args: list, nbytes: list[int]) -> list[np.ndarray]:
+        """outs as numpy arrays; args: the run's input tensors, nbytes: their sizes in bytes."""
         fresh = self._learn(bucket, outs)
-        inputs = [_span(a) for a in args] if fresh is not None else []
+        inputs = [(p, p + n) for p, n in zip((a.data_ptr() for a in args), nbytes)] if fresh is not None else []
         seen: set = set()
         result = []
         for j, t in enumerate(outs):
-            if not viewable(t):
+            a = self._numpy(bucket, j, t)
+            if a is None:
                 result.append(t.numpy())  # a copy already
                 continue
-            p, a = t.data_ptr(), np.from_dlpack(t)
+            p = t.data_ptr()
             view = fresh is not None and fresh[j] and p not in seen and not any(lo <= p < hi for lo, hi in inputs)
             seen.add(p)
             result.append(a if view else a.copy())
         return result
+
+    def _numpy(self, bucket: int, j: int, t) -> np.ndarray | None:
+        """Output j over DLPack, or None where numpy cannot take it (learnt once per output)."""
+        if not self._on_cpu or self._dlpack.get((bucket, j), True) is False:
+            return None
+        try:
+            return np.from_dlpack(t)
+        except (BufferError, TypeError, ValueError, RuntimeError):
+            self._dlpack[(bucket, j)] = False
+            return None
 
     def _learn(self, bucket: int, outs: list) -> list[bool] | None:
         if bucket in self._fresh:
