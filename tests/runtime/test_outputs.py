@@ -64,3 +64,20 @@ def test_an_input_taken_in_place_and_returned_is_copied(tmp_path):
         feed[...] = 7
         np.testing.assert_array_equal(out["same"], x + k)
         np.testing.assert_array_equal(out["r"], np.maximum(x + k, 0))
+
+
+def test_an_output_numpy_cannot_take_over_dlpack_is_copied():
+    """bfloat16 has no numpy dtype: the first try over DLPack fails, the output leaves through Tensor.numpy(), and
+    later runs go there directly (no DLPack try per run)."""
+    import tvm
+
+    from kiln.runtime.outputs import OutputViews
+
+    views = OutputViews()
+    t = tvm.runtime.tensor(np.arange(4, dtype=np.float32)).copyto(tvm.cpu())
+    bf = tvm.runtime.empty((4,), "bfloat16", tvm.cpu())
+    for _ in range(3):
+        a, b = views.arrays(0, [t, bf], [], [])
+        np.testing.assert_array_equal(a, np.arange(4, dtype=np.float32))
+        assert b.shape == (4,) and b.dtype != np.float32
+    assert views._dlpack == {(0, 1): False}
