@@ -103,8 +103,8 @@ def profile(path: str | os.PathLike, opts: ProfileOptions = ProfileOptions(), fe
     latencies, instrumented = [], []
     info = (model.manifest.get("buckets") or [{}])[b].get("kernel_info") or {}
     measure = _peak_measures(info)
-    before = {k: f(model.num_threads) for k, f in measure.items()}  # again after the runs: a busy spell rarely
-    # covers both
+    # each peak measured before and after the runs, the better kept: a busy spell rarely covers both
+    before = {k: f(model.num_threads) for k, f in measure.items()}
     with model._lock, pool_lock:
         configure_threads(tvm, model.num_threads)
         for _ in range(opts.warmup):
