@@ -34,6 +34,8 @@ def unaligned_inputs(mod: tvm.IRModule, inputs: int, func: str = "main") -> list
 
 def _check_use(mod, value, source: dict, safe: set) -> None:
     used = [v for v in relax.analysis.free_vars(value) if v in source]
+    if not used:  # most bindings: no need to look at the callee (a walk of its TIR)
+        return
     kernel_args = _c_kernel_args(mod, value)
     for v in used:
         if not any(a.same_as(v) for a in kernel_args) or _other_uses(value, v):

@@ -194,14 +194,7 @@ def summarize(
                 "share": ms / total if total else 0.0,
                 "flops": flops,
                 "gflops": gflops,
-                # the share of the peak of the kernel's unit: fp32 FMA, vdpbf16ps for a bf16 kernel on AVX512-BF16
-                # (twice the FMA's multiply-adds: against the FMA peak BERT's read 175-188%), vpdpbusd for an int8
-                # one on AVX512-VNNI. None for units with no measured peak (AMX, Arm, int8 without VNNI), and for
-                # kernels whose FLOPs are not multiply-adds (softmax's exp, max and divide: 151% of the FMA peak in
-                # the zoo transformer)
-                "peak_share": _share(gflops, peaks.get(_peak_kind(facts))),
-                "peak_unit": _peak_kind(facts),
-                "no_peak": _unmeasured(facts),
+                **_kernel_peak(facts, gflops, peaks),
                 "int8": bool(facts.get("int8")),
                 "kind": facts.get("kind"),
                 "bytes": moved,
@@ -241,21 +234,38 @@ def summarize(
     }
 
 
+def _kernel_peak(facts: dict, gflops: float | None, peaks: dict) -> dict:
+    """A kernel's share of the peak of its unit: fp32 FMA, vdpbf16ps for a bf16 kernel on AVX512-BF16 (twice the
+    FMA's multiply-adds: against the FMA peak BERT's read 175-188%), vpdpbusd for an int8 one on AVX512-VNNI. None for
+    units with no measured peak (AMX, Arm, int8 without VNNI: no_peak), and for kernels whose FLOPs are not
+    multiply-adds (softmax's exp, max and divide: 151% of the FMA peak in the zoo transformer)."""
+    kind = _peak_kind(facts)
+    return {"peak_share": _share(gflops, peaks.get(kind)), "peak_unit": kind, "no_peak": _unmeasured(facts)}
+
+
 def _peak_kind(facts: dict) -> str | None:
     """The measured peak that bounds the kernel: "fma" (fp32), "bf16" (AVX512-BF16's vdpbf16ps), "int8"
     (AVX512-VNNI's vpdpbusd), or None: its FLOPs are not multiply-adds, or its unit has no measured peak."""
-    unit = str(facts.get("unit", ""))
-    if facts.get("int8"):
-        return "int8" if unit.startswith("avx512-vnni") else None
-    if not _fma_bound(facts) or _unmeasured(facts):
-        return None
-    return "bf16" if unit.startswith("avx512-bf16") else "fma"
+    return _unit_peak(facts) if _multiply_adds(facts) else None
 
 
 def _unmeasured(facts: dict) -> bool:
     """The kernel's multiply-adds run on a unit with no measured peak: AMX, Arm's bf16/fp16, int8 without VNNI."""
+    return _multiply_adds(facts) and _unit_peak(facts) is None
+
+
+def _multiply_adds(facts: dict) -> bool:
+    return bool(facts.get("int8")) or _fma_bound(facts)
+
+
+def _unit_peak(facts: dict) -> str | None:
+    """The peak loop of the unit the kernel's multiply-adds run on (precision_units' unit), None where none is."""
     unit = str(facts.get("unit", ""))
-    return unit.startswith(NO_PEAK_UNITS) or (bool(facts.get("int8")) and not unit.startswith("avx512-vnni"))
+    if facts.get("int8"):
+        return "int8" if unit.startswith("avx512-vnni") else None
+    if unit.startswith(NO_PEAK_UNITS):
+        return None
+    return "bf16" if unit.startswith("avx512-bf16") else "fma"
 
 
 def _share(gflops, peak: dict | None) -> float | None:
