@@ -151,16 +151,21 @@ def test_inputs_at_any_alignment_and_reused_buffers_give_the_right_outputs(small
         np.testing.assert_allclose(out, ref, rtol=1e-5, atol=1e-5)
 
 
-def test_a_large_aligned_input_is_taken_without_a_copy(tmp_path):
-    """An input of COPY_BELOW bytes or more is taken over DLPack when 64-byte aligned (no staged buffer) and
-    copied when not; both give the same result, and the caller's later writes do not reach the output."""
+def _relu(tmp_path, shape):
+    """A one-Relu model (a kernel of TVM's reads its input), loaded on one thread."""
     from helpers import make_model
     from onnx import helper
 
-    shape = (1, 16, 32, 32)  # 64 KiB
     model = make_model([helper.make_node("Relu", ["x"], ["y"])], {"x": np.zeros(shape, np.float32)}, ["y"], {})
     kiln.compile(model, tmp_path / "r.kiln")
-    m = kiln.load(tmp_path / "r.kiln", num_threads=1)
+    return kiln.load(tmp_path / "r.kiln", num_threads=1)
+
+
+def test_a_large_aligned_input_is_taken_without_a_copy(tmp_path):
+    """An input of COPY_BELOW bytes or more is taken over DLPack when 64-byte aligned (no staged buffer) and
+    copied when not; both give the same result, and the caller's later writes do not reach the output."""
+    shape = (1, 16, 32, 32)  # 64 KiB
+    m = _relu(tmp_path, shape)
     rng = np.random.default_rng(1)
     for offset, staged in ((0, False), (16, True)):
         x = aligned(rng.standard_normal(shape).astype(np.float32), offset)
@@ -177,13 +182,8 @@ def test_a_large_aligned_input_is_taken_without_a_copy(tmp_path):
 def test_a_read_only_input_is_copied_not_refused(tmp_path, offset):
     """numpy exports no read-only array over DLPack (np.load with mmap_mode, np.frombuffer of a request's bytes): such
     an input, aligned or not, is copied into the staged buffer; taken in place it failed the run as a Kiln bug."""
-    from helpers import make_model
-    from onnx import helper
-
     shape = (1, 16, 32, 32)  # 64 KiB: an aligned writable one would be taken in place
-    model = make_model([helper.make_node("Relu", ["x"], ["y"])], {"x": np.zeros(shape, np.float32)}, ["y"], {})
-    kiln.compile(model, tmp_path / "r.kiln")
-    m = kiln.load(tmp_path / "r.kiln", num_threads=1)
+    m = _relu(tmp_path, shape)
     x = aligned(np.random.default_rng(2).standard_normal(shape).astype(np.float32), offset)
     x.flags.writeable = False
     np.testing.assert_array_equal(m.run({"x": x})["y"], np.maximum(x, 0))
