@@ -179,7 +179,7 @@ def package(source: Source, built: list[Built], options, layout: str, layout_ms)
         m = b.imported.model
         ids = weights.add_all(b.optimized.weights)
         info = for_manifest(b.optimized.mod, m.onnx_model, options.precision, options.target.caps)
-        unaligned = _unaligned_inputs(b.optimized.mod, len(m.inputs))
+        unaligned = tuple(unaligned_inputs(b.optimized.mod, len(m.inputs)))
         entries.append(BucketEntry(m.inputs, m.outputs, name, ids, b.report["kernels"], info, unaligned))
         members[name] = b.library
     report = _combined_report(built, entries, layout_ms)
@@ -200,15 +200,6 @@ def package(source: Source, built: list[Built], options, layout: str, layout_ms)
         getattr(first, "structure", None),
     )
     return Artifact(manifest(parts), members, report)
-
-
-def _unaligned_inputs(mod, inputs: int) -> tuple:
-    """The inputs the runtime may take in place unaligned; none where the module is not one the analysis reads
-    (an accelerator flow's): the runtime then copies as before."""
-    try:
-        return tuple(unaligned_inputs(mod, inputs))
-    except Exception:
-        return ()
 
 
 def _combined_report(built: list[Built], entries: list[BucketEntry], layout_ms) -> dict:

@@ -11,6 +11,7 @@ from pathlib import Path
 from ..errors import CompileError
 from ..runtime import artifact as art
 from ..runtime.hostinfo import host_arch
+from ..schedules.kernels import C_KERNEL_ATTR
 
 CROSS_COMPILERS = {"aarch64": "aarch64-linux-gnu-g++"}
 POOL_SOURCE = str(Path(art.__file__).with_name("pool.c"))  # the runtime's thread pool, linked into CPU libraries
@@ -22,9 +23,7 @@ def c_kernels(mod, arch: str | None = None) -> list[str]:
     from .passes.bf16_conv_kernel import ConvGeometry, kernel_source
 
     sources = {kernel_source(f.attrs) for f in mod.functions.values() if ConvGeometry.of(f.attrs) is not None} | {
-        str(f.attrs["kiln.c_kernel"])
-        for f in mod.functions.values()
-        if f.attrs is not None and "kiln.c_kernel" in f.attrs
+        str(f.attrs[C_KERNEL_ATTR]) for f in mod.functions.values() if f.attrs is not None and C_KERNEL_ATTR in f.attrs
     }
     if not sources:
         return []

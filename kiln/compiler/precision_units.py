@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from ..capabilities import BF16
 from ..runtime.profile import MULTIPLY_ADD  # the kinds whose FLOPs are multiply-adds (the bf16 ones return first)
+from ..schedules.kernels import C_KERNEL_ATTR
 from .passes.bf16_conv_kernel import ConvGeometry
 
 AMX_C_KERNELS = ("amx_bf16_matmul", "attention_amx")  # the C kernels on AMX-BF16 tiles (beside the conv's flag)
@@ -56,7 +57,7 @@ def kernel_precision(f, kind: str | None, int8: bool, precision: str, caps) -> d
     """describe() for a PrimFunc: its parameters' storage types and whether it is an AMX bf16 kernel (conv, matmul)."""
     reduced = {str(getattr(p.ty, "dtype", "")) for p in f.params} & {"bfloat16", "float16"}
     attrs = f.attrs if f.attrs is not None else {}
-    c_kernel = str(attrs.get("kiln.c_kernel", ""))
+    c_kernel = str(attrs.get(C_KERNEL_ATTR, ""))
     geometry = ConvGeometry.of(attrs)
     amx = (geometry is not None and geometry.amx) or c_kernel in AMX_C_KERNELS
     if kind == "attention" and c_kernel in ("attention_bf16", "attention_amx"):

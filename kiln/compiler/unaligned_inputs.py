@@ -13,14 +13,18 @@ from __future__ import annotations
 import tvm
 from tvm import relax
 
-C_KERNEL_ATTR = "kiln.c_kernel"  # set by the PrimFuncs calling a C kernel (bf16_matmul_kernel, fuse_attention)
+from ..schedules.kernels import C_KERNEL_ATTR
 
 
 def unaligned_inputs(mod: tvm.IRModule, inputs: int, func: str = "main") -> list[int]:
     """Indices of `func`'s inputs (its first `inputs` parameters, as the runtime passes them: the weights follow,
     with or without a num_input attribute) whose every use is a tensor argument of a C kernel's caller. Any other use
-    counts against it, a reshape included: the VM build may legalize one left at this stage into a kernel of TVM's."""
-    f = mod[func]
+    counts against it, a reshape included: the VM build may legalize one left at this stage into a kernel of TVM's.
+    None where `func` is no Relax function (a module this analysis does not read): the runtime then copies them."""
+    gv = next((g for g in mod.functions if g.name_hint == func), None)
+    f = mod[gv] if gv is not None else None
+    if not isinstance(f, relax.Function):
+        return []
     n = min(inputs, len(f.params))
     source = {p: i for i, p in enumerate(f.params[:n])}  # var -> the input it is
     safe = set(source.values())
@@ -47,7 +51,9 @@ def _c_kernel_args(mod, value) -> list:
     if not (isinstance(value, relax.Call) and isinstance(value.op, tvm.ir.Op) and value.op.name == "relax.call_tir"):
         return []
     callee = mod[value.args[0]]
-    if callee.attrs is None or C_KERNEL_ATTR not in callee.attrs or _reads_buffers(callee):
+    if not isinstance(callee, tvm.tirx.PrimFunc) or callee.attrs is None or C_KERNEL_ATTR not in callee.attrs:
+        return []
+    if _reads_buffers(callee):
         return []
     args = value.args[1]
     return list(args.fields) if isinstance(args, relax.Tuple) else [args]

@@ -9,6 +9,7 @@ import sys
 import tempfile
 import threading
 from pathlib import Path
+from typing import NamedTuple
 
 import numpy as np
 
@@ -133,6 +134,16 @@ def _check_host(manifest: dict, where: str) -> None:
         )
 
 
+class _Entry(NamedTuple):
+    """A bucket's compiled function: its VM (kept alive beside the entry), the entry, the weights passed after the
+    inputs, and the inputs only Kiln's C kernels read (the manifest's unaligned_inputs: taken at any address)."""
+
+    vm: object
+    fn: object
+    weights: list
+    unaligned: frozenset
+
+
 class Model:
     """A loaded artifact. `run({name: array}) -> {output name: array}`. Calls are serialized by a
     lock (TVM's VM is not thread-safe). With shape buckets, `run` picks the bucket (see
@@ -173,7 +184,6 @@ class Model:
         ]
         self.accelerator = _register_accelerator(manifest, members, accelerator, where)  # before any VM exists
         self.buckets, self._fns = [], []
-        self._unaligned: list[frozenset] = []  # per bucket: inputs only Kiln's C kernels read (taken at any address)
         self._load_buckets(manifest, members, weights, VirtualMachine)
         self.inputs, self.outputs = list(self.buckets[0].inputs), list(self.buckets[0].outputs)
         self._dtypes = [np.dtype(s.dtype) for s in self.inputs]
@@ -221,8 +231,8 @@ class Model:
                         where=where,
                         fix="the manifest does not match the library; recompile the model",
                     ) from None
-                self._fns.append((vm, fn, [weights[i] for i in b["weights"]]))
-                self._unaligned.append(frozenset(b.get("unaligned_inputs", ())))
+                unaligned = frozenset(b.get("unaligned_inputs", ()))
+                self._fns.append(_Entry(vm, fn, [weights[i] for i in b["weights"]], unaligned))
 
     def warm_up(self) -> list[float]:
         """Run every bucket once on zeros; returns (and keeps) each run's milliseconds. Zeros a run-time check
@@ -325,13 +335,12 @@ class Model:
 
     def _run_bucket(self, i: int, arrays: list[np.ndarray]) -> list[np.ndarray]:
         tvm = self._tvm
-        _vm, entry, weights = self._fns[i]  # the VM is kept alive beside its entry function
+        fn = self._fns[i]
         with self._lock, pool_lock:
             configure_threads(tvm, self.num_threads)
             try:
-                unaligned = self._unaligned[i]
-                args = [self._argument(k, a, unaligned) for k, a in enumerate(arrays)]
-                out = entry(*args, *weights)
+                args = [self._argument(k, a, fn.unaligned) for k, a in enumerate(arrays)]
+                out = fn.fn(*args, *fn.weights)
                 outs = [out] if hasattr(out, "numpy") else [out[j] for j in range(len(out))]  # not list(): slower
                 return self._views.arrays(i, outs, args, [a.nbytes for a in arrays])
             except Exception as e:  # inputs matched the manifest: a Kiln bug, or a library edited after the build

@@ -72,6 +72,19 @@ def func(x: T.Buffer((64,), "float32"), y: T.Buffer((64,), "float32")):
     assert _reads_buffers(tvm.script.from_source(src))
 
 
+def test_a_module_without_a_relax_main_names_no_input():
+    """A module the analysis does not read (no Relax `main`, or `main` a PrimFunc) names nothing: every input is
+    staged, as before the analysis existed."""
+    import tvm
+
+    from kiln.compiler.passes.bf16_matmul_kernel import F32, kernel_func
+    from kiln.compiler.unaligned_inputs import unaligned_inputs
+
+    caller = kernel_func([1, 24, 64], 64, 64, False, kt=F32)
+    assert unaligned_inputs(tvm.IRModule({"main": caller}), 1) == []
+    assert unaligned_inputs(tvm.IRModule({"kernel": caller}), 1) == []
+
+
 @pytest.mark.parametrize("offset", [4, 16, 32])
 def test_an_unaligned_input_runs_in_place_and_matches(tmp_path, offset):
     """At any address the matmul reads the caller's array itself (nothing staged) and gives the aligned result."""

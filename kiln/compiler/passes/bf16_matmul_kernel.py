@@ -24,6 +24,7 @@ from tvm import relax
 from tvm.ir.expr import GenericConst
 
 from ...counters import Counter
+from ...schedules.kernels import C_KERNEL_ATTR
 from ...schedules.rules.tiles import CACHE_BYTES
 from .. import parallel_tasks
 from ..ir import module_var_uses, op_name
@@ -201,7 +202,7 @@ def kernel_func(
 @T.prim_func
 def func({", ".join(f'{p}: T.Buffer({tuple(s)}, "{d}")' for p, s, d in params)}):
     T.func_attr({{"tirx.noalias": True, "tirx.is_scheduled": True, "op_pattern": 8, "kiln.bf16_matmul": {info},
-                 "kiln.kernel_kind": "{kt.kernel_kind}", "kiln.c_kernel": "{kt.source}",
+                 "kiln.kernel_kind": "{kt.kernel_kind}", "{C_KERNEL_ATTR}": "{kt.source}",
                  "kiln.flops": {2 * m * k * n}}})
 {head}{body}T.evaluate(T.call_extern("int32", "{kt.function}", {x_args}, w.data, {ptrs}, {ep.flags}, {tile}, {m}, {n},
                                  {k}, t // {col_tasks} * {task_rows}, {task_rows}, t % {col_tasks} * {group},

@@ -27,6 +27,7 @@ from tvm import relax, te
 
 from ...capabilities import BF16
 from ...counters import Counter
+from ...schedules.kernels import C_KERNEL_ATTR
 from .. import parallel_tasks
 from ..ir import module_var_uses, op_name, scalar_value
 from .counting import float32_shape
@@ -187,7 +188,7 @@ def kernel_func(g: dict, scale: float, function: str, source: str, kb: int, bf16
 @T.prim_func
 def func({", ".join(f'{p}: T.Buffer({tuple(s)}, "{dt}")' for p, s, dt in params)}):
     T.func_attr({{"tirx.noalias": True, "tirx.is_scheduled": True, "op_pattern": 8, "kiln.kernel_kind": "attention",
-                 "kiln.c_kernel": "{source}", "kiln.flops": {flops}}})
+                 "{C_KERNEL_ATTR}": "{source}", "kiln.flops": {flops}}})
 {head}{body}T.evaluate(T.call_extern("int32", "{function}", q.data, kt.data, v.data, {mask_ptr}, out.data,
                                  {m}, {n}, {d}, {dv}, T.float32({scale!r}), T.int64({mk["bh"]}), T.int64({mk["row"]}),
                                  {mk["div"]}, {mk["mod"]}, 0, {n - m}, t // {per_head},

@@ -14,6 +14,7 @@ import tvm
 from tvm import relax
 
 from ...counters import Counter
+from ...schedules.kernels import C_KERNEL_ATTR
 from ..ir import op_name, var_users
 from .activation_region import activation_after
 from .bf16_matmul_kernel import BY_SOURCE, F32, MatmulEpilogue, kernel_func
@@ -92,7 +93,7 @@ def _fuse_block(mod, builder, block, uses, stats):
             continue
         activation, residual, chain = _chain(bindings, i, uses, users, claimed)
         final = bindings[chain[-1]].var
-        kt = BY_SOURCE[str(func.attrs["kiln.c_kernel"])]  # bf16, fp16 or fp32: the type its 16-bit output has
+        kt = BY_SOURCE[str(func.attrs[C_KERNEL_ATTR])]  # bf16, fp16 or fp32: the type its 16-bit output has
         casts = bf16_casts(bindings, users, final, claimed, kt.dtype) if kt is not F32 else []
         if len(chain) == 1 and not casts:
             continue

@@ -21,6 +21,7 @@ from ...errors import CompileError
 from ...runtime.hostinfo import host_arch
 
 HERE = Path(__file__).parent
+C_KERNEL_ATTR = "kiln.c_kernel"  # a PrimFunc calling one of these kernels names its SOURCES key here
 SOURCES = {  # x86-64 builds
     "bf16_conv": (HERE / "bf16_conv.c", ["-mavx512f", "-mavx512bf16"]),
     # one source, two builds: GCC vector extensions at 16 lanes (AVX-512) and 8 (AVX2); 256-bit loads unsplit
