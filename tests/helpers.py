@@ -183,6 +183,39 @@ def bf16_block(c=32, hw=8):
     return make_model(nodes, {"x": rand(1, c, hw, hw)}, ["y"], inits)
 
 
+def default_caps():
+    """The capabilities of the target a compile gets when none is given (KILN_TARGET, else the host)."""
+    from kiln.target import Target
+
+    return Target.parse(None).caps
+
+
+def qdq_runs_int8() -> bool:
+    """The default target runs an onnxruntime-quantized (QDQ) file's 8-bit weights on an int8 kernel: not AVX2's
+    vpmaddubsw, whose int16 pair sums 8-bit weights can saturate (such layers run in float there:
+    kiln.schedules.rules.int8.qdq_float_reason), nor a CPU with no int8 kernel."""
+    from kiln.schedules.rules.int8 import int8_kernel
+
+    kernel = int8_kernel(default_caps())
+    return kernel is not None and kernel.weight_max >= 127
+
+
+def target_cpu_flags() -> frozenset[str]:
+    """The CPU flags (/proc/cpuinfo names) of what the default compile targets AND this host runs: the host's own
+    where KILN_TARGET is unset; under KILN_TARGET (CI standing in for another CPU, e.g. `llvm -mcpu=znver3` on a
+    Zen 4 host) only the host's flags the target may use, so a test that compiles for the default target and expects
+    a kernel of some ISA (the AVX-512 C kernels, vdpbf16ps) follows the target, not the host."""
+    from kiln.env import default_target
+    from kiln.runtime.hostinfo import LLVM_TO_CPUINFO, host_cpu_flags
+    from kiln.target import Target
+
+    flags = host_cpu_flags()
+    if default_target() is None:
+        return flags
+    allowed = {LLVM_TO_CPUINFO.get(f, f) for f in Target.parse(None).caps.isa_features}
+    return frozenset(f for f in flags if f in allowed)
+
+
 def host_without_amx():
     """This host's target with AMX switched off (the same target where the host has none): for tests of the
     AVX-512 paths that AMX would take over on Sapphire/Emerald Rapids."""

@@ -7,13 +7,15 @@ head sizes take which build."""
 import ml_dtypes
 import numpy as np
 import pytest
-from helpers import ort_run
+from helpers import ort_run, target_cpu_flags
 from test_fuse_attention import _attention
 
 import kiln
 from kiln.runtime.hostinfo import host_cpu_flags, missing_cpu_features
 
-needs_bf16 = pytest.mark.skipif("avx512_bf16" not in host_cpu_flags(), reason="running it needs AVX512-BF16")
+needs_bf16 = pytest.mark.skipif(
+    "avx512_bf16" not in target_cpu_flags(), reason="running it needs AVX512-BF16 (host and target)"
+)
 AMX_MISSING = missing_cpu_features(["amx-tile", "amx-bf16", "avx512bf16"])
 SPR = "llvm -mcpu=sapphirerapids -mtriple=x86_64-linux-gnu"
 

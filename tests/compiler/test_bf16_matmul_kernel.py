@@ -5,13 +5,14 @@ bf16-rounded float64 reference and onnxruntime fp32, which matmuls it takes, and
 import ml_dtypes
 import numpy as np
 import pytest
-from helpers import make_model, ort_run, rand
+from helpers import make_model, ort_run, rand, target_cpu_flags
 from onnx import helper
 
 import kiln
-from kiln.runtime.hostinfo import host_cpu_flags
 
-needs_bf16 = pytest.mark.skipif("avx512_bf16" not in host_cpu_flags(), reason="running it needs AVX512-BF16")
+needs_bf16 = pytest.mark.skipif(
+    "avx512_bf16" not in target_cpu_flags(), reason="running it needs AVX512-BF16 (host and target)"
+)
 
 
 def _dense(rows: int, k: int, n: int, bias: bool = True, lead=(1,)):

@@ -7,7 +7,7 @@ file within a step of the output's scale."""
 import numpy as np
 import onnx
 import pytest
-from helpers import make_model, ort_run, rand
+from helpers import make_model, ort_run, qdq_runs_int8, rand
 from onnx import helper
 
 import kiln
@@ -66,7 +66,7 @@ def test_onnxruntime_qdq_model(tmp_path):
     m = _ort_qdq(tmp_path)
     assert sum(n.op_type == "BatchNormalization" for n in m.graph.node) == 2  # kept apart, with Q -> DQ after
     r = kiln.compile(m, tmp_path / "q.kiln")
-    int8 = int8_host()
+    int8 = qdq_runs_int8()  # the QDQ stem then runs int8, on 2x2 blocks
     assert r.report["qdq_pairs_folded"] >= 2 and r.report.get("space_to_depth_stems", 0) == int8
     assert r.report.get("quantizes_hoisted", 0) == int8  # the max pool runs on the codes (HoistQuantize)
     x = rand(1, 3, 32, 32, seed=7)
@@ -75,14 +75,6 @@ def test_onnxruntime_qdq_model(tmp_path):
     scale = _output_scale(m)
     assert np.abs(got - ref).max() <= 2 * scale + 1e-6, (np.abs(got - ref).max(), scale)
     assert (np.abs(got - ref) > 0.5 * scale).mean() < 0.01  # nearly every value on onnxruntime's own step
-
-
-def int8_host() -> bool:
-    """This host's CPU has an int8 kernel (the QDQ stem then runs int8, on 2x2 blocks)."""
-    from kiln.schedules.rules.int8 import int8_kernel
-    from kiln.target import Target
-
-    return int8_kernel(Target.parse("host").caps) is not None
 
 
 def _output_scale(m) -> float:

@@ -4,12 +4,11 @@ ConvertLayout has work to do."""
 
 import numpy as np
 import pytest
-from helpers import ort_run
+from helpers import default_caps, ort_run
 
 import kiln
 from kiln import zoo
 from kiln.compiler.backends.cpu import ROWS as CPU_PIPELINE
-from kiln.target import Target
 
 # passes with work to do on these float models in NHWC (the quantized and bf16 builds' passes act only on
 # quantized models or when asked: tests/compiler/test_quantize.py, test_bf16_epilogue.py, test_fold_qdq_pairs.py,
@@ -86,7 +85,7 @@ def test_nchwc_layout(tmp_path, name):
     # 3-channel 7x7 stem reading NCHW1c (NarrowBlockLayout); MobileNetV2: all 52, its 3x3 stem too, with 16-wide
     # blocks the two convs reading 24 channels in NCHW8c (NarrowBlockLayout), the depthwise convs in the
     # layout of their input (PropagateBlockedLayout); transforms only at the ends
-    b = Target.host().caps.f32_block
+    b = default_caps().f32_block
     wide = f"NCHW{b}c"
     expected = {
         "resnet18": {"NCHW1c": 1, wide: 19},

@@ -9,7 +9,7 @@ import json
 import numpy as np
 import onnx
 import pytest
-from helpers import make_model, mobilenet_block, ort_run, qdq_conv, rand
+from helpers import make_model, mobilenet_block, ort_run, qdq_conv, qdq_runs_int8, rand
 from onnx import helper
 
 import kiln
@@ -409,9 +409,10 @@ def test_ort_qdq_depthwise_block_stays_blocked(tmp_path):
     from kiln.frontends import import_onnx
 
     names = ir.kernels(optimize(import_onnx(model).mod, CompileOptions.make()).mod)
-    assert any(n.startswith("fused_relax_nn_conv2d_relax_add") and "quantize" in n for n in names), names
-    standalone = [n for n in names if "conv2d" not in n and ("quantize" in n or "round" in n)]
-    assert len(standalone) == 1, names  # the model input's only (ExpandQuantize writes it as its float ops)
+    if qdq_runs_int8():  # on AVX2 the 1x1 convs' 8-bit weights could saturate vpmaddubsw: they run in float there
+        assert any(n.startswith("fused_relax_nn_conv2d_relax_add") and "quantize" in n for n in names), names
+        standalone = [n for n in names if "conv2d" not in n and ("quantize" in n or "round" in n)]
+        assert len(standalone) == 1, names  # the model input's only (ExpandQuantize writes it as its float ops)
     x = rand(1, 16, 12, 12, seed=9)
     ref = ort_run(model, {"input": x})[0]
     step = np.min(np.diff(np.unique(ref)))

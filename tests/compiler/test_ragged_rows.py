@@ -6,11 +6,10 @@ import math
 
 import numpy as np
 import pytest
-from helpers import make_model, ort_run, rand
+from helpers import make_model, ort_run, rand, target_cpu_flags
 from onnx import helper
 
 import kiln
-from kiln.runtime.hostinfo import host_cpu_flags
 from kiln.schedules.rules.tiles import ROUND_ROWS_GAIN, matmul_tile, rounded_rows
 
 
@@ -70,7 +69,7 @@ def test_ragged_rows_match_numpy_and_onnxruntime(tmp_path, rows, k, n, epilogue)
     _check_block(tmp_path, m, rows, k, n, epilogue, "matmul")
 
 
-@pytest.mark.skipif("avx512f" not in host_cpu_flags(), reason="the fp32 matmul C kernel needs AVX-512 (avx512f)")
+@pytest.mark.skipif("avx512f" not in target_cpu_flags(), reason="the fp32 matmul C kernel needs AVX-512 (avx512f)")
 @pytest.mark.parametrize(
     "rows, k, n, epilogue",
     [*RAGGED, (1, 64, 48, "gelu"), (1500, 384, 1536, "gelu")],

@@ -3,11 +3,17 @@ the ones it must not name: read by a TVM kernel, returned as an output, or read 
 
 import numpy as np
 import pytest
-from helpers import make_model, rand
+from helpers import make_model, rand, target_cpu_flags
 from onnx import helper
 
 import kiln
 from kiln.runtime import artifact as art
+
+# the fp32 matmul runs on Kiln's C kernel (whose callers this analysis names) on AVX-512 targets only; elsewhere on
+# TVM's schedule, and no input is named
+needs_c_matmul = pytest.mark.skipif(
+    "avx512f" not in target_cpu_flags(), reason="the fp32 matmul C kernel needs AVX-512 (avx512f, host and target)"
+)
 
 
 def _unaligned(tmp_path, model) -> list[int]:
@@ -24,11 +30,13 @@ def _linear(x: str, out: str, k: int = 64, n: int = 64, seed: int = 0) -> tuple[
     return nodes, inits
 
 
+@needs_c_matmul
 def test_an_input_only_a_matmul_reads_is_named(tmp_path):
     nodes, inits = _linear("x", "y")
     assert _unaligned(tmp_path, make_model(nodes, {"x": rand(1, 24, 64)}, ["y"], inits)) == [0]
 
 
+@needs_c_matmul
 def test_an_input_a_tvm_kernel_also_reads_is_not(tmp_path):
     """x feeds the matmul and a Relu (TVM's kernel); z feeds only the second matmul."""
     n1, i1 = _linear("x", "y")
@@ -85,6 +93,7 @@ def test_a_module_without_a_relax_main_names_no_input():
     assert unaligned_inputs(tvm.IRModule({"kernel": caller}), 1) == []
 
 
+@needs_c_matmul
 @pytest.mark.parametrize("offset", [4, 16, 32])
 def test_an_unaligned_input_runs_in_place_and_matches(tmp_path, offset):
     """At any address the matmul reads the caller's array itself (nothing staged) and gives the aligned result."""
