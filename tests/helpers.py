@@ -207,12 +207,11 @@ def target_cpu_flags() -> frozenset[str]:
     a kernel of some ISA (the AVX-512 C kernels, vdpbf16ps) follows the target, not the host."""
     from kiln.env import default_target
     from kiln.runtime.hostinfo import LLVM_TO_CPUINFO, host_cpu_flags
-    from kiln.target import Target
 
     flags = host_cpu_flags()
     if default_target() is None:
         return flags
-    allowed = {LLVM_TO_CPUINFO.get(f, f) for f in Target.parse(None).caps.isa_features}
+    allowed = {LLVM_TO_CPUINFO.get(f, f) for f in default_caps().isa_features}
     return frozenset(f for f in flags if f in allowed)
 
 

@@ -21,8 +21,7 @@ def unaligned_inputs(mod: tvm.IRModule, inputs: int, func: str = "main") -> list
     with or without a num_input attribute) whose every use is a tensor argument of a C kernel's caller. Any other use
     counts against it, a reshape included: the VM build may legalize one left at this stage into a kernel of TVM's.
     Names none where `func` is no Relax function (a module this analysis does not read): the runtime copies them."""
-    gv = next((g for g in mod.functions if g.name_hint == func), None)
-    f = mod[gv] if gv is not None else None
+    f = mod[func] if func in mod else None
     if not isinstance(f, relax.Function):
         return []
     n = min(inputs, len(f.params))

@@ -312,7 +312,7 @@ class Model:
         results = bk.crop(self._run_bucket(i, arrays), padded)
         return {spec.name: r for spec, r in zip(self.buckets[i].outputs, results)}
 
-    def _argument(self, k: int, a: np.ndarray, unaligned: frozenset = frozenset()):
+    def _argument(self, k: int, a: np.ndarray, unaligned: frozenset):
         """Input k as a TVM tensor. On the CPU: the array itself (DLPack, no copy) where it is aligned as TVM's
         own allocations are (64 bytes: the kernels may assume it) or only Kiln's C kernels read it (`unaligned`:
         the manifest's unaligned_inputs), else a copy into a buffer kept for input k (numpy's arrays are 16-byte

@@ -276,14 +276,14 @@ def _roofline(rows: list[dict], peaks: dict, latency: float) -> float | None:
     """The run's share of the roofline: the time its FLOPs take at the peak of each kernel's unit (the FMA peak for
     FLOPs that are not multiply-adds) over the latency; None where a kernel with FLOPs runs on a unit with no
     measured peak, or with no FLOPs at all."""
-    if not latency or any(r["flops"] and r["no_peak"] for r in rows):
+    if not latency:
         return None
     at_peak = 0.0
-    for r in rows:
+    for r in (r for r in rows if r["flops"]):
         peak = peaks.get(r["peak_unit"] or "fma")
-        if r["flops"] and not (peak and peak["gflops"]):
+        if r["no_peak"] or not (peak and peak["gflops"]):
             return None
-        at_peak += (r["flops"] or 0) / (peak["gflops"] * 1e6) if r["flops"] else 0.0
+        at_peak += r["flops"] / (peak["gflops"] * 1e6)
     return at_peak / latency if at_peak else None
 
 

@@ -6,12 +6,11 @@ may differ), close to onnxruntime's float32. Needs the edge tools (see test_cpp_
 from __future__ import annotations
 
 import numpy as np
-from helpers import ort_run
+from helpers import default_caps, ort_run
 from test_cpp_runner import AARCH64_RUNTIME, SYSROOT, _run, _unpack, aarch64_runner  # noqa: F401 (fixture)
 
 import kiln
 from kiln import zoo
-from kiln.target import Target
 
 
 def test_rpi5_int8_resnet18_under_qemu(tmp_path, aarch64_runner):  # noqa: F811
@@ -25,7 +24,7 @@ def test_rpi5_int8_resnet18_under_qemu(tmp_path, aarch64_runner):  # noqa: F811
     # the same int8 graph for the host only where its int8 kernel is a dot product with 8-bit weights, as
     # sdot is: on AVX2 (vpmaddubsw) the quantizer uses 7-bit weights and keeps more layers float (int8 gains
     # 2x there), so there the host build is not compiled (its numerics: tests/compiler/test_quantize.py)
-    caps = Target.parse(None).caps  # the host build's target: KILN_TARGET where set
+    caps = default_caps()  # the host build's target: KILN_TARGET where set
     same = caps.int8_dot in ("avx512-vnni", "avx-vnni", "amx-int8")
     if same:
         host = kiln.compile(model, tmp_path / "host.kiln", **kw)
