@@ -36,7 +36,11 @@ def _bench(a) -> int:
         from ..runtime.profile import ProfileOptions, format_profile, plot_profile, profile
 
         popts = ProfileOptions(
-            threads=opts.threads, warmup=opts.warmup, repeat=min(opts.repeat or 50, 200), trusted_keys=opts.trusted_keys
+            threads=opts.threads,
+            warmup=opts.warmup,
+            repeat=min(opts.repeat or 50, 200),
+            inputs=opts.inputs,
+            trusted_keys=opts.trusted_keys,
         )
         r["profile"] = profile(a.model, popts)
         print(format_profile(r["profile"]))
@@ -82,7 +86,7 @@ def register(sub) -> None:
     b.set_defaults(fn=_bench)
     f = sub.add_parser("profile", help=COMMANDS["profile"].replace("%", "%%"))
     f.add_argument("model")
-    add_options(f, ProfileOptions, "threads", "warmup", "repeat", "top")
+    add_options(f, ProfileOptions, "inputs", "threads", "warmup", "repeat", "top")
     output_flags(f, "bar chart of the kernels' times")
     trusted_key(f)
     f.set_defaults(fn=_profile)

@@ -168,13 +168,33 @@ def _ort_accepts(sess, feed: dict, opts: BenchOptions) -> None:
         ) from None
 
 
+def feed_for(model, inputs: str | None) -> dict:
+    """The inputs a measuring command runs on: the --inputs file's, or random ones of the model's shapes."""
+    return read_inputs(inputs) if inputs else random_inputs(model.inputs)
+
+
+def first_run(model, feed: dict, random: bool) -> None:
+    """One run through Model.run, which rejects inputs the model does not accept (a compiled If whose other branch
+    random values select: silero VAD's sample rate) with an InputError; for random inputs the fix is --inputs."""
+    try:
+        model.run(feed)
+    except InputError as e:
+        if not random:
+            raise
+        raise InputError(
+            f"the random inputs were rejected: {e.what}",
+            where=e.where,
+            fix="pass inputs the model accepts with --inputs IN.npz (input name -> array)",
+        ) from None
+
+
 def bench(path: str | os.PathLike, opts: BenchOptions = BenchOptions(), feed: dict | None = None) -> dict:
     t0 = time.perf_counter()
     model = load(path, num_threads=opts.threads, trusted_keys=opts.trusted_keys)
-    if feed is None:
-        feed = read_inputs(opts.inputs) if opts.inputs else random_inputs(model.inputs)
+    random = feed is None and not opts.inputs
+    feed = feed_for(model, opts.inputs) if feed is None else feed
     t1 = time.perf_counter()
-    model.run(feed)
+    first_run(model, feed, random)
     first_ms = (time.perf_counter() - t1) * 1e3
     cold_ms = (time.perf_counter() - t0) * 1e3
     rss_mb = _peak_rss_mb()  # before onnxruntime and the second load below: one model's footprint

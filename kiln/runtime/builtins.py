@@ -17,12 +17,21 @@ import numpy as np
 NAMES = ("relax.run.nonzero", "relax.run.unique", "relax.run.shape_to_tensor", "relax.run.assert_op")
 
 
+def _numpy(x) -> np.ndarray:
+    """A tensor's values: a view over DLPack where numpy takes it (0.4 us), else a copy (Tensor.numpy(): 7 us for
+    a scalar, a tenth of a small model's run where a run-time check calls assert_op; benchmarks/history.md)."""
+    try:
+        return np.from_dlpack(x)
+    except (BufferError, TypeError, ValueError, RuntimeError):
+        return x.numpy()
+
+
 def _nonzero(tvm, x):
-    return tvm.runtime.tensor(np.stack(np.atleast_1d(x.numpy()).nonzero(), axis=0))
+    return tvm.runtime.tensor(np.stack(np.atleast_1d(_numpy(x)).nonzero(), axis=0))
 
 
 def _unique(tvm, x, sorted_, return_index, return_inverse, return_counts, axis=None):
-    a = x.numpy()
+    a = _numpy(x)
     axis = None if axis is None else int(axis)
     res = np.unique(
         a,
@@ -70,9 +79,10 @@ def _assert_op(tvm, condition, format_str, *format_args):
     if not isinstance(format_str, str):
         raise ValueError(f"The format string argument to assert must be a string, given {type(format_str)})")
     if isinstance(condition, tvm.runtime.Tensor):
-        if condition.dtype != "bool" or len(condition.shape):
-            raise ValueError(f"The condition must be a bool scalar, given a {condition.dtype} {condition.shape} tensor")
-        condition = bool(condition.numpy())
+        a = _numpy(condition)
+        if a.dtype != np.bool_ or a.ndim:
+            raise ValueError(f"The condition must be a bool scalar, given a {a.dtype} {a.shape} tensor")
+        condition = bool(a)
     if not condition:
         rendered = [_render(tvm, a) for a in format_args]
         message = format_str.format(*rendered) if format_str else ", ".join(rendered)

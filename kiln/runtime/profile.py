@@ -23,7 +23,7 @@ import time
 
 from ..errors import OptionsError
 from ..optfield import option
-from .bench import SPELL_RATIO, spell
+from .bench import SPELL_RATIO, feed_for, first_run, spell
 from .model import configure_threads, load, pool_lock
 from .peak import fresh_fma_peak, fresh_unit_peak, memory_bandwidth
 
@@ -61,6 +61,9 @@ class ProfileOptions:
     warmup: int = option(5, "untimed runs first")
     repeat: int = option(50, "profiled runs (as many plain runs alternate, for the latency)")
     top: int = option(TOP, "kernels in the table (--json has all)")
+    inputs: str | None = option(
+        None, "profile on these inputs (an .npz of input name -> array); default: random ones", metavar="IN.npz"
+    )
     trusted_keys: tuple | None = None
 
     def __post_init__(self):
@@ -70,16 +73,14 @@ class ProfileOptions:
             )
 
 
-def random_feed(model) -> dict:
-    from .bench import random_inputs
-
-    return random_inputs(model.inputs)
-
-
 def profile(path: str | os.PathLike, opts: ProfileOptions = ProfileOptions(), feed: dict | None = None) -> dict:
-    """Profile the artifact at `path` on `feed` (default: random inputs of the first bucket's shapes)."""
+    """Profile the artifact at `path` on `feed` (default: --inputs, else random inputs of the first bucket's
+    shapes). The timed runs call the VM's entry directly, so one Model.run first rejects inputs the model does not
+    accept as an InputError (not a failure inside the compiled code)."""
     model = load(path, num_threads=opts.threads, trusted_keys=opts.trusted_keys)
-    feed = random_feed(model) if feed is None else feed
+    random = feed is None and not opts.inputs
+    feed = feed_for(model, opts.inputs) if feed is None else feed
+    first_run(model, feed, random)
     arrays = model.validate(feed)
     b = model.select(arrays)
     vm, entry, weights, _ = model._fns[b]  # the VM beside its entry function (kiln.runtime.model)

@@ -93,3 +93,47 @@ def test_run_time_checks_run_on_the_runtime_alone(tmp_path):
     ref = ort_run(model, {"x": x, "sr": np.array(16000, np.int64)})[0]
     np.testing.assert_allclose(np.asarray(info["out"], np.float32), ref, atol=1e-5)
     assert info["error"] and "`sr` selects the then branch of If node 'sr_if'" in info["error"]
+
+
+def test_measuring_commands_take_inputs_a_run_time_check_accepts(tmp_path, capsys):
+    """`kiln profile` timed the VM's entry on random inputs, so a compiled check that rejected them (silero VAD's
+    sample rate: random ints are 0 or 1) surfaced as "internal error ... report it". Now random inputs the model
+    rejects are an input error whose fix is --inputs, in bench and profile, and --inputs profiles the model."""
+    import warnings
+
+    from frontends.test_impossible_branches import _vad
+
+    from kiln.cli import main
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        kiln.compile(_vad(), tmp_path / "m.kiln", input_shapes=["x:1x512"])
+    x = np.random.default_rng(3).standard_normal((1, 512)).astype(np.float32)
+    np.savez(tmp_path / "in.npz", x=x, sr=np.array(16000, np.int64))
+    art = str(tmp_path / "m.kiln")
+    for cmd in (["profile", art, "--repeat", "2"], ["bench", art, "--repeat", "2"]):
+        assert main(cmd) != 0
+        err = capsys.readouterr().err
+        assert "internal error" not in err and "the random inputs were rejected" in err and "--inputs IN.npz" in err
+    out = tmp_path / "p.json"
+    assert main(["profile", art, "--repeat", "2", "--inputs", str(tmp_path / "in.npz"), "--json", str(out)]) == 0
+    p = json.loads(out.read_text())
+    assert p["kernels"] and any(k["kernel"] == "relax.run.assert_op" for k in p["kernels"])
+
+
+def test_assert_op_reads_its_condition_without_a_copy():
+    """relax.run.assert_op runs in Python on every run of a model with a run-time check: its condition is read over
+    DLPack (Tensor.numpy() cost 7 us of silero VAD's 58); a false one raises the message, a non-scalar is refused."""
+    import pytest
+
+    from kiln.runtime import builtins
+    from kiln.runtime.model import _import_tvm_runtime
+
+    tvm, _ = _import_tvm_runtime()
+    builtins._assert_op(tvm, tvm.runtime.tensor(np.array(True)), "never")
+    with pytest.raises(AssertionError, match="sr was 3"):
+        builtins._assert_op(tvm, tvm.runtime.tensor(np.array(False)), "sr was {}", 3)
+    for bad in (np.array([True]), np.array(1, np.int32)):
+        with pytest.raises(ValueError, match="bool scalar"):
+            builtins._assert_op(tvm, tvm.runtime.tensor(bad), "x")
+    assert builtins._numpy(tvm.runtime.tensor(np.array(True))).dtype == np.bool_
