@@ -21,6 +21,7 @@ from .._io import atomic_write_text
 from ..env import reproducer_disabled, shipped_tuning_logs
 from ..errors import CompileError, KilnWarning, PassError, tvm_errors
 from ..frontends.importer import ImportedModel, import_onnx
+from ..frontends.index_ranges import index_ranges
 from ..frontends.shapes import check_shape_buckets
 from ..frontends.sources import Source, load_source
 from ..result import CompileResult
@@ -198,6 +199,7 @@ def package(source: Source, built: list[Built], options, layout: str, layout_ms)
         report,
         layout,
         getattr(first, "structure", None),
+        index_ranges(first.onnx_model),
     )
     return Artifact(manifest(parts), members, report)
 

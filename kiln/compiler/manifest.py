@@ -60,6 +60,7 @@ class ManifestParts:
     report: dict  # the compile's report (the first bucket's, with the others under "buckets")
     layout: str  # the layout the compile asked for, where the report names none
     io_structure: dict | None = None  # sequence/optional inputs and outputs (frontends/sequence_io.py)
+    index_ranges: dict | None = None  # integer inputs that index a table: their range (frontends/index_ranges.py)
 
 
 def manifest(parts: ManifestParts) -> dict:
@@ -93,6 +94,7 @@ def manifest(parts: ManifestParts) -> dict:
         "accelerator": parts.section.accelerator,
         "created_unix": int(time.time()),
         **({"io_structure": parts.io_structure} if parts.io_structure else {}),
+        **({"index_ranges": parts.index_ranges} if parts.index_ranges else {}),
     }
 
 

@@ -228,7 +228,80 @@ def _nonzero():
     return NonZero
 
 
+def _gather():
+    """Gather with run-time indices takes in TVM's "clip" mode (an index clamped into the axis) instead of "fast"
+    (no check): a token id past the vocabulary read outside the embedding table and took the process down
+    (BERT, input_ids 10**9: a segfault in `Model.run`, and in `kiln serve` the server). Inputs that feed a gather
+    directly are checked against its range before the run (kiln.runtime.model, the manifest's index_ranges);
+    clamping is what keeps an index computed inside the model in bounds."""
+    import tvm
+    from tvm import relax
+    from tvm.relax.frontend.onnx import onnx_frontend as f
+
+    def clipped(out):
+        if not (isinstance(out, relax.Call) and isinstance(out.op, tvm.ir.Op) and out.op.name == "relax.take"):
+            return out
+        data, indices = out.args
+        if isinstance(indices, tvm.ir.GenericConst) or str(out.attrs.mode) != "fast":
+            return out
+        axis = out.attrs.axis
+        return relax.op.take(data, indices, None if axis is None else int(axis), mode="clip")
+
+    class Gather(f.Gather):
+        @classmethod
+        def _impl_v13(cls, bb, inputs, attr, params):
+            return clipped(super()._impl_v13(bb, inputs, attr, params))
+
+    return Gather
+
+
+def _clamp(bb, indices, extent):
+    """indices (negative ones counted from the end) clamped into [0, extent - 1]; extent broadcasts against them"""
+    from tvm import relax
+
+    dtype = indices.ty.dtype.dtype
+    last = bb.normalize(relax.op.subtract(extent, relax.const(1, dtype)))
+    if not dtype.startswith("uint"):
+        negative = relax.op.less(indices, relax.const(0, dtype))
+        indices = bb.normalize(relax.op.where(negative, relax.op.add(indices, extent), indices))
+        indices = relax.op.maximum(indices, relax.const(0, dtype))
+    return bb.normalize(relax.op.minimum(indices, last))
+
+
+def _bounded(name: str, coordinates: bool):
+    """GatherElements, GatherND, ScatterElements, ScatterND with their indices clamped into the data's extents first
+    (TVM's kernels do not check them: an index of 10**9 read or wrote outside the tensor and took the process
+    down). coordinates: the last axis of the indices addresses the data's leading axes (the ND ops)."""
+
+    def make():
+        from tvm.relax.frontend.onnx import onnx_frontend as f
+
+        base = getattr(f, name)
+
+        def bounded(impl):
+            def convert(cls, bb, inputs, attr, params):
+                data, indices = inputs[0], inputs[1]
+                if coordinates:
+                    extent = f._coord_axis_extents(bb, data, indices, attr.get("batch_dims", 0))
+                else:
+                    extent = f._axis_extent(bb, data, attr.get("axis", 0), indices.ty.dtype.dtype)
+                inputs[1] = _clamp(bb, indices, extent)
+                return impl.__func__(cls, bb, inputs, attr, params)
+
+            return classmethod(convert)
+
+        impls = {m: bounded(getattr(base, m)) for m in dir(base) if m.startswith("_impl_v")}
+        return type(name, (base,), impls)
+
+    return make
+
+
 OVERRIDES = {
+    "Gather": _gather,
+    "GatherElements": _bounded("GatherElements", False),
+    "GatherND": _bounded("GatherND", True),
+    "ScatterElements": _bounded("ScatterElements", False),
+    "ScatterND": _bounded("ScatterND", True),
     "NonZero": _nonzero,
     "TopK": _topk,
     "ConstantOfShape": _constant_of_shape,

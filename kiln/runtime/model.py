@@ -187,6 +187,8 @@ class Model:
         self._load_buckets(manifest, members, weights, VirtualMachine)
         self.inputs, self.outputs = list(self.buckets[0].inputs), list(self.buckets[0].outputs)
         self._dtypes = [np.dtype(s.dtype) for s in self.inputs]
+        ranges = manifest.get("index_ranges") or {}  # inputs that index a table (frontends/index_ranges.py)
+        self._ranges = [(k, *ranges[s.name]) for k, s in enumerate(self.inputs) if s.name in ranges]
         co = manifest.get("compile_options", {})
         io = manifest.get("io_structure")
         self.structure = Structure(io, where) if io else None  # sequence/optional inputs and outputs
@@ -287,7 +289,23 @@ class Model:
                     fix=f"reshape it to {_fmt(spec.shape)}",
                 )
             arrays.append(np.ascontiguousarray(x).reshape(x.shape))  # ascontiguousarray makes a 0-d array 1-d
+        for k, lo, hi, node in self._ranges:
+            self._check_range(self.inputs[k].name, arrays[k], lo, hi, node)
         return arrays
+
+    def _check_range(self, name: str, a: np.ndarray, lo: int, hi: int, node: str) -> None:
+        """An input that indexes a table (a token id into the embedding): every value in [lo, hi], as onnxruntime
+        requires; the compiled Gather would clamp it and answer for another row."""
+        if a.size == 0:
+            return
+        low, high = a.min(), a.max()
+        if low < lo or high > hi:
+            bad = low if low < lo else high
+            raise InputError(
+                f"input {name!r} holds {bad}, outside [{lo}, {hi}]: it indexes the {hi + 1} rows of Gather {node!r}",
+                where=str(self.path),
+                fix=f"keep its values within [{lo}, {hi}] (e.g. token ids within the vocabulary)",
+            )
 
     def select(self, arrays: list[np.ndarray]) -> int:
         """The bucket that runs these (validated) inputs: one of exactly their shapes, else buckets.choose's."""

@@ -120,4 +120,5 @@ def test_bench_random_ints_are_valid_indices_and_inputs_flag(tmp_path, capsys):
     np.savez(tmp_path / "bad.npz", ids=np.full((1, 8), 5, np.int64))
     rc = main(["bench", str(art), "--onnx", str(onnx_path), "--inputs", str(tmp_path / "bad.npz"), "--repeat", "3"])
     err = capsys.readouterr().err
-    assert rc == 2 and "onnxruntime rejected the given inputs" in err and "--inputs" in err, err
+    # Kiln's own check of inputs that index a table rejects it first (frontends/index_ranges.py)
+    assert rc == 2 and "input 'ids' holds 5, outside [-2, 1]" in err, err
