@@ -82,7 +82,8 @@ def test_element_and_nd_indices_outside_the_data_are_clamped(tmp_path, op):
         node = helper.make_node(op, ["x", "i", "u"], ["y"], axis=1)
         i, extra = np.array([[0, -1], [2, 4], [1, 3]]), {"u": rand(3, 2, seed=5)}
     else:
-        node, i, extra = helper.make_node(op, ["x", "i", "u"], ["y"]), np.array([[0, 4], [-1, 2]]), {"u": rand(2, seed=5)}
+        node = helper.make_node(op, ["x", "i", "u"], ["y"])
+        i, extra = np.array([[0, 4], [-1, 2]]), {"u": rand(2, seed=5)}
     feeds = {"x": x, "i": i.astype(np.int64), **extra}
     model = make_model([node], feeds, ["y"], {})
     kiln.compile(model, tmp_path / "m.kiln")
