@@ -184,6 +184,8 @@ def _roi_align():
 
         @classmethod
         def _impl(cls, bb, inputs, attr, params, default_coordinate_transformation_mode):
+            if len(inputs) > 2 and inputs[2] is not None:  # a batch index past the batch read outside the data
+                inputs[2] = _clamp(bb, inputs[2], f._axis_extent(bb, inputs[0], 0, inputs[2].ty.dtype.dtype))
             mode = attr.get("coordinate_transformation_mode", default_coordinate_transformation_mode)
             mode = mode.decode("ascii") if isinstance(mode, bytes) else mode
             if mode != "half_pixel" or len(inputs) != 3:
@@ -296,8 +298,32 @@ def _bounded(name: str, coordinates: bool):
     return make
 
 
+def _max_unpool():
+    """TVM's MaxUnpool scatters the values into a flat zero tensor at their indices, unchecked (an index of 10**9
+    wrote outside it: a segfault): the same scatter with the indices clamped into the tensor."""
+    import tvm
+    from tvm import relax
+    from tvm.relax.frontend.onnx import onnx_frontend as f
+
+    class MaxUnpool(f.MaxUnpool):
+        @classmethod
+        def _impl_v9(cls, bb, inputs, attr, params):
+            out = super()._impl_v9(bb, inputs, attr, params)
+            flat = out.args[0] if isinstance(out, relax.Call) and out.args else None
+            if not (isinstance(flat, relax.Call) and isinstance(flat.op, tvm.ir.Op)):
+                return out
+            if flat.op.name != "relax.scatter_elements":
+                return out
+            zeros, indices, values = (bb.normalize(a) for a in flat.args)
+            indices = _clamp(bb, indices, f._axis_extent(bb, zeros, 0, indices.ty.dtype.dtype))
+            return relax.op.reshape(relax.op.scatter_elements(zeros, indices, values, axis=0), out.args[1])
+
+    return MaxUnpool
+
+
 OVERRIDES = {
     "Gather": _gather,
+    "MaxUnpool": _max_unpool,
     "GatherElements": _bounded("GatherElements", False),
     "GatherND": _bounded("GatherND", True),
     "ScatterElements": _bounded("ScatterElements", False),

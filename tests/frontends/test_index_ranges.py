@@ -96,3 +96,27 @@ def test_element_and_nd_indices_outside_the_data_are_clamped(tmp_path, op):
     clamped[1, -1] = 0
     ref = ort_run(model, dict(feeds, i=clamped))[0]
     np.testing.assert_allclose(m.run(dict(feeds, i=far))["y"], ref, rtol=1e-6)
+
+
+def test_roi_align_batch_index_and_max_unpool_indices_outside_are_clamped(tmp_path):
+    """RoiAlign's batch index and MaxUnpool's indices were unchecked (a segfault at 10**9): clamped into the
+    batch and the output now, in-range ones unchanged against onnxruntime."""
+    roi = helper.make_node("RoiAlign", ["x", "rois", "bi"], ["r"], output_height=2, output_width=2)
+    unpool = helper.make_node("MaxUnpool", ["u", "ui"], ["y"], kernel_shape=[2, 2], strides=[2, 2])
+    feeds = {
+        "x": rand(2, 4, 8, 8),
+        "rois": np.array([[0, 0, 4, 4], [1, 1, 6, 6]], np.float32),
+        "bi": np.array([0, 1], np.int64),
+        "u": rand(1, 1, 2, 2, seed=3),
+        "ui": np.array([[[[0, 3], [8, 15]]]], np.int64),
+    }
+    model = make_model([roi, unpool], feeds, ["r", "y"], {})
+    kiln.compile(model, tmp_path / "m.kiln")
+    m = kiln.load(tmp_path / "m.kiln")
+    for got, ref in zip(m.run(feeds).values(), ort_run(model, feeds)):
+        np.testing.assert_allclose(got, ref, rtol=1e-5, atol=1e-6)
+    far = dict(feeds, bi=np.array([10**9, 1], np.int64), ui=np.array([[[[0, 10**9], [8, 15]]]], np.int64))
+    near = dict(feeds, bi=np.array([1, 1], np.int64), ui=np.array([[[[0, 15], [8, 15]]]], np.int64))
+    r, y = m.run(far).values()
+    np.testing.assert_allclose(r, ort_run(model, near)[0], rtol=1e-5, atol=1e-6)
+    assert y.shape == (1, 1, 4, 4) and y[0, 0, 0, 0] == feeds["u"][0, 0, 0, 0]
