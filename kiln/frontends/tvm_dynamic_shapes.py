@@ -212,7 +212,10 @@ def tile_converter():
                     where="Tile",
                     fix="check the model: ONNX takes one repeat per input dim",
                 )
-            rv = runtime_dims(bb, bb.normalize(relax.op.astype(reps, "int64")), r, "tile")
+            reps = bb.normalize(relax.op.astype(reps, "int64"))
+            # a negative repeat sized the output negative: std::bad_alloc, reported as a Kiln bug
+            check(bb, relax.op.greater_equal(reps, i64(0)), f"Tile node {node!r}: a repeat is negative")
+            rv = runtime_dims(bb, reps, r, "tile")
             spread = relax.op.reshape(data, [v for d in dims for v in (1, d)])
             wide = relax.op.broadcast_to(spread, relax.ShapeExpr([v for k, d in zip(rv, dims) for v in (k, d)]))
             return relax.op.reshape(wide, relax.ShapeExpr([k * d for k, d in zip(rv, dims)]))

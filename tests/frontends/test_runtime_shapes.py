@@ -149,8 +149,10 @@ def test_constant_of_shape_squeeze_and_tile_with_run_time_values(tmp_path):
         art.run({"x": x, "a": np.array([0, 1], np.int64)})
     x = x[0, :, 0]  # (3, 2)
     m = make_model([helper.make_node("Tile", ["x", "r"], ["y"])], {"x": x, "r": np.array([2, 3], np.int64)}, ["y"])
-    _, shapes = _run_all(m, "y", [{"x": x, "r": np.array(r, np.int64)} for r in ([2, 3], [1, 1], [0, 2])], tmp_path)
+    art, shapes = _run_all(m, "y", [{"x": x, "r": np.array(r, np.int64)} for r in ([2, 3], [1, 1], [0, 2])], tmp_path)
     assert shapes == [(6, 6), (3, 2), (0, 4)]
+    with pytest.raises(kiln.InputError, match="a repeat is negative"):  # was std::bad_alloc, blamed on Kiln
+        art.run({"x": x, "r": np.array([2, -5], np.int64)})
 
 
 @pytest.mark.parametrize("op", ["ReduceSum", "ReduceMax", "ReduceProd", "ReduceLogSumExp"])
