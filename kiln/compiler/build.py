@@ -199,7 +199,7 @@ def package(source: Source, built: list[Built], options, layout: str, layout_ms)
         report,
         layout,
         getattr(first, "structure", None),
-        index_ranges(first.onnx_model),
+        index_ranges(first.onnx_model) if first.onnx_model is not None else None,  # torch, TFLite: none yet
     )
     return Artifact(manifest(parts), members, report)
 

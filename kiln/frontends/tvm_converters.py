@@ -10,6 +10,9 @@ converter map for the duration of one import, seen by the importing thread only,
   only literal shapes or tensors; relax full takes the shape value as it is.
 - Cast of such a shape value: made a tensor first (TVM's Cast converts only literal shapes).
 - NonMaxSuppression (tvm_nms.py): its limit and thresholds as run-time inputs (TVM took its defaults).
+- Gather, GatherElements, GatherND, ScatterElements, ScatterND, MaxUnpool and RoiAlign's batch index
+  (tvm_indices.py): run-time indices clamped into the data (TVM's kernels read and wrote wherever an index
+  of 10**9 pointed: segfaults).
 - Slice bounds beyond int32 (exporters write INT64_MAX / sys.maxsize for "no limit"):
   clamped to INT32_MAX, the same value for any real tensor; TVM's legalization of run-time-sized
   tensors builds int32 index arithmetic and rejects the int64 literal.
@@ -43,6 +46,7 @@ from .tvm_dynamic_shapes import (
     static_length,
     tile_converter,
 )
+from .tvm_indices import bounded, clamp, gather_converter, max_unpool_converter
 from .tvm_nms import nms_converter
 from .tvm_pad import pad_converter
 from .tvm_recurrence import OP_TYPE as RECURRENCE
@@ -185,7 +189,7 @@ def _roi_align():
         @classmethod
         def _impl(cls, bb, inputs, attr, params, default_coordinate_transformation_mode):
             if len(inputs) > 2 and inputs[2] is not None:  # a batch index past the batch read outside the data
-                inputs[2] = _clamp(bb, inputs[2], f._axis_extent(bb, inputs[0], 0, inputs[2].ty.dtype.dtype))
+                inputs[2] = clamp(bb, inputs[2], f._axis_extent(bb, inputs[0], 0, inputs[2].ty.dtype.dtype))
             mode = attr.get("coordinate_transformation_mode", default_coordinate_transformation_mode)
             mode = mode.decode("ascii") if isinstance(mode, bytes) else mode
             if mode != "half_pixel" or len(inputs) != 3:
@@ -230,104 +234,13 @@ def _nonzero():
     return NonZero
 
 
-def _gather():
-    """Gather with run-time indices takes in TVM's "clip" mode (an index clamped into the axis) instead of "fast"
-    (no check): a token id past the vocabulary read outside the embedding table and took the process down
-    (BERT, input_ids 10**9: a segfault in `Model.run`, and in `kiln serve` the server). Inputs that feed a gather
-    directly are checked against its range before the run (kiln.runtime.model, the manifest's index_ranges);
-    clamping is what keeps an index computed inside the model in bounds."""
-    import tvm
-    from tvm import relax
-    from tvm.relax.frontend.onnx import onnx_frontend as f
-
-    def clipped(out):
-        if not (isinstance(out, relax.Call) and isinstance(out.op, tvm.ir.Op) and out.op.name == "relax.take"):
-            return out
-        data, indices = out.args
-        if isinstance(indices, tvm.ir.GenericConst) or str(out.attrs.mode) != "fast":
-            return out
-        axis = out.attrs.axis
-        return relax.op.take(data, indices, None if axis is None else int(axis), mode="clip")
-
-    class Gather(f.Gather):
-        @classmethod
-        def _impl_v13(cls, bb, inputs, attr, params):
-            return clipped(super()._impl_v13(bb, inputs, attr, params))
-
-    return Gather
-
-
-def _clamp(bb, indices, extent):
-    """indices (negative ones counted from the end) clamped into [0, extent - 1]; extent broadcasts against them"""
-    from tvm import relax
-
-    dtype = indices.ty.dtype.dtype
-    last = bb.normalize(relax.op.subtract(extent, relax.const(1, dtype)))
-    if not dtype.startswith("uint"):
-        negative = relax.op.less(indices, relax.const(0, dtype))
-        indices = bb.normalize(relax.op.where(negative, relax.op.add(indices, extent), indices))
-        indices = relax.op.maximum(indices, relax.const(0, dtype))
-    return bb.normalize(relax.op.minimum(indices, last))
-
-
-def _bounded(name: str, coordinates: bool):
-    """GatherElements, GatherND, ScatterElements, ScatterND with their indices clamped into the data's extents first
-    (TVM's kernels do not check them: an index of 10**9 read or wrote outside the tensor and took the process
-    down). coordinates: the last axis of the indices addresses the data's leading axes (the ND ops)."""
-
-    def make():
-        from tvm.relax.frontend.onnx import onnx_frontend as f
-
-        base = getattr(f, name)
-
-        def bounded(impl):
-            def convert(cls, bb, inputs, attr, params):
-                data, indices = inputs[0], inputs[1]
-                if coordinates:
-                    extent = f._coord_axis_extents(bb, data, indices, attr.get("batch_dims", 0))
-                else:
-                    extent = f._axis_extent(bb, data, attr.get("axis", 0), indices.ty.dtype.dtype)
-                inputs[1] = _clamp(bb, indices, extent)
-                return impl.__func__(cls, bb, inputs, attr, params)
-
-            return classmethod(convert)
-
-        impls = {m: bounded(getattr(base, m)) for m in dir(base) if m.startswith("_impl_v")}
-        return type(name, (base,), impls)
-
-    return make
-
-
-def _max_unpool():
-    """TVM's MaxUnpool scatters the values into a flat zero tensor at their indices, unchecked (an index of 10**9
-    wrote outside it: a segfault): the same scatter with the indices clamped into the tensor."""
-    import tvm
-    from tvm import relax
-    from tvm.relax.frontend.onnx import onnx_frontend as f
-
-    class MaxUnpool(f.MaxUnpool):
-        @classmethod
-        def _impl_v9(cls, bb, inputs, attr, params):
-            out = super()._impl_v9(bb, inputs, attr, params)
-            flat = out.args[0] if isinstance(out, relax.Call) and out.args else None
-            if not (isinstance(flat, relax.Call) and isinstance(flat.op, tvm.ir.Op)):
-                return out
-            if flat.op.name != "relax.scatter_elements":
-                return out
-            zeros, indices, values = (bb.normalize(a) for a in flat.args)
-            indices = _clamp(bb, indices, f._axis_extent(bb, zeros, 0, indices.ty.dtype.dtype))
-            return relax.op.reshape(relax.op.scatter_elements(zeros, indices, values, axis=0), out.args[1])
-
-    return MaxUnpool
-
-
 OVERRIDES = {
-    "Gather": _gather,
-    "MaxUnpool": _max_unpool,
-    "GatherElements": _bounded("GatherElements", False),
-    "GatherND": _bounded("GatherND", True),
-    "ScatterElements": _bounded("ScatterElements", False),
-    "ScatterND": _bounded("ScatterND", True),
+    "Gather": gather_converter,  # indices clamped into the data (tvm_indices.py)
+    "MaxUnpool": max_unpool_converter,
+    "GatherElements": bounded("GatherElements", False),
+    "GatherND": bounded("GatherND", True),
+    "ScatterElements": bounded("ScatterElements", False),
+    "ScatterND": bounded("ScatterND", True),
     "NonZero": _nonzero,
     "TopK": _topk,
     "ConstantOfShape": _constant_of_shape,
