@@ -125,7 +125,7 @@ def test_compile_report_and_inspect_passes(tmp_path, capsys):
 
 
 def test_pass_options_are_validated(small_conv_model, tmp_path):
-    with pytest.raises(kiln.OptionsError, match="passes are: StaticDataflow, LowerQDQ, FoldQDQPairs, FoldConstants, "):
+    with pytest.raises(kiln.OptionsError, match="passes are: StaticDataflow, ClipTakeIndices, LowerQDQ, "):
         kiln.compile(small_conv_model, tmp_path / "m.kiln", input_shapes=["input:1x3x8x8"], disabled_passes=["FoldBN"])
     with pytest.raises(kiln.OptionsError, match="cannot be disabled"):
         kiln.compile(
@@ -139,13 +139,21 @@ def test_pass_options_are_validated(small_conv_model, tmp_path):
 
 def test_pipeline_is_a_list_per_target():
     names = [s.name for s in CPU.pipeline(2)]
-    assert names[:5] == ["StaticDataflow", "LowerQDQ", "FoldQDQPairs", "FoldConstants", "CanonicalizeClip"]
+    assert names[:6] == [
+        "StaticDataflow",
+        "ClipTakeIndices",
+        "LowerQDQ",
+        "FoldQDQPairs",
+        "FoldConstants",
+        "CanonicalizeClip",
+    ]
     assert [s.name for s in CPU.pipeline(0)] == [
         n
         for n in names
         if n
         in (
             "StaticDataflow",
+            "ClipTakeIndices",
             "DecomposeOpsForInference",
             "LegalizeOps",
             "AnnotateTIROpPattern",

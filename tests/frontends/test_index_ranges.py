@@ -120,3 +120,28 @@ def test_roi_align_batch_index_and_max_unpool_indices_outside_are_clamped(tmp_pa
     r, y = m.run(far).values()
     np.testing.assert_allclose(r, ort_run(model, near)[0], rtol=1e-5, atol=1e-6)
     assert y.shape == (1, 1, 4, 4) and y[0, 0, 0, 0] == feeds["u"][0, 0, 0, 0]
+
+
+def test_an_embedding_from_torch_export_clamps_a_token_past_its_table(tmp_path):
+    """ClipTakeIndices clamps every frontend's gathers: an nn.Embedding exported with torch.export read outside its
+    table at token 10**9 (a segfault); now it answers for the last row."""
+    torch = pytest.importorskip("torch")
+
+    class Embed(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.e = torch.nn.Embedding(100, 16)
+
+        def forward(self, ids):
+            return self.e(ids).sum(1)
+
+    module = Embed().eval()
+    torch.export.save(torch.export.export(module, (torch.zeros(1, 8, dtype=torch.long),)), tmp_path / "e.pt2")
+    r = kiln.compile(tmp_path / "e.pt2", tmp_path / "e.kiln")
+    assert r.report["takes_clipped"] >= 1
+    m = kiln.load(tmp_path / "e.kiln")
+    ids = np.zeros((1, 8), np.int64)
+    ids[0, 0] = 10**9
+    with torch.no_grad():
+        ref = module(torch.from_numpy(np.where(ids > 99, 99, ids))).numpy()
+    np.testing.assert_allclose(m.run({m.inputs[0].name: ids})[m.outputs[0].name], ref, rtol=1e-5, atol=1e-6)

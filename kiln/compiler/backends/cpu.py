@@ -129,6 +129,7 @@ def channel_multiple(o) -> int:
 # Kiln's graph passes (before lowering)
 GRAPH_ROWS: tuple[PassSpec, ...] = (
     PassSpec("StaticDataflow", lambda o: kp.StaticDataflow(), 0, required=True),  # TVM's passes see dataflow only
+    PassSpec("ClipTakeIndices", lambda o: kp.ClipTakeIndices(), 0, required=True),  # no gather outside its data
     PassSpec("LowerQDQ", lambda o: kp.LowerQDQ(o.target.caps), 1),  # before FoldConstants folds the weights' DQ
     PassSpec("FoldQDQPairs", lambda o: kp.FoldQDQPairs(), 1),  # fake quantization between float ops: one rounding
     PassSpec("FoldConstants", lambda o: kp.FoldConstants(), 1),

@@ -17,6 +17,7 @@ from .records import metaschedule_db, no_shipped_records
 
 _SHARED_GRAPH = (
     "StaticDataflow",
+    "ClipTakeIndices",
     "LowerQDQ",
     "FoldConstants",
     "CanonicalizeClip",

@@ -6,6 +6,7 @@ from .bf16_residuals import BF16Residuals
 from .block_grouped_conv import BlockGroupedConv
 from .canonicalize_aliases import CanonicalizeAliases
 from .canonicalize_clip import CanonicalizeClip
+from .clip_take_indices import ClipTakeIndices
 from .conv1d_as_conv2d import Conv1dAsConv2d
 from .conv_transpose_as_conv import ConvTransposeAsConv
 from .convert_layout import ConvertLayout
@@ -51,6 +52,7 @@ __all__ = [
     "BlockGroupedConv",
     "CanonicalizeAliases",
     "CanonicalizeClip",
+    "ClipTakeIndices",
     "Conv1dAsConv2d",
     "ConvTransposeAsConv",
     "ConvertLayout",
