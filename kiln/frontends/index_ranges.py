@@ -2,7 +2,8 @@
 through ops that keep its values (Cast to int32 or int64, Reshape, Unsqueeze, Squeeze, Flatten, Identity)
 must lie in [-rows, rows - 1] of the gathered axis (ONNX Gather; onnxruntime rejects anything else). The runtime
 checks such inputs before a run (kiln.runtime.model): a token id past the vocabulary is an input error naming the
-input and its range, not a read outside the embedding table (the Gather itself clamps: tvm_indices.py).
+input and its range, not a read outside the embedding table (the Gather itself clamps:
+compiler/passes/clip_take_indices.py).
 
     index_ranges(model) -> {input name: [lowest, highest, gather node name]}"""
 

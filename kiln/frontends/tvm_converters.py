@@ -10,7 +10,7 @@ converter map for the duration of one import, seen by the importing thread only,
   only literal shapes or tensors; relax full takes the shape value as it is.
 - Cast of such a shape value: made a tensor first (TVM's Cast converts only literal shapes).
 - NonMaxSuppression (tvm_nms.py): its limit and thresholds as run-time inputs (TVM took its defaults).
-- Gather, GatherElements, GatherND, ScatterElements, ScatterND, MaxUnpool and RoiAlign's batch index
+- GatherElements, GatherND, ScatterElements, ScatterND, MaxUnpool and RoiAlign's batch index
   (tvm_indices.py): run-time indices clamped into the data (TVM's kernels read and wrote wherever an index
   of 10**9 pointed: segfaults).
 - Slice bounds beyond int32 (exporters write INT64_MAX / sys.maxsize for "no limit"):
@@ -46,7 +46,7 @@ from .tvm_dynamic_shapes import (
     static_length,
     tile_converter,
 )
-from .tvm_indices import bounded, clamp, gather_converter, max_unpool_converter
+from .tvm_indices import bounded, clamp, max_unpool_converter
 from .tvm_nms import nms_converter
 from .tvm_pad import pad_converter
 from .tvm_recurrence import OP_TYPE as RECURRENCE
@@ -235,8 +235,7 @@ def _nonzero():
 
 
 OVERRIDES = {
-    "Gather": gather_converter,  # indices clamped into the data (tvm_indices.py)
-    "MaxUnpool": max_unpool_converter,
+    "MaxUnpool": max_unpool_converter,  # indices clamped into the data (tvm_indices.py)
     "GatherElements": bounded("GatherElements", False),
     "GatherND": bounded("GatherND", True),
     "ScatterElements": bounded("ScatterElements", False),

@@ -1,38 +1,11 @@
-"""Converters that keep run-time indices inside their data: TVM 0.27's take in its default "fast" mode, its
-gather_elements, gather_nd, scatter_elements, scatter_nd (MaxUnpool's scatter among them) and roi_align's batch
-index read or write wherever an index points, so a token id of 10**9 took the process down (a segfault in
-`Model.run`, and in `kiln serve` the server). Each index is clamped into its axis (negative ones counted from
-the end first, as ONNX has them). Inputs that index a constant table are also checked before the run, as an
-input error naming the input and its range (index_ranges.py)."""
+"""Converters that keep run-time indices inside their data: TVM 0.27's gather_elements, gather_nd,
+scatter_elements, scatter_nd (MaxUnpool's scatter among them) and roi_align's batch index read or write wherever
+an index points, so an index of 10**9 took the process down (a segfault in `Model.run`, and in `kiln serve` the
+server). Each index is clamped into its axis (negative ones counted from the end first, as ONNX has them). Gather
+(TVM's take) is clamped for every frontend by the pass ClipTakeIndices; inputs that index a constant table are
+also checked before the run, as an input error naming the input and its range (index_ranges.py)."""
 
 from __future__ import annotations
-
-
-def gather_converter():
-    """Gather with run-time indices takes in TVM's "clip" mode (an index clamped into the axis) instead of "fast"
-    (no check): a token id past the vocabulary read outside the embedding table and took the process down
-    (BERT, input_ids 10**9: a segfault in `Model.run`, and in `kiln serve` the server). Inputs that feed a gather
-    directly are checked against its range before the run (kiln.runtime.model, the manifest's index_ranges);
-    clamping is what keeps an index computed inside the model in bounds."""
-    import tvm
-    from tvm import relax
-    from tvm.relax.frontend.onnx import onnx_frontend as f
-
-    def clipped(out):
-        if not (isinstance(out, relax.Call) and isinstance(out.op, tvm.ir.Op) and out.op.name == "relax.take"):
-            return out
-        data, indices = out.args
-        if isinstance(indices, tvm.ir.GenericConst) or str(out.attrs.mode) != "fast":
-            return out
-        axis = out.attrs.axis
-        return relax.op.take(data, indices, None if axis is None else int(axis), mode="clip")
-
-    class Gather(f.Gather):
-        @classmethod
-        def _impl_v13(cls, bb, inputs, attr, params):
-            return clipped(super()._impl_v13(bb, inputs, attr, params))
-
-    return Gather
 
 
 def clamp(bb, indices, extent):

@@ -1,8 +1,8 @@
 """ClipTakeIndices: every `take` whose indices are computed at run time clamps them into the data (TVM's "clip"
 mode) instead of reading wherever they point ("fast", TVM's default). A token id past the vocabulary read outside
 the embedding table and took the process down: a segfault in `Model.run`, and in `kiln serve` the server (BERT
-from ONNX, an nn.Embedding from torch.export). The ONNX importer clamps its gathers already
-(frontends/tvm_indices.py); this pass does it for every frontend. Required: a model is never built without it.
+from ONNX, an nn.Embedding from torch.export), for every frontend; frontends/tvm_indices.py clamps the ONNX
+importer's other gathers and scatters. Required: a model is never built without it.
 `stats["takes_clipped"]` counts the takes it changed."""
 
 from __future__ import annotations
