@@ -71,20 +71,21 @@ def _gathered_rows(node, em: Emitter, geometry, base_y, base_x, ft) -> str:
     start = em.const(start.reshape(n, og, 1, 1).astype(ft), "start")
     table = em.op("Transpose", [em.reshape(node.input[0], [n, og, cpg, h, w])], perm=[0, 1, 3, 4, 2])
     table = em.reshape(table, [n * og * h * w, cpg])
+    # each axis' two neighbours once: the coordinate, whether it is inside the image, its bilinear factor
+    near = []
+    for a, size in ((0, h), (1, w)):
+        step = [lo[a], em.op("Add", [lo[a], em.const(np.array(1, ft), "d")])]
+        factor = [em.op("Sub", [one, frac[a]]), frac[a]]
+        near.append([(c, _inside(em, c, size, ft), f) for c, f in zip(step, factor)])
+    rows_y = [em.op("Add", [em.op("Mul", [c, em.const(np.array(w, ft), "w")]), start]) for c, _, _ in near[0]]
     total = None
-    for dy in (0, 1):
-        for dx in (0, 1):
-            yy = em.op("Add", [lo[0], em.const(np.array(dy, ft), "d")]) if dy else lo[0]
-            xx = em.op("Add", [lo[1], em.const(np.array(dx, ft), "d")]) if dx else lo[1]
-            inside = _inside(em, yy, h, ft)
-            inside = em.op("And", [inside, _inside(em, xx, w, ft)])
-            fy = frac[0] if dy else em.op("Sub", [one, frac[0]])
-            fx = frac[1] if dx else em.op("Sub", [one, frac[1]])
+    for (_, in_y, fy), row_y in zip(near[0], rows_y):
+        for xx, in_x, fx in near[1]:
+            inside = em.op("And", [in_y, in_x])
             weight = em.op("Mul", [fy, fx])
             weight = em.op("Mul", [weight, mask]) if mask else weight
             weight = em.op("Where", [inside, weight, zero])  # a NaN or far offset reads row 0 times 0
-            row = em.op("Add", [em.op("Add", [em.op("Mul", [yy, em.const(np.array(w, ft), "w")]), xx]), start])
-            row = em.op("Cast", [em.op("Where", [inside, row, start])], to=TensorProto.INT64)
+            row = em.op("Cast", [em.op("Where", [inside, em.op("Add", [row_y, xx]), start])], to=TensorProto.INT64)
             taken = em.op("Gather", [table, row], axis=0)  # [n, og, length, k, cpg]
             term = em.op("Mul", [taken, em.reshape(weight, [n, og, length, k, 1])])
             total = term if total is None else em.op("Add", [total, term])
